@@ -1,0 +1,100 @@
+# Declarations of ndws' Cython core, for other Cython modules to `cimport` (the kernels of the
+# next layer read an NDArray's pointer, shape and strides directly, without memoryviews).
+from libc.stdint cimport uint64_t
+
+cdef enum:
+    NDWS_MAXDIMS = 32          # NumPy 1's limit; enough for any real workload, keeps NDArray flat
+
+cdef class MemoryBlock:
+    # One contiguous piece of memory and the only thing that ever frees it: every NDArray, view,
+    # NumPy export and workspace that uses the memory holds a reference, so the memory outlives
+    # all of them (DESIGN invariant 1).
+    cdef char* data             # aligned to ALIGNMENT
+    cdef void* raw              # what malloc returned (NULL for memory owned by `keep`)
+    cdef Py_ssize_t size        # usable bytes from `data`
+    cdef Py_ssize_t exports     # live buffer-protocol / __array__ exports of any array on it
+    cdef int kind               # BLOCK_* below
+    cdef object keep            # the owner of foreign or mapped memory, kept alive with the block
+    cdef Py_buffer view         # held buffer of a mmap (has_view), released in __dealloc__
+    cdef bint has_view
+
+cdef class ThreadState:
+    # Per Python thread: the current workspace and the id -> workspace map (ND4J keeps both in
+    # thread-locals). The Python WorkspaceManager subclasses this.
+    cdef Arena _current
+    cdef readonly dict _workspaces
+    cdef uint64_t _tid
+    cdef unsigned long _ident
+
+cdef class Arena:
+    # The mechanics of one ND4J workspace: bump allocation, cycles, generations, learning,
+    # spill/pinned lists, circular ring. The Python `Workspace` class subclasses it.
+    cdef readonly object _id
+    cdef uint64_t _owner_tid
+    cdef unsigned long _owner_ident
+
+    # configuration, as C values (see WorkspaceConfiguration)
+    cdef int _p_alloc, _p_learning, _p_spill, _p_reset, _p_location, _p_exports
+    cdef Py_ssize_t _initial_size, _min_size, _max_size
+    cdef double _overalloc
+    cdef long long _cycles_before_init
+    cdef object _mmap_path
+    cdef bint _mmap_temp
+
+    # state, named after Nd4jWorkspace's fields
+    cdef MemoryBlock _main
+    cdef Py_ssize_t _current_size, _offset, _cycle_alloc, _last_cycle_alloc, _max_cycle
+    cdef Py_ssize_t _spilled_size, _pinned_size, _initial_block_size
+    cdef long long _generation, _epoch, _cycles_count, _steps_count, _trimmed_step
+    cdef long long _disabled_counter
+    cdef int _steps_number, _tag_scope, _external_count, _pinned_count
+    cdef bint _circular, _is_open, _is_init, _is_over, _is_borrowed, _is_used
+    cdef bint _reset_planned, _trimmed_mode, _debug, _adopt_pending, _export_warned
+    cdef list _spills
+    cdef object _pinned
+    cdef Arena _previous, _borrowing
+
+    # circular ring bookkeeping: virtual byte positions never decrease, so an array knows it has
+    # been overwritten once the write head is a full ring past its own position
+    cdef long long _lap_base, _written_end
+    cdef Py_ssize_t _ring_size
+
+    # exports left behind at the end of a cycle (DESIGN invariant 6)
+    cdef Py_ssize_t _blocks_left, _bytes_left
+
+    # the last allocation, for handing its block to the new array and for rollback on error
+    cdef MemoryBlock _last_block
+    cdef long long _last_vpos
+    cdef int _last_kind
+    cdef Py_ssize_t _last_bytes, _last_prev_offset, _last_prev_written
+
+    cdef int _check_thread(self, str action) except -1
+    cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL
+    cdef void _rollback_last(self, char* ptr) noexcept
+    cdef int _reuse_main(self) except -1
+    cdef int _fail_if_exported(self, str when) except -1
+    cdef int _install_main(self, MemoryBlock block) except -1
+    cdef int _init_buffer(self) except -1
+    cdef void _clear_external(self) noexcept
+    cdef void _clear_pinned(self, bint extended) noexcept
+    cdef int _destroy_buffers(self, bint extended) except -1
+
+cdef class NDArray:
+    cdef char* _data
+    cdef int _ndim
+    cdef Py_ssize_t _size
+    cdef Py_ssize_t _itemsize
+    cdef Py_ssize_t _shape[NDWS_MAXDIMS]
+    cdef Py_ssize_t _strides[NDWS_MAXDIMS]
+    cdef object _dtype          # numpy.dtype
+    cdef MemoryBlock _block     # owner of the memory (never None)
+    cdef Arena _arena           # birth workspace; None when detached
+    cdef long long _gen         # birth generation of _arena
+    cdef long long _epoch       # _arena's destruction epoch at birth
+    cdef long long _vpos        # circular workspaces: virtual ring position at birth
+    cdef bint _writeable
+
+cdef int check_array(NDArray a, object op, object role) except -1
+cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,
+                       Arena target, bint detached)
+cdef object np_view(NDArray a)

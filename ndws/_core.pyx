@@ -1,0 +1,2761 @@
+"""ndws._core: memory blocks, the workspace arena, NDArray and the validity check.
+
+Everything that touches raw memory lives here. The pure-Python layers (`ndws.workspace`,
+`ndws.ops`, `ndws.random`) decide *what* to do; this module decides where bytes go, keeps them
+alive exactly as long as something refers to them, and refuses every stale use.
+
+Examples
+--------
+>>> import ndws
+>>> with ndws.workspace("DOCTEST") as ws:
+...     a = ndws.zeros((2, 3), dtype="float32")
+...     (a + 1).sum().item()
+6.0
+>>> ws.this_cycle_allocations
+0
+>>> a.shape
+(2, 3)
+>>> a + 1
+Traceback (most recent call last):
+...
+ndws._core.WorkspaceError: Op [add] x1 argument uses leaked workspace pointer from workspace [DOCTEST]: Workspace the array was defined in is no longer open.
+All open workspaces: []
+For more details, see the ND4J User Guide: https://deeplearning4j.konduit.ai/nd4j/overview#workspaces-scope-panic
+>>> ndws.destroy_all_workspaces_for_current_thread()
+"""
+
+cimport cython
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.object cimport PyTypeObject
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_FORMAT,
+                             PyBUF_ND, PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS,
+                             PyBUF_ANY_CONTIGUOUS)
+from cpython.pystate cimport PyThreadState_GetDict
+from cpython.number cimport PyNumber_Index
+from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memset, memcpy
+from libc.stdint cimport uint64_t, uintptr_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
+cimport numpy as cnp
+
+from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads
+
+import collections
+import logging
+import os
+import sys
+import tempfile
+import threading
+import warnings
+
+import numpy as np
+
+cnp.import_array()
+
+cdef extern from "numpy/arrayobject.h":
+    # Cython's numpy.pxd leaves this one out. It steals a reference to `descr`.
+    PyTypeObject PyArray_Type
+    object PyArray_NewFromDescr(PyTypeObject* subtype, PyObject* descr, int nd,
+                                cnp.npy_intp* dims, cnp.npy_intp* strides, void* data, int flags,
+                                PyObject* obj)
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #if defined(_MSC_VER)
+    #  define NDWS_TLS __declspec(thread)
+    #else
+    #  define NDWS_TLS __thread
+    #endif
+    /* Per-OS-thread cache of the calling Python thread's ThreadState. The pointer is borrowed:
+       the thread-state dict owns the object. It is trusted only while the interpreter's unique
+       id of the running thread state matches the one it was stored under (ids are never
+       reused, so a new thread state on the same OS thread misses the cache), and
+       ThreadState.__dealloc__ clears it, so it never dangles. */
+    static NDWS_TLS uint64_t ndws_tls_id = 0;
+    static NDWS_TLS PyObject *ndws_tls_obj = NULL;
+    static inline uint64_t ndws_current_tid(void) {
+        return PyThreadState_GetID(PyThreadState_Get());
+    }
+    static inline PyObject *ndws_tls_get(void) {
+        if (ndws_tls_obj != NULL && ndws_tls_id == ndws_current_tid()) return ndws_tls_obj;
+        return NULL;
+    }
+    static inline void ndws_tls_set(PyObject *o) { ndws_tls_id = ndws_current_tid(); ndws_tls_obj = o; }
+    static inline void ndws_tls_forget(PyObject *o) {
+        if (ndws_tls_obj == o) { ndws_tls_obj = NULL; ndws_tls_id = 0; }
+    }
+    static inline int ndws_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+    #if defined(__GNUC__) || defined(__clang__)
+        return __builtin_mul_overflow(a, b, out);
+    #else
+        if (a != 0 && b > PY_SSIZE_T_MAX / a) return 1;
+        *out = a * b;
+        return 0;
+    #endif
+    }
+    /* 64 bytes of always-valid memory for zero-size arrays, so no array ever holds NULL. */
+    static union { char bytes[64]; double align; } ndws_empty_storage;
+    #define NDWS_TRACE_DOMAIN 0x6e647773u  /* 'ndws': tracemalloc domain of array data */
+    """
+    uint64_t ndws_current_tid() noexcept
+    PyObject* ndws_tls_get() noexcept
+    void ndws_tls_set(PyObject* o) noexcept
+    void ndws_tls_forget(PyObject* o) noexcept
+    char ndws_empty_storage_bytes "ndws_empty_storage.bytes"[64]
+    unsigned int NDWS_TRACE_DOMAIN
+    bint ndws_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept
+    int PyTraceMalloc_Track(unsigned int domain, uintptr_t ptr, size_t size) noexcept
+    int PyTraceMalloc_Untrack(unsigned int domain, uintptr_t ptr) noexcept
+    unsigned long PyThread_get_thread_ident() noexcept
+    const char* NDWS_BUILD_CYTHON_VERSION
+    const char* NDWS_BUILD_NUMPY_VERSION
+    const char* NDWS_BUILD_CFLAGS
+
+
+# ------------------------------------------------------------------------------------------------
+# Constants
+
+#: Bytes every workspace allocation is rounded up to, and the alignment of every array's data:
+#: one cache line and one AVX-512 vector. ND4J used 16 (2021); byte counts follow its rules with 64.
+ALIGNMENT = 64
+cdef Py_ssize_t _ALIGN = 64
+MAXDIMS = NDWS_MAXDIMS
+
+# Policy codes shared with ndws.workspace (whose enums take their values from here).
+ALLOC_STRICT, ALLOC_OVERALLOCATE = 0, 1
+LEARN_FIRST_LOOP, LEARN_OVER_TIME, LEARN_NONE = 0, 1, 2
+SPILL_EXTERNAL, SPILL_FAIL, SPILL_REALLOCATE = 0, 1, 2
+RESET_BLOCK_LEFT, RESET_ENDOFBUFFER_REACHED = 0, 1
+LOCATION_RAM, LOCATION_MMAP = 0, 1
+EXPORTS_FRESH_BLOCK, EXPORTS_FAIL = 0, 1
+DEBUG_DISABLED, DEBUG_SPILL_EVERYTHING, DEBUG_BYPASS_EVERYTHING = 0, 1, 2
+
+cdef enum:
+    _STRICT = 0
+    _OVERALLOCATE = 1
+    _FIRST_LOOP = 0
+    _OVER_TIME = 1
+    _LEARN_NONE = 2
+    _EXTERNAL = 0
+    _FAIL = 1
+    _REALLOCATE = 2
+    _BLOCK_LEFT = 0
+    _ENDOFBUFFER = 1
+    _RAM = 0
+    _MMAP = 1
+    _EXP_FRESH = 0
+    _EXP_FAIL = 1
+    _DBG_DISABLED = 0
+    _DBG_SPILL = 1
+
+# MemoryBlock kinds
+cdef enum:
+    BLOCK_DETACHED = 0
+    BLOCK_MAIN = 1
+    BLOCK_SPILL = 2
+    BLOCK_PINNED = 3
+    BLOCK_EXTERNAL = 4     # allocated while the workspace was toggled off
+    BLOCK_FOREIGN = 5      # memory owned by a NumPy array (from_numpy)
+    BLOCK_MMAP = 6
+    BLOCK_STATIC = 7       # the shared empty block
+
+# last-allocation kinds, for rollback
+cdef enum:
+    _LAST_NONE = 0
+    _LAST_MAIN = 1
+    _LAST_SPILL = 2
+    _LAST_PINNED = 3
+    _LAST_OTHER = 4
+
+#: ND4J's pointer to its documentation, kept verbatim in every scope-panic message.
+SCOPE_PANIC_MSG = ("For more details, see the ND4J User Guide: "
+                   "https://deeplearning4j.konduit.ai/nd4j/overview#workspaces-scope-panic")
+
+_log = logging.getLogger("ndws")
+
+cdef int _g_debug_mode = 0      # DebugMode is process-wide, as on ND4J's singleton manager
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+
+class WorkspaceError(RuntimeError):
+    """Misuse of a workspace or of an array that belongs to one.
+
+    Attributes
+    ----------
+    kind : str
+        ``"leaked"``, ``"outdated"``, ``"overwritten"``, ``"destroyed"`` for stale arrays;
+        otherwise a short word naming the misuse (``"full"``, ``"borrowed"``, ``"thread"``,
+        ``"closed"``, ``"exported"``, ``"configuration"``, ``"mmap"``, ``"no_such_workspace"``).
+    workspace_id : str or None
+        Id of the workspace concerned.
+    op : str or None
+        The operation that found the problem.
+    """
+
+    def __init__(self, message, kind=None, workspace_id=None, op=None):
+        RuntimeError.__init__(self, message)
+        self.kind = kind
+        self.workspace_id = workspace_id
+        self.op = op
+
+
+class NoSuchWorkspaceError(WorkspaceError, KeyError):
+    """No workspace with the requested id exists in this thread (ND4J's
+    ``Nd4jNoSuchWorkspaceException``)."""
+
+    def __init__(self, workspace_id, op=None):
+        WorkspaceError.__init__(
+            self, f"No workspace with id [{workspace_id}] exists in this thread",
+            "no_such_workspace", workspace_id, op)
+
+    def __str__(self):
+        # KeyError would quote the message; keep it readable.
+        return self.args[0]
+
+
+class ConfigurationError(WorkspaceError, ValueError):
+    """An invalid workspace configuration. Both a `WorkspaceError` and a `ValueError`.
+
+    Attributes
+    ----------
+    field : str
+        The `WorkspaceConfiguration` field at fault.
+    """
+
+    def __init__(self, message, field, workspace_id=None):
+        WorkspaceError.__init__(self, message, "configuration", workspace_id, None)
+        self.field = field
+
+
+class WorkspaceWarning(RuntimeWarning):
+    """Something a workspace did to keep data safe that costs memory (e.g. a cycle ended while
+    NumPy views of its memory were alive, so the old block was left to them)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Allocation statistics: every byte of array data ndws ever asks the C heap for is counted here,
+# so "zero allocation in steady state" is a measurement, not a belief.
+
+cdef Py_ssize_t _n_allocs = 0
+cdef Py_ssize_t _bytes_allocated = 0
+cdef Py_ssize_t _n_live = 0
+cdef Py_ssize_t _bytes_live = 0
+
+
+def allocation_counters():
+    """Heap allocations ndws has made for array data, as a dict.
+
+    Returns
+    -------
+    dict
+        ``allocations`` and ``bytes`` since import, ``live_blocks`` and ``live_bytes`` now.
+    """
+    return {"allocations": _n_allocs, "bytes": _bytes_allocated,
+            "live_blocks": _n_live, "live_bytes": _bytes_live}
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory blocks
+
+# Not tracked by the cyclic GC (like numpy.ndarray): a block refers only to memory and to the
+# NumPy array or mmap that owns foreign memory, so it can't be part of a cycle, and tracking
+# would tax every detached allocation.
+@cython.final
+@cython.no_gc
+cdef class MemoryBlock:
+    """A contiguous, aligned piece of array memory, freed only when the last reference goes."""
+
+    def __cinit__(self):
+        self.data = NULL
+        self.raw = NULL
+        self.size = 0
+        self.exports = 0
+        self.has_view = False
+
+    def __dealloc__(self):
+        global _n_live, _bytes_live
+        if self.raw != NULL:
+            PyTraceMalloc_Untrack(NDWS_TRACE_DOMAIN, <uintptr_t>self.raw)
+            free(self.raw)
+            self.raw = NULL
+            _n_live -= 1
+            _bytes_live -= self.size
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+            self.has_view = False
+
+    @property
+    def nbytes(self):
+        return self.size
+
+    @property
+    def live_exports(self):
+        return self.exports
+
+    def __repr__(self):
+        return f"<MemoryBlock {self.size} bytes, {self.exports} exports>"
+
+
+cdef MemoryBlock _allocate_block(Py_ssize_t nbytes, bint zero, int kind):
+    # Over-allocate by ALIGNMENT-1 and round the pointer up: portable (no posix_memalign), and
+    # calloc hands large zeroed requests straight from mmap'd pages.
+    global _n_allocs, _bytes_allocated, _n_live, _bytes_live
+    cdef MemoryBlock b = MemoryBlock.__new__(MemoryBlock)
+    cdef size_t total = <size_t>nbytes + <size_t>(_ALIGN - 1)
+    cdef void* raw
+    if zero:
+        raw = calloc(total, 1)
+    else:
+        raw = malloc(total)
+    if raw == NULL:
+        raise MemoryError(f"ndws: unable to allocate {nbytes} bytes for array data")
+    b.raw = raw
+    b.data = <char*>((<uintptr_t>raw + <uintptr_t>(_ALIGN - 1)) & ~(<uintptr_t>(_ALIGN - 1)))
+    b.size = nbytes
+    b.kind = kind
+    PyTraceMalloc_Track(NDWS_TRACE_DOMAIN, <uintptr_t>raw, total)
+    _n_allocs += 1
+    _bytes_allocated += nbytes
+    _n_live += 1
+    _bytes_live += nbytes
+    return b
+
+
+cdef MemoryBlock _foreign_block(object owner, char* data, Py_ssize_t size):
+    cdef MemoryBlock b = MemoryBlock.__new__(MemoryBlock)
+    b.data = data
+    b.size = size
+    b.kind = BLOCK_FOREIGN
+    b.keep = owner
+    return b
+
+
+cdef MemoryBlock _EMPTY_BLOCK = MemoryBlock.__new__(MemoryBlock)
+_EMPTY_BLOCK.data = ndws_empty_storage_bytes
+_EMPTY_BLOCK.size = 0
+_EMPTY_BLOCK.kind = BLOCK_STATIC
+
+
+def _fill_file(path, Py_ssize_t length):
+    # ND4J's fillFile: truncate, then write zeros in 16 KiB chunks until at least `length`
+    # bytes are written, so the file ends up a multiple of 16384.
+    cdef Py_ssize_t written = 0
+    chunk = bytes(16384)
+    with open(path, "wb") as f:
+        while written < length:
+            f.write(chunk)
+            written += 16384
+
+
+cdef MemoryBlock _map_file(object path):
+    import mmap
+    cdef Py_ssize_t flen = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), flen)
+    # Hold a writable buffer of the mapping for the block's lifetime: the mmap object then
+    # refuses to close or resize while any array can still see its memory.
+    cdef MemoryBlock b = MemoryBlock.__new__(MemoryBlock)
+    PyObject_GetBuffer(mm, &b.view, PyBUF_WRITABLE)
+    b.has_view = True
+    b.data = <char*>b.view.buf
+    b.size = flen
+    b.kind = BLOCK_MMAP
+    b.keep = mm
+    return b
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-thread state
+
+_TS_KEY = "ndws._core.ThreadState"
+_state_factory = None
+
+
+cdef class ThreadState:
+    """The calling thread's current workspace and id -> workspace map (base of
+    `ndws.workspace.WorkspaceManager`)."""
+
+    def __cinit__(self):
+        self._current = None
+        self._workspaces = {}
+        self._tid = ndws_current_tid()
+        self._ident = PyThread_get_thread_ident()
+
+    def __dealloc__(self):
+        ndws_tls_forget(<PyObject*>self)
+
+    @property
+    def thread_ident(self):
+        """`threading.get_ident()` of the thread this state belongs to."""
+        return self._ident
+
+    def _check_owner(self, action):
+        """Raise WorkspaceError unless called from the thread this state belongs to."""
+        if ndws_current_tid() != self._tid:
+            raise WorkspaceError(
+                f"The workspace manager of thread {self._ident} can't {action} from thread "
+                f"{PyThread_get_thread_ident()}: workspaces belong to one thread",
+                "thread")
+        return 0
+
+
+cdef ThreadState _tstate_slow():
+    cdef PyObject* d = PyThreadState_GetDict()
+    if d == NULL:
+        raise RuntimeError("ndws: no Python thread state")
+    state = (<dict>d).get(_TS_KEY)
+    if state is None:
+        state = (_state_factory or ThreadState)()
+        (<dict>d)[_TS_KEY] = state
+    ndws_tls_set(<PyObject*>state)
+    return <ThreadState>state
+
+
+cdef inline ThreadState _tstate():
+    cdef PyObject* p = ndws_tls_get()
+    if p != NULL:
+        return <ThreadState>p
+    return _tstate_slow()
+
+
+def _set_state_factory(factory):
+    global _state_factory
+    _state_factory = factory
+
+
+def _thread_state():
+    """This thread's ThreadState (its WorkspaceManager)."""
+    return _tstate()
+
+
+def current_workspace():
+    """The calling thread's current workspace, or None (ND4J's
+    ``Nd4j.getMemoryManager().getCurrentWorkspace()``)."""
+    return _tstate()._current
+
+
+def _set_current(Arena ws):
+    """Make `ws` (or None) the calling thread's current workspace; used by scope-out."""
+    cdef ThreadState ts = _tstate()
+    if ws is not None:
+        ws._check_thread("made current")
+    ts._current = ws
+
+
+def _set_debug_mode(int mode):
+    global _g_debug_mode
+    _g_debug_mode = mode
+
+
+def _get_debug_mode():
+    return _g_debug_mode
+
+
+cdef str _open_ids(ThreadState ts):
+    # Java's List.toString of the ids whose scope is active on this thread.
+    ids = [str(k) for k, w in list(ts._workspaces.items())
+           if isinstance(w, Arena) and (<Arena>w)._is_open]
+    return "[" + ", ".join(ids) + "]"
+
+
+# ------------------------------------------------------------------------------------------------
+# The arena
+
+cdef inline Py_ssize_t _round_up(Py_ssize_t n) noexcept:
+    return (n + _ALIGN - 1) & ~(_ALIGN - 1)
+
+
+cdef class Arena:
+    """Mechanics of one workspace, following ND4J's ``Nd4jWorkspace``/``CpuWorkspace``.
+
+    Not used directly: `ndws.workspace.Workspace` subclasses it and adds the configuration
+    object and the context-manager API.
+    """
+
+    def __cinit__(self):
+        self._id = None
+        self._owner_tid = ndws_current_tid()
+        self._owner_ident = PyThread_get_thread_ident()
+        self._spills = []
+        self._pinned = collections.deque()
+        self._steps_number = 1
+        self._is_used = True
+        self._main = None
+        self._previous = None
+        self._borrowing = None
+        self._last_block = None
+        self._last_vpos = -1
+
+    def _configure(self, id, Py_ssize_t initial_size, Py_ssize_t min_size, Py_ssize_t max_size,
+                   double overallocation_limit, int policy_allocation, int policy_learning,
+                   int policy_spill, int policy_reset, int policy_location, int policy_exports,
+                   temp_file_path, long long cycles_before_initialization):
+        """Construct as ND4J's workspace constructor does (sizes in bytes)."""
+        if self._id is not None:
+            raise WorkspaceError(f"Workspace [{self._id}] is already configured", "configuration",
+                                 self._id)
+        self._id = id
+        self._initial_size = initial_size
+        self._min_size = min_size
+        self._max_size = max_size
+        self._overalloc = overallocation_limit
+        self._p_alloc = policy_allocation
+        self._p_learning = policy_learning
+        self._p_spill = policy_spill
+        self._p_reset = policy_reset
+        self._p_location = policy_location
+        self._p_exports = policy_exports
+        self._cycles_before_init = cycles_before_initialization
+        self._current_size = initial_size
+        self._circular = policy_reset == _ENDOFBUFFER
+        if self._circular and policy_allocation == _OVERALLOCATE:
+            if overallocation_limit < 1.0:
+                raise ConfigurationError(
+                    "For cyclic workspace overallocation should be positive integral value.",
+                    "overallocation_limit", id)
+            # the number of blocks in the ring
+            self._steps_number = <int>(overallocation_limit + 1)
+        if policy_location == _MMAP:
+            if policy_learning != _LEARN_NONE:
+                raise ConfigurationError(
+                    "Workspace backed by memory-mapped file can't have LearningPolicy defined",
+                    "policy_learning", id)
+            self._prepare_mmap_file(temp_file_path)
+        self._init_buffer()
+
+    def _prepare_mmap_file(self, temp_file_path):
+        cdef Py_ssize_t flen
+        if temp_file_path is not None:
+            path = os.fspath(temp_file_path)
+            flen = os.path.getsize(path) if os.path.exists(path) else 0
+            if flen == 0 or flen < self._initial_size:
+                if self._initial_size > 0:
+                    _fill_file(path, self._initial_size)
+                else:
+                    raise WorkspaceError("Memory-mapped file should have positive length.",
+                                         "mmap", self._id)
+            else:
+                # ND4J overwrites initialSize with the file's length; the workspace uses it all.
+                self._initial_size = flen
+                self._current_size = flen
+            self._mmap_path = path
+            self._mmap_temp = False
+        elif self._initial_size > 0:
+            fd, path = tempfile.mkstemp(prefix="workspace", suffix="tempMMAP")
+            os.close(fd)
+            _fill_file(path, self._initial_size)
+            self._mmap_path = path
+            self._mmap_temp = True
+        else:
+            raise ConfigurationError(
+                "MMAP target file path should be non-null or workspace initialSize should be >0 "
+                "for temp file", "initial_size", self._id)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    cdef int _check_thread(self, str action) except -1:
+        if ndws_current_tid() != self._owner_tid:
+            raise WorkspaceError(
+                f"Workspace [{self._id}] belongs to thread {self._owner_ident} and can't be "
+                f"{action} from thread {PyThread_get_thread_ident()}",
+                "thread", self._id)
+        return 0
+
+    cdef int _install_main(self, MemoryBlock block) except -1:
+        self._main = block
+        self._ring_size = self._current_size
+        self._lap_base = 0
+        self._written_end = 0
+        self._offset = 0
+        return 0
+
+    cdef int _init_buffer(self) except -1:
+        # ND4J's init(): overallocate once, cap at max size, then allocate (or map) the buffer.
+        cdef MemoryBlock block
+        if self._current_size > 0 and self._p_location != _MMAP:
+            if not self._is_over and self._p_alloc == _OVERALLOCATE and self._overalloc > 0:
+                self._current_size += <Py_ssize_t>(<double>self._current_size * self._overalloc)
+                self._is_over = True
+            if self._max_size > 0 and self._current_size > self._max_size:
+                self._current_size = self._max_size
+        if self._p_location == _RAM:
+            if self._current_size > 0:
+                self._is_init = True
+                block = _allocate_block(self._current_size, True, BLOCK_MAIN)
+                self._install_main(block)
+        else:
+            block = _map_file(self._mmap_path)
+            if self._mmap_temp:
+                # The mapping keeps the data; unlinking now means nothing is left on disk even
+                # if the process dies (POSIX). Where that is refused, the file stays until exit.
+                try:
+                    os.unlink(self._mmap_path)
+                except OSError:
+                    pass
+            self._install_main(block)
+        return 0
+
+    cdef void _clear_external(self) noexcept:
+        # "Freeing" spills drops the workspace's references; arrays still on them keep the
+        # memory alive (they are stale and raise on use).
+        self._spills.clear()
+        self._external_count = 0
+        self._spilled_size = 0
+
+    cdef void _clear_pinned(self, bint extended) noexcept:
+        while len(self._pinned):
+            entry = self._pinned[0]
+            if (<long long>entry[0]) + 2 < self._steps_count or extended:
+                self._pinned.popleft()
+                self._pinned_count -= 1
+                self._pinned_size -= <Py_ssize_t>entry[1]
+            else:
+                break
+
+    cdef int _destroy_buffers(self, bint extended) except -1:
+        # CpuWorkspace.destroyWorkspace(extended), minus the manager bookkeeping.
+        self._current_size = 0
+        self._offset = 0
+        if extended:
+            self._clear_external()
+        self._clear_pinned(extended)
+        self._main = None
+        self._ring_size = 0
+        return 0
+
+    cdef int _fail_if_exported(self, str when) except -1:
+        # Called before a cycle's memory is about to be reused. FAIL policy: refuse, changing
+        # nothing. Default: warn once per workspace (before any state change, so a warning
+        # turned into an error leaves the workspace as it was).
+        if self._main is None or self._main.exports == 0:
+            return 0
+        if self._p_exports == _EXP_FAIL:
+            raise WorkspaceError(
+                f"Workspace [{self._id}]: {self._main.exports} NumPy export(s) of this workspace's "
+                f"memory are still alive at {when}, and policy_exports=FAIL forbids leaving the "
+                f"block to them. Release the exports (del the NumPy arrays / memoryviews) or "
+                f"take copies with .numpy() instead.",
+                "exported", self._id)
+        if not self._export_warned:
+            warnings.warn(
+                f"Workspace [{self._id}]: a cycle ended while {self._main.exports} NumPy export(s) "
+                f"of its memory were alive; the old block ({self._main.size} bytes) is left to "
+                f"them and the workspace continues on a fresh block. Take copies with .numpy() "
+                f"to avoid the extra allocation. (Shown once per workspace.)",
+                WorkspaceWarning, stacklevel=3)
+            self._export_warned = True
+        return 0
+
+    cdef int _reuse_main(self) except -1:
+        # The main block's memory is about to be handed out again. If NumPy views of it are
+        # alive, give it to them and continue on a fresh block of the same size.
+        cdef MemoryBlock old = self._main
+        if old is None or old.exports == 0:
+            return 0
+        self._blocks_left += 1
+        self._bytes_left += old.size
+        cdef Py_ssize_t ring = self._ring_size
+        self._main = _allocate_block(old.size, True, BLOCK_MAIN)
+        self._ring_size = ring
+        self._lap_base = 0
+        self._written_end = 0
+        return 0
+
+    cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL:
+        # Nd4jWorkspace.alloc with ALIGNMENT rounding. The new array's owner block and ring
+        # position are left in _last_block / _last_vpos.
+        cdef Py_ssize_t req = _round_up(nbytes)
+        cdef bint trimmer, spill_all
+        cdef char* ptr
+        cdef MemoryBlock blk
+        self._check_thread("allocated in")
+        if not self._is_used:
+            self._disabled_counter += 1
+            if self._disabled_counter % 10 == 0:
+                _log.warning("Workspace was turned off, and wasn't enabled after %d allocations",
+                             self._disabled_counter)
+            blk = _allocate_block(req, zero, BLOCK_EXTERNAL)
+            self._last_kind = _LAST_OTHER
+            self._last_block = blk
+            self._last_vpos = -1
+            return blk.data
+
+        trimmer = self._trimmed_mode or (
+            self._circular and self._initial_block_size > 0
+            and req + self._cycle_alloc > self._initial_block_size)
+        if trimmer and self._p_spill == _REALLOCATE and not self._trimmed_mode:
+            self._trimmed_mode = True
+            self._trimmed_step = self._steps_count
+        spill_all = _g_debug_mode == _DBG_SPILL
+
+        if not trimmer and not spill_all and self._main is not None:
+            if (self._circular and self._offset + req > self._current_size
+                    and req <= self._current_size):
+                # Ring wrap. (ND4J retries unconditionally and recurses forever when a single
+                # request is larger than the whole ring; such a request spills here instead.)
+                self._fail_if_exported("a circular wrap-around")
+                self._reuse_main()
+                self._lap_base += self._ring_size
+                self._offset = 0
+                self._reset_planned = True
+            if self._offset + req <= self._current_size:
+                ptr = self._main.data + self._offset
+                self._last_kind = _LAST_MAIN
+                self._last_bytes = req
+                self._last_prev_offset = self._offset
+                self._last_prev_written = self._written_end
+                self._last_vpos = self._lap_base + self._offset
+                self._last_block = self._main
+                self._cycle_alloc += req
+                self._offset += req
+                if self._circular:
+                    self._written_end = self._lap_base + self._offset
+                if zero:
+                    memset(ptr, 0, req)
+                if self._debug:
+                    _log.info("Workspace [%s]: Allocating array of %d bytes, prevOffset: %d; "
+                              "currentOffset: %d", self._id, req, self._last_prev_offset,
+                              self._offset)
+                return ptr
+
+        if self._p_spill == _FAIL:
+            raise WorkspaceError("Can't allocate memory: Workspace is full", "full", self._id)
+        blk = _allocate_block(req, zero, BLOCK_PINNED if trimmer else BLOCK_SPILL)
+        self._cycle_alloc += req
+        self._last_bytes = req
+        self._last_block = blk
+        self._last_vpos = -1
+        if trimmer:
+            self._pinned_size += req
+            self._pinned_count += 1
+            self._pinned.append((self._steps_count, req, blk))
+            self._last_kind = _LAST_PINNED
+        else:
+            self._spilled_size += req
+            self._external_count += 1
+            self._spills.append(blk)
+            self._last_kind = _LAST_SPILL
+        return blk.data
+
+    cdef void _rollback_last(self, char* ptr) noexcept:
+        # Undo the most recent allocation when the operation that asked for it failed, so an
+        # error leaves the workspace's counters as they were.
+        cdef int kind = self._last_kind
+        self._last_kind = _LAST_NONE
+        if kind == _LAST_MAIN:
+            if (self._main is self._last_block
+                    and ptr == self._main.data + self._last_prev_offset
+                    and self._offset == self._last_prev_offset + self._last_bytes):
+                self._offset = self._last_prev_offset
+                self._cycle_alloc -= self._last_bytes
+                self._written_end = self._last_prev_written
+        elif kind == _LAST_SPILL:
+            if len(self._spills) and self._spills[len(self._spills) - 1] is self._last_block:
+                self._spills.pop()
+                self._spilled_size -= self._last_bytes
+                self._external_count -= 1
+                self._cycle_alloc -= self._last_bytes
+        elif kind == _LAST_PINNED:
+            if len(self._pinned) and self._pinned[len(self._pinned) - 1][2] is self._last_block:
+                self._pinned.pop()
+                self._pinned_size -= self._last_bytes
+                self._pinned_count -= 1
+                self._cycle_alloc -= self._last_bytes
+        self._last_block = None
+
+    # -- lifecycle (ND4J §2.4–2.6, 2.8, 2.11) ---------------------------------------------------
+
+    def notify_scope_entered(self):
+        """Enter this workspace (ND4J ``notifyScopeEntered``); returns self.
+
+        Re-entering the current open workspace only counts the nesting. Any other entry starts
+        a new cycle: the generation increases, a scoped workspace's offset goes back to 0, and
+        spilled memory of the previous cycle is released.
+        """
+        self._check_thread("entered")
+        cdef ThreadState ts = _tstate()
+        self._adopt_pending = False
+        prev = ts._current
+        if prev is self and self._is_open:
+            self._tag_scope += 1
+            return self
+        cdef bint reuse = self._p_reset == _BLOCK_LEFT and self._is_open
+        if reuse:
+            # Entering an open, non-current workspace (A -> B -> A) resets it, as in ND4J.
+            self._fail_if_exported("re-entry of an open workspace")
+        self._previous = prev
+        ts._current = self
+        self._is_open = True
+        if self._p_reset == _BLOCK_LEFT:
+            if reuse:
+                self._reuse_main()
+            self._offset = 0
+        if self._external_count > 0 and (self._p_reset == _BLOCK_LEFT or self._reset_planned):
+            self._clear_external()
+            self._reset_planned = False
+        self._cycle_alloc = 0
+        self._disabled_counter = 0
+        self._generation += 1
+        return self
+
+    def close(self):
+        """Leave this workspace (ND4J ``close``/``notifyScopeLeft``).
+
+        Ends a borrow, or one level of re-entry, or the cycle: the previous workspace becomes
+        current again, counters and learning are updated, a scoped workspace's memory becomes
+        reusable and every array allocated in the cycle becomes stale.
+        """
+        self._check_thread("closed")
+        cdef ThreadState ts = _tstate()
+        self._adopt_pending = False
+        if self._is_borrowed:
+            if self._tag_scope > 0:
+                self._tag_scope -= 1
+                if self._tag_scope == 0:
+                    ts._current = self
+                return
+            self._is_borrowed = False
+            ts._current = self._borrowing
+            self._borrowing = None
+            return
+        if self._tag_scope > 0:
+            self._tag_scope -= 1
+            if self._tag_scope == 0:
+                ts._current = self
+            return
+        if not self._is_open:
+            raise WorkspaceError(f"Workspace [{self._id}] can't be closed: it is not open",
+                                 "closed", self._id)
+        cdef bint scoped = self._p_reset == _BLOCK_LEFT
+        if scoped:
+            self._fail_if_exported("the end of a cycle")
+        cdef MemoryBlock cycle_block = self._main
+
+        ts._current = self._previous
+        self._is_open = False
+        self._cycles_count += 1
+        if self._cycles_count > 1 and (self._cycles_count - 1) % self._steps_number == 0:
+            self._steps_count += 1
+        if not self._is_used:
+            _log.warning("Workspace was turned off, and wasn't ever turned on back again")
+            self._is_used = True
+        if self._cycle_alloc > self._max_cycle:
+            self._max_cycle = self._cycle_alloc
+        if self._p_learning != _LEARN_NONE and self._max_cycle > 0:
+            if self._external_count > 0 and (scoped or self._reset_planned):
+                self._clear_external()
+                self._reset_planned = False
+            if ((self._p_learning == _OVER_TIME and self._cycles_before_init == self._cycles_count)
+                    or (self._p_learning == _FIRST_LOOP and self._current_size == 0)):
+                if _g_debug_mode != _DBG_SPILL:
+                    self.initialize_workspace()
+            elif (self._current_size > 0 and self._cycle_alloc > 0
+                  and self._p_spill == _REALLOCATE and not self._circular):
+                if _g_debug_mode != _DBG_SPILL:
+                    self.initialize_workspace()
+        if self._pinned_count > 0:
+            self._clear_pinned(False)
+        if self._trimmed_mode and self._trimmed_step + 2 < self._steps_count:
+            self._initial_block_size = self._max_cycle
+            self.initialize_workspace()
+            self._trimmed_mode = False
+            self._trimmed_step = 0
+            self._offset = 0
+        self._last_cycle_alloc = self._cycle_alloc
+        self._disabled_counter = 0
+        if scoped:
+            if cycle_block is not None and cycle_block.exports > 0:
+                if self._main is cycle_block:
+                    self._reuse_main()
+                else:
+                    # learning replaced the block; the exports alone keep the old one alive
+                    self._blocks_left += 1
+                    self._bytes_left += cycle_block.size
+            self._offset = 0
+        elif self._circular and self._current_size > 0:
+            # each cycle occupies whole blocks of the ring
+            diff = self._initial_block_size - self._cycle_alloc
+            if diff > 0 and not self._trimmed_mode and self._offset > 0:
+                self._offset += diff
+        self._cycle_alloc = 0
+
+    def notify_scope_left(self):
+        """Same as `close` (ND4J ``notifyScopeLeft``); returns self."""
+        self.close()
+        return self
+
+    def notify_scope_borrowed(self):
+        """Make this workspace current without starting a cycle (ND4J ``notifyScopeBorrowed``).
+
+        `close` ends the borrow and restores the workspace that was current before it.
+        """
+        self._check_thread("borrowed")
+        cdef ThreadState ts = _tstate()
+        if self._is_borrowed:
+            raise WorkspaceError(f"Workspace [{self._id}]: Can't borrow from borrowed workspace",
+                                 "borrowed", self._id)
+        self._adopt_pending = False
+        self._borrowing = ts._current
+        self._is_borrowed = True
+        ts._current = self
+        return self
+
+    def tag_out_of_scope_use(self):
+        """Count one scope-out of this workspace (ND4J ``tagOutOfScopeUse``); returns self."""
+        self._check_thread("scoped out")
+        self._tag_scope += 1
+        return self
+
+    def initialize_workspace(self):
+        """Size the workspace from what it has learned (ND4J ``initializeWorkspace``)."""
+        self._check_thread("initialized")
+        if ((self._current_size < self._max_cycle or self._current_size < self._cycle_alloc)
+                and self._p_spill == _REALLOCATE
+                and (self._max_size == 0 or self._max_cycle < self._max_size)):
+            if not self._circular:
+                self._destroy_buffers(True)
+                self._is_init = False
+        if self._trimmed_mode and self._trimmed_step + 2 < self._steps_count:
+            self._destroy_buffers(False)
+            self._is_init = False
+            self._is_over = False
+        if not self._is_init and self._p_learning != _LEARN_NONE:
+            if self._max_size > 0:
+                self._current_size = min(self._max_cycle, self._max_size)
+            else:
+                self._current_size = self._max_cycle
+            if self._circular:
+                # +30% against reallocations; ND4J then adds 8 - size % 8, which adds a full 8
+                # to sizes that are already multiples of 8.
+                self._current_size = <Py_ssize_t>(<double>self._current_size * 1.3)
+                self._current_size += 8 - (self._current_size % 8)
+                self._max_cycle = self._current_size
+            self._initial_block_size = self._current_size
+            if not self._is_over:
+                if (self._p_alloc == _OVERALLOCATE and self._overalloc > 0
+                        and self._current_size > 0):
+                    self._current_size += <Py_ssize_t>(<double>self._current_size * self._overalloc)
+                    self._is_over = True
+            if self._min_size > 0 and self._current_size < self._min_size:
+                self._current_size = self._min_size
+            if self._external_count > 0 and (self._p_reset == _BLOCK_LEFT or self._reset_planned):
+                self._clear_external()
+                self._reset_planned = False
+            self._init_buffer()
+
+    def destroy(self):
+        """Release the workspace's memory (ND4J ``destroyWorkspace``).
+
+        Counters, learned sizes and the open state are kept, as in ND4J; the size becomes 0, so
+        a destroyed workspace that is used again spills everything. Arrays allocated before the
+        destruction keep their memory alive but raise ``WorkspaceError`` (kind ``destroyed``,
+        or ``leaked`` if the workspace is also closed) on every use.
+        """
+        self._check_thread("destroyed")
+        self._destroy_buffers(True)
+        self._epoch += 1
+
+    def toggle_workspace_use(self, bint is_enabled):
+        """Switch the workspace off (allocations go to plain memory) or back on."""
+        self._is_used = is_enabled
+
+    def enable_debug(self, bint really_enable):
+        """Log every allocation at INFO level (ND4J ``enableDebug``)."""
+        self._debug = really_enable
+
+    def _assert_owner(self, action):
+        """Raise WorkspaceError unless called from the workspace's own thread."""
+        self._check_thread(action)
+
+    def _mark_adoptable(self):
+        self._adopt_pending = True
+
+    def _take_adoption(self):
+        cdef bint pending = self._adopt_pending
+        self._adopt_pending = False
+        return pending
+
+    def _set_previous_workspace(self, Arena previous):
+        self._previous = previous
+
+    # -- counters (ND4J §2.10) ------------------------------------------------------------------
+
+    @property
+    def id(self):
+        """The workspace id."""
+        return self._id
+
+    @property
+    def this_cycle_allocations(self):
+        """Bytes allocated so far in the open cycle (aligned; spills and pinned included)."""
+        return self._cycle_alloc
+
+    @property
+    def last_cycle_allocations(self):
+        """Bytes allocated in the last closed cycle."""
+        return self._last_cycle_alloc
+
+    @property
+    def max_cycle_allocations(self):
+        """Largest cycle so far (for circular workspaces, the padded block size once learned)."""
+        return self._max_cycle
+
+    @property
+    def current_size(self):
+        """Usable bytes of the main buffer (0 before learning)."""
+        return self._current_size
+
+    @property
+    def primary_offset(self):
+        """Current offset into the main buffer (also ND4J's current/host offset)."""
+        return self._offset
+
+    @property
+    def spilled_size(self):
+        """Bytes in spilled (external) allocations of this cycle."""
+        return self._spilled_size
+
+    @property
+    def pinned_size(self):
+        """Bytes in pinned allocations (circular workspaces)."""
+        return self._pinned_size
+
+    @property
+    def number_of_external_allocations(self):
+        """Number of spilled allocations held."""
+        return self._external_count
+
+    @property
+    def number_of_pinned_allocations(self):
+        """Number of pinned allocations held."""
+        return self._pinned_count
+
+    @property
+    def initial_block_size(self):
+        """Bytes of one ring block (circular workspaces)."""
+        return self._initial_block_size
+
+    @property
+    def step_number(self):
+        """Full passes over the ring (ND4J ``getStepNumber``)."""
+        return self._steps_count
+
+    @property
+    def generation(self):
+        """Number of times a new cycle was entered (ND4J ``getGenerationId``)."""
+        return self._generation
+
+    @property
+    def cycles_count(self):
+        """Number of closed cycles."""
+        return self._cycles_count
+
+    @property
+    def is_scope_active(self):
+        """True while the workspace is open."""
+        return self._is_open
+
+    @property
+    def is_borrowed(self):
+        """True while the workspace is borrowed."""
+        return self._is_borrowed
+
+    @property
+    def parent_workspace(self):
+        """The workspace that was current when this one was entered (None at top level)."""
+        return self._previous
+
+    @property
+    def is_initialized(self):
+        """True once the main buffer has been allocated by learning or construction."""
+        return self._is_init
+
+    @property
+    def blocks_left_to_exports(self):
+        """Main blocks given up to live NumPy exports at the end of a cycle."""
+        return self._blocks_left
+
+    @property
+    def bytes_left_to_exports(self):
+        """Bytes of the blocks in `blocks_left_to_exports`."""
+        return self._bytes_left
+
+    @property
+    def thread_ident(self):
+        """`threading.get_ident()` of the thread the workspace belongs to."""
+        return self._owner_ident
+
+    @property
+    def is_circular(self):
+        return self._circular
+
+
+# ------------------------------------------------------------------------------------------------
+# The validity check (DESIGN invariant 2). The fast path is a handful of compares; everything
+# else runs only when an array is stale.
+
+cdef str _stale_kind(NDArray a):
+    cdef Arena w = a._arena
+    if w is None:
+        return None
+    if w._circular:
+        if a._epoch != w._epoch:
+            return "destroyed"
+        if a._block is w._main and w._written_end > a._vpos + w._ring_size:
+            return "overwritten"
+        return None
+    if not w._is_open:
+        return "leaked"
+    if a._epoch != w._epoch:
+        return "destroyed"
+    if a._gen != w._generation:
+        return "outdated"
+    return None
+
+
+cdef inline bint _is_valid(NDArray a) noexcept:
+    cdef Arena w = a._arena
+    if w is None:
+        return True
+    if w._circular:
+        return a._epoch == w._epoch and (a._block is not w._main
+                                          or w._written_end <= a._vpos + w._ring_size)
+    return w._is_open and a._gen == w._generation and a._epoch == w._epoch
+
+
+cdef int _raise_stale(NDArray a, object op, object role, object prefix) except -1:
+    cdef str kind = _stale_kind(a)
+    cdef Arena w = a._arena
+    ids = _open_ids(_tstate())
+    wid = w._id
+    if prefix is None:
+        head = f"Op [{op}] {role} argument uses {kind} workspace pointer from workspace [{wid}]: "
+        if kind == "leaked":
+            why = "Workspace the array was defined in is no longer open."
+        elif kind == "outdated":
+            why = ("Workspace array was defined in has been closed and reopened at least once "
+                   f"since array creation. Array WS iteration: {a._gen}. "
+                   f"Workspace current iteration: {w._generation}")
+        elif kind == "overwritten":
+            why = ("Circular workspace has wrapped around and reused the memory of this array "
+                   "since its creation; detach() arrays that must outlive their ring slot.")
+        else:
+            why = "Workspace the array was defined in has been destroyed since array creation."
+        msg = f"{head}{why}\nAll open workspaces: {ids}\n{SCOPE_PANIC_MSG}"
+    else:
+        if kind == "outdated":
+            msg = (f"{prefix}: Array outdated workspace pointer from workspace {wid} "
+                   f"(array generation {a._gen}, current workspace generation {w._generation})")
+        elif kind == "overwritten":
+            msg = (f"{prefix}: Array uses overwritten workspace pointer from workspace {wid} "
+                   f"(the circular workspace has wrapped around since array creation)")
+        else:
+            msg = f"{prefix}: Array uses {kind} workspace pointer from workspace {wid}"
+        msg = f"{msg}\nAll open workspaces: {ids}"
+    raise WorkspaceError(msg, kind, wid, op)
+
+
+cdef int check_array(NDArray a, object op, object role) except -1:
+    """Raise WorkspaceError (ND4J's op-message format) unless `a` may be used."""
+    if _is_valid(a):
+        return 0
+    return _raise_stale(a, op, role, None)
+
+
+cdef inline int _assert_valid(NDArray a, str prefix, str op) except -1:
+    # WorkspaceUtils.assertValidArray: the non-op message format of ND4J §3.4
+    if _is_valid(a):
+        return 0
+    return _raise_stale(a, op, None, prefix)
+
+
+def check(NDArray a, op="check", role="a"):
+    """Raise `WorkspaceError` unless `a` may be used; the check every operation runs.
+
+    Parameters
+    ----------
+    a : NDArray
+    op, role : str
+        Operation and argument names for the message.
+    """
+    check_array(a, op, role)
+
+
+# ------------------------------------------------------------------------------------------------
+# dtypes and shapes
+
+cdef object _F64 = np.dtype(np.float64)
+cdef dict _dtype_cache = {}
+cdef dict _format_cache = {}
+_PEP3118 = {"F": b"Zf", "D": b"Zd", "G": b"Zg"}
+
+
+cdef object _as_dtype(object obj):
+    cdef object dt
+    if obj is None:
+        return _F64
+    try:
+        dt = _dtype_cache.get(obj)
+    except TypeError:  # unhashable
+        dt = None
+    if dt is not None:
+        return dt
+    dt = np.dtype(obj)
+    _check_dtype(dt)
+    try:
+        _dtype_cache[obj] = dt
+    except TypeError:
+        pass
+    return dt
+
+
+cdef int _check_dtype(object dt) except -1:
+    if dt.kind not in "biufc" or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(f"dtype: ndws arrays hold numbers (bool, int, uint, float, complex); "
+                        f"got {dt!r}")
+    if not dt.isnative:
+        raise TypeError(f"dtype: ndws arrays use native byte order; got {dt!r} "
+                        f"(use .astype(dtype.newbyteorder('=')) first)")
+    return 0
+
+
+cdef int _parse_shape(object shape, Py_ssize_t* out) except -1:
+    cdef int ndim, i
+    cdef Py_ssize_t v
+    if isinstance(shape, (tuple, list)):
+        ndim = len(shape)
+        if ndim > NDWS_MAXDIMS:
+            raise ValueError(f"maximum supported dimension for an ndarray is currently "
+                             f"{NDWS_MAXDIMS}, found {ndim}")
+        for i in range(ndim):
+            v = PyNumber_Index(shape[i])
+            if v < 0:
+                raise ValueError("negative dimensions are not allowed")
+            out[i] = v
+        return ndim
+    v = PyNumber_Index(shape)
+    if v < 0:
+        raise ValueError("negative dimensions are not allowed")
+    out[0] = v
+    return 1
+
+
+cdef Py_ssize_t _size_of(int ndim, const Py_ssize_t* shape, Py_ssize_t itemsize) except -1:
+    # Element count, refusing sizes whose byte count overflows Py_ssize_t (NumPy's message).
+    # Overflow builtins, not divisions: this runs for every array created.
+    cdef Py_ssize_t size = 1, nbytes
+    cdef int i
+    cdef bint overflow = False
+    for i in range(ndim):
+        if shape[i] == 0:
+            return 0
+    for i in range(ndim):
+        overflow |= ndws_mul_overflow(size, shape[i], &size)
+    overflow |= ndws_mul_overflow(size, itemsize, &nbytes)
+    if overflow:
+        raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger than the "
+                         "maximum possible size.")
+    return size
+
+
+cdef tuple _shape_tuple(int ndim, const Py_ssize_t* shape):
+    return tuple([shape[i] for i in range(ndim)])
+
+
+# ------------------------------------------------------------------------------------------------
+# NDArray
+
+@cython.no_gc
+cdef class _Export:
+    """Base object of a zero-copy NumPy array handed out by `NDArray.__array__`: keeps the array
+    alive and counts the export on its memory block until NumPy lets go."""
+    cdef MemoryBlock block
+    cdef NDArray array
+
+    def __dealloc__(self):
+        if self.block is not None:
+            self.block.exports -= 1
+
+
+cdef NDArray _make(object dtype, int ndim, const Py_ssize_t* shape, const Py_ssize_t* strides,
+                   char* data, MemoryBlock block, Arena arena, long long gen, long long epoch,
+                   long long vpos, bint writeable):
+    cdef NDArray a = NDArray.__new__(NDArray)
+    cdef int i
+    cdef Py_ssize_t size = 1
+    a._dtype = dtype
+    a._itemsize = cnp.PyDataType_ELSIZE(<cnp.dtype>dtype)
+    a._ndim = ndim
+    for i in range(ndim):
+        a._shape[i] = shape[i]
+        a._strides[i] = strides[i]
+        size *= shape[i]
+    a._size = size
+    a._data = data
+    a._block = block
+    a._arena = arena
+    a._gen = gen
+    a._epoch = epoch
+    a._vpos = vpos
+    a._writeable = writeable
+    return a
+
+
+cdef inline void _contiguous_strides(int ndim, const Py_ssize_t* shape, Py_ssize_t itemsize,
+                                     bint fortran, Py_ssize_t* strides) noexcept:
+    cdef int i
+    cdef Py_ssize_t s = itemsize
+    if fortran:
+        for i in range(ndim):
+            strides[i] = s
+            s *= shape[i] if shape[i] > 0 else 1
+    else:
+        for i in range(ndim - 1, -1, -1):
+            strides[i] = s
+            s *= shape[i] if shape[i] > 0 else 1
+
+
+cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,
+                       Arena target, bint detached):
+    """Allocate an array: in `target`, else (unless `detached`) the current workspace, else
+    detached memory. Zero-size arrays are never attached (ND4J: empty arrays aren't)."""
+    cdef Py_ssize_t itemsize = cnp.PyDataType_ELSIZE(<cnp.dtype>dtype)
+    cdef Py_ssize_t size = _size_of(ndim, shape, itemsize)
+    cdef Py_ssize_t strides[NDWS_MAXDIMS]
+    cdef Arena arena = None
+    cdef MemoryBlock block
+    cdef char* data
+    _contiguous_strides(ndim, shape, itemsize, fortran, strides)
+    if size == 0:
+        return _make(dtype, ndim, shape, strides, _EMPTY_BLOCK.data, _EMPTY_BLOCK, None, 0, 0,
+                     -1, True)
+    if not detached:
+        arena = target if target is not None else _tstate()._current
+    if arena is None:
+        block = _allocate_block(size * itemsize, zero, BLOCK_DETACHED)
+        return _make(dtype, ndim, shape, strides, block.data, block, None, 0, 0, -1, True)
+    data = arena._alloc(size * itemsize, zero)
+    return _make(dtype, ndim, shape, strides, data, arena._last_block, arena,
+                 arena._generation, arena._epoch, arena._last_vpos, True)
+
+
+cdef void _discard(NDArray a) noexcept:
+    # An array made for an operation that then failed: give its bytes back if it was the
+    # workspace's last allocation.
+    if a is not None and a._arena is not None:
+        a._arena._rollback_last(a._data)
+
+
+cdef object np_view(NDArray a):
+    """An internal NumPy view of `a`'s memory (not counted as an export; never handed out)."""
+    cdef object descr = a._dtype
+    cdef int flags = cnp.NPY_ARRAY_WRITEABLE if a._writeable else 0
+    Py_INCREF(descr)  # PyArray_NewFromDescr steals it
+    arr = PyArray_NewFromDescr(&PyArray_Type, <PyObject*>descr, a._ndim,
+                               <cnp.npy_intp*>a._shape, <cnp.npy_intp*>a._strides, a._data,
+                               flags, NULL)
+    cnp.set_array_base(arr, a._block)
+    return arr
+
+
+def _np_view(NDArray a, op="op", role="a"):
+    """Validated internal NumPy view, for ndws' own Python modules (valid during the call)."""
+    check_array(a, op, role)
+    return np_view(a)
+
+
+cdef NDArray _view_of(NDArray base, object res):
+    # Wrap a NumPy view `res` of base's memory as an NDArray view born with base. Refuses
+    # anything not inside base's memory block, so no view can ever point past its owner.
+    cdef cnp.ndarray r = <cnp.ndarray>res
+    cdef int ndim = cnp.PyArray_NDIM(r)
+    cdef Py_ssize_t* shape = <Py_ssize_t*>cnp.PyArray_DIMS(r)
+    cdef Py_ssize_t* strides = <Py_ssize_t*>cnp.PyArray_STRIDES(r)
+    cdef char* data = <char*>cnp.PyArray_DATA(r)
+    cdef Py_ssize_t lo = 0, hi = 0, itemsize = base._itemsize
+    cdef int i
+    cdef bint empty = False
+    if ndim > NDWS_MAXDIMS:
+        raise ValueError(f"maximum supported dimension for an ndarray is currently "
+                         f"{NDWS_MAXDIMS}, found {ndim}")
+    for i in range(ndim):
+        if shape[i] == 0:
+            empty = True
+        elif strides[i] >= 0:
+            hi += strides[i] * (shape[i] - 1)
+        else:
+            lo += strides[i] * (shape[i] - 1)
+    if empty:
+        return _make(base._dtype, ndim, shape, strides, _EMPTY_BLOCK.data, _EMPTY_BLOCK, None,
+                     0, 0, -1, True)
+    if (data + lo < base._block.data
+            or data + hi + itemsize > base._block.data + base._block.size):
+        raise RuntimeError("ndws internal error: view outside its memory block")
+    return _make(base._dtype, ndim, shape, strides, data, base._block, base._arena, base._gen,
+                 base._epoch, base._vpos, base._writeable and r.flags.writeable)
+
+
+cdef bint _owns_range(NDArray base, object res):
+    # True when NumPy result `res` is a view into base's block (not a fresh copy).
+    cdef cnp.ndarray r
+    if not isinstance(res, np.ndarray):
+        return False
+    r = <cnp.ndarray>res
+    if cnp.PyArray_SIZE(r) == 0:
+        return False
+    cdef char* data = <char*>cnp.PyArray_DATA(r)
+    return base._block.data <= data < base._block.data + base._block.size
+
+
+cdef NDArray _from_result(NDArray base, object res):
+    # A NumPy result of a view-producing function: a view if it still points into base's
+    # memory, otherwise (NumPy had to copy) a copy placed like any new array.
+    if _owns_range(base, res):
+        return _view_of(base, res)
+    return _copy_numpy(res, None, False)
+
+
+cdef NDArray _copy_numpy(object src, Arena target, bint detached):
+    # A new array in the usual place holding a copy of NumPy array `src`.
+    cdef cnp.ndarray s = <cnp.ndarray>src
+    dt = s.dtype
+    _check_dtype(dt)
+    cdef NDArray out = new_array(dt, cnp.PyArray_NDIM(s), <Py_ssize_t*>cnp.PyArray_DIMS(s),
+                                 False, False, target, detached)
+    if out._size:
+        try:
+            np.copyto(np_view(out), s, casting="unsafe")
+        except BaseException:
+            _discard(out)
+            raise
+    return out
+
+
+cdef bint _c_contiguous(NDArray a) noexcept:
+    cdef Py_ssize_t s = a._itemsize
+    cdef int i
+    if a._size == 0:
+        return True
+    for i in range(a._ndim - 1, -1, -1):
+        if a._shape[i] != 1:
+            if a._strides[i] != s:
+                return False
+            s *= a._shape[i]
+    return True
+
+
+cdef bint _f_contiguous(NDArray a) noexcept:
+    cdef Py_ssize_t s = a._itemsize
+    cdef int i
+    if a._size == 0:
+        return True
+    for i in range(a._ndim):
+        if a._shape[i] != 1:
+            if a._strides[i] != s:
+                return False
+            s *= a._shape[i]
+    return True
+
+
+cdef NDArray _copy_array(NDArray a, Arena target, bint detached):
+    # A C-contiguous copy of (already validated) `a` placed in target / current / detached.
+    cdef NDArray out = new_array(a._dtype, a._ndim, a._shape, False, False, target, detached)
+    if a._size == 0:
+        return out
+    if _c_contiguous(a):
+        memcpy(out._data, a._data, a._size * a._itemsize)
+    else:
+        np.copyto(np_view(out), np_view(a))
+    return out
+
+
+cdef class _ArrayFlags:
+    cdef NDArray a
+
+    @property
+    def c_contiguous(self):
+        return _c_contiguous(self.a)
+
+    @property
+    def f_contiguous(self):
+        return _f_contiguous(self.a)
+
+    @property
+    def writeable(self):
+        return self.a._writeable
+
+    @property
+    def owndata(self):
+        return self.a._data == self.a._block.data and self.a._block.kind != BLOCK_FOREIGN
+
+    def __getitem__(self, key):
+        names = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous",
+                 "F_CONTIGUOUS": "f_contiguous", "F": "f_contiguous",
+                 "WRITEABLE": "writeable", "W": "writeable", "OWNDATA": "owndata"}
+        return getattr(self, names[key])
+
+    def __repr__(self):
+        return (f"  C_CONTIGUOUS : {self.c_contiguous}\n  F_CONTIGUOUS : {self.f_contiguous}\n"
+                f"  OWNDATA : {self.owndata}\n  WRITEABLE : {self.writeable}")
+
+
+cdef inline bint _is_basic_key_item(object k):
+    return (k is None or k is Ellipsis or isinstance(k, slice)
+            or (isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))))
+
+
+cdef bint _is_basic_key(object key):
+    if isinstance(key, tuple):
+        for k in key:
+            if not _is_basic_key_item(k):
+                return False
+        return True
+    return _is_basic_key_item(key)
+
+
+cdef object _key_to_numpy(object key, str op):
+    # NDArrays used as indices become validated NumPy views.
+    if isinstance(key, NDArray):
+        check_array(<NDArray>key, op, "key")
+        return np_view(<NDArray>key)
+    if isinstance(key, tuple):
+        return tuple([_key_to_numpy(k, op) for k in key])
+    if isinstance(key, list):
+        return [_key_to_numpy(k, op) for k in key]
+    return key
+
+
+cdef object _operand(object x, object op, object role):
+    # An operand for NumPy: NDArrays become validated views, everything else passes through.
+    if isinstance(x, NDArray):
+        check_array(<NDArray>x, op, role)
+        return np_view(<NDArray>x)
+    return x
+
+
+# Untracked by the cyclic GC, like numpy.ndarray: creating an array in a hot loop must not
+# count toward gen-0 collections. An NDArray refers to its dtype, memory block and birth
+# workspace, none of which refers back to arrays.
+@cython.freelist(64)
+@cython.no_gc
+cdef class NDArray:
+    """An N-dimensional array whose memory may live in a workspace.
+
+    Create arrays with `ndws.empty`, `ndws.zeros`, `ndws.array` and friends: they are placed in
+    the calling thread's current workspace, or in ordinary (detached) memory when none is
+    current. Every operation checks that the array is still valid (its workspace is open and
+    has not started a new cycle since, or its ring has not passed it) and raises
+    `ndws.WorkspaceError` otherwise.
+
+    Calling ``NDArray(shape, dtype=float, order="C")`` is the same as `ndws.empty`.
+    """
+
+    def __cinit__(self):
+        self._data = _EMPTY_BLOCK.data
+        self._block = _EMPTY_BLOCK
+        self._dtype = _F64
+        self._itemsize = 8
+        self._ndim = 1
+        self._shape[0] = 0
+        self._strides[0] = 8
+        self._size = 0
+        self._writeable = True
+
+    def __init__(self, shape, dtype=None, order="C"):
+        cdef NDArray tmp = empty(shape, dtype, order)
+        cdef int i
+        self._data = tmp._data
+        self._block = tmp._block
+        self._dtype = tmp._dtype
+        self._itemsize = tmp._itemsize
+        self._ndim = tmp._ndim
+        for i in range(tmp._ndim):
+            self._shape[i] = tmp._shape[i]
+            self._strides[i] = tmp._strides[i]
+        self._size = tmp._size
+        self._arena = tmp._arena
+        self._gen = tmp._gen
+        self._epoch = tmp._epoch
+        self._vpos = tmp._vpos
+
+    # -- basic attributes -----------------------------------------------------------------------
+
+    @property
+    def shape(self):
+        """Tuple of dimensions."""
+        return _shape_tuple(self._ndim, self._shape)
+
+    @property
+    def strides(self):
+        """Tuple of byte steps per dimension."""
+        return _shape_tuple(self._ndim, self._strides)
+
+    @property
+    def dtype(self):
+        """The NumPy dtype of the elements."""
+        return self._dtype
+
+    @property
+    def ndim(self):
+        return self._ndim
+
+    @property
+    def size(self):
+        return self._size
+
+    @property
+    def itemsize(self):
+        return self._itemsize
+
+    @property
+    def nbytes(self):
+        return self._size * self._itemsize
+
+    @property
+    def flags(self):
+        f = _ArrayFlags()
+        f.a = self
+        return f
+
+    @property
+    def workspace_id(self):
+        """Id of the workspace the array was born in; None when detached."""
+        return None if self._arena is None else self._arena._id
+
+    @property
+    def workspace(self):
+        """The workspace the array was born in; None when detached."""
+        return self._arena
+
+    @property
+    def generation(self):
+        """The birth workspace's generation when the array was created (0 when detached)."""
+        return self._gen
+
+    @property
+    def T(self):
+        """The transposed view (``transpose()``)."""
+        return self.transpose()
+
+    @property
+    def stale(self):
+        """None for a usable array, else why it is not: ``"leaked"``, ``"outdated"``,
+        ``"overwritten"`` or ``"destroyed"``."""
+        return _stale_kind(self)
+
+    def __len__(self):
+        if self._ndim == 0:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
+
+    # -- workspace-side methods (ND4J §2.9) -----------------------------------------------------
+
+    def is_attached(self):
+        """True when the array lives in a workspace (empty arrays never do)."""
+        return self._arena is not None
+
+    def is_in_scope(self):
+        """True for detached arrays; otherwise whether the birth workspace is open.
+
+        Like ND4J, this does not look at generations: use `stale` for the full check.
+        """
+        return self._arena is None or self._arena._is_open
+
+    def detach(self):
+        """A copy in ordinary memory that outlives every workspace; detached arrays return
+        themselves."""
+        if self._arena is None:
+            return self
+        _assert_valid(self, "Cannot detach INDArray", "detach")
+        return _copy_array(self, None, True)
+
+    def leverage(self):
+        """Copy the array into the parent of the current workspace.
+
+        Detached arrays, and arrays already in that parent, return themselves; with no current
+        workspace or a current workspace without parent the array is detached.
+        """
+        _assert_valid(self, "Cannot leverage INDArray to new workspace", "leverage")
+        if self._arena is None:
+            return self
+        current = _tstate()._current
+        if current is None:
+            return self.detach()
+        parent = (<Arena>current)._previous
+        if self._arena is parent:
+            return self
+        if parent is None:
+            return self.detach()
+        return _copy_array(self, <Arena>parent, False)
+
+    def leverage_to(self, id, enforce_existence=False):
+        """Copy the array into this thread's workspace `id`.
+
+        Returns the array itself when it is detached, already in that workspace, or when no
+        such workspace exists (unless `enforce_existence`, which raises
+        `NoSuchWorkspaceError`).
+        """
+        _assert_valid(self, "Cannot leverage INDArray to new workspace", "leverage_to")
+        if self._arena is None:
+            return self
+        target = _tstate()._workspaces.get(id)
+        if not isinstance(target, Arena):
+            if enforce_existence:
+                raise NoSuchWorkspaceError(id, "leverage_to")
+            return self
+        if self._arena is target:
+            return self
+        return _copy_array(self, <Arena>target, False)
+
+    def leverage_or_detach(self, id):
+        """`leverage_to(id)` when workspace `id` exists and is open, else `detach()`."""
+        if self._arena is None:
+            return self
+        target = _tstate()._workspaces.get(id)
+        if not isinstance(target, Arena) or not (<Arena>target)._is_open:
+            return self.detach()
+        return self.leverage_to(id)
+
+    def migrate(self, detach_on_no_ws=False):
+        """Copy the array into the current workspace; with none, return it (or detach it when
+        `detach_on_no_ws`)."""
+        _assert_valid(self, "Cannot leverage INDArray to new workspace", "migrate")
+        current = _tstate()._current
+        if current is None:
+            return self.detach() if detach_on_no_ws else self
+        return _copy_array(self, <Arena>current, False)
+
+    def dup(self):
+        """A copy in the current workspace (or detached memory when none is current)."""
+        _assert_valid(self, "Cannot duplicate INDArray", "dup")
+        return _copy_array(self, None, False)
+
+    # -- conversion -----------------------------------------------------------------------------
+
+    def copy(self, order="C"):
+        """A copy in the current workspace (``order`` 'C', 'F', 'A' or 'K' as in NumPy)."""
+        check_array(self, "copy", "a")
+        if order == "C":
+            return _copy_array(self, None, False)
+        return _copy_numpy_order(self, order)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def numpy(self):
+        """A NumPy copy of the data, independent of every workspace."""
+        check_array(self, "numpy", "a")
+        return np.array(np_view(self), copy=True)
+
+    def tolist(self):
+        """The data as nested Python lists (as ``numpy.ndarray.tolist``)."""
+        check_array(self, "tolist", "a")
+        return np_view(self).tolist()
+
+    def item(self, *args):
+        """One element as a Python scalar (as ``numpy.ndarray.item``)."""
+        check_array(self, "item", "a")
+        return np_view(self).item(*args)
+
+    def __array__(self, dtype=None, copy=None):
+        """NumPy conversion with NumPy 2 semantics.
+
+        Without a copy the result is a zero-copy view whose export is counted: if it is still
+        alive when the workspace's cycle ends, the workspace leaves that memory to it.
+        """
+        check_array(self, "__array__", "a")
+        if copy:
+            return np.array(np_view(self), dtype=dtype, copy=True)
+        if dtype is not None and np.dtype(dtype) != self._dtype:
+            if copy is False:
+                raise ValueError("Unable to avoid copy while creating an array as requested.")
+            return np_view(self).astype(dtype)
+        return self._export()
+
+    def _export(self):
+        cdef object descr = self._dtype
+        cdef int flags = cnp.NPY_ARRAY_WRITEABLE if self._writeable else 0
+        cdef _Export base = _Export.__new__(_Export)
+        Py_INCREF(descr)  # PyArray_NewFromDescr steals it
+        arr = PyArray_NewFromDescr(&PyArray_Type, <PyObject*>descr, self._ndim,
+                                   <cnp.npy_intp*>self._shape, <cnp.npy_intp*>self._strides,
+                                   self._data, flags, NULL)
+        base.block = self._block
+        base.array = self
+        self._block.exports += 1
+        cnp.set_array_base(arr, base)
+        return arr
+
+    def __getbuffer__(self, Py_buffer* buf, int flags):
+        check_array(self, "__buffer__", "a")
+        if (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE and not self._writeable:
+            raise BufferError("NDArray is read-only")
+        if (flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS and not _c_contiguous(self):
+            raise BufferError("NDArray is not C-contiguous")
+        if (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS and not _f_contiguous(self):
+            raise BufferError("NDArray is not Fortran-contiguous")
+        if ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS
+                and not (_c_contiguous(self) or _f_contiguous(self))):
+            raise BufferError("NDArray is not contiguous")
+        if (flags & PyBUF_STRIDES) != PyBUF_STRIDES and not _c_contiguous(self):
+            raise BufferError("NDArray is not C-contiguous; request strides")
+        fmt = _format_cache.get(self._dtype)
+        if fmt is None:
+            ch = self._dtype.char
+            fmt = _PEP3118.get(ch, ch.encode())
+            _format_cache[self._dtype] = fmt
+        buf.buf = self._data
+        buf.obj = self
+        buf.len = self._size * self._itemsize
+        buf.readonly = 0 if self._writeable else 1
+        buf.itemsize = self._itemsize
+        buf.format = <char*>(<bytes>fmt) if (flags & PyBUF_FORMAT) == PyBUF_FORMAT else NULL
+        buf.ndim = self._ndim
+        buf.shape = self._shape if (flags & PyBUF_ND) == PyBUF_ND else NULL
+        buf.strides = self._strides if (flags & PyBUF_STRIDES) == PyBUF_STRIDES else NULL
+        buf.suboffsets = NULL
+        buf.internal = NULL
+        self._block.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* buf):
+        self._block.exports -= 1
+
+    def astype(self, dtype, copy=True):
+        """A copy converted to `dtype` (unsafe casting, as NumPy); `copy=False` returns the
+        array itself when the dtype already matches."""
+        check_array(self, "astype", "a")
+        dt = _as_dtype(dtype)
+        if not copy and dt == self._dtype:
+            return self
+        cdef NDArray out = new_array(dt, self._ndim, self._shape, False, False, None, False)
+        if out._size:
+            try:
+                np.copyto(np_view(out), np_view(self), casting="unsafe")
+            except BaseException:
+                _discard(out)
+                raise
+        return out
+
+    def __reduce__(self):
+        # Pickles carry a NumPy copy and come back detached: a workspace never travels.
+        check_array(self, "pickle", "a")
+        return (_unpickle, (np.array(np_view(self), copy=True),))
+
+    def __float__(self):
+        check_array(self, "float", "a")
+        return float(np_view(self))
+
+    def __int__(self):
+        check_array(self, "int", "a")
+        return int(np_view(self))
+
+    def __complex__(self):
+        check_array(self, "complex", "a")
+        return complex(np_view(self))
+
+    def __index__(self):
+        check_array(self, "index", "a")
+        return np_view(self).__index__()
+
+    def __bool__(self):
+        check_array(self, "bool", "a")
+        return bool(np_view(self))
+
+    def __repr__(self):
+        kind = _stale_kind(self)
+        wid = self.workspace_id
+        if kind is not None:
+            return (f"<ndws.NDArray shape={self.shape}, dtype={self._dtype}, "
+                    f"workspace={wid!r}: {kind} (the data is no longer accessible)>")
+        body = np.array2string(np_view(self), separator=", ", prefix="NDArray(",
+                               threshold=1000)
+        return f"NDArray({body}, dtype={self._dtype}, workspace={wid!r})"
+
+    def __str__(self):
+        kind = _stale_kind(self)
+        if kind is not None:
+            return repr(self)
+        return str(np_view(self))
+
+    def __format__(self, spec):
+        check_array(self, "format", "a")
+        return format(np_view(self), spec)
+
+    __hash__ = None
+
+    # -- shape ----------------------------------------------------------------------------------
+
+    def reshape(self, *shape, order="C", copy=None):
+        """The array with a new shape: a view when the memory allows it, else a copy (NumPy)."""
+        check_array(self, "reshape", "a")
+        if len(shape) == 1:
+            shape = shape[0]
+        if copy:
+            return _copy_array(self, None, False).reshape(shape, order=order)
+        res = np_view(self).reshape(shape, order=order, copy=copy)
+        return _from_result(self, res)
+
+    def transpose(self, *axes):
+        """View with axes permuted (reversed by default)."""
+        check_array(self, "transpose", "a")
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = axes[0]
+        v = np_view(self)
+        return _view_of(self, v.transpose() if not axes else v.transpose(axes))
+
+    def swapaxes(self, axis1, axis2):
+        check_array(self, "swapaxes", "a")
+        return _view_of(self, np_view(self).swapaxes(axis1, axis2))
+
+    def squeeze(self, axis=None):
+        check_array(self, "squeeze", "a")
+        return _view_of(self, np_view(self).squeeze(axis))
+
+    def ravel(self, order="C"):
+        """Flattened view when possible, else a copy."""
+        check_array(self, "ravel", "a")
+        return _from_result(self, np_view(self).ravel(order))
+
+    def flatten(self, order="C"):
+        """Flattened copy in the current workspace."""
+        check_array(self, "flatten", "a")
+        if order == "C":
+            return _copy_array(self, None, False).reshape(-1)
+        return _copy_numpy(np_view(self).flatten(order), None, False)
+
+    def __iter__(self):
+        check_array(self, "iter", "a")
+        if self._ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        for i in range(self._shape[0]):
+            yield self[i]
+
+    # -- indexing -------------------------------------------------------------------------------
+
+    def __getitem__(self, key):
+        check_array(self, "getitem", "a")
+        if _is_basic_key(key):
+            res = np_view(self)[key]
+            if isinstance(res, np.ndarray):
+                return _view_of(self, res)
+            return res
+        res = np_view(self)[_key_to_numpy(key, "getitem")]
+        if isinstance(res, np.ndarray):
+            return _copy_numpy(res, None, False)
+        return res
+
+    def __setitem__(self, key, value):
+        check_array(self, "setitem", "a")
+        v = _operand(value, "setitem", "value")
+        np_view(self)[_key_to_numpy(key, "setitem")] = v
+
+    def fill(self, value):
+        """Set every element to `value`."""
+        check_array(self, "fill", "a")
+        np_view(self).fill(value)
+
+    def assign(self, value):
+        """Copy `value` (broadcast) into this array, ND4J's ``assign``; returns self."""
+        check_array(self, "assign", "a")
+        np.copyto(np_view(self), _operand(value, "assign", "value"), casting="unsafe")
+        return self
+
+    # -- arithmetic (NumPy semantics; see ndws.ops for the module-level functions) -------------
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return _array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __add__(self, other):
+        return _binop(np.add, self, other)
+
+    def __radd__(self, other):
+        return _binop(np.add, other, self)
+
+    def __iadd__(self, other):
+        return _inplace(np.add, self, other)
+
+    def __sub__(self, other):
+        return _binop(np.subtract, self, other)
+
+    def __rsub__(self, other):
+        return _binop(np.subtract, other, self)
+
+    def __isub__(self, other):
+        return _inplace(np.subtract, self, other)
+
+    def __mul__(self, other):
+        return _binop(np.multiply, self, other)
+
+    def __rmul__(self, other):
+        return _binop(np.multiply, other, self)
+
+    def __imul__(self, other):
+        return _inplace(np.multiply, self, other)
+
+    def __truediv__(self, other):
+        return _binop(np.true_divide, self, other)
+
+    def __rtruediv__(self, other):
+        return _binop(np.true_divide, other, self)
+
+    def __itruediv__(self, other):
+        return _inplace(np.true_divide, self, other)
+
+    def __floordiv__(self, other):
+        return _binop(np.floor_divide, self, other)
+
+    def __rfloordiv__(self, other):
+        return _binop(np.floor_divide, other, self)
+
+    def __ifloordiv__(self, other):
+        return _inplace(np.floor_divide, self, other)
+
+    def __mod__(self, other):
+        return _binop(np.remainder, self, other)
+
+    def __rmod__(self, other):
+        return _binop(np.remainder, other, self)
+
+    def __imod__(self, other):
+        return _inplace(np.remainder, self, other)
+
+    def __pow__(self, other, mod):
+        if mod is not None:
+            return NotImplemented
+        return _binop(np.power, self, other)
+
+    def __rpow__(self, other, mod):
+        if mod is not None:
+            return NotImplemented
+        return _binop(np.power, other, self)
+
+    def __ipow__(self, other):
+        return _inplace(np.power, self, other)
+
+    def __matmul__(self, other):
+        try:
+            return matmul(self, other)
+        except _Unsupported:
+            return NotImplemented
+
+    def __rmatmul__(self, other):
+        try:
+            return matmul(other, self)
+        except _Unsupported:
+            return NotImplemented
+
+    def __imatmul__(self, other):
+        try:
+            return matmul(self, other, out=self)
+        except _Unsupported:
+            return NotImplemented
+
+    def __and__(self, other):
+        return _binop(np.bitwise_and, self, other)
+
+    def __rand__(self, other):
+        return _binop(np.bitwise_and, other, self)
+
+    def __iand__(self, other):
+        return _inplace(np.bitwise_and, self, other)
+
+    def __or__(self, other):
+        return _binop(np.bitwise_or, self, other)
+
+    def __ror__(self, other):
+        return _binop(np.bitwise_or, other, self)
+
+    def __ior__(self, other):
+        return _inplace(np.bitwise_or, self, other)
+
+    def __xor__(self, other):
+        return _binop(np.bitwise_xor, self, other)
+
+    def __rxor__(self, other):
+        return _binop(np.bitwise_xor, other, self)
+
+    def __ixor__(self, other):
+        return _inplace(np.bitwise_xor, self, other)
+
+    def __lshift__(self, other):
+        return _binop(np.left_shift, self, other)
+
+    def __rlshift__(self, other):
+        return _binop(np.left_shift, other, self)
+
+    def __ilshift__(self, other):
+        return _inplace(np.left_shift, self, other)
+
+    def __rshift__(self, other):
+        return _binop(np.right_shift, self, other)
+
+    def __rrshift__(self, other):
+        return _binop(np.right_shift, other, self)
+
+    def __irshift__(self, other):
+        return _inplace(np.right_shift, self, other)
+
+    def __neg__(self):
+        return ufunc_call(np.negative, (self,))
+
+    def __pos__(self):
+        return ufunc_call(np.positive, (self,))
+
+    def __abs__(self):
+        return ufunc_call(np.absolute, (self,))
+
+    def __invert__(self):
+        return ufunc_call(np.invert, (self,))
+
+    def __eq__(self, other):
+        return _binop(np.equal, self, other)
+
+    def __ne__(self, other):
+        return _binop(np.not_equal, self, other)
+
+    def __lt__(self, other):
+        return _binop(np.less, self, other)
+
+    def __le__(self, other):
+        return _binop(np.less_equal, self, other)
+
+    def __gt__(self, other):
+        return _binop(np.greater, self, other)
+
+    def __ge__(self, other):
+        return _binop(np.greater_equal, self, other)
+
+    # -- reductions and friends -----------------------------------------------------------------
+
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
+        """Sum over `axis` (all axes by default); the result is placed like any new array."""
+        return reduce_call("sum", np.sum, self, axis, out, keepdims, dtype=dtype)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
+        return reduce_call("mean", np.mean, self, axis, out, keepdims, dtype=dtype)
+
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
+        return reduce_call("prod", np.prod, self, axis, out, keepdims, dtype=dtype)
+
+    def max(self, axis=None, out=None, keepdims=False):
+        return reduce_call("max", np.max, self, axis, out, keepdims)
+
+    def min(self, axis=None, out=None, keepdims=False):
+        return reduce_call("min", np.min, self, axis, out, keepdims)
+
+    def argmax(self, axis=None, out=None, keepdims=False):
+        return reduce_call("argmax", np.argmax, self, axis, out, keepdims)
+
+    def argmin(self, axis=None, out=None, keepdims=False):
+        return reduce_call("argmin", np.argmin, self, axis, out, keepdims)
+
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        return reduce_call("std", np.std, self, axis, out, keepdims, dtype=dtype, ddof=ddof)
+
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        return reduce_call("var", np.var, self, axis, out, keepdims, dtype=dtype, ddof=ddof)
+
+    def any(self, axis=None, out=None, keepdims=False):
+        return reduce_call("any", np.any, self, axis, out, keepdims)
+
+    def all(self, axis=None, out=None, keepdims=False):
+        return reduce_call("all", np.all, self, axis, out, keepdims)
+
+    def norm(self, ord=None, axis=None, keepdims=False):
+        """Vector or matrix norm (as ``numpy.linalg.norm``)."""
+        return norm(self, ord, axis, keepdims)
+
+    def clip(self, min=None, max=None, out=None):
+        return clip(self, min, max, out=out)
+
+    def dot(self, b, out=None):
+        return dot(self, b, out=out)
+
+
+def _unpickle(data):
+    return array(data, detached=True)
+
+
+cdef NDArray _copy_numpy_order(NDArray a, order):
+    return _copy_numpy(np.array(np_view(a), order=order, copy=True), None, False)
+
+
+# ------------------------------------------------------------------------------------------------
+# Op dispatch: the one place every element-wise op and reduction goes through. Operands are
+# validated and viewed, the output is allocated in the current workspace (or `out=` is used),
+# and NumPy computes into it. Native kernels slot in here.
+
+class _Unsupported(TypeError):
+    pass
+
+
+cdef object _ROLES = {1: ("x",), 2: ("x1", "x2"), 3: ("x1", "x2", "x3")}
+cdef dict _resolve_cache = {}
+_PY_SCALARS = (int, float, complex)
+
+
+cdef object _dtype_key(object v):
+    # What NumPy's type resolution sees for an operand: a dtype, or the Python scalar type for
+    # NEP 50's weakly typed Python numbers.
+    t = type(v)
+    if t is int or t is float or t is complex:
+        return t
+    if isinstance(v, np.ndarray) or isinstance(v, np.generic):
+        return v.dtype
+    return None
+
+
+cdef tuple _resolve(object ufunc, tuple keys, object dtype, object casting, object sig):
+    cdef object ck = (ufunc, keys, dtype, casting, sig)
+    try:
+        res = _resolve_cache.get(ck)
+    except TypeError:
+        res = None
+        ck = None
+    if res is not None:
+        return res
+    nout = ufunc.nout
+    kw = {}
+    if casting is not None:
+        kw["casting"] = casting
+    if sig is not None:
+        kw["signature"] = sig
+    elif dtype is not None:
+        kw["signature"] = (None,) * ufunc.nin + (np.dtype(dtype),) * nout
+    res = ufunc.resolve_dtypes(keys + (None,) * nout, **kw)
+    if ck is not None:
+        _resolve_cache[ck] = res
+    return res
+
+
+cdef int _broadcast(int* nd, Py_ssize_t* res, object v) except -1:
+    # Fold operand `v`'s shape into the broadcast shape (res[0:nd]). Returns 1 on a mismatch.
+    cdef int vn, i, j
+    cdef Py_ssize_t d, r
+    cdef Py_ssize_t* vshape
+    cdef cnp.ndarray arr
+    if isinstance(v, np.ndarray):
+        arr = <cnp.ndarray>v
+        vn = cnp.PyArray_NDIM(arr)
+        vshape = <Py_ssize_t*>cnp.PyArray_DIMS(arr)
+    else:
+        return 0
+    if vn > nd[0]:
+        for i in range(nd[0] - 1, -1, -1):
+            res[i + vn - nd[0]] = res[i]
+        for i in range(vn - nd[0]):
+            res[i] = 1
+        nd[0] = vn
+    for i in range(vn):
+        j = nd[0] - vn + i
+        d = vshape[i]
+        r = res[j]
+        if r == d or d == 1:
+            continue
+        if r == 1:
+            res[j] = d
+        else:
+            return 1
+    return 0
+
+
+def ufunc_call(ufunc, tuple args, out=None, **kwargs):
+    """Apply NumPy ufunc `ufunc` to `args` with ndws placement.
+
+    NDArray operands are validated (``WorkspaceError`` when stale) and used in place; the
+    output is a new array in the current workspace (or detached memory) unless `out` is
+    given. Type promotion, broadcasting and errors are NumPy's.
+    """
+    return _ufunc_call(ufunc, args, out, kwargs, False)
+
+
+cdef object _ufunc_call(object ufunc, tuple args, object out, dict kwargs, bint dunder):
+    cdef int nin = ufunc.nin, nout = ufunc.nout, i
+    cdef int nd = 0
+    cdef Py_ssize_t shape[NDWS_MAXDIMS]
+    cdef NDArray o
+    name = ufunc.__name__
+    if len(args) != nin:
+        raise TypeError(f"{name}() takes from {nin} to {nin + nout} positional arguments but "
+                        f"{len(args)} were given")
+    roles = _ROLES.get(nin) or tuple(f"x{i + 1}" for i in range(nin))
+    views = []
+    keys = []
+    for i in range(nin):
+        x = args[i]
+        if isinstance(x, NDArray):
+            check_array(<NDArray>x, name, roles[i])
+            v = np_view(<NDArray>x)
+        elif isinstance(x, np.ndarray) or type(x) in _PY_SCALARS or isinstance(x, np.generic):
+            v = x
+        elif isinstance(x, bool):
+            v = np.bool_(x)
+        else:
+            v = np.asarray(x)
+            if v.dtype.hasobject or v.dtype.kind not in "biufc":
+                if dunder:
+                    raise _Unsupported(x)
+                raise TypeError(f"{name}: unsupported operand {roles[i]} of type "
+                                f"{type(x).__name__!r}")
+        views.append(v)
+        keys.append(_dtype_key(v))
+
+    where = kwargs.get("where")
+    if isinstance(where, NDArray):
+        check_array(<NDArray>where, name, "where")
+        kwargs["where"] = np_view(<NDArray>where)
+
+    outs = _normalize_out(out, nout, name)
+    if all(o_ is not None for o_ in outs):
+        # Caller-provided outputs: NumPy checks shapes and casting before writing anything.
+        ov = tuple([_operand(o_, name, "out") for o_ in outs])
+        ufunc(*views, out=ov, **kwargs)
+        return outs[0] if nout == 1 else tuple(outs)
+
+    for v in views:
+        if _broadcast(&nd, shape, v):
+            ufunc(*views, **kwargs)   # NumPy raises its own broadcasting error
+            raise ValueError(f"{name}: operands could not be broadcast together")
+    dts = _resolve(ufunc, tuple(keys), kwargs.get("dtype"), kwargs.get("casting"),
+                   kwargs.get("signature"))
+    made = []
+    try:
+        final = []
+        for i in range(nout):
+            if outs[i] is None:
+                o = new_array(dts[nin + i], nd, shape, False, False, None, False)
+                made.append(o)
+                final.append(o)
+            else:
+                final.append(outs[i])
+        ov = tuple([_operand(o_, name, "out") for o_ in final])
+        ufunc(*views, out=ov, **kwargs)
+    except BaseException:
+        for o in reversed(made):
+            _discard(o)
+        raise
+    return final[0] if nout == 1 else tuple(final)
+
+
+cdef tuple _normalize_out(object out, int nout, object name):
+    if out is None:
+        return (None,) * nout
+    if isinstance(out, tuple):
+        if len(out) != nout:
+            raise ValueError(f"{name}: 'out' tuple must have exactly {nout} entries, "
+                             f"got {len(out)}")
+        return out
+    if nout != 1:
+        raise TypeError(f"{name}: 'out' must be a tuple of {nout} arrays")
+    return (out,)
+
+
+cdef object _binop(object ufunc, object a, object b):
+    try:
+        return _ufunc_call(ufunc, (a, b), None, {}, True)
+    except _Unsupported:
+        return NotImplemented
+
+
+cdef object _inplace(object ufunc, NDArray a, object b):
+    try:
+        return _ufunc_call(ufunc, (a, b), a, {}, True)
+    except _Unsupported:
+        return NotImplemented
+
+
+cdef object _array_ufunc(object ufunc, str method, tuple inputs, dict kwargs):
+    # NumPy hands us every ufunc call that involves an NDArray (np.exp(a), ndarray + NDArray).
+    out = kwargs.pop("out", None)
+    if method == "__call__" and ufunc.signature is None:
+        if isinstance(out, tuple) and len(out) == 1 and ufunc.nout == 1:
+            out = out[0]
+        return _ufunc_call(ufunc, inputs, out, kwargs, False)
+    if method == "__call__" and ufunc is np.matmul:
+        if isinstance(out, tuple):
+            out = out[0]
+        return matmul(inputs[0], inputs[1], out=out)
+    name = f"{ufunc.__name__}.{method}"
+    views = [_operand(x, name, "x") for x in inputs]
+    if out is not None:
+        outs = out if isinstance(out, tuple) else (out,)
+        kwargs["out"] = tuple([_operand(o, name, "out") for o in outs])
+    res = getattr(ufunc, method)(*views, **kwargs)
+    if out is not None:
+        outs = out if isinstance(out, tuple) else (out,)
+        return outs[0] if len(outs) == 1 else outs
+    if isinstance(res, np.ndarray):
+        return _copy_numpy(res, None, False)
+    return res
+
+
+cdef dict _reduce_dtype_cache = {}
+
+
+cdef object _reduce_dtype(str name, object func, object dt, dict extra):
+    key = (name, dt, extra.get("dtype"))
+    res = _reduce_dtype_cache.get(key)
+    if res is None:
+        kw = {"dtype": extra["dtype"]} if extra.get("dtype") is not None else {}
+        res = np.asarray(func(np.zeros(1, dt), **kw)).dtype
+        _reduce_dtype_cache[key] = res
+    return res
+
+
+def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra):
+    """Apply NumPy reduction `func` (``np.sum``, ``np.max``, ...) to `a` with ndws placement.
+
+    The result (a 0-d array for a full reduction, which takes one aligned slot in the current
+    workspace as ND4J's scalar results do) is placed like any new array unless `out` is given.
+    """
+    cdef NDArray arr, res
+    cdef Py_ssize_t shape[NDWS_MAXDIMS]
+    cdef int nd = 0, i
+    if isinstance(a, NDArray):
+        arr = <NDArray>a
+        check_array(arr, name, "a")
+        view = np_view(arr)
+    else:
+        view = np.asarray(a)
+    extra = {k: v for k, v in extra.items() if v is not None and not (k == "ddof" and v == 0)}
+    if out is not None:
+        func(view, axis=axis, out=_operand(out, name, "out"), keepdims=keepdims, **extra)
+        return out
+    ndim = view.ndim
+    if axis is None:
+        axes = tuple(range(ndim))
+    elif name in ("argmax", "argmin"):
+        axes = (np.lib.array_utils.normalize_axis_index(axis, ndim),)
+    else:
+        axes = np.lib.array_utils.normalize_axis_tuple(axis, ndim)
+    if name in ("argmax", "argmin") and axis is None:
+        if keepdims:
+            for i in range(ndim):
+                shape[i] = 1
+            nd = ndim
+    else:
+        for i in range(ndim):
+            if i in axes:
+                if keepdims:
+                    shape[nd] = 1
+                    nd += 1
+            else:
+                shape[nd] = view.shape[i]
+                nd += 1
+    rdt = _reduce_dtype(name, func, view.dtype, extra)
+    res = new_array(rdt, nd, shape, False, False, None, False)
+    try:
+        func(view, axis=axis, out=np_view(res), keepdims=keepdims, **extra)
+    except BaseException:
+        _discard(res)
+        raise
+    return res
+
+
+# ------------------------------------------------------------------------------------------------
+# Linear algebra entry points (NumPy computes for now; the native GEMM replaces the call)
+
+cdef object _as_operand(object x, str name, str role):
+    if isinstance(x, NDArray):
+        check_array(<NDArray>x, name, role)
+        return np_view(<NDArray>x)
+    if isinstance(x, np.ndarray):
+        return x
+    v = np.asarray(x)
+    if v.dtype.hasobject or v.dtype.kind not in "biufc":
+        raise _Unsupported(f"{name}: unsupported operand {role} of type {type(x).__name__!r}")
+    return v
+
+
+@cython.wraparound(True)
+def matmul(x1, x2, out=None):
+    """Matrix product with NumPy's ``matmul`` rules (1-D promotion, batch broadcasting)."""
+    a = _as_operand(x1, "matmul", "x1")
+    b = _as_operand(x2, "matmul", "x2")
+    if out is not None:
+        np.matmul(a, b, out=_operand(out, "matmul", "out"))
+        return out
+    if a.ndim == 0 or b.ndim == 0:
+        np.matmul(a, b)  # raises NumPy's error
+    an = a.shape if a.ndim > 1 else (1,) + a.shape
+    bn = b.shape if b.ndim > 1 else b.shape + (1,)
+    if an[-1] != bn[-2]:
+        np.matmul(a, b)  # raises NumPy's error
+        raise ValueError("matmul: core dimension mismatch")
+    try:
+        batch = np.broadcast_shapes(an[:-2], bn[:-2])
+    except ValueError:
+        np.matmul(a, b)
+        raise
+    shape = batch + ((an[-2],) if a.ndim > 1 else ()) + ((bn[-1],) if b.ndim > 1 else ())
+    dt = np.matmul.resolve_dtypes((a.dtype, b.dtype, None))[2]
+    res = empty(shape, dt)
+    try:
+        np.matmul(a, b, out=np_view(res))
+    except BaseException:
+        _discard(res)
+        raise
+    return res
+
+
+@cython.wraparound(True)
+def dot(a, b, out=None):
+    """Dot product with NumPy's ``dot`` rules."""
+    av = _as_operand(a, "dot", "a")
+    bv = _as_operand(b, "dot", "b")
+    if out is not None:
+        np.dot(av, bv, out=_operand(out, "dot", "out"))
+        return out
+    if av.ndim == 0 or bv.ndim == 0:
+        return ufunc_call(np.multiply, (a, b))
+    k_b = bv.shape[0] if bv.ndim == 1 else bv.shape[-2]
+    if av.shape[-1] != k_b:
+        np.dot(av, bv)  # raises NumPy's error
+        raise ValueError("dot: shapes not aligned")
+    shape = av.shape[:-1] + bv.shape[:-2] + (bv.shape[-1:] if bv.ndim > 1 else ())
+    res = empty(shape, np.result_type(av, bv))
+    try:
+        np.dot(av, bv, out=np_view(res))
+    except BaseException:
+        _discard(res)
+        raise
+    return res
+
+
+def clip(a, a_min=None, a_max=None, out=None):
+    """Limit values to ``[a_min, a_max]`` (NumPy's ``clip``); either bound may be None."""
+    if a_min is None and a_max is None:
+        raise ValueError("One of max or min must be given")
+    if a_min is None:
+        return _ufunc_call(np.minimum, (a, a_max), out, {}, False)
+    if a_max is None:
+        return _ufunc_call(np.maximum, (a, a_min), out, {}, False)
+    return _ufunc_call(np._core.umath.clip, (a, a_min, a_max), out, {}, False)
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """Vector or matrix norm with ``numpy.linalg.norm`` semantics, placed like any new array."""
+    v = _as_operand(x, "norm", "x")
+    r = np.asarray(np.linalg.norm(v, ord=ord, axis=axis, keepdims=keepdims))
+    return _copy_numpy(r, None, False)
+
+
+# ------------------------------------------------------------------------------------------------
+# Creation
+
+cdef inline bint _fortran(object order) except -1:
+    # identity first: the default "C" is the same interned object on every call
+    if order is "C":
+        return False
+    if order == "F" or order == "f":
+        return True
+    if order == "C" or order == "c" or order is None:
+        return False
+    raise ValueError(f"order: expected 'C' or 'F', got {order!r}")
+
+
+def empty(shape, dtype=None, order="C", *, detached=False):
+    """New uninitialized array in the current workspace (detached memory when none is current
+    or `detached` is set).
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    dtype : data-type, default float64
+    order : {'C', 'F'}
+    detached : bool
+        Allocate outside every workspace.
+
+    Returns
+    -------
+    NDArray
+    """
+    cdef Py_ssize_t shp[NDWS_MAXDIMS]
+    cdef int nd = _parse_shape(shape, shp)
+    return new_array(_as_dtype(dtype), nd, shp, False, _fortran(order), None, detached)
+
+
+def zeros(shape, dtype=None, order="C", *, detached=False):
+    """New array of zeros, placed as `empty` places it."""
+    cdef Py_ssize_t shp[NDWS_MAXDIMS]
+    cdef int nd = _parse_shape(shape, shp)
+    return new_array(_as_dtype(dtype), nd, shp, True, _fortran(order), None, detached)
+
+
+def ones(shape, dtype=None, order="C", *, detached=False):
+    """New array of ones, placed as `empty` places it."""
+    return full(shape, 1, dtype, order, detached=detached)
+
+
+def full(shape, fill_value, dtype=None, order="C", *, detached=False):
+    """New array filled with `fill_value` (dtype inferred from it, as NumPy does)."""
+    cdef Py_ssize_t shp[NDWS_MAXDIMS]
+    cdef int nd = _parse_shape(shape, shp)
+    if isinstance(fill_value, NDArray):
+        check_array(<NDArray>fill_value, "full", "fill_value")
+        fill_value = np_view(<NDArray>fill_value)
+    dt = _as_dtype(np.asarray(fill_value).dtype if dtype is None else dtype)
+    cdef NDArray out = new_array(dt, nd, shp, False, _fortran(order), None, detached)
+    if out._size:
+        try:
+            np.copyto(np_view(out), fill_value, casting="unsafe")
+        except BaseException:
+            _discard(out)
+            raise
+    return out
+
+
+cdef tuple _like_shape(object a):
+    if isinstance(a, NDArray):
+        check_array(<NDArray>a, "like", "a")
+        return ((<NDArray>a).shape, (<NDArray>a)._dtype)
+    a = np.asarray(a)
+    return (a.shape, a.dtype)
+
+
+def empty_like(a, dtype=None, *, detached=False):
+    """`empty` with the shape (and dtype) of `a`."""
+    shape, dt = _like_shape(a)
+    return empty(shape, dt if dtype is None else dtype, detached=detached)
+
+
+def zeros_like(a, dtype=None, *, detached=False):
+    shape, dt = _like_shape(a)
+    return zeros(shape, dt if dtype is None else dtype, detached=detached)
+
+
+def ones_like(a, dtype=None, *, detached=False):
+    shape, dt = _like_shape(a)
+    return ones(shape, dt if dtype is None else dtype, detached=detached)
+
+
+def full_like(a, fill_value, dtype=None, *, detached=False):
+    shape, dt = _like_shape(a)
+    return full(shape, fill_value, dt if dtype is None else dtype, detached=detached)
+
+
+def arange(start, stop=None, step=None, dtype=None, *, detached=False):
+    """Evenly spaced values in ``[start, stop)`` (NumPy's ``arange``), placed as `empty`
+    places arrays."""
+    args = (start,) if stop is None and step is None else (
+        (start, stop) if step is None else (start, stop, step))
+    return _copy_numpy(np.arange(*args, dtype=None if dtype is None else _as_dtype(dtype)),
+                       None, detached)
+
+
+def linspace(start, stop, num=50, endpoint=True, dtype=None, *, detached=False):
+    """`num` evenly spaced values over ``[start, stop]`` (NumPy's ``linspace``)."""
+    return _copy_numpy(np.linspace(start, stop, num, endpoint=endpoint,
+                                   dtype=None if dtype is None else _as_dtype(dtype)),
+                       None, detached)
+
+
+def eye(N, M=None, k=0, dtype=None, *, detached=False):
+    """2-D array with ones on diagonal `k` (NumPy's ``eye``)."""
+    return _copy_numpy(np.eye(N, M, k, dtype=_as_dtype(dtype)), None, detached)
+
+
+def array(obj, dtype=None, *, copy=True, order="K", ndmin=0, detached=False):
+    """Array from `obj` (nested sequences, NumPy arrays, NDArrays, scalars).
+
+    NumPy's ``array`` semantics, with the result in the current workspace (or detached). With
+    ``copy=False`` an NDArray of the right dtype is returned itself and anything needing a copy
+    raises ``ValueError``; ``copy=None`` copies only when needed.
+    """
+    if isinstance(obj, NDArray):
+        check_array(<NDArray>obj, "array", "obj")
+        if not copy and (dtype is None or _as_dtype(dtype) == (<NDArray>obj)._dtype) \
+                and ndmin <= (<NDArray>obj)._ndim and not (detached and (<NDArray>obj)._arena is not None):
+            return obj
+        if copy is False:
+            raise ValueError("Unable to avoid copy while creating an array as requested.")
+        src = np_view(<NDArray>obj)
+    else:
+        if copy is False:
+            raise ValueError("Unable to avoid copy while creating an array as requested.")
+        src = obj
+    arr = np.asarray(src, dtype=None if dtype is None else _as_dtype(dtype), order=order)
+    if arr.ndim < ndmin:
+        arr = arr.reshape((1,) * (ndmin - arr.ndim) + arr.shape)
+    _check_dtype(arr.dtype)
+    if order in ("F", "f") or (order in ("K", "A") and arr.flags.f_contiguous
+                               and not arr.flags.c_contiguous):
+        out = empty(arr.shape, arr.dtype, "F", detached=detached)
+        if out.size:
+            np.copyto(np_view(out), arr)
+        return out
+    return _copy_numpy(arr, None, detached)
+
+
+def asarray(obj, dtype=None, *, detached=False):
+    """NDArrays of the right dtype are returned as they are; anything else is copied into the
+    current workspace (or detached memory)."""
+    if isinstance(obj, NDArray):
+        check_array(<NDArray>obj, "asarray", "obj")
+        if dtype is None or _as_dtype(dtype) == (<NDArray>obj)._dtype:
+            if not (detached and (<NDArray>obj)._arena is not None):
+                return obj
+    return array(obj, dtype, copy=True, detached=detached)
+
+
+def from_numpy(ndarray):
+    """Wrap NumPy array `ndarray` without copying.
+
+    The result is detached (it belongs to no workspace) and shares memory with `ndarray`,
+    which stays the owner: the NumPy array is kept alive as long as the NDArray or any view of
+    it. Read-only NumPy arrays give read-only NDArrays.
+    """
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"ndarray: expected a numpy.ndarray, got {type(ndarray).__name__}")
+    cdef cnp.ndarray src = <cnp.ndarray>ndarray
+    _check_dtype(src.dtype)
+    cdef int nd = cnp.PyArray_NDIM(src), i
+    cdef Py_ssize_t* shape = <Py_ssize_t*>cnp.PyArray_DIMS(src)
+    cdef Py_ssize_t* strides = <Py_ssize_t*>cnp.PyArray_STRIDES(src)
+    cdef char* data = <char*>cnp.PyArray_DATA(src)
+    cdef Py_ssize_t lo = 0, hi = 0
+    if nd > NDWS_MAXDIMS:
+        raise ValueError(f"maximum supported dimension for an ndarray is currently "
+                         f"{NDWS_MAXDIMS}, found {nd}")
+    if cnp.PyArray_SIZE(src) == 0:
+        return _make(src.dtype, nd, shape, strides, _EMPTY_BLOCK.data, _EMPTY_BLOCK, None, 0, 0,
+                     -1, True)
+    for i in range(nd):
+        if strides[i] >= 0:
+            hi += strides[i] * (shape[i] - 1)
+        else:
+            lo += strides[i] * (shape[i] - 1)
+    cdef MemoryBlock block = _foreign_block(ndarray, data + lo, hi - lo + src.dtype.itemsize)
+    return _make(src.dtype, nd, shape, strides, data, block, None, 0, 0, -1,
+                 src.flags.writeable)
+
+
+def _np_result(result, *, detached=False):
+    """Copy a NumPy result into a new array placed as usual (for ndws' Python modules)."""
+    return _copy_numpy(np.asarray(result), None, detached)
+
+
+def _wrap_result(NDArray base, res):
+    """A NumPy result of a view-producing function on `base` as an NDArray: a view when it
+    points into base's memory, else a copy placed as usual (ndws internal)."""
+    check_array(base, "view", "a")
+    return _from_result(base, res)
+
+
+def _discard_array(NDArray a):
+    """Give back the memory of an array made for an operation that failed (ndws internal)."""
+    _discard(a)
+
+
+def _build_info():
+    """Build facts for `ndws.show_config()`."""
+    return {"openmp": bool(NDWS_OPENMP), "max_threads": ndws_omp_get_max_threads(),
+            "cython": NDWS_BUILD_CYTHON_VERSION.decode(),
+            "numpy_headers": NDWS_BUILD_NUMPY_VERSION.decode(),
+            "cflags": NDWS_BUILD_CFLAGS.decode()}

@@ -1,0 +1,363 @@
+"""The public math surface over NDArray, with NumPy's names and semantics.
+
+Every function validates its NDArray arguments (``WorkspaceError`` for a stale one), places its
+result in the calling thread's current workspace (detached memory when none is current) unless
+``out=`` is given, and computes with NumPy on views of that memory. All dispatch goes through
+`ndws._core.ufunc_call` and `ndws._core.reduce_call`, where native kernels slot in.
+
+Examples
+--------
+>>> import ndws, numpy as np
+>>> a = ndws.array([[1.0, -2.0], [3.0, -4.0]])
+>>> ndws.maximum(a, 0).tolist()
+[[1.0, 0.0], [3.0, 0.0]]
+>>> ndws.sum(a, axis=1).tolist()
+[-1.0, -1.0]
+>>> ndws.where(a > 0, a, 0.5).tolist()
+[[1.0, 0.5], [3.0, 0.5]]
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ndws import _core
+from ndws._core import NDArray, clip, dot, matmul, norm
+
+__all__ = [
+    # element-wise (NumPy ufuncs)
+    "absolute", "abs", "add", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2",
+    "arctanh", "bitwise_and", "bitwise_or", "bitwise_xor", "cbrt", "ceil", "copysign", "cos",
+    "cosh", "divide", "equal", "exp", "exp2", "expm1", "floor", "floor_divide", "fmax", "fmin",
+    "greater", "greater_equal", "hypot", "invert", "isfinite", "isinf", "isnan", "left_shift",
+    "less", "less_equal", "log", "log10", "log1p", "log2", "logaddexp", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "mod", "multiply",
+    "negative", "not_equal", "positive", "power", "reciprocal", "remainder", "right_shift",
+    "rint", "sign", "signbit", "sin", "sinh", "sqrt", "square", "subtract", "tan", "tanh",
+    "true_divide", "trunc",
+    # reductions
+    "all", "amax", "amin", "any", "argmax", "argmin", "max", "mean", "min", "norm", "prod",
+    "std", "sum", "var",
+    # linear algebra and selection
+    "clip", "dot", "matmul", "where",
+    # shape and joining
+    "concatenate", "copy", "expand_dims", "ravel", "reshape", "squeeze", "stack", "swapaxes",
+    "transpose",
+]
+
+_UFUNC_DOC = """{summary}
+
+Same as ``numpy.{npname}``, with the result placed in the calling thread's current workspace
+(detached memory when none is current) unless `out` is given.
+
+Parameters
+----------
+{params} : array_like or NDArray
+    Operands; NDArrays are validated and read in place.
+out : NDArray, optional
+    Where to write the result.
+**kwargs
+    ``where``, ``casting``, ``dtype`` or ``signature``, as for NumPy ufuncs.
+
+Returns
+-------
+NDArray
+    The result, or `out`.
+
+Raises
+------
+ndws.WorkspaceError
+    When an NDArray argument is stale.
+"""
+
+
+def _ufunc(np_ufunc: np.ufunc, summary: str, name: str | None = None) -> Callable[..., Any]:
+    name = name or np_ufunc.__name__
+    call = _core.ufunc_call
+    if np_ufunc.nin == 1:
+        def op(x, /, out=None, **kwargs):
+            return call(np_ufunc, (x,), out, **kwargs)
+        params = "x"
+    else:
+        def op(x1, x2, /, out=None, **kwargs):
+            return call(np_ufunc, (x1, x2), out, **kwargs)
+        params = "x1, x2"
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = "ndws"
+    op.__doc__ = _UFUNC_DOC.format(summary=summary, npname=np_ufunc.__name__, params=params)
+    return op
+
+
+add = _ufunc(np.add, "Add arguments element-wise.")
+subtract = _ufunc(np.subtract, "Subtract arguments element-wise.")
+multiply = _ufunc(np.multiply, "Multiply arguments element-wise.")
+divide = _ufunc(np.divide, "Divide arguments element-wise (true division).", "divide")
+true_divide = _ufunc(np.true_divide, "Divide arguments element-wise (true division).")
+floor_divide = _ufunc(np.floor_divide, "Largest integer not greater than the quotient.")
+remainder = _ufunc(np.remainder, "Element-wise remainder of division (Python's %).")
+mod = _ufunc(np.remainder, "Element-wise remainder of division (Python's %).", "mod")
+power = _ufunc(np.power, "First array raised to powers from the second, element-wise.")
+maximum = _ufunc(np.maximum, "Element-wise maximum (NaNs propagate).")
+minimum = _ufunc(np.minimum, "Element-wise minimum (NaNs propagate).")
+fmax = _ufunc(np.fmax, "Element-wise maximum ignoring NaNs.")
+fmin = _ufunc(np.fmin, "Element-wise minimum ignoring NaNs.")
+arctan2 = _ufunc(np.arctan2, "Element-wise arc tangent of x1/x2 choosing the quadrant.")
+hypot = _ufunc(np.hypot, "Element-wise hypotenuse sqrt(x1**2 + x2**2).")
+copysign = _ufunc(np.copysign, "x1 with the sign of x2, element-wise.")
+logaddexp = _ufunc(np.logaddexp, "log(exp(x1) + exp(x2)), computed stably.")
+equal = _ufunc(np.equal, "x1 == x2 element-wise.")
+not_equal = _ufunc(np.not_equal, "x1 != x2 element-wise.")
+less = _ufunc(np.less, "x1 < x2 element-wise.")
+less_equal = _ufunc(np.less_equal, "x1 <= x2 element-wise.")
+greater = _ufunc(np.greater, "x1 > x2 element-wise.")
+greater_equal = _ufunc(np.greater_equal, "x1 >= x2 element-wise.")
+logical_and = _ufunc(np.logical_and, "Element-wise logical AND.")
+logical_or = _ufunc(np.logical_or, "Element-wise logical OR.")
+logical_xor = _ufunc(np.logical_xor, "Element-wise logical XOR.")
+bitwise_and = _ufunc(np.bitwise_and, "Element-wise bitwise AND.")
+bitwise_or = _ufunc(np.bitwise_or, "Element-wise bitwise OR.")
+bitwise_xor = _ufunc(np.bitwise_xor, "Element-wise bitwise XOR.")
+left_shift = _ufunc(np.left_shift, "Shift the bits of x1 left by x2.")
+right_shift = _ufunc(np.right_shift, "Shift the bits of x1 right by x2.")
+
+negative = _ufunc(np.negative, "Numerical negative, element-wise.")
+positive = _ufunc(np.positive, "Numerical positive (a copy), element-wise.")
+absolute = _ufunc(np.absolute, "Absolute value, element-wise.")
+abs = _ufunc(np.absolute, "Absolute value, element-wise.", "abs")
+sign = _ufunc(np.sign, "Sign (-1, 0, 1), element-wise.")
+exp = _ufunc(np.exp, "Exponential, element-wise.")
+exp2 = _ufunc(np.exp2, "2**x, element-wise.")
+expm1 = _ufunc(np.expm1, "exp(x) - 1, accurate for small x.")
+log = _ufunc(np.log, "Natural logarithm, element-wise.")
+log2 = _ufunc(np.log2, "Base-2 logarithm, element-wise.")
+log10 = _ufunc(np.log10, "Base-10 logarithm, element-wise.")
+log1p = _ufunc(np.log1p, "log(1 + x), accurate for small x.")
+sqrt = _ufunc(np.sqrt, "Non-negative square root, element-wise.")
+square = _ufunc(np.square, "Square, element-wise.")
+cbrt = _ufunc(np.cbrt, "Cube root, element-wise.")
+reciprocal = _ufunc(np.reciprocal, "1/x, element-wise.")
+sin = _ufunc(np.sin, "Sine, element-wise.")
+cos = _ufunc(np.cos, "Cosine, element-wise.")
+tan = _ufunc(np.tan, "Tangent, element-wise.")
+arcsin = _ufunc(np.arcsin, "Inverse sine, element-wise.")
+arccos = _ufunc(np.arccos, "Inverse cosine, element-wise.")
+arctan = _ufunc(np.arctan, "Inverse tangent, element-wise.")
+sinh = _ufunc(np.sinh, "Hyperbolic sine, element-wise.")
+cosh = _ufunc(np.cosh, "Hyperbolic cosine, element-wise.")
+tanh = _ufunc(np.tanh, "Hyperbolic tangent, element-wise.")
+arcsinh = _ufunc(np.arcsinh, "Inverse hyperbolic sine, element-wise.")
+arccosh = _ufunc(np.arccosh, "Inverse hyperbolic cosine, element-wise.")
+arctanh = _ufunc(np.arctanh, "Inverse hyperbolic tangent, element-wise.")
+floor = _ufunc(np.floor, "Floor, element-wise.")
+ceil = _ufunc(np.ceil, "Ceiling, element-wise.")
+trunc = _ufunc(np.trunc, "Truncate toward zero, element-wise.")
+rint = _ufunc(np.rint, "Round to the nearest integer (half to even), element-wise.")
+isnan = _ufunc(np.isnan, "True where NaN.")
+isinf = _ufunc(np.isinf, "True where +/-inf.")
+isfinite = _ufunc(np.isfinite, "True where finite.")
+signbit = _ufunc(np.signbit, "True where the sign bit is set.")
+logical_not = _ufunc(np.logical_not, "Element-wise logical NOT.")
+invert = _ufunc(np.invert, "Bitwise NOT (logical NOT for bool), element-wise.")
+
+
+# -- reductions -------------------------------------------------------------------------------
+
+_REDUCE_DOC = """{summary}
+
+Same as ``numpy.{npname}``. The result, a 0-d array for a reduction over all axes, is placed in
+the calling thread's current workspace unless `out` is given (as ND4J's scalar results are,
+it takes one aligned slot there); use ``.item()`` for a Python number.
+
+Parameters
+----------
+a : array_like or NDArray
+axis : None or int or tuple of ints, optional
+{extra}out : NDArray, optional
+keepdims : bool, optional
+
+Returns
+-------
+NDArray
+"""
+
+
+def _reduction(np_func: Callable[..., Any], name: str, summary: str,
+               with_dtype: bool = False, with_ddof: bool = False) -> Callable[..., Any]:
+    call = _core.reduce_call
+    if with_ddof:
+        def op(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+            return call(name, np_func, a, axis, out, keepdims, dtype=dtype, ddof=ddof)
+        extra = "dtype : data-type, optional\nddof : int, optional\n"
+    elif with_dtype:
+        def op(a, axis=None, dtype=None, out=None, keepdims=False):
+            return call(name, np_func, a, axis, out, keepdims, dtype=dtype)
+        extra = "dtype : data-type, optional\n"
+    else:
+        def op(a, axis=None, out=None, keepdims=False):
+            return call(name, np_func, a, axis, out, keepdims)
+        extra = ""
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = "ndws"
+    op.__doc__ = _REDUCE_DOC.format(summary=summary, npname=np_func.__name__, extra=extra)
+    return op
+
+
+sum = _reduction(np.sum, "sum", "Sum of elements over the given axes.", with_dtype=True)
+mean = _reduction(np.mean, "mean", "Arithmetic mean over the given axes.", with_dtype=True)
+prod = _reduction(np.prod, "prod", "Product of elements over the given axes.", with_dtype=True)
+max = _reduction(np.max, "max", "Maximum over the given axes.")
+min = _reduction(np.min, "min", "Minimum over the given axes.")
+amax = max
+amin = min
+argmax = _reduction(np.argmax, "argmax", "Index of the maximum (int64) along an axis.")
+argmin = _reduction(np.argmin, "argmin", "Index of the minimum (int64) along an axis.")
+std = _reduction(np.std, "std", "Standard deviation over the given axes.", with_ddof=True)
+var = _reduction(np.var, "var", "Variance over the given axes.", with_ddof=True)
+any = _reduction(np.any, "any", "Whether any element is true over the given axes.")
+all = _reduction(np.all, "all", "Whether all elements are true over the given axes.")
+
+
+# -- selection ----------------------------------------------------------------------------------
+
+def _view(x: Any, op: str, role: str) -> Any:
+    if isinstance(x, NDArray):
+        return _core._np_view(x, op, role)
+    return x
+
+
+def _shape_of(v: Any) -> tuple:
+    return np.shape(v)
+
+
+def where(condition: Any, x: Any = None, y: Any = None) -> Any:
+    """Elements of `x` where `condition` holds, else of `y` (NumPy's ``where``).
+
+    With only `condition`, the indices of its non-zero elements, as a tuple of int64 arrays.
+
+    Returns
+    -------
+    NDArray or tuple of NDArray
+    """
+    c = _view(condition, "where", "condition")
+    if x is None and y is None:
+        return tuple(_core._np_result(i) for i in np.nonzero(c))
+    if x is None or y is None:
+        raise ValueError("either both or neither of x and y should be given")
+    xv = _view(x, "where", "x")
+    yv = _view(y, "where", "y")
+    try:
+        shape = np.broadcast_shapes(_shape_of(c), _shape_of(xv), _shape_of(yv))
+    except ValueError:
+        np.where(c, xv, yv)  # NumPy's own broadcasting message
+        raise
+    out = _core.empty(shape, np.result_type(xv, yv))
+    try:
+        if out.size:
+            ov = _core._np_view(out, "where", "out")
+            np.copyto(ov, yv, casting="unsafe")
+            np.copyto(ov, xv, casting="unsafe", where=np.asarray(c, dtype=bool))
+    except BaseException:
+        _core._discard_array(out)
+        raise
+    return out
+
+
+# -- shape and joining --------------------------------------------------------------------------
+
+def reshape(a: NDArray, shape: Any, order: str = "C") -> NDArray:
+    """`a` with a new shape: a view when possible, else a copy (NumPy's ``reshape``)."""
+    return _core.asarray(a).reshape(shape, order=order)
+
+
+def transpose(a: NDArray, axes: Sequence[int] | None = None) -> NDArray:
+    """View of `a` with its axes permuted (reversed by default)."""
+    return _core.asarray(a).transpose(axes)
+
+
+def swapaxes(a: NDArray, axis1: int, axis2: int) -> NDArray:
+    """View of `a` with two axes interchanged."""
+    return _core.asarray(a).swapaxes(axis1, axis2)
+
+
+def squeeze(a: NDArray, axis: int | Sequence[int] | None = None) -> NDArray:
+    """View of `a` without length-one axes."""
+    return _core.asarray(a).squeeze(axis)
+
+
+def expand_dims(a: NDArray, axis: int | Sequence[int]) -> NDArray:
+    """View of `a` with length-one axes inserted at `axis`."""
+    arr = _core.asarray(a)
+    return _core._wrap_result(arr, np.expand_dims(_core._np_view(arr, "expand_dims", "a"), axis))
+
+
+def ravel(a: NDArray, order: str = "C") -> NDArray:
+    """Flattened view when possible, else a copy."""
+    return _core.asarray(a).ravel(order)
+
+
+def copy(a: Any, order: str = "C") -> NDArray:
+    """A copy of `a` in the current workspace."""
+    if isinstance(a, NDArray):
+        return a.copy(order)
+    return _core.array(a, order=order)
+
+
+def _join(name: str, arrays: Sequence[Any], axis: int | None, out: Any, dtype: Any,
+          casting: str, shape_of: Callable[[list], tuple]) -> NDArray:
+    if isinstance(arrays, (NDArray, np.ndarray)):
+        raise TypeError(f"{name}: arrays must be a sequence of arrays, not a single array")
+    views = [_view(a, name, f"arrays[{i}]") for i, a in enumerate(arrays)]
+    func = getattr(np, name)
+    if out is not None:
+        func(views, axis=axis, out=_view(out, name, "out"), dtype=dtype, casting=casting)
+        return out
+    views = [np.asarray(v) for v in views]
+    try:
+        shape = shape_of(views)
+    except (ValueError, IndexError):
+        func(views, axis=axis, dtype=dtype, casting=casting)  # NumPy's own message
+        raise
+    result_dtype = np.dtype(dtype) if dtype is not None else np.result_type(*views)
+    res = _core.empty(shape, result_dtype)
+    try:
+        func(views, axis=axis, out=_core._np_view(res, name, "out"), dtype=dtype,
+             casting=casting)
+    except BaseException:
+        _core._discard_array(res)
+        raise
+    return res
+
+
+def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: Any = None, *,
+                dtype: Any = None, casting: str = "same_kind") -> NDArray:
+    """Join arrays along an existing axis (NumPy's ``concatenate``)."""
+    def shape_of(views: list) -> tuple:
+        if not views:
+            raise ValueError("need at least one array to concatenate")
+        if axis is None:
+            return (builtins.sum(v.size for v in views),)
+        first = views[0].shape
+        ax = np.lib.array_utils.normalize_axis_index(axis, len(first))
+        total = 0
+        for v in views:
+            if v.ndim != len(first) or v.shape[:ax] + v.shape[ax + 1:] != first[:ax] + first[ax + 1:]:
+                raise ValueError("shape mismatch")
+            total += v.shape[ax]
+        return first[:ax] + (total,) + first[ax + 1:]
+    return _join("concatenate", arrays, axis, out, dtype, casting, shape_of)
+
+
+def stack(arrays: Sequence[Any], axis: int = 0, out: Any = None, *, dtype: Any = None,
+          casting: str = "same_kind") -> NDArray:
+    """Join arrays along a new axis (NumPy's ``stack``)."""
+    def shape_of(views: list) -> tuple:
+        if not views:
+            raise ValueError("need at least one array to stack")
+        first = views[0].shape
+        if builtins.any(v.shape != first for v in views):
+            raise ValueError("all input arrays must have the same shape")
+        ax = np.lib.array_utils.normalize_axis_index(axis, len(first) + 1)
+        return first[:ax] + (len(views),) + first[ax:]
+    return _join("stack", arrays, axis, out, dtype, casting, shape_of)

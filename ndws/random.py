@@ -1,0 +1,142 @@
+"""Seeded random numbers written straight into workspace memory.
+
+`Generator` wraps NumPy's ``Generator`` (PCG64) and fills arrays allocated like any other ndws
+array: in the calling thread's current workspace, or detached memory when none is current. For
+the same seed the values are bit-for-bit those of ``numpy.random.default_rng(seed)``.
+
+Examples
+--------
+>>> import ndws, numpy as np
+>>> g = ndws.random.Generator(42)
+>>> x = g.normal(0.0, 1.0, size=(2, 3))
+>>> bool(np.array_equal(x.numpy(), np.random.default_rng(42).normal(0.0, 1.0, size=(2, 3))))
+True
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from ndws import _core
+from ndws._core import NDArray
+
+__all__ = ["Generator", "default_rng"]
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _float_dtype(dtype: Any) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in _FLOATS:
+        raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+    return dt
+
+
+class Generator:
+    """Random number generator that allocates its results like ndws arrays.
+
+    Parameters
+    ----------
+    seed : int, sequence of int, numpy.random.SeedSequence or numpy.random.BitGenerator, optional
+        Seed for PCG64 (fresh OS entropy when None).
+    """
+
+    def __init__(self, seed: Any = None):
+        if isinstance(seed, np.random.BitGenerator):
+            self._gen = np.random.Generator(seed)
+        else:
+            self._gen = np.random.Generator(np.random.PCG64(seed))
+
+    @property
+    def numpy_generator(self) -> np.random.Generator:
+        """The underlying ``numpy.random.Generator``."""
+        return self._gen
+
+    def _filled(self, size: Any, dtype: Any, fill: Any) -> NDArray:
+        out = _core.empty(() if size is None else size, dtype)
+        try:
+            if out.size:
+                fill(_core._np_view(out, "random", "out"))
+        except BaseException:
+            _core._discard_array(out)
+            raise
+        return out
+
+    def random(self, size: Any = None, dtype: Any = np.float64) -> NDArray:
+        """Uniform floats in [0, 1).
+
+        Parameters
+        ----------
+        size : int or tuple of int, optional
+            Output shape; None gives a 0-d array.
+        dtype : {float32, float64}
+        """
+        dt = _float_dtype(dtype)
+        return self._filled(size, dt, lambda v: self._gen.random(out=v, dtype=dt))
+
+    def rand(self, *shape: int) -> NDArray:
+        """Uniform floats in [0, 1) of shape `shape` (``numpy.random.rand`` style)."""
+        return self.random(shape)
+
+    def standard_normal(self, size: Any = None, dtype: Any = np.float64) -> NDArray:
+        """Standard normal samples."""
+        dt = _float_dtype(dtype)
+        return self._filled(size, dt, lambda v: self._gen.standard_normal(out=v, dtype=dt))
+
+    def randn(self, *shape: int) -> NDArray:
+        """Standard normal samples of shape `shape` (``numpy.random.randn`` style)."""
+        return self.standard_normal(shape)
+
+    def uniform(self, low: float = 0.0, high: float = 1.0, size: Any = None,
+                dtype: Any = np.float64) -> NDArray:
+        """Uniform floats in [low, high): ``low + (high - low) * random()``, NumPy's formula."""
+        dt = _float_dtype(dtype)
+
+        def fill(v: np.ndarray) -> None:
+            self._gen.random(out=v, dtype=dt)
+            np.multiply(v, high - low, out=v, casting="unsafe")
+            np.add(v, low, out=v, casting="unsafe")
+        return self._filled(size, dt, fill)
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0, size: Any = None,
+               dtype: Any = np.float64) -> NDArray:
+        """Normal samples: ``loc + scale * standard_normal()``, NumPy's formula."""
+        if scale < 0:
+            raise ValueError(f"scale: must be non-negative, got {scale!r}")
+        dt = _float_dtype(dtype)
+
+        def fill(v: np.ndarray) -> None:
+            self._gen.standard_normal(out=v, dtype=dt)
+            np.multiply(v, scale, out=v, casting="unsafe")
+            np.add(v, loc, out=v, casting="unsafe")
+        return self._filled(size, dt, fill)
+
+    def integers(self, low: int, high: int | None = None, size: Any = None,
+                 dtype: Any = np.int64, endpoint: bool = False) -> NDArray:
+        """Random integers in [low, high) (or [low, high] with `endpoint`), as NumPy's."""
+        # NumPy's integers() has no out=; the draw is copied into place.
+        values = self._gen.integers(low, high, size=() if size is None else size,
+                                    dtype=dtype, endpoint=endpoint)
+        return _core._np_result(values)
+
+    def permutation(self, x: Any) -> NDArray:
+        """A shuffled arange(x) for an int, else a shuffled copy of `x` (along axis 0)."""
+        if isinstance(x, (int, np.integer)):
+            out = _core.arange(operator.index(x))
+        else:
+            out = _core.array(x)
+        self.shuffle(out)
+        return out
+
+    def shuffle(self, x: NDArray, axis: int = 0) -> None:
+        """Shuffle `x` in place along `axis`."""
+        if not isinstance(x, NDArray):
+            raise TypeError(f"x: expected an NDArray, got {type(x).__name__}")
+        self._gen.shuffle(_core._np_view(x, "shuffle", "x"), axis=axis)
+
+
+def default_rng(seed: Any = None) -> Generator:
+    """A new `Generator` (``numpy.random.default_rng`` counterpart)."""
+    return Generator(seed)
