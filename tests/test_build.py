@@ -1,0 +1,60 @@
+"""The build under test is the source under test, and the package's files agree."""
+from __future__ import annotations
+
+import doctest
+import importlib
+import os
+import pathlib
+import types
+
+import ndws
+from ndws import _core
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_extension_is_not_stale():
+    # An edited .pyx with an old .so would test yesterday's code: fail loudly instead.
+    so = pathlib.Path(_core.__file__)
+    for source in (ROOT / "ndws").glob("*.p[yx][xd]"):
+        if source.suffix in (".pyx", ".pxd"):
+            assert source.stat().st_mtime <= so.stat().st_mtime + 1, (
+                f"{source.name} is newer than the built {so.name}: rebuild with "
+                f"`pip install -e .` (or `python setup.py build_ext --inplace`)")
+
+
+def test_core_docstring_examples():
+    # pytest's --doctest-modules does not see extension modules
+    failures, tried = doctest.testmod(_core, optionflags=doctest.ELLIPSIS)
+    assert tried > 0
+    assert failures == 0
+
+
+def test_python_module_doctests():
+    for name in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random"):
+        module = importlib.import_module(name)
+        failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert tried > 0, name
+        assert failures == 0, name
+
+
+def test_all_names_exist_and_stub_agrees():
+    for name in ndws.__all__:
+        assert hasattr(ndws, name), name
+    for module in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random"):
+        mod = importlib.import_module(module)
+        for name in mod.__all__:
+            assert hasattr(mod, name), f"{module}.{name}"
+    stub = (ROOT / "ndws" / "_core.pyi").read_text()
+    public = [n for n in dir(_core) if not n.startswith("_")
+              and not isinstance(getattr(_core, n), types.ModuleType)]
+    missing = [n for n in public if n not in stub]
+    assert not missing, f"_core.pyi lacks {missing}"
+
+
+def test_show_config_reports_build():
+    facts = ndws.show_config(mode="dicts")
+    assert facts["alignment (bytes)"] == 64
+    assert facts["openmp"] in ("on", "off")
+    assert facts["threads"] >= 1
+    assert facts["numpy"] == __import__("numpy").__version__
