@@ -645,7 +645,7 @@ cdef class Arena:
                 f"of its memory were alive; the old block ({self._main.size} bytes) is left to "
                 f"them and the workspace continues on a fresh block. Take copies with .numpy() "
                 f"to avoid the extra allocation. (Shown once per workspace.)",
-                WorkspaceWarning, stacklevel=3)
+                WorkspaceWarning, stacklevel=2)
             self._export_warned = True
         return 0
 
@@ -2589,8 +2589,8 @@ def zeros(shape, dtype=None, order="C", *, detached=False):
 
 
 def ones(shape, dtype=None, order="C", *, detached=False):
-    """New array of ones, placed as `empty` places it."""
-    return full(shape, 1, dtype, order, detached=detached)
+    """New array of ones (float64 unless `dtype`), placed as `empty` places it."""
+    return full(shape, 1, _as_dtype(dtype), order, detached=detached)
 
 
 def full(shape, fill_value, dtype=None, order="C", *, detached=False):
