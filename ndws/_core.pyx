@@ -1322,24 +1322,43 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
                        Arena target, bint detached):
     """Allocate an array: in `target`, else (unless `detached`) the current workspace, else
     detached memory. Zero-size arrays are never attached (ND4J: empty arrays aren't)."""
+    # The hot path of every array-producing call: memory first (it may raise), then the object
+    # filled in place, with no intermediate shape/stride copies.
     cdef Py_ssize_t itemsize = cnp.PyDataType_ELSIZE(<cnp.dtype>dtype)
     cdef Py_ssize_t size = _size_of(ndim, shape, itemsize)
-    cdef Py_ssize_t strides[NDWS_MAXDIMS]
     cdef Arena arena = None
     cdef MemoryBlock block
     cdef char* data
-    _contiguous_strides(ndim, shape, itemsize, fortran, strides)
+    cdef NDArray a
+    cdef int i
     if size == 0:
-        return _make(dtype, ndim, shape, strides, _EMPTY_BLOCK.data, _EMPTY_BLOCK, None, 0, 0,
-                     -1, True)
-    if not detached:
-        arena = target if target is not None else _tstate()._current
-    if arena is None:
-        block = _allocate_block(size * itemsize, zero, BLOCK_DETACHED)
-        return _make(dtype, ndim, shape, strides, block.data, block, None, 0, 0, -1, True)
-    data = arena._alloc(size * itemsize, zero)
-    return _make(dtype, ndim, shape, strides, data, arena._last_block, arena,
-                 arena._generation, arena._epoch, arena._last_vpos, True)
+        block = _EMPTY_BLOCK
+        data = block.data
+    else:
+        if not detached:
+            arena = target if target is not None else _tstate()._current
+        if arena is None:
+            block = _allocate_block(size * itemsize, zero, BLOCK_DETACHED)
+            data = block.data
+        else:
+            data = arena._alloc(size * itemsize, zero)
+            block = arena._last_block
+    a = NDArray.__new__(NDArray)
+    a._dtype = dtype
+    a._itemsize = itemsize
+    a._ndim = ndim
+    a._size = size
+    a._data = data
+    a._block = block
+    for i in range(ndim):
+        a._shape[i] = shape[i]
+    _contiguous_strides(ndim, shape, itemsize, fortran, a._strides)
+    if arena is not None:
+        a._arena = arena
+        a._gen = arena._generation
+        a._epoch = arena._epoch
+        a._vpos = arena._last_vpos
+    return a
 
 
 cdef void _discard(NDArray a) noexcept:
@@ -1347,6 +1366,31 @@ cdef void _discard(NDArray a) noexcept:
     # workspace's last allocation.
     if a is not None and a._arena is not None:
         a._arena._rollback_last(a._data)
+
+
+cdef NDArray _new_filled(object dtype, int ndim, const Py_ssize_t* shape, object fill,
+                         bint fortran=False, bint detached=False):
+    # The one way results are made: allocate where new arrays go, let `fill(view)` write the
+    # values (NumPy computes into `out=` for now; native kernels later), and give the memory
+    # back if it raises, so a failed operation leaves the workspace as it was.
+    cdef NDArray out = new_array(dtype, ndim, shape, False, fortran, None, detached)
+    try:
+        fill(np_view(out))
+    except BaseException:
+        _discard(out)
+        raise
+    return out
+
+
+def new_filled(shape, dtype, fill, *, detached=False):
+    """A new array placed like every result (current workspace, else detached memory), whose
+    values `fill(numpy_view)` writes; if `fill` raises, the allocation is given back.
+
+    For ndws' own Python modules; `fill` must not keep the view.
+    """
+    cdef Py_ssize_t shp[NDWS_MAXDIMS]
+    cdef int nd = _parse_shape(shape, shp)
+    return _new_filled(_as_dtype(dtype), nd, shp, fill, False, detached)
 
 
 cdef object np_view(NDArray a):
@@ -1426,11 +1470,7 @@ cdef NDArray _copy_numpy(object src, Arena target, bint detached):
     cdef NDArray out = new_array(dt, cnp.PyArray_NDIM(s), <Py_ssize_t*>cnp.PyArray_DIMS(s),
                                  False, False, target, detached)
     if out._size:
-        try:
-            np.copyto(np_view(out), s, casting="unsafe")
-        except BaseException:
-            _discard(out)
-            raise
+        np.copyto(np_view(out), s, casting="unsafe")  # same shape and a castable dtype: can't fail
     return out
 
 
@@ -1833,14 +1873,9 @@ cdef class NDArray:
         dt = _as_dtype(dtype)
         if not copy and dt == self._dtype:
             return self
-        cdef NDArray out = new_array(dt, self._ndim, self._shape, False, False, None, False)
-        if out._size:
-            try:
-                np.copyto(np_view(out), np_view(self), casting="unsafe")
-            except BaseException:
-                _discard(out)
-                raise
-        return out
+        src = np_view(self)
+        return _new_filled(dt, self._ndim, self._shape,
+                           lambda v: np.copyto(v, src, casting="unsafe"))
 
     def __reduce__(self):
         # Pickles carry a NumPy copy and come back detached: a workspace never travels.
@@ -2414,7 +2449,7 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
     The result (a 0-d array for a full reduction, which takes one aligned slot in the current
     workspace as ND4J's scalar results do) is placed like any new array unless `out` is given.
     """
-    cdef NDArray arr, res
+    cdef NDArray arr
     cdef Py_ssize_t shape[NDWS_MAXDIMS]
     cdef int nd = 0, i
     if isinstance(a, NDArray):
@@ -2449,13 +2484,8 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
                 shape[nd] = view.shape[i]
                 nd += 1
     rdt = _reduce_dtype(name, func, view.dtype, extra)
-    res = new_array(rdt, nd, shape, False, False, None, False)
-    try:
-        func(view, axis=axis, out=np_view(res), keepdims=keepdims, **extra)
-    except BaseException:
-        _discard(res)
-        raise
-    return res
+    return _new_filled(rdt, nd, shape,
+                       lambda v: func(view, axis=axis, out=v, keepdims=keepdims, **extra))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -2495,13 +2525,7 @@ def matmul(x1, x2, out=None):
         raise
     shape = batch + ((an[-2],) if a.ndim > 1 else ()) + ((bn[-1],) if b.ndim > 1 else ())
     dt = np.matmul.resolve_dtypes((a.dtype, b.dtype, None))[2]
-    res = empty(shape, dt)
-    try:
-        np.matmul(a, b, out=np_view(res))
-    except BaseException:
-        _discard(res)
-        raise
-    return res
+    return new_filled(shape, dt, lambda v: np.matmul(a, b, out=v))
 
 
 @cython.wraparound(True)
@@ -2519,13 +2543,7 @@ def dot(a, b, out=None):
         np.dot(av, bv)  # raises NumPy's error
         raise ValueError("dot: shapes not aligned")
     shape = av.shape[:-1] + bv.shape[:-2] + (bv.shape[-1:] if bv.ndim > 1 else ())
-    res = empty(shape, np.result_type(av, bv))
-    try:
-        np.dot(av, bv, out=np_view(res))
-    except BaseException:
-        _discard(res)
-        raise
-    return res
+    return new_filled(shape, np.result_type(av, bv), lambda v: np.dot(av, bv, out=v))
 
 
 def clip(a, a_min=None, a_max=None, out=None):
@@ -2601,14 +2619,8 @@ def full(shape, fill_value, dtype=None, order="C", *, detached=False):
         check_array(<NDArray>fill_value, "full", "fill_value")
         fill_value = np_view(<NDArray>fill_value)
     dt = _as_dtype(np.asarray(fill_value).dtype if dtype is None else dtype)
-    cdef NDArray out = new_array(dt, nd, shp, False, _fortran(order), None, detached)
-    if out._size:
-        try:
-            np.copyto(np_view(out), fill_value, casting="unsafe")
-        except BaseException:
-            _discard(out)
-            raise
-    return out
+    return _new_filled(dt, nd, shp, lambda v: np.copyto(v, fill_value, casting="unsafe"),
+                       _fortran(order), detached)
 
 
 cdef tuple _like_shape(object a):
@@ -2746,11 +2758,6 @@ def _wrap_result(NDArray base, res):
     points into base's memory, else a copy placed as usual (ndws internal)."""
     check_array(base, "view", "a")
     return _from_result(base, res)
-
-
-def _discard_array(NDArray a):
-    """Give back the memory of an array made for an operation that failed (ndws internal)."""
-    _discard(a)
 
 
 def _build_info():

@@ -252,16 +252,10 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Any:
     except ValueError:
         np.where(c, xv, yv)  # NumPy's own broadcasting message
         raise
-    out = _core.empty(shape, np.result_type(xv, yv))
-    try:
-        if out.size:
-            ov = _core._np_view(out, "where", "out")
-            np.copyto(ov, yv, casting="unsafe")
-            np.copyto(ov, xv, casting="unsafe", where=np.asarray(c, dtype=bool))
-    except BaseException:
-        _core._discard_array(out)
-        raise
-    return out
+    def fill(v: np.ndarray) -> None:
+        np.copyto(v, yv, casting="unsafe")
+        np.copyto(v, xv, casting="unsafe", where=np.asarray(c, dtype=bool))
+    return _core.new_filled(shape, np.result_type(xv, yv), fill)
 
 
 # -- shape and joining --------------------------------------------------------------------------
@@ -320,14 +314,8 @@ def _join(name: str, arrays: Sequence[Any], axis: int | None, out: Any, dtype: A
         func(views, axis=axis, dtype=dtype, casting=casting)  # NumPy's own message
         raise
     result_dtype = np.dtype(dtype) if dtype is not None else np.result_type(*views)
-    res = _core.empty(shape, result_dtype)
-    try:
-        func(views, axis=axis, out=_core._np_view(res, name, "out"), dtype=dtype,
-             casting=casting)
-    except BaseException:
-        _core._discard_array(res)
-        raise
-    return res
+    return _core.new_filled(shape, result_dtype,
+                            lambda v: func(views, axis=axis, out=v, dtype=dtype, casting=casting))
 
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: Any = None, *,

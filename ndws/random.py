@@ -55,14 +55,7 @@ class Generator:
         return self._gen
 
     def _filled(self, size: Any, dtype: Any, fill: Any) -> NDArray:
-        out = _core.empty(() if size is None else size, dtype)
-        try:
-            if out.size:
-                fill(_core._np_view(out, "random", "out"))
-        except BaseException:
-            _core._discard_array(out)
-            raise
-        return out
+        return _core.new_filled(() if size is None else size, dtype, fill)
 
     def random(self, size: Any = None, dtype: Any = np.float64) -> NDArray:
         """Uniform floats in [0, 1).
