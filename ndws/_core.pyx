@@ -666,7 +666,8 @@ cdef class Arena:
 
     cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL:
         # Nd4jWorkspace.alloc with ALIGNMENT rounding. The new array's owner block and ring
-        # position are left in _last_block / _last_vpos.
+        # position are left in _last_block / _last_vpos; the caller takes the block (and clears
+        # the field, so the workspace never keeps a released block alive).
         cdef Py_ssize_t req = _round_up(nbytes)
         cdef bint trimmer, spill_all
         cdef char* ptr
@@ -746,20 +747,22 @@ cdef class Arena:
         cdef int kind = self._last_kind
         self._last_kind = _LAST_NONE
         if kind == _LAST_MAIN:
-            if (self._main is self._last_block
+            if (self._main is not None
                     and ptr == self._main.data + self._last_prev_offset
                     and self._offset == self._last_prev_offset + self._last_bytes):
                 self._offset = self._last_prev_offset
                 self._cycle_alloc -= self._last_bytes
                 self._written_end = self._last_prev_written
         elif kind == _LAST_SPILL:
-            if len(self._spills) and self._spills[len(self._spills) - 1] is self._last_block:
+            if (len(self._spills)
+                    and (<MemoryBlock>self._spills[len(self._spills) - 1]).data == ptr):
                 self._spills.pop()
                 self._spilled_size -= self._last_bytes
                 self._external_count -= 1
                 self._cycle_alloc -= self._last_bytes
         elif kind == _LAST_PINNED:
-            if len(self._pinned) and self._pinned[len(self._pinned) - 1][2] is self._last_block:
+            if (len(self._pinned)
+                    and (<MemoryBlock>self._pinned[len(self._pinned) - 1][2]).data == ptr):
                 self._pinned.pop()
                 self._pinned_size -= self._last_bytes
                 self._pinned_count -= 1
@@ -1343,6 +1346,7 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
         else:
             data = arena._alloc(size * itemsize, zero)
             block = arena._last_block
+            arena._last_block = None
     a = NDArray.__new__(NDArray)
     a._dtype = dtype
     a._itemsize = itemsize
