@@ -116,8 +116,11 @@ cdef extern from *:
 # ------------------------------------------------------------------------------------------------
 # Constants
 
-#: Bytes every workspace allocation is rounded up to, and the alignment of every array's data:
-#: one cache line and one AVX-512 vector. ND4J used 16 (2021); byte counts follow its rules with 64.
+#: Bytes every workspace allocation is rounded up to, and the alignment of every memory block
+#: (main buffers, spills, detached arrays): one cache line and one AVX-512 vector. ND4J used 16
+#: (2021); byte counts follow its rules with 64. Arrays in scoped workspaces are therefore
+#: 64-byte aligned; in a circular workspace each cycle starts at a ring-block boundary, and
+#: ND4J's block size is only rounded to 8 bytes, so arrays there are 8-byte aligned.
 ALIGNMENT = 64
 cdef Py_ssize_t _ALIGN = 64
 MAXDIMS = NDWS_MAXDIMS
