@@ -93,6 +93,7 @@ cdef class NDArray:
     cdef long long _epoch       # _arena's destruction epoch at birth
     cdef long long _vpos        # circular workspaces: virtual ring position at birth
     cdef bint _writeable
+    cdef bint _owns             # allocated for this array (NumPy's OWNDATA); False for views
 
 cdef int check_array(NDArray a, object op, object role) except -1
 cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,

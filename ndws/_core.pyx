@@ -1357,6 +1357,7 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
     a._size = size
     a._data = data
     a._block = block
+    a._owns = True
     for i in range(ndim):
         a._shape[i] = shape[i]
     _contiguous_strides(ndim, shape, itemsize, fortran, a._strides)
@@ -1398,6 +1399,66 @@ def new_filled(shape, dtype, fill, *, detached=False):
     cdef Py_ssize_t shp[NDWS_MAXDIMS]
     cdef int nd = _parse_shape(shape, shp)
     return _new_filled(_as_dtype(dtype), nd, shp, fill, False, detached)
+
+
+cdef void _order_strides(int ndim, const Py_ssize_t* shape, const Py_ssize_t* src,
+                         Py_ssize_t itemsize, bint keep, bint fortran, Py_ssize_t* out) noexcept:
+    # Dense strides for a new array of `shape`. keep: the axes ordered like `src` by
+    # decreasing |stride| (stable), as NumPy's order='K' does; else C or Fortran order.
+    cdef int perm[NDWS_MAXDIMS]
+    cdef int i, j, t
+    cdef Py_ssize_t s = itemsize, ai, aj
+    for i in range(ndim):
+        perm[i] = i
+    if keep:
+        for i in range(1, ndim):          # insertion sort: stable, ndim is tiny
+            t = perm[i]
+            ai = src[t] if src[t] >= 0 else -src[t]
+            j = i - 1
+            while j >= 0:
+                aj = src[perm[j]] if src[perm[j]] >= 0 else -src[perm[j]]
+                if aj >= ai:
+                    break
+                perm[j + 1] = perm[j]
+                j -= 1
+            perm[j + 1] = t
+    elif fortran:
+        for i in range(ndim):
+            perm[i] = ndim - 1 - i
+    for j in range(ndim - 1, -1, -1):
+        out[perm[j]] = s
+        s *= shape[perm[j]] if shape[perm[j]] > 0 else 1
+
+
+cdef NDArray _alloc_like(object dtype, int ndim, const Py_ssize_t* shape,
+                         const Py_ssize_t* src_strides, Py_ssize_t src_itemsize, object order,
+                         bint c_contig, bint f_contig, Arena target, bint detached):
+    # A new array of `shape` laid out per NumPy's `order` relative to a source with the given
+    # strides: 'K' keeps the source's axis order, 'A' is 'F' for Fortran-only sources.
+    cdef NDArray a = new_array(dtype, ndim, shape, False, False, target, detached)
+    cdef bint keep = False, fortran = False
+    if order is None or order == "K" or order == "k":
+        if c_contig:
+            return a
+        if f_contig:
+            fortran = True
+        else:
+            keep = True
+    elif order == "A" or order == "a":
+        fortran = f_contig and not c_contig
+    elif order == "F" or order == "f":
+        fortran = True
+    elif not (order == "C" or order == "c"):
+        raise ValueError(f"order: expected 'C', 'F', 'A' or 'K', got {order!r}")
+    if keep or fortran:
+        _order_strides(ndim, shape, src_strides, a._itemsize, keep, fortran, a._strides)
+    return a
+
+
+cdef NDArray _array_like(NDArray src, object dtype, object order):
+    return _alloc_like(src._dtype if dtype is None else dtype, src._ndim, src._shape,
+                       src._strides, src._itemsize, order, _c_contiguous(src),
+                       _f_contiguous(src), None, False)
 
 
 cdef object np_view(NDArray a):
@@ -1474,8 +1535,9 @@ cdef NDArray _copy_numpy(object src, Arena target, bint detached):
     cdef cnp.ndarray s = <cnp.ndarray>src
     dt = s.dtype
     _check_dtype(dt)
-    cdef NDArray out = new_array(dt, cnp.PyArray_NDIM(s), <Py_ssize_t*>cnp.PyArray_DIMS(s),
-                                 False, False, target, detached)
+    cdef NDArray out = _alloc_like(dt, cnp.PyArray_NDIM(s), <Py_ssize_t*>cnp.PyArray_DIMS(s),
+                                   <Py_ssize_t*>cnp.PyArray_STRIDES(s), dt.itemsize, "K",
+                                   s.flags.c_contiguous, s.flags.f_contiguous, target, detached)
     if out._size:
         np.copyto(np_view(out), s, casting="unsafe")  # same shape and a castable dtype: can't fail
     return out
@@ -1536,7 +1598,7 @@ cdef class _ArrayFlags:
 
     @property
     def owndata(self):
-        return self.a._data == self.a._block.data and self.a._block.kind != BLOCK_FOREIGN
+        return self.a._owns
 
     def __getitem__(self, key):
         names = {"C_CONTIGUOUS": "c_contiguous", "C": "c_contiguous",
@@ -1787,7 +1849,10 @@ cdef class NDArray:
         check_array(self, "copy", "a")
         if order == "C":
             return _copy_array(self, None, False)
-        return _copy_numpy_order(self, order)
+        cdef NDArray out = _array_like(self, None, order)
+        if out._size:
+            np.copyto(np_view(out), np_view(self))
+        return out
 
     def __copy__(self):
         return self.copy()
@@ -1873,16 +1938,23 @@ cdef class NDArray:
     def __releasebuffer__(self, Py_buffer* buf):
         self._block.exports -= 1
 
-    def astype(self, dtype, copy=True):
-        """A copy converted to `dtype` (unsafe casting, as NumPy); `copy=False` returns the
-        array itself when the dtype already matches."""
+    def astype(self, dtype, order="K", casting="unsafe", copy=True):
+        """A copy converted to `dtype` (NumPy's ``astype``: layout kept with order 'K',
+        unsafe casting by default); `copy=False` returns the array itself when nothing
+        changes."""
         check_array(self, "astype", "a")
         dt = _as_dtype(dtype)
-        if not copy and dt == self._dtype:
+        if not copy and dt == self._dtype and (order in ("K", "k", "A", "a")
+                                               or (order in ("C", "c") and _c_contiguous(self))
+                                               or (order in ("F", "f") and _f_contiguous(self))):
             return self
-        src = np_view(self)
-        return _new_filled(dt, self._ndim, self._shape,
-                           lambda v: np.copyto(v, src, casting="unsafe"))
+        cdef NDArray out = _array_like(self, dt, order)
+        try:
+            np.copyto(np_view(out), np_view(self), casting=casting)
+        except BaseException:
+            _discard(out)
+            raise
+        return out
 
     def __reduce__(self):
         # Pickles carry a NumPy copy and come back detached: a workspace never travels.
@@ -1975,8 +2047,7 @@ cdef class NDArray:
         check_array(self, "iter", "a")
         if self._ndim == 0:
             raise TypeError("iteration over a 0-d array")
-        for i in range(self._shape[0]):
-            yield self[i]
+        return _rows(self)
 
     # -- indexing -------------------------------------------------------------------------------
 
@@ -2067,6 +2138,12 @@ cdef class NDArray:
     def __imod__(self, other):
         return _inplace(np.remainder, self, other)
 
+    def __divmod__(self, other):
+        return _binop(np.divmod, self, other)
+
+    def __rdivmod__(self, other):
+        return _binop(np.divmod, other, self)
+
     def __pow__(self, other, mod):
         if mod is not None:
             return NotImplemented
@@ -2156,10 +2233,10 @@ cdef class NDArray:
         return ufunc_call(np.invert, (self,))
 
     def __eq__(self, other):
-        return _binop(np.equal, self, other)
+        return _compare(np.equal, self, other)
 
     def __ne__(self, other):
-        return _binop(np.not_equal, self, other)
+        return _compare(np.not_equal, self, other)
 
     def __lt__(self, other):
         return _binop(np.less, self, other)
@@ -2220,12 +2297,14 @@ cdef class NDArray:
         return dot(self, b, out=out)
 
 
+def _rows(NDArray a):
+    # each step re-validates through __getitem__: a stale array stops the iteration
+    for i in range(a._shape[0]):
+        yield a[i]
+
+
 def _unpickle(data):
     return array(data, detached=True)
-
-
-cdef NDArray _copy_numpy_order(NDArray a, order):
-    return _copy_numpy(np.array(np_view(a), order=order, copy=True), None, False)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -2405,6 +2484,17 @@ cdef object _binop(object ufunc, object a, object b):
         return NotImplemented
 
 
+cdef object _compare(object ufunc, NDArray a, object b):
+    # == and != with an operand NumPy can only see as an object (None, a string, ...): NumPy
+    # compares element-wise through object loops; so does ndws, into a bool result.
+    try:
+        return _ufunc_call(ufunc, (a, b), None, {}, True)
+    except _Unsupported:
+        check_array(a, ufunc.__name__, "x1")
+        res = ufunc(np_view(a), np.asarray(b, dtype=object))
+        return _copy_numpy(np.asarray(res, dtype=np.bool_), None, False)
+
+
 cdef object _inplace(object ufunc, NDArray a, object b):
     try:
         return _ufunc_call(ufunc, (a, b), a, {}, True)
@@ -2435,6 +2525,25 @@ cdef object _array_ufunc(object ufunc, str method, tuple inputs, dict kwargs):
     if isinstance(res, np.ndarray):
         return _copy_numpy(res, None, False)
     return res
+
+
+cdef tuple _reduce_axes(object axis, int ndim, bint single):
+    # NumPy's C-level reduction checks and messages (not numpy.lib's "repeated axis").
+    cdef Py_ssize_t i
+    if axis is None:
+        return tuple(range(ndim))
+    items = (axis,) if single or not isinstance(axis, tuple) else axis
+    out = []
+    for item in items:
+        i = PyNumber_Index(item)
+        if i < -ndim or i >= ndim:
+            raise np.exceptions.AxisError(i, ndim)
+        if i < 0:
+            i += ndim
+        if i in out:
+            raise ValueError("duplicate value in 'axis'")
+        out.append(i)
+    return tuple(out)
 
 
 cdef dict _reduce_dtype_cache = {}
@@ -2470,12 +2579,18 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
         func(view, axis=axis, out=_operand(out, name, "out"), keepdims=keepdims, **extra)
         return out
     ndim = view.ndim
-    if axis is None:
-        axes = tuple(range(ndim))
-    elif name in ("argmax", "argmin"):
-        axes = (np.lib.array_utils.normalize_axis_index(axis, ndim),)
-    else:
-        axes = np.lib.array_utils.normalize_axis_tuple(axis, ndim)
+    if name in ("std", "var"):
+        # NumPy's std/var only honour an integer dtype when they return a scalar; computing
+        # without out= and copying keeps every such rule (they build a full temporary anyway).
+        res = func(view, axis=axis, keepdims=keepdims, **extra)
+        return _copy_numpy(np.asarray(res), None, False)
+    try:
+        axes = _reduce_axes(axis, ndim, name in ("argmax", "argmin"))
+    except (TypeError, ValueError):
+        # each NumPy reduction words its axis errors its own way: let it raise on a dummy of
+        # the same rank (one element per axis, so the check costs nothing)
+        func(np.zeros((1,) * ndim, view.dtype), axis=axis, keepdims=keepdims, **extra)
+        raise
     if name in ("argmax", "argmin") and axis is None:
         if keepdims:
             for i in range(ndim):
@@ -2556,7 +2671,11 @@ def dot(a, b, out=None):
 def clip(a, a_min=None, a_max=None, out=None):
     """Limit values to ``[a_min, a_max]`` (NumPy's ``clip``); either bound may be None."""
     if a_min is None and a_max is None:
-        raise ValueError("One of max or min must be given")
+        # NumPy >= 2.1: nothing to clip, a copy (or a copy into `out`)
+        if out is not None:
+            np.copyto(_operand(out, "clip", "out"), _as_operand(a, "clip", "a"))
+            return out
+        return array(a)
     if a_min is None:
         return _ufunc_call(np.minimum, (a, a_max), out, {}, False)
     if a_max is None:
@@ -2630,33 +2749,55 @@ def full(shape, fill_value, dtype=None, order="C", *, detached=False):
                        _fortran(order), detached)
 
 
-cdef tuple _like_shape(object a):
+cdef NDArray _new_like(object a, object dtype, object order, object shape, bint detached):
+    # NumPy's *_like: same shape (unless `shape`), same dtype (unless `dtype`), layout per
+    # `order` relative to the prototype ('K' by default).
+    cdef Py_ssize_t shp[NDWS_MAXDIMS]
+    cdef int nd
+    cdef NDArray proto
     if isinstance(a, NDArray):
-        check_array(<NDArray>a, "like", "a")
-        return ((<NDArray>a).shape, (<NDArray>a)._dtype)
-    a = np.asarray(a)
-    return (a.shape, a.dtype)
+        proto = <NDArray>a
+        check_array(proto, "like", "a")
+    else:
+        proto = from_numpy(np.asarray(a))
+    dt = proto._dtype if dtype is None else _as_dtype(dtype)
+    if shape is not None:
+        nd = _parse_shape(shape, shp)
+        return new_array(dt, nd, shp, False,
+                         order in ("F", "f") or (order in ("A", "a") and _f_contiguous(proto)
+                                                 and not _c_contiguous(proto)),
+                         None, detached)
+    return _alloc_like(dt, proto._ndim, proto._shape, proto._strides, proto._itemsize, order,
+                       _c_contiguous(proto), _f_contiguous(proto), None, detached)
 
 
-def empty_like(a, dtype=None, *, detached=False):
-    """`empty` with the shape (and dtype) of `a`."""
-    shape, dt = _like_shape(a)
-    return empty(shape, dt if dtype is None else dtype, detached=detached)
+def empty_like(a, dtype=None, order="K", *, shape=None, detached=False):
+    """`empty` with the shape, dtype and layout of `a` (NumPy's ``empty_like``)."""
+    return _new_like(a, dtype, order, shape, detached)
 
 
-def zeros_like(a, dtype=None, *, detached=False):
-    shape, dt = _like_shape(a)
-    return zeros(shape, dt if dtype is None else dtype, detached=detached)
+def zeros_like(a, dtype=None, order="K", *, shape=None, detached=False):
+    """`zeros` with the shape, dtype and layout of `a` (NumPy's ``zeros_like``)."""
+    return full_like(a, 0, dtype, order, shape=shape, detached=detached)
 
 
-def ones_like(a, dtype=None, *, detached=False):
-    shape, dt = _like_shape(a)
-    return ones(shape, dt if dtype is None else dtype, detached=detached)
+def ones_like(a, dtype=None, order="K", *, shape=None, detached=False):
+    """`ones` with the shape, dtype and layout of `a` (NumPy's ``ones_like``)."""
+    return full_like(a, 1, dtype, order, shape=shape, detached=detached)
 
 
-def full_like(a, fill_value, dtype=None, *, detached=False):
-    shape, dt = _like_shape(a)
-    return full(shape, fill_value, dt if dtype is None else dtype, detached=detached)
+def full_like(a, fill_value, dtype=None, order="K", *, shape=None, detached=False):
+    """`full` with the shape, dtype and layout of `a` (NumPy's ``full_like``)."""
+    cdef NDArray out = _new_like(a, dtype, order, shape, detached)
+    if isinstance(fill_value, NDArray):
+        check_array(<NDArray>fill_value, "full_like", "fill_value")
+        fill_value = np_view(<NDArray>fill_value)
+    try:
+        np.copyto(np_view(out), fill_value, casting="unsafe")
+    except BaseException:
+        _discard(out)
+        raise
+    return out
 
 
 def arange(start, stop=None, step=None, dtype=None, *, detached=False):

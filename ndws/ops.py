@@ -291,8 +291,8 @@ def ravel(a: NDArray, order: str = "C") -> NDArray:
     return _core.asarray(a).ravel(order)
 
 
-def copy(a: Any, order: str = "C") -> NDArray:
-    """A copy of `a` in the current workspace."""
+def copy(a: Any, order: str = "K") -> NDArray:
+    """A copy of `a` in the current workspace (NumPy's ``copy``: layout kept by default)."""
     if isinstance(a, NDArray):
         return a.copy(order)
     return _core.array(a, order=order)
@@ -300,8 +300,8 @@ def copy(a: Any, order: str = "C") -> NDArray:
 
 def _join(name: str, arrays: Sequence[Any], axis: int | None, out: Any, dtype: Any,
           casting: str, shape_of: Callable[[list], tuple]) -> NDArray:
-    if isinstance(arrays, (NDArray, np.ndarray)):
-        raise TypeError(f"{name}: arrays must be a sequence of arrays, not a single array")
+    if isinstance(arrays, NDArray):
+        arrays = list(arrays)  # NumPy treats an array as the sequence of its rows
     views = [_view(a, name, f"arrays[{i}]") for i, a in enumerate(arrays)]
     func = getattr(np, name)
     if out is not None:
@@ -314,8 +314,9 @@ def _join(name: str, arrays: Sequence[Any], axis: int | None, out: Any, dtype: A
         func(views, axis=axis, dtype=dtype, casting=casting)  # NumPy's own message
         raise
     result_dtype = np.dtype(dtype) if dtype is not None else np.result_type(*views)
+    # the output already has the requested dtype: NumPy takes out= or dtype=, not both
     return _core.new_filled(shape, result_dtype,
-                            lambda v: func(views, axis=axis, out=v, dtype=dtype, casting=casting))
+                            lambda v: func(views, axis=axis, out=v, casting=casting))
 
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: Any = None, *,

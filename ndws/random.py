@@ -86,6 +86,11 @@ class Generator:
                 dtype: Any = np.float64) -> NDArray:
         """Uniform floats in [low, high): ``low + (high - low) * random()``, NumPy's formula."""
         dt = _float_dtype(dtype)
+        span = float(high) - float(low)
+        if span < 0:
+            raise ValueError("high - low < 0")
+        if not np.isfinite(span):
+            raise OverflowError("high - low range exceeds valid bounds")
 
         def fill(v: np.ndarray) -> None:
             self._gen.random(out=v, dtype=dt)
