@@ -675,7 +675,8 @@ cdef class Arena:
         cdef bint trimmer, spill_all
         cdef char* ptr
         cdef MemoryBlock blk
-        self._check_thread("allocated in")
+        # No thread check here: callers pass either the calling thread's current workspace
+        # (only its owner can make it current) or an explicit target they have checked.
         if not self._is_used:
             self._disabled_counter += 1
             if self._disabled_counter % 10 == 0:
@@ -1342,7 +1343,11 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
         data = block.data
     else:
         if not detached:
-            arena = target if target is not None else _tstate()._current
+            if target is not None:
+                target._check_thread("allocated in")
+                arena = target
+            else:
+                arena = _tstate()._current
         if arena is None:
             block = _allocate_block(size * itemsize, zero, BLOCK_DETACHED)
             data = block.data
