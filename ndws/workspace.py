@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ndws import _core
-from ndws._core import ConfigurationError, WorkspaceError, current_workspace
+from ndws._core import ConfigurationError, current_workspace
 
 __all__ = [
     "AllocationPolicy",

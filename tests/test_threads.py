@@ -129,8 +129,8 @@ def test_eight_threads_cycling_their_own_workspaces_10000_times(threaded):
         rng = np.random.default_rng(1000 + i)
         base_np = rng.standard_normal(64)
         base = ndws.from_numpy(base_np)
-        outer = ndws.workspace(f"OUTER", conf)
-        inner = ndws.workspace(f"INNER", conf)
+        outer = ndws.workspace("OUTER", conf)
+        inner = ndws.workspace("INNER", conf)
         total = 0.0
         expected = 0.0
         for c in range(cycles):

@@ -25,36 +25,9 @@ import pytest
 
 import ndws
 from conftest import assert_matches
-from ndws import (
-    AllocationPolicy,
-    LearningPolicy,
-    SpillPolicy,
-    Workspace,
-    WorkspaceConfiguration,
-)
+from ndws import LearningPolicy, Workspace
 
-MiB = 1024 * 1024
-
-
-def aligned(nbytes: int) -> int:
-    """Bytes an allocation of `nbytes` consumes in a workspace (rounded up to ALIGNMENT)."""
-    return -(-nbytes // 64) * 64
-
-
-def mgr():
-    return ndws.get_workspace_manager()
-
-
-def conf(**kw) -> WorkspaceConfiguration:
-    return WorkspaceConfiguration(**kw)
-
-
-# BasicWorkspaceTests.basicConfig / loopFirstConfig / loopOverTimeConfig
-BASIC = conf(initial_size=10 * MiB, max_size=10 * MiB, overallocation_limit=0.1,
-             policy_allocation=AllocationPolicy.STRICT, policy_learning=LearningPolicy.FIRST_LOOP,
-             policy_spill=SpillPolicy.EXTERNAL)
-LOOP_FIRST = BASIC.replace(initial_size=0)
-LOOP_OVER_TIME = LOOP_FIRST.replace(policy_learning=LearningPolicy.OVER_TIME)
+from nd4j_configs import BASIC, LOOP_FIRST, LOOP_OVER_TIME, MiB, aligned, conf, mgr
 # WorkspaceProviderTests.basicConfiguration: 81920 + floor(81920 * 0.1) = 90112 bytes
 PROVIDER_BASIC = conf(initial_size=81920, overallocation_limit=0.1,
                       policy_learning=LearningPolicy.NONE)

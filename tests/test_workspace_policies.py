@@ -42,28 +42,7 @@ from ndws import (
     WorkspaceType,
 )
 
-MiB = 1024 * 1024
-
-
-def aligned(nbytes: int) -> int:
-    """Bytes an allocation of `nbytes` consumes in a workspace (rounded up to ALIGNMENT)."""
-    return -(-nbytes // 64) * 64
-
-
-def mgr():
-    return ndws.get_workspace_manager()
-
-
-def conf(**kw) -> WorkspaceConfiguration:
-    return WorkspaceConfiguration(**kw)
-
-
-# BasicWorkspaceTests.basicConfig / loopFirstConfig / loopOverTimeConfig
-BASIC = conf(initial_size=10 * MiB, max_size=10 * MiB, overallocation_limit=0.1,
-             policy_allocation=AllocationPolicy.STRICT, policy_learning=LearningPolicy.FIRST_LOOP,
-             policy_spill=SpillPolicy.EXTERNAL)
-LOOP_FIRST = BASIC.replace(initial_size=0)
-LOOP_OVER_TIME = LOOP_FIRST.replace(policy_learning=LearningPolicy.OVER_TIME)
+from nd4j_configs import BASIC, LOOP_FIRST, LOOP_OVER_TIME, MiB, aligned, conf, mgr
 
 
 def test_alignment_is_64():
