@@ -298,8 +298,17 @@ cdef class MemoryBlock:
     def live_exports(self):
         return self.exports
 
+    @property
+    def kind_name(self):
+        """What the block serves: main, spill, pinned, external, detached, foreign, mmap."""
+        return _BLOCK_KIND_NAMES[self.kind]
+
     def __repr__(self):
-        return f"<MemoryBlock {self.size} bytes, {self.exports} exports>"
+        return f"<MemoryBlock {self.kind_name} {self.size} bytes, {self.exports} exports>"
+
+
+_BLOCK_KIND_NAMES = ("detached", "main", "spill", "pinned", "external", "foreign", "mmap",
+                     "static")
 
 
 cdef MemoryBlock _allocate_block(Py_ssize_t nbytes, bint zero, int kind):
@@ -1690,6 +1699,7 @@ cdef class NDArray:
             self._shape[i] = tmp._shape[i]
             self._strides[i] = tmp._strides[i]
         self._size = tmp._size
+        self._owns = tmp._owns
         self._arena = tmp._arena
         self._gen = tmp._gen
         self._epoch = tmp._epoch
@@ -1748,6 +1758,14 @@ cdef class NDArray:
     def generation(self):
         """The birth workspace's generation when the array was created (0 when detached)."""
         return self._gen
+
+    @property
+    def memory_kind(self):
+        """Where the array's memory lives: ``"main"`` (the workspace buffer or ring),
+        ``"spill"``, ``"pinned"``, ``"external"`` (allocated while the workspace was toggled
+        off), ``"detached"``, ``"foreign"`` (a NumPy array's, via `from_numpy`), ``"mmap"`` or
+        ``"static"`` (zero-size arrays). Useful to see whether a loop still spills."""
+        return self._block.kind_name
 
     @property
     def T(self):

@@ -418,3 +418,24 @@ def test_check_is_public_and_cheap_to_call():
         ndws._core.check(a)
     with pytest.raises(WorkspaceError, match=re.escape("Op [mine] thing argument")):
         ndws._core.check(a, "mine", "thing")
+
+
+def test_memory_kind_tells_where_an_array_lives(tmp_path):
+    assert ndws.zeros(3).memory_kind == "detached"
+    assert ndws.zeros(0).memory_kind == "static"
+    assert ndws.from_numpy(np.zeros(3)).memory_kind == "foreign"
+    ws = ndws.workspace("WS_KIND", ndws.WorkspaceConfiguration(initial_size=128,
+                                                               policy_learning="NONE",
+                                                               policy_allocation="STRICT"))
+    with ws:
+        fits, spilled = ndws.zeros(8), ndws.zeros(100)
+        assert (fits.memory_kind, spilled.memory_kind, fits[2:].memory_kind) == \
+            ("main", "spill", "main")
+        ws.toggle_workspace_use(False)
+        assert ndws.zeros(2).memory_kind == "external"
+        ws.toggle_workspace_use(True)
+    mm = ndws.workspace("WS_KIND_MM", ndws.WorkspaceConfiguration(
+        initial_size=4096, policy_location="MMAP", policy_learning="NONE",
+        temp_file_path=tmp_path / "f.bin"))
+    with mm:
+        assert ndws.zeros(2).memory_kind == "mmap"
