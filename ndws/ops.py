@@ -231,10 +231,16 @@ def _shape_of(v: Any) -> tuple:
     return np.shape(v)
 
 
-def where(condition: Any, x: Any = None, y: Any = None) -> Any:
+def where(condition: Any, x: Any = None, y: Any = None, *, out: Any = None) -> Any:
     """Elements of `x` where `condition` holds, else of `y` (NumPy's ``where``).
 
     With only `condition`, the indices of its non-zero elements, as a tuple of int64 arrays.
+
+    Parameters
+    ----------
+    condition, x, y : array_like or NDArray
+    out : NDArray, optional
+        Where to write the result (an ndws addition; it must have the broadcast shape).
 
     Returns
     -------
@@ -242,6 +248,8 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Any:
     """
     c = _view(condition, "where", "condition")
     if x is None and y is None:
+        if out is not None:
+            raise TypeError("where: out is only supported with x and y")
         return tuple(_core._np_result(i) for i in np.nonzero(c))
     if x is None or y is None:
         raise ValueError("either both or neither of x and y should be given")
@@ -252,9 +260,17 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Any:
     except ValueError:
         np.where(c, xv, yv)  # NumPy's own broadcasting message
         raise
+
     def fill(v: np.ndarray) -> None:
         np.copyto(v, yv, casting="unsafe")
         np.copyto(v, xv, casting="unsafe", where=np.asarray(c, dtype=bool))
+    if out is not None:
+        target = _view(out, "where", "out")
+        if np.shape(target) != shape:
+            raise ValueError(f"where: out has shape {np.shape(target)}, the result has "
+                             f"shape {shape}")
+        fill(target)
+        return out
     return _core.new_filled(shape, np.result_type(xv, yv), fill)
 
 

@@ -22,7 +22,8 @@ import numpy as np
 from ndws import _core
 from ndws._core import NDArray
 
-__all__ = ["Generator", "default_rng"]
+__all__ = ["Generator", "default_rng", "integers", "normal", "permutation", "rand", "randn",
+           "random", "seed", "shuffle", "standard_normal", "uniform"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -138,3 +139,63 @@ class Generator:
 def default_rng(seed: Any = None) -> Generator:
     """A new `Generator` (``numpy.random.default_rng`` counterpart)."""
     return Generator(seed)
+
+
+# Module-level draws from one process-wide generator, as ``numpy.random.rand`` & co. NumPy's
+# bit generators lock around each draw, so threads may share it; for reproducible parallel
+# streams give each thread its own `Generator`.
+_default = Generator()
+
+
+def seed(seed: Any = None) -> None:
+    """Re-seed the generator behind the module-level functions."""
+    global _default
+    _default = Generator(seed)
+
+
+def random(size: Any = None, dtype: Any = np.float64) -> NDArray:
+    """`Generator.random` on the module's generator."""
+    return _default.random(size, dtype)
+
+
+def rand(*shape: int) -> NDArray:
+    """`Generator.rand` on the module's generator."""
+    return _default.rand(*shape)
+
+
+def randn(*shape: int) -> NDArray:
+    """`Generator.randn` on the module's generator."""
+    return _default.randn(*shape)
+
+
+def standard_normal(size: Any = None, dtype: Any = np.float64) -> NDArray:
+    """`Generator.standard_normal` on the module's generator."""
+    return _default.standard_normal(size, dtype)
+
+
+def uniform(low: float = 0.0, high: float = 1.0, size: Any = None,
+            dtype: Any = np.float64) -> NDArray:
+    """`Generator.uniform` on the module's generator."""
+    return _default.uniform(low, high, size, dtype)
+
+
+def normal(loc: float = 0.0, scale: float = 1.0, size: Any = None,
+           dtype: Any = np.float64) -> NDArray:
+    """`Generator.normal` on the module's generator."""
+    return _default.normal(loc, scale, size, dtype)
+
+
+def integers(low: int, high: int | None = None, size: Any = None, dtype: Any = np.int64,
+             endpoint: bool = False) -> NDArray:
+    """`Generator.integers` on the module's generator."""
+    return _default.integers(low, high, size, dtype, endpoint)
+
+
+def permutation(x: Any) -> NDArray:
+    """`Generator.permutation` on the module's generator."""
+    return _default.permutation(x)
+
+
+def shuffle(x: NDArray, axis: int = 0) -> None:
+    """`Generator.shuffle` on the module's generator."""
+    _default.shuffle(x, axis)

@@ -1343,3 +1343,14 @@ def test_failed_op_leaves_workspace_unchanged(name):
         n = ndws.ones(3)
         assert n.workspace_id == "F"
         assert ws.this_cycle_allocations == before[0] + ndws.ALIGNMENT
+
+
+def test_where_with_out():
+    c = ndws.array([True, False, True])
+    out = ndws.zeros(3)
+    assert ndws.where(c, 1.0, ndws.array([5.0, 6.0, 7.0]), out=out) is out
+    assert out.tolist() == [1.0, 6.0, 1.0]
+    with pytest.raises(ValueError, match=r"where: out has shape \(2,\)"):
+        ndws.where(c, 1.0, 2.0, out=ndws.zeros(2))
+    with pytest.raises(TypeError):
+        ndws.where(c, out=out)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import ndws
+from conftest import assert_matches
 from ndws.random import Generator
 
 FLOATS = [np.float32, np.float64]
@@ -310,3 +311,23 @@ def test_zero_size_results_are_not_attached():
                   Generator(0).integers(0, 3, 0), Generator(0).permutation(0)):
             assert x.size == 0 and x.workspace_id is None
         assert ws.this_cycle_allocations == before
+
+
+def test_module_level_functions_draw_from_one_seeded_generator():
+    ndws.random.seed(7)
+    ref = np.random.default_rng(7)
+    assert_matches(ndws.random.rand(2, 3), ref.random((2, 3)))
+    assert_matches(ndws.random.randn(4), ref.standard_normal(4))
+    assert_matches(ndws.random.normal(1.0, 2.0, size=3), ref.normal(1.0, 2.0, size=3))
+    assert_matches(ndws.random.uniform(-1.0, 1.0, size=3), ref.uniform(-1.0, 1.0, size=3))
+    assert_matches(ndws.random.integers(0, 10, size=5), ref.integers(0, 10, size=5))
+    assert_matches(ndws.random.random(2, dtype=np.float32), ref.random(2, dtype=np.float32))
+    assert_matches(ndws.random.standard_normal(2), ref.standard_normal(2))
+    assert_matches(ndws.random.permutation(6), ref.permutation(6))
+    x = ndws.arange(5)
+    ndws.random.shuffle(x)
+    expected = np.arange(5)
+    ref.shuffle(expected)
+    assert_matches(x, expected)
+    with ndws.workspace("RND_MOD") as ws:
+        assert ndws.random.rand(3).workspace is ws
