@@ -17,12 +17,18 @@ cdef class MemoryBlock:
     cdef object keep            # the owner of foreign or mapped memory, kept alive with the block
     cdef Py_buffer view         # held buffer of a mmap (has_view), released in __dealloc__
     cdef bint has_view
+    # A circular workspace's ring bookkeeping lives with the block it describes: virtual write
+    # position (never decreases) and ring size. When a block stops being the ring (export
+    # hand-off, regrowth), these freeze, so arrays it already overwrote stay "overwritten".
+    cdef long long ring_written_end
+    cdef Py_ssize_t ring_size
 
 cdef class ThreadState:
     # Per Python thread: the current workspace and the id -> workspace map (ND4J keeps both in
     # thread-locals). The Python WorkspaceManager subclasses this.
     cdef Arena _current
     cdef readonly dict _workspaces
+    cdef unsigned long long _scope_ops    # counts scope changes (enter/close/borrow/scope-out)
     cdef uint64_t _tid
     cdef unsigned long _ident
 
@@ -50,14 +56,15 @@ cdef class Arena:
     cdef int _steps_number, _tag_scope, _external_count, _pinned_count
     cdef bint _circular, _is_open, _is_init, _is_over, _is_borrowed, _is_used
     cdef bint _reset_planned, _trimmed_mode, _debug, _adopt_pending, _export_warned
+    cdef unsigned long long _adopt_token
     cdef list _spills
     cdef object _pinned
     cdef Arena _previous, _borrowing
 
-    # circular ring bookkeeping: virtual byte positions never decrease, so an array knows it has
-    # been overwritten once the write head is a full ring past its own position
-    cdef long long _lap_base, _written_end
-    cdef Py_ssize_t _ring_size
+    # circular ring: virtual position of the main block's offset 0 in the current lap, and how
+    # far (physical bytes) the previous lap wrote: data there is alive until the head passes
+    cdef long long _lap_base
+    cdef Py_ssize_t _prev_lap_end
 
     # exports left behind at the end of a cycle (DESIGN invariant 6)
     cdef Py_ssize_t _blocks_left, _bytes_left

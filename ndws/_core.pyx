@@ -454,7 +454,13 @@ def _set_current(Arena ws):
     cdef ThreadState ts = _tstate()
     if ws is not None:
         ws._check_thread("made current")
+    ts._scope_ops += 1
     ts._current = ws
+
+
+def _scope_ops():
+    """Scope changes so far in the calling thread (ndws internal: adoption tokens)."""
+    return _tstate()._scope_ops
 
 
 def _set_debug_mode(int mode):
@@ -578,9 +584,10 @@ cdef class Arena:
 
     cdef int _install_main(self, MemoryBlock block) except -1:
         self._main = block
-        self._ring_size = self._current_size
+        block.ring_size = self._current_size
+        block.ring_written_end = 0
         self._lap_base = 0
-        self._written_end = 0
+        self._prev_lap_end = 0
         self._offset = 0
         return 0
 
@@ -635,7 +642,6 @@ cdef class Arena:
             self._clear_external()
         self._clear_pinned(extended)
         self._main = None
-        self._ring_size = 0
         return 0
 
     cdef int _fail_if_exported(self, str when) except -1:
@@ -669,11 +675,13 @@ cdef class Arena:
             return 0
         self._blocks_left += 1
         self._bytes_left += old.size
-        cdef Py_ssize_t ring = self._ring_size
-        self._main = _allocate_block(old.size, True, BLOCK_MAIN)
-        self._ring_size = ring
+        cdef MemoryBlock fresh = _allocate_block(old.size, True, BLOCK_MAIN)
+        fresh.ring_size = old.ring_size
+        self._main = fresh
+        # the old block keeps its ring position: what it had overwritten stays overwritten,
+        # the rest is never written again. The fresh block holds no earlier lap.
         self._lap_base = 0
-        self._written_end = 0
+        self._prev_lap_end = 0
         return 0
 
     cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL:
@@ -712,21 +720,30 @@ cdef class Arena:
                 # request is larger than the whole ring; such a request spills here instead.)
                 self._fail_if_exported("a circular wrap-around")
                 self._reuse_main()
-                self._lap_base += self._ring_size
+                self._prev_lap_end = <Py_ssize_t>(self._main.ring_written_end - self._lap_base)
+                if self._prev_lap_end < 0:
+                    self._prev_lap_end = 0
+                self._lap_base += self._main.ring_size
                 self._offset = 0
                 self._reset_planned = True
             if self._offset + req <= self._current_size:
+                if (self._circular and self._main.exports > 0
+                        and self._offset < self._prev_lap_end):
+                    # the head is about to write over the previous lap, whose arrays may be
+                    # exported to NumPy: leave that memory to the exports first
+                    self._fail_if_exported("a circular overwrite")
+                    self._reuse_main()
                 ptr = self._main.data + self._offset
                 self._last_kind = _LAST_MAIN
                 self._last_bytes = req
                 self._last_prev_offset = self._offset
-                self._last_prev_written = self._written_end
+                self._last_prev_written = self._main.ring_written_end
                 self._last_vpos = self._lap_base + self._offset
                 self._last_block = self._main
                 self._cycle_alloc += req
                 self._offset += req
                 if self._circular:
-                    self._written_end = self._lap_base + self._offset
+                    self._main.ring_written_end = self._lap_base + self._offset
                 if zero:
                     memset(ptr, 0, req)
                 if self._debug:
@@ -765,7 +782,7 @@ cdef class Arena:
                     and self._offset == self._last_prev_offset + self._last_bytes):
                 self._offset = self._last_prev_offset
                 self._cycle_alloc -= self._last_bytes
-                self._written_end = self._last_prev_written
+                self._main.ring_written_end = self._last_prev_written
         elif kind == _LAST_SPILL:
             if (len(self._spills)
                     and (<MemoryBlock>self._spills[len(self._spills) - 1]).data == ptr):
@@ -793,6 +810,7 @@ cdef class Arena:
         """
         self._check_thread("entered")
         cdef ThreadState ts = _tstate()
+        ts._scope_ops += 1
         self._adopt_pending = False
         prev = ts._current
         if prev is self and self._is_open:
@@ -826,6 +844,7 @@ cdef class Arena:
         """
         self._check_thread("closed")
         cdef ThreadState ts = _tstate()
+        ts._scope_ops += 1
         self._adopt_pending = False
         if self._is_borrowed:
             if self._tag_scope > 0:
@@ -910,6 +929,7 @@ cdef class Arena:
         """
         self._check_thread("borrowed")
         cdef ThreadState ts = _tstate()
+        ts._scope_ops += 1
         if self._is_borrowed:
             raise WorkspaceError(f"Workspace [{self._id}]: Can't borrow from borrowed workspace",
                                  "borrowed", self._id)
@@ -987,10 +1007,13 @@ cdef class Arena:
         self._check_thread(action)
 
     def _mark_adoptable(self):
+        # get_and_activate_workspace() has just entered; a `with` on the result manages that
+        # entry only if no scope change happened in this thread since (see _take_adoption)
         self._adopt_pending = True
+        self._adopt_token = _tstate()._scope_ops
 
     def _take_adoption(self):
-        cdef bint pending = self._adopt_pending
+        cdef bint pending = self._adopt_pending and _tstate()._scope_ops == self._adopt_token
         self._adopt_pending = False
         return pending
 
@@ -1120,7 +1143,7 @@ cdef str _stale_kind(NDArray a):
     if w._circular:
         if a._epoch != w._epoch:
             return "destroyed"
-        if a._block is w._main and w._written_end > a._vpos + w._ring_size:
+        if a._vpos >= 0 and a._block.ring_written_end > a._vpos + a._block.ring_size:
             return "overwritten"
         return None
     if not w._is_open:
@@ -1137,8 +1160,8 @@ cdef inline bint _is_valid(NDArray a) noexcept:
     if w is None:
         return True
     if w._circular:
-        return a._epoch == w._epoch and (a._block is not w._main
-                                          or w._written_end <= a._vpos + w._ring_size)
+        return a._epoch == w._epoch and (
+            a._vpos < 0 or a._block.ring_written_end <= a._vpos + a._block.ring_size)
     return w._is_open and a._gen == w._generation and a._epoch == w._epoch
 
 
@@ -1390,13 +1413,13 @@ cdef void _discard(NDArray a) noexcept:
         a._arena._rollback_last(a._data)
 
 
-cdef NDArray _new_filled(object dtype, int ndim, const Py_ssize_t* shape, object fill,
-                         bint fortran=False, bint detached=False):
-    # The one way results are made: allocate where new arrays go, let `fill(view)` write the
-    # values (NumPy computes into `out=` for now; native kernels later), and give the memory
-    # back if it raises, so a failed operation leaves the workspace as it was.
-    cdef NDArray out = new_array(dtype, ndim, shape, False, fortran, None, detached)
+cdef NDArray _fill_new(NDArray out, object fill, object op):
+    # The one way results are made: check the freshly allocated `out` like any op output (a
+    # closed current workspace yields a dead array: refuse to write it), let `fill(view)` write
+    # the values (NumPy computes into `out=` for now; native kernels later), and give the
+    # memory back on error so a failed op leaves the workspace as it was.
     try:
+        check_array(out, op, "out")
         fill(np_view(out))
     except BaseException:
         _discard(out)
@@ -1404,15 +1427,21 @@ cdef NDArray _new_filled(object dtype, int ndim, const Py_ssize_t* shape, object
     return out
 
 
-def new_filled(shape, dtype, fill, *, detached=False):
+cdef inline NDArray _new_filled(object dtype, int ndim, const Py_ssize_t* shape, object fill,
+                                object op, bint fortran=False, bint detached=False):
+    return _fill_new(new_array(dtype, ndim, shape, False, fortran, None, detached), fill, op)
+
+
+def new_filled(shape, dtype, fill, *, op="fill", detached=False):
     """A new array placed like every result (current workspace, else detached memory), whose
-    values `fill(numpy_view)` writes; if `fill` raises, the allocation is given back.
+    values `fill(numpy_view)` writes; if `fill` raises, the allocation is given back. `op`
+    names the operation in the error raised when the new array can't be used.
 
     For ndws' own Python modules; `fill` must not keep the view.
     """
     cdef Py_ssize_t shp[NDWS_MAXDIMS]
     cdef int nd = _parse_shape(shape, shp)
-    return _new_filled(_as_dtype(dtype), nd, shp, fill, False, detached)
+    return _new_filled(_as_dtype(dtype), nd, shp, fill, op, False, detached)
 
 
 cdef void _order_strides(int ndim, const Py_ssize_t* shape, const Py_ssize_t* src,
@@ -1971,13 +2000,9 @@ cdef class NDArray:
                                                or (order in ("C", "c") and _c_contiguous(self))
                                                or (order in ("F", "f") and _f_contiguous(self))):
             return self
-        cdef NDArray out = _array_like(self, dt, order)
-        try:
-            np.copyto(np_view(out), np_view(self), casting=casting)
-        except BaseException:
-            _discard(out)
-            raise
-        return out
+        src = np_view(self)
+        return _fill_new(_array_like(self, dt, order),
+                         lambda v: np.copyto(v, src, casting=casting), "astype")
 
     def __reduce__(self):
         # Pickles carry a NumPy copy and come back detached: a workspace never travels.
@@ -2630,7 +2655,7 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
                 nd += 1
     rdt = _reduce_dtype(name, func, view.dtype, extra)
     return _new_filled(rdt, nd, shape,
-                       lambda v: func(view, axis=axis, out=v, keepdims=keepdims, **extra))
+                       lambda v: func(view, axis=axis, out=v, keepdims=keepdims, **extra), name)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -2670,7 +2695,7 @@ def matmul(x1, x2, out=None):
         raise
     shape = batch + ((an[-2],) if a.ndim > 1 else ()) + ((bn[-1],) if b.ndim > 1 else ())
     dt = np.matmul.resolve_dtypes((a.dtype, b.dtype, None))[2]
-    return new_filled(shape, dt, lambda v: np.matmul(a, b, out=v))
+    return new_filled(shape, dt, lambda v: np.matmul(a, b, out=v), op="matmul")
 
 
 @cython.wraparound(True)
@@ -2688,7 +2713,7 @@ def dot(a, b, out=None):
         np.dot(av, bv)  # raises NumPy's error
         raise ValueError("dot: shapes not aligned")
     shape = av.shape[:-1] + bv.shape[:-2] + (bv.shape[-1:] if bv.ndim > 1 else ())
-    return new_filled(shape, np.result_type(av, bv), lambda v: np.dot(av, bv, out=v))
+    return new_filled(shape, np.result_type(av, bv), lambda v: np.dot(av, bv, out=v), op="dot")
 
 
 def clip(a, a_min=None, a_max=None, out=None):
@@ -2769,7 +2794,7 @@ def full(shape, fill_value, dtype=None, order="C", *, detached=False):
         fill_value = np_view(<NDArray>fill_value)
     dt = _as_dtype(np.asarray(fill_value).dtype if dtype is None else dtype)
     return _new_filled(dt, nd, shp, lambda v: np.copyto(v, fill_value, casting="unsafe"),
-                       _fortran(order), detached)
+                       "full", _fortran(order), detached)
 
 
 cdef NDArray _new_like(object a, object dtype, object order, object shape, bint detached):
@@ -2811,16 +2836,11 @@ def ones_like(a, dtype=None, order="K", *, shape=None, detached=False):
 
 def full_like(a, fill_value, dtype=None, order="K", *, shape=None, detached=False):
     """`full` with the shape, dtype and layout of `a` (NumPy's ``full_like``)."""
-    cdef NDArray out = _new_like(a, dtype, order, shape, detached)
     if isinstance(fill_value, NDArray):
         check_array(<NDArray>fill_value, "full_like", "fill_value")
         fill_value = np_view(<NDArray>fill_value)
-    try:
-        np.copyto(np_view(out), fill_value, casting="unsafe")
-    except BaseException:
-        _discard(out)
-        raise
-    return out
+    return _fill_new(_new_like(a, dtype, order, shape, detached),
+                     lambda v: np.copyto(v, fill_value, casting="unsafe"), "full_like")
 
 
 def arange(start, stop=None, step=None, dtype=None, *, detached=False):

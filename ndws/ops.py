@@ -271,7 +271,7 @@ def where(condition: Any, x: Any = None, y: Any = None, *, out: Any = None) -> A
                              f"shape {shape}")
         fill(target)
         return out
-    return _core.new_filled(shape, np.result_type(xv, yv), fill)
+    return _core.new_filled(shape, np.result_type(xv, yv), fill, op="where")
 
 
 # -- shape and joining --------------------------------------------------------------------------
@@ -332,7 +332,7 @@ def _join(name: str, arrays: Sequence[Any], axis: int | None, out: Any, dtype: A
     result_dtype = np.dtype(dtype) if dtype is not None else np.result_type(*views)
     # the output already has the requested dtype: NumPy takes out= or dtype=, not both
     return _core.new_filled(shape, result_dtype,
-                            lambda v: func(views, axis=axis, out=v, casting=casting))
+                            lambda v: func(views, axis=axis, out=v, casting=casting), op=name)
 
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: Any = None, *,

@@ -56,7 +56,7 @@ class Generator:
         return self._gen
 
     def _filled(self, size: Any, dtype: Any, fill: Any) -> NDArray:
-        return _core.new_filled(() if size is None else size, dtype, fill)
+        return _core.new_filled(() if size is None else size, dtype, fill, op="random")
 
     def random(self, size: Any = None, dtype: Any = np.float64) -> NDArray:
         """Uniform floats in [0, 1).

@@ -429,15 +429,19 @@ class DummyWorkspace:
 
     def __init__(self) -> None:
         self._saved: Any = self._UNSET
-        self._adopt = False
+        self._adopt_token: int | None = None
 
     def notify_scope_entered(self) -> "DummyWorkspace":
         self._saved = current_workspace()
         _core._set_current(None)
         return self
 
+    def _mark_adoptable(self) -> None:
+        # entered by the call that returned it: a `with` right after manages that entry
+        self._adopt_token = _core._scope_ops()
+
     def close(self) -> None:
-        self._adopt = False
+        self._adopt_token = None
         if self._saved is not self._UNSET:
             saved, self._saved = self._saved, self._UNSET
             _core._set_current(saved)
@@ -460,9 +464,8 @@ class DummyWorkspace:
         pass
 
     def __enter__(self) -> "DummyWorkspace":
-        if self._adopt:
-            self._adopt = False
-        else:
+        token, self._adopt_token = self._adopt_token, None
+        if token is None or token != _core._scope_ops():
             self.notify_scope_entered()
         return self
 
@@ -485,7 +488,7 @@ def scope_out_of_workspaces() -> DummyWorkspace:
     dummy = DummyWorkspace()
     if current_workspace() is not None:
         dummy.notify_scope_entered()
-        dummy._adopt = True
+        dummy._mark_adoptable()
     return dummy
 
 
@@ -557,10 +560,7 @@ class WorkspaceManager(_core.ThreadState):
         using the result directly in ``with`` manages that entry rather than entering again."""
         ws = self.get_workspace_for_current_thread(conf, id)
         ws.notify_scope_entered()
-        if isinstance(ws, DummyWorkspace):
-            ws._adopt = True
-        else:
-            ws._mark_adoptable()
+        ws._mark_adoptable()
         return ws
 
     def create_new_workspace(self, conf: WorkspaceConfiguration | None = None,

@@ -152,8 +152,11 @@ def test_reentering_open_noncurrent_workspace_outdates_its_arrays():
     inner.close()
     # ND4J restores B's parent even though A is closed by now: the hazard the reference warns of
     assert ndws.current_workspace() is outer and not outer.is_scope_active
-    b = ndws.ones(1)
-    assert b.stale == "leaked"  # born in a closed workspace: unusable, but memory-safe
+    b = ndws.zeros(1)
+    assert b.stale == "leaked"  # created in a closed workspace: unusable, but memory-safe
+    with pytest.raises(WorkspaceError) as info:
+        ndws.ones(1)            # writing a result there is an op whose output is checked
+    assert info.value.kind == "leaked" and info.value.op == "full"
     ndws._core._set_current(None)
 
 
