@@ -1202,3 +1202,43 @@ def test_pickle_and_copy_round_trip():
         c[0, 0] = 100
         assert a[0, 0] == 0
     assert_matches(b, e)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "int32", "bool", "int8",
+                                   "uint16", "float16", "complex64"])
+@pytest.mark.parametrize("value", [0, 1, -7, 2.5, -0.0, float("nan"), float("inf"), True,
+                                   False, 2**31, 2**53 + 1, 2**63 - 1])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_fill_matches_numpy(dtype, value, layout):
+    # dense arrays of the common dtypes take ndws' own loop; everything else NumPy's: both must
+    # agree with NumPy, including its errors (e.g. out-of-range Python ints)
+    shape = (3, 5)
+    expected = np.zeros(shape, dtype=dtype, order="F" if layout == "F" else "C")
+    arr = ndws.zeros(shape, dtype=dtype, order="F" if layout == "F" else "C")
+    if layout == "strided":
+        expected, arr = expected[:, ::2], arr[:, ::2]
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            expected.fill(value)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            with np.errstate(invalid="ignore", over="ignore"):
+                arr.fill(value)
+        return
+    with np.errstate(invalid="ignore", over="ignore"):
+        arr.fill(value)
+    np.testing.assert_array_equal(arr.numpy(), expected)
+    assert arr.numpy().dtype == expected.dtype
+
+
+def test_fill_large_array_releases_gil_and_fills_everything():
+    a = ndws.empty((512, 1024), dtype=np.float32)   # 2 MiB: the GIL-free path
+    a.fill(0.1)
+    np.testing.assert_array_equal(a.numpy(), np.full((512, 1024), 0.1, dtype=np.float32))
+
+
+def test_fill_read_only_raises_like_numpy():
+    base = np.zeros(4)
+    base.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        ndws.from_numpy(base).fill(1.0)
