@@ -1129,6 +1129,7 @@ cdef class Arena:
 
     @property
     def is_circular(self):
+        """True for a circular workspace (ResetPolicy.ENDOFBUFFER_REACHED)."""
         return self._circular
 
 
@@ -1838,22 +1839,27 @@ cdef class NDArray:
 
     @property
     def ndim(self):
+        """Number of dimensions."""
         return self._ndim
 
     @property
     def size(self):
+        """Number of elements."""
         return self._size
 
     @property
     def itemsize(self):
+        """Bytes per element."""
         return self._itemsize
 
     @property
     def nbytes(self):
+        """Bytes of the elements (size * itemsize)."""
         return self._size * self._itemsize
 
     @property
     def flags(self):
+        """Memory layout flags (C_CONTIGUOUS, F_CONTIGUOUS, OWNDATA, WRITEABLE)."""
         f = _ArrayFlags()
         f.a = self
         return f
@@ -2157,10 +2163,12 @@ cdef class NDArray:
         return _view_of(self, v.transpose() if not axes else v.transpose(axes))
 
     def swapaxes(self, axis1, axis2):
+        """View with two axes interchanged."""
         check_array(self, "swapaxes", "a")
         return _view_of(self, np_view(self).swapaxes(axis1, axis2))
 
     def squeeze(self, axis=None):
+        """View without length-one axes (all of them, or those in `axis`)."""
         check_array(self, "squeeze", "a")
         return _view_of(self, np_view(self).squeeze(axis))
 
@@ -2391,33 +2399,43 @@ cdef class NDArray:
         return reduce_call("sum", np.sum, self, axis, out, keepdims, dtype=dtype)
 
     def mean(self, axis=None, dtype=None, out=None, keepdims=False):
+        """Arithmetic mean over `axis` (see `ndws.mean`)."""
         return reduce_call("mean", np.mean, self, axis, out, keepdims, dtype=dtype)
 
     def prod(self, axis=None, dtype=None, out=None, keepdims=False):
+        """Product over `axis` (see `ndws.prod`)."""
         return reduce_call("prod", np.prod, self, axis, out, keepdims, dtype=dtype)
 
     def max(self, axis=None, out=None, keepdims=False):
+        """Maximum over `axis` (see `ndws.max`)."""
         return reduce_call("max", np.max, self, axis, out, keepdims)
 
     def min(self, axis=None, out=None, keepdims=False):
+        """Minimum over `axis` (see `ndws.min`)."""
         return reduce_call("min", np.min, self, axis, out, keepdims)
 
     def argmax(self, axis=None, out=None, keepdims=False):
+        """Index of the maximum along `axis` (see `ndws.argmax`)."""
         return reduce_call("argmax", np.argmax, self, axis, out, keepdims)
 
     def argmin(self, axis=None, out=None, keepdims=False):
+        """Index of the minimum along `axis` (see `ndws.argmin`)."""
         return reduce_call("argmin", np.argmin, self, axis, out, keepdims)
 
     def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        """Standard deviation over `axis` (see `ndws.std`)."""
         return reduce_call("std", np.std, self, axis, out, keepdims, dtype=dtype, ddof=ddof)
 
     def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        """Variance over `axis` (see `ndws.var`)."""
         return reduce_call("var", np.var, self, axis, out, keepdims, dtype=dtype, ddof=ddof)
 
     def any(self, axis=None, out=None, keepdims=False):
+        """Whether any element along `axis` is true (see `ndws.any`)."""
         return reduce_call("any", np.any, self, axis, out, keepdims)
 
     def all(self, axis=None, out=None, keepdims=False):
+        """Whether all elements along `axis` are true (see `ndws.all`)."""
         return reduce_call("all", np.all, self, axis, out, keepdims)
 
     def norm(self, ord=None, axis=None, keepdims=False):
@@ -2425,9 +2443,11 @@ cdef class NDArray:
         return norm(self, ord, axis, keepdims)
 
     def clip(self, min=None, max=None, out=None):
+        """Values limited to ``[min, max]`` (see `ndws.clip`)."""
         return clip(self, min, max, out=out)
 
     def dot(self, b, out=None):
+        """Dot product with `b` (see `ndws.dot`)."""
         return dot(self, b, out=out)
 
 

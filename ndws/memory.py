@@ -74,6 +74,7 @@ class MemoryManager:
         self._wake()
 
     def get_auto_gc_window(self) -> int:
+        """Same as `auto_gc_window` (ND4J ``getAutoGcWindow``)."""
         return self._window_ms
 
     # -- periodic collection --------------------------------------------------------------------
@@ -148,6 +149,7 @@ class MemoryManager:
 
     @property
     def occasional_gc_frequency(self) -> int:
+        """Every how many `invoke_gc_occasionally` calls a collection may run (0: never)."""
         return self._frequency
 
     @property

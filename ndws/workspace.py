@@ -328,14 +328,18 @@ class Workspace(_core.Arena):
 
     @property
     def current_offset(self) -> int:
+        """Same as `primary_offset` (ND4J ``getCurrentOffset``)."""
         return self.primary_offset
 
     @property
     def host_offset(self) -> int:
+        """Same as `primary_offset` (ND4J ``getHostOffset``)."""
         return self.primary_offset
 
     @property
     def device_offset(self) -> int:
+        """Same as `primary_offset`: a CPU workspace has no device copy (ND4J
+        ``getDeviceOffset``)."""
         return self.primary_offset
 
     def __enter__(self) -> "Workspace":
@@ -592,12 +596,15 @@ class WorkspaceManager(_core.ThreadState):
         return ws is not None and ws.is_scope_active
 
     def any_workspace_active_for_current_thread(self) -> bool:
+        """True when any of this thread's workspaces is open."""
         return any(ws.is_scope_active for ws in list(self._workspaces.values()))
 
     def get_all_workspaces_ids_for_current_thread(self) -> list[str]:
+        """Ids of this thread's workspaces, in creation order."""
         return list(self._workspaces)
 
     def get_all_workspaces_for_current_thread(self) -> list[Workspace]:
+        """This thread's workspaces, in creation order."""
         return list(self._workspaces.values())
 
     def current_workspace(self) -> Workspace | None:
@@ -640,6 +647,7 @@ class WorkspaceManager(_core.ThreadState):
 
     @property
     def default_workspace_configuration(self) -> WorkspaceConfiguration:
+        """Configuration for lookups that give none (process-wide)."""
         return WorkspaceManager._default_configuration
 
     def set_default_workspace_configuration(self, conf: WorkspaceConfiguration) -> None:
@@ -662,6 +670,7 @@ class WorkspaceManager(_core.ThreadState):
         _core._set_debug_mode(mode.value)
 
     def set_debug_mode(self, mode: DebugMode | None) -> None:
+        """Set the process-wide `debug_mode` (ND4J ``setDebugMode``)."""
         self.debug_mode = mode
 
     def get_uuid(self) -> str:
