@@ -57,3 +57,14 @@ def test_show_config_reports_build():
     assert facts["openmp"] in ("on", "off")
     assert facts["threads"] >= 1
     assert facts["numpy"] == __import__("numpy").__version__
+
+
+def test_readme_example_runs():
+    import re
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    kept = namespace["kept"]
+    assert kept.shape == (64,) and not kept.is_attached() and kept.stale is None
+    assert namespace["y"].stale == "leaked"  # the cycle's own result did not survive it
