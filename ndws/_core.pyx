@@ -1596,34 +1596,30 @@ cdef Py_ssize_t _NOGIL_BYTES = 1 << 16
 cdef object _EXACT_INT_IN_DOUBLE = 1 << 53
 
 
-cdef void _fill_f64(double* p, Py_ssize_t n, double v) noexcept nogil:
+ctypedef fused _fill_t:
+    double
+    float
+    int64_t
+    int32_t
+
+
+cdef void _fill_loop(_fill_t* p, Py_ssize_t n, _fill_t v) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n):
         p[i] = v
 
 
-cdef void _fill_f32(float* p, Py_ssize_t n, float v) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        p[i] = v
-
-
-cdef void _fill_i64(int64_t* p, Py_ssize_t n, int64_t v) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        p[i] = v
-
-
-cdef void _fill_i32(int32_t* p, Py_ssize_t n, int32_t v) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        p[i] = v
+cdef void _fill_run(_fill_t* p, Py_ssize_t n, _fill_t v, bint big) noexcept:
+    # releasing the GIL costs more than filling a small array
+    if big:
+        with nogil:
+            _fill_loop(p, n, v)
+    else:
+        _fill_loop(p, n, v)
 
 
 cdef bint _fill_fast(NDArray a, object value) except -1:
     cdef char code
-    cdef double d
-    cdef long long q
     cdef Py_ssize_t n = a._size
     cdef bint big = n * a._itemsize > _NOGIL_BYTES
     if n == 0 or not a._writeable or not (_c_contiguous(a) or _f_contiguous(a)):
@@ -1631,41 +1627,26 @@ cdef bint _fill_fast(NDArray a, object value) except -1:
     code = ord(a._dtype.char)
     t = type(value)
     if code == b'd' or code == b'f':
-        if t is float or (t is int and -_EXACT_INT_IN_DOUBLE <= value <= _EXACT_INT_IN_DOUBLE):
-            d = value
-            if code == b'd':
-                if big:
-                    with nogil:
-                        _fill_f64(<double*>a._data, n, d)
-                else:
-                    _fill_f64(<double*>a._data, n, d)
-            elif big:
-                with nogil:
-                    _fill_f32(<float*>a._data, n, <float>d)
-            else:
-                _fill_f32(<float*>a._data, n, <float>d)
-            return True
+        if not (t is float
+                or (t is int and -_EXACT_INT_IN_DOUBLE <= value <= _EXACT_INT_IN_DOUBLE)):
+            return False
+        if code == b'd':
+            _fill_run(<double*>a._data, n, <double>value, big)
+        else:
+            _fill_run(<float*>a._data, n, <float><double>value, big)
+        return True
+    if not (t is int or t is bool):
         return False
-    if (t is int or t is bool) and a._itemsize == 8 and (code == b'l' or code == b'q'):
-        if -(1 << 63) <= value < (1 << 63):
-            q = value
-            if big:
-                with nogil:
-                    _fill_i64(<int64_t*>a._data, n, q)
-            else:
-                _fill_i64(<int64_t*>a._data, n, q)
-            return True
-        return False
-    if (t is int or t is bool) and a._itemsize == 4 and (code == b'i' or code == b'l'):
-        if -(1 << 31) <= value < (1 << 31):
-            q = value
-            if big:
-                with nogil:
-                    _fill_i32(<int32_t*>a._data, n, <int32_t>q)
-            else:
-                _fill_i32(<int32_t*>a._data, n, <int32_t>q)
-            return True
-        return False
+    if a._itemsize == 8 and (code == b'l' or code == b'q'):
+        if not -(1 << 63) <= value < (1 << 63):
+            return False
+        _fill_run(<int64_t*>a._data, n, <int64_t>value, big)
+        return True
+    if a._itemsize == 4 and (code == b'i' or code == b'l'):
+        if not -(1 << 31) <= value < (1 << 31):
+            return False
+        _fill_run(<int32_t*>a._data, n, <int32_t>value, big)
+        return True
     if code == b'?' and t is bool:
         memset(a._data, 1 if value else 0, n)
         return True
@@ -2908,6 +2889,7 @@ cdef NDArray _new_like(object a, object dtype, object order, object shape, bint 
     # `order` relative to the prototype ('K' by default).
     cdef Py_ssize_t shp[NDWS_MAXDIMS]
     cdef int nd
+    cdef bint f_only
     cdef NDArray proto
     if isinstance(a, NDArray):
         proto = <NDArray>a
@@ -2916,11 +2898,13 @@ cdef NDArray _new_like(object a, object dtype, object order, object shape, bint 
         proto = from_numpy(np.asarray(a))
     dt = proto._dtype if dtype is None else _as_dtype(dtype)
     if shape is not None:
+        # a new shape has no strides to keep: lay it out as the prototype's kind of
+        # contiguity ('K' and 'A' follow a Fortran-only prototype; C otherwise)
         nd = _parse_shape(shape, shp)
-        return new_array(dt, nd, shp, False,
-                         order in ("F", "f") or (order in ("A", "a") and _f_contiguous(proto)
-                                                 and not _c_contiguous(proto)),
-                         None, detached)
+        f_only = _f_contiguous(proto) and not _c_contiguous(proto)
+        return _alloc_like(dt, nd, shp, shp, proto._itemsize,
+                           order if order not in ("K", "k") else "A",
+                           not f_only, f_only, None, detached)
     return _alloc_like(dt, proto._ndim, proto._shape, proto._strides, proto._itemsize, order,
                        _c_contiguous(proto), _f_contiguous(proto), None, detached)
 

@@ -1231,10 +1231,28 @@ def test_fill_matches_numpy(dtype, value, layout):
     assert arr.numpy().dtype == expected.dtype
 
 
-def test_fill_large_array_releases_gil_and_fills_everything():
-    a = ndws.empty((512, 1024), dtype=np.float32)   # 2 MiB: the GIL-free path
-    a.fill(0.1)
-    np.testing.assert_array_equal(a.numpy(), np.full((512, 1024), 0.1, dtype=np.float32))
+@pytest.mark.parametrize("dtype, value", [("float64", 0.1), ("float32", 0.1),
+                                          ("int64", -(2**40)), ("int32", 7), ("bool", True)])
+def test_fill_large_array_releases_gil_and_fills_everything(dtype, value):
+    # every specialisation of the fill kernel, on the GIL-free path (above 64 KiB)
+    a = ndws.empty((512, 1024), dtype=dtype)
+    a.fill(value)
+    np.testing.assert_array_equal(a.numpy(), np.full((512, 1024), value, dtype=dtype))
+
+
+@pytest.mark.parametrize("order", ["K", "A", "C", "F"])
+@pytest.mark.parametrize("proto_order", ["C", "F"])
+def test_like_with_new_shape_follows_numpy_layout(order, proto_order):
+    proto = np.zeros((2, 3), order=proto_order)
+    expected = np.empty_like(proto, order=order, shape=(4, 5))
+    got = ndws.empty_like(ndws.array(proto), order=order, shape=(4, 5))
+    assert got.shape == (4, 5) and got.strides == expected.strides
+
+
+def test_like_rejects_unknown_order_with_or_without_shape():
+    for kw in ({}, {"shape": (2, 2)}):
+        with pytest.raises(ValueError, match="order"):
+            ndws.empty_like(ndws.zeros(3), order="Z", **kw)
 
 
 def test_fill_read_only_raises_like_numpy():
