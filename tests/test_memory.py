@@ -93,6 +93,14 @@ def make_cycle() -> weakref.ref:
     return weakref.ref(node)
 
 
+def wait_for_collections(mm, target, timeout=10.0):
+    """Poll until ndws has run `target` collections or `timeout` passes; returns the count.
+    (A full collection can take tens of ms inside a big suite: wait generously, assert after.)"""
+    deadline = time.monotonic() + timeout
+    while mm.collections < target and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return mm.collections
+
 # -- defaults ----------------------------------------------------------------------------------
 
 
@@ -204,9 +212,7 @@ def test_periodic_gc_runs_collections_no_more_often_than_the_window(mm, no_auto_
             time.sleep(0.3)
             # a full collection in a big test session can take tens of milliseconds: wait
             # (generously) for a few rather than asserting how many fit in 0.3 s
-            deadline = time.monotonic() + 20.0
-            while mm.collections - before < 3 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_for_collections(mm, before + 3, timeout=20.0)
         finally:
             mm.toggle_periodic_gc(False)
         elapsed_ms = (time.monotonic() - start) * 1000.0
@@ -266,10 +272,7 @@ def test_window_zero_means_never_until_the_window_changes(mm, no_auto_gc):
             assert len(periodic_threads()) == 1
             # a new window takes effect without waiting for the old (infinite) one
             mm.set_auto_gc_window(20)
-            deadline = time.monotonic() + 10.0
-            while mm.collections == before and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert mm.collections > before
+            assert wait_for_collections(mm, before + 1) > before
     finally:
         mm.toggle_periodic_gc(False)
 
@@ -286,10 +289,7 @@ def test_periodic_gc_is_suppressed_while_paused(mm, no_auto_gc):
             assert mm.collections == before
             assert full.count == 0
         # and it resumes afterwards
-        deadline = time.monotonic() + 10.0
-        while mm.collections == before and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert mm.collections > before
+        assert wait_for_collections(mm, before + 1) > before
     finally:
         mm.toggle_periodic_gc(False)
 
