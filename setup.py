@@ -6,6 +6,7 @@ Environment switches:
   NDWS_MARCH_NATIVE=1   add -march=native (opt-in: the wheel then only runs on this CPU type)
 """
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -44,8 +45,36 @@ def _c_string(value):
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# The GEMM kernel source (ndws/_gemm_kernel.pxi) is compiled once per instruction set, as one
+# small module each; ndws._linalg picks one at import by the CPU's features, so a portable build
+# still reaches the fast path without -march=native. The baseline module needs no flags (x86-64
+# means SSE2; other machines build only this one).
+X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+GEMM_ISAS = {
+    "baseline": {"unix": [], "msvc": []},
+    "avx2": {"unix": ["-mavx2", "-mfma"], "msvc": ["/arch:AVX2"]},
+    "avx512": {"unix": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mavx2",
+                        "-mfma"], "msvc": ["/arch:AVX512"]},
+}
+ISA_PROBE = "#include <immintrin.h>\nint main(void) { return 0; }\n"
+
+
 class BuildExt(build_ext):
-    """Adds -O3 and, when a tiny OpenMP program compiles and links, -fopenmp."""
+    """Adds -O3, -fopenmp when a tiny OpenMP program compiles and links, and each GEMM module's
+    instruction-set flags (dropping a module whose flags the compiler rejects)."""
+
+    def _compiles(self, source, cflags):
+        tmp = tempfile.mkdtemp(prefix="ndws-probe-")
+        try:
+            src = os.path.join(tmp, "probe.c")
+            with open(src, "w") as f:
+                f.write(source)
+            self.compiler.compile([src], output_dir=tmp, extra_postargs=cflags)
+            return True
+        except Exception:  # any compile failure means: not supported here
+            return False
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def _openmp_flags(self):
         if os.environ.get("NDWS_NO_OPENMP") == "1":
@@ -84,12 +113,23 @@ class BuildExt(build_ext):
             lflags += omp[1]
         info = " ".join(cflags)
         print(f"ndws: OpenMP {'enabled' if omp else 'disabled'}; cflags: {info}")
+        flavour = "msvc" if self.compiler.compiler_type == "msvc" else "unix"
+        kept = []
         for ext in self.extensions:
-            ext.extra_compile_args = list(ext.extra_compile_args or []) + cflags
+            isa_flags = []
+            isa = ext.name[len("ndws._gemm_"):] if ext.name.startswith("ndws._gemm_") else None
+            if isa is not None:
+                isa_flags = GEMM_ISAS[isa][flavour]
+                if isa_flags and not self._compiles(ISA_PROBE, isa_flags):
+                    print(f"ndws: compiler rejects {' '.join(isa_flags)}; not building {ext.name}")
+                    continue
+            kept.append(ext)
+            ext.extra_compile_args = list(ext.extra_compile_args or []) + cflags + isa_flags
             ext.extra_link_args = list(ext.extra_link_args or []) + lflags
             ext.define_macros = list(ext.define_macros or []) + [
                 ("NDWS_BUILD_CFLAGS", _c_string(info)),
             ]
+        self.extensions = kept
         super().build_extensions()
 
 
@@ -106,9 +146,14 @@ def extension(name):
     )
 
 
+EXTENSIONS = [extension("ndws._core"), extension("ndws._kernels"), extension("ndws._linalg")]
+EXTENSIONS += [extension(f"ndws._gemm_{isa}")
+               for isa in GEMM_ISAS if X86 or isa == "baseline"]
+
+
 setup(
     ext_modules=cythonize(
-        [extension("ndws._core")],
+        EXTENSIONS,
         compiler_directives=DIRECTIVES,
         annotate=False,
     ),

@@ -31,6 +31,7 @@ cdef class ThreadState:
     cdef unsigned long long _scope_ops    # counts scope changes (enter/close/borrow/scope-out)
     cdef uint64_t _tid
     cdef unsigned long _ident
+    cdef int _nthreads      # `ndws.num_threads(n)` override for this thread; 0 = the pool size
 
 cdef class Arena:
     # The mechanics of one ND4J workspace: bump allocation, cycles, generations, learning,
@@ -106,3 +107,9 @@ cdef int check_array(NDArray a, object op, object role) except -1
 cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,
                        Arena target, bint detached)
 cdef object np_view(NDArray a)
+
+# Kernel threads (see "Kernel threads" in _core.pyx): the one helper every kernel wrapper asks,
+# with the GIL held, how many OpenMP threads to use for `work` units when each thread should get
+# at least `grain` units (a measured per-kernel constant, so small calls stay on one thread).
+cdef int threads_for(Py_ssize_t work, Py_ssize_t grain) noexcept
+cdef int thread_limit() noexcept

@@ -38,7 +38,7 @@ from libc.stdint cimport uint64_t, uintptr_t, int32_t, int64_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 cimport numpy as cnp
 
-from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads
+from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads, ndws_omp_set_num_threads
 
 import collections
 import logging
@@ -461,6 +461,115 @@ def _set_current(Arena ws):
 def _scope_ops():
     """Scope changes so far in the calling thread (ndws internal: adoption tokens)."""
     return _tstate()._scope_ops
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel threads
+#
+# ndws owns one OpenMP pool. Its size is `_pool_threads`: OMP_NUM_THREADS (what
+# omp_get_max_threads() reports at import, the CPU count when unset) until
+# `set_num_threads` changes it. A Python thread may lower or raise its own limit with
+# `num_threads(n)` (ThreadState._nthreads), so N Python workers can each run 1-thread kernels
+# without oversubscribing the cores. Kernels never read these: every wrapper asks `threads_for`
+# with the GIL held and passes the count into its nogil region as `num_threads=`.
+
+cdef int _pool_threads = max(1, ndws_omp_get_max_threads())
+
+
+cdef int thread_limit() noexcept:
+    """The calling thread's kernel-thread limit (always 1 in a build without OpenMP)."""
+    cdef PyObject* p
+    cdef int n
+    if not NDWS_OPENMP:
+        return 1
+    p = ndws_tls_get()
+    n = (<ThreadState>p)._nthreads if p != NULL else 0
+    return n if n > 0 else _pool_threads
+
+
+cdef int threads_for(Py_ssize_t work, Py_ssize_t grain) noexcept:
+    cdef int n = thread_limit()
+    cdef Py_ssize_t useful
+    if n <= 1 or grain <= 0:
+        return 1
+    useful = work // grain
+    if useful < n:
+        return <int>useful if useful > 1 else 1
+    return n
+
+
+cdef int _thread_count(object n, str name) except -1:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name}: expected a positive int, got {n!r}")
+    if n < 1:
+        raise ValueError(f"{name}: expected a positive int, got {n!r}")
+    return <int>min(n, 1 << 16)   # a sanity cap; OpenMP would refuse more anyway
+
+
+def set_num_threads(n):
+    """Set the size of ndws' kernel thread pool (all Python threads without their own
+    `num_threads` limit).
+
+    Parameters
+    ----------
+    n : int
+        Threads per kernel call, >= 1. Starts as ``OMP_NUM_THREADS`` (the CPU count when unset).
+        A build without OpenMP accepts any n and runs every kernel on one thread.
+    """
+    global _pool_threads
+    _pool_threads = _thread_count(n, "n")
+    ndws_omp_set_num_threads(_pool_threads)
+
+
+def get_num_threads():
+    """Kernel threads the calling thread's next kernel may use: its `num_threads` limit, else
+    the pool size (1 in a build without OpenMP).
+
+    >>> import ndws
+    >>> with ndws.num_threads(1):
+    ...     ndws.get_num_threads()
+    1
+    """
+    return thread_limit()
+
+
+def _set_thread_override(int n):
+    """Set the calling thread's own limit (0 = follow the pool); returns the previous one."""
+    cdef ThreadState ts = _tstate()
+    cdef int prev = ts._nthreads
+    ts._nthreads = n
+    return prev
+
+
+class num_threads:
+    """Context manager limiting the kernel threads of the calling Python thread only.
+
+    Parameters
+    ----------
+    n : int
+        Threads per kernel call inside the block, >= 1.
+
+    Examples
+    --------
+    One kernel thread per Python worker, so two workers share two cores without fighting:
+
+    >>> import ndws
+    >>> with ndws.num_threads(1):
+    ...     ndws.get_num_threads()
+    1
+    """
+
+    def __init__(self, n):
+        self.n = _thread_count(n, "n")
+        self._prev = []
+
+    def __enter__(self):
+        self._prev.append(_set_thread_override(self.n))
+        return self
+
+    def __exit__(self, *exc):
+        _set_thread_override(self._prev.pop())
+        return False
 
 
 def _set_debug_mode(int mode):
@@ -2760,9 +2869,31 @@ cdef object _as_operand(object x, str name, str role):
     return v
 
 
+# The native matrix product lives in ndws._linalg, which cimports this module and so installs
+# itself here at import (`_set_native_matmul`). It is tried first and returns NotImplemented for
+# what it does not cover (integer dtypes, mixed dtypes); the NumPy path below is the fallback and
+# the reference the tests compare it with.
+cdef object _native_matmul = None
+
+
+def _set_native_matmul(fn):
+    global _native_matmul
+    _native_matmul = fn
+
+
 @cython.wraparound(True)
 def matmul(x1, x2, out=None):
     """Matrix product with NumPy's ``matmul`` rules (1-D promotion, batch broadcasting)."""
+    if _native_matmul is not None:
+        res = _native_matmul(x1, x2, out)
+        if res is not NotImplemented:
+            return res
+    return _numpy_matmul(x1, x2, out)
+
+
+@cython.wraparound(True)
+def _numpy_matmul(x1, x2, out=None):
+    """`matmul` computed by NumPy on views (the reference for the native kernel)."""
     a = _as_operand(x1, "matmul", "x1")
     b = _as_operand(x2, "matmul", "x2")
     if out is not None:
@@ -3043,7 +3174,7 @@ def _wrap_result(NDArray base, res):
 
 def _build_info():
     """Build facts for `ndws.show_config()`."""
-    return {"openmp": bool(NDWS_OPENMP), "max_threads": ndws_omp_get_max_threads(),
+    return {"openmp": bool(NDWS_OPENMP), "max_threads": thread_limit(),
             "cython": NDWS_BUILD_CYTHON_VERSION.decode(),
             "numpy_headers": NDWS_BUILD_NUMPY_VERSION.decode(),
             "cflags": NDWS_BUILD_CFLAGS.decode()}

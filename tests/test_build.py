@@ -13,12 +13,18 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_extension_is_not_stale():
-    # An edited .pyx with an old .so would test yesterday's code: fail loudly instead.
-    so = pathlib.Path(_core.__file__)
-    for source in (ROOT / "ndws").glob("*.p[yx][xd]"):
-        if source.suffix in (".pyx", ".pxd"):
-            assert source.stat().st_mtime <= so.stat().st_mtime + 1, (
-                f"{source.name} is newer than the built {so.name}: rebuild with "
+    # An edited .pyx (or a .pxd/.pxi it uses) with an old .so would test yesterday's code: fail
+    # loudly instead. A module depends on its own .pyx and on every .pxd/.pxi its source names.
+    pkg = ROOT / "ndws"
+    headers = list(pkg.glob("*.pxd")) + list(pkg.glob("*.pxi"))
+    for pyx in pkg.glob("*.pyx"):
+        built = list(pkg.glob(pyx.stem + ".*.so")) + list(pkg.glob(pyx.stem + ".*.pyd"))
+        assert built, f"{pyx.name} has no built extension: run `pip install -e .`"
+        text = pyx.read_text()
+        deps = [pyx] + [h for h in headers if h.stem in text]
+        for source in deps:
+            assert source.stat().st_mtime <= built[0].stat().st_mtime + 1, (
+                f"{source.name} is newer than the built {built[0].name}: rebuild with "
                 f"`pip install -e .` (or `python setup.py build_ext --inplace`)")
 
 

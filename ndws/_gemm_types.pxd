@@ -1,0 +1,31 @@
+# The contract between the per-instruction-set GEMM modules (ndws/_gemm_<isa>.pyx, all compiled
+# from the one source ndws/_gemm_kernel.pxi) and their only caller, ndws/_linalg.pyx, which picks
+# one table at import by the CPU's features. Types only: cimporting this imports no module.
+from ndws._typedefs cimport float32_t, float64_t, intp_t
+
+# Called once per finished tile of C, after its last K block, while the tile is still in cache:
+# the tile is C[i0:i0+m, j0:j0+n], `c` points at its first element, rs_c/cs_c are C's element
+# strides. `linear` uses it for bias + activation in the same pass over the output.
+ctypedef void (*epilogue_fn)(const void* ctx, void* c, intp_t i0, intp_t j0, intp_t m, intp_t n,
+                             intp_t rs_c, intp_t cs_c) noexcept nogil
+
+# C := alpha*A @ B + beta*C, A (m, k), B (k, n), C (m, n), all strides in elements (any sign;
+# C's must not make two elements overlap). beta == 0 makes C write-only (NaN/inf already in C
+# are ignored, BLAS's rule). Uses `nthreads` OpenMP threads; the result does not depend on it.
+# Returns 0, or -1 when the per-thread packing scratch could not be allocated (C untouched).
+ctypedef int (*sgemm_fn)(intp_t m, intp_t n, intp_t k, float32_t alpha,
+                         const float32_t* a, intp_t rs_a, intp_t cs_a,
+                         const float32_t* b, intp_t rs_b, intp_t cs_b, float32_t beta,
+                         float32_t* c, intp_t rs_c, intp_t cs_c, int nthreads,
+                         epilogue_fn ep, const void* ep_ctx) noexcept nogil
+ctypedef int (*dgemm_fn)(intp_t m, intp_t n, intp_t k, float64_t alpha,
+                         const float64_t* a, intp_t rs_a, intp_t cs_a,
+                         const float64_t* b, intp_t rs_b, intp_t cs_b, float64_t beta,
+                         float64_t* c, intp_t rs_c, intp_t cs_c, int nthreads,
+                         epilogue_fn ep, const void* ep_ctx) noexcept nogil
+
+ctypedef struct GemmTable:
+    const char* isa                 # "baseline", "avx2" or "avx512"
+    int mr_f32, nr_f32, mr_f64, nr_f64   # register block of the micro-kernels (show_config)
+    sgemm_fn sgemm
+    dgemm_fn dgemm

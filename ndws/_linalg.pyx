@@ -1,0 +1,1 @@
+# PLACEHOLDER under construction (issue 3): native matmul / gemm dispatch.
