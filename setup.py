@@ -4,6 +4,8 @@ Environment switches:
   NDWS_NO_OPENMP=1      build without OpenMP even where the compiler supports it
   NDWS_CYTHON_DEBUG=1   turn Cython's bounds/wraparound/initialization checks back on
   NDWS_MARCH_NATIVE=1   add -march=native (opt-in: the wheel then only runs on this CPU type)
+  NDWS_BUILD_ONLY=a,b   development: build only these modules (e.g. ndws._linalg), so parallel
+                        builds of different modules (with separate --build-temp) do not collide
 """
 import os
 import platform
@@ -149,6 +151,9 @@ def extension(name):
 EXTENSIONS = [extension("ndws._core"), extension("ndws._kernels"), extension("ndws._linalg")]
 EXTENSIONS += [extension(f"ndws._gemm_{isa}")
                for isa in GEMM_ISAS if X86 or isa == "baseline"]
+if os.environ.get("NDWS_BUILD_ONLY"):
+    _only = set(os.environ["NDWS_BUILD_ONLY"].split(","))
+    EXTENSIONS = [e for e in EXTENSIONS if e.name in _only]
 
 
 setup(

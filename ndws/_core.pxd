@@ -107,6 +107,10 @@ cdef int check_array(NDArray a, object op, object role) except -1
 cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,
                        Arena target, bint detached)
 cdef object np_view(NDArray a)
+# For native kernels: a checked, C-contiguous result placed like every op's result, and the
+# rollback that gives its bytes back when the op fails before returning it.
+cdef NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object op)
+cdef void discard_result(NDArray a) noexcept
 
 # Kernel threads (see "Kernel threads" in _core.pyx): the one helper every kernel wrapper asks,
 # with the GIL held, how many OpenMP threads to use for `work` units when each thread should get

@@ -1537,6 +1537,23 @@ cdef NDArray _fill_new(NDArray out, object fill, object op):
     return out
 
 
+cdef NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object op):
+    """A fresh C-contiguous result for native kernels (the placement rule of `new_array`),
+    checked like any output. The caller fills it in a nogil kernel; on an error before it is
+    returned, the caller gives the bytes back with `discard_result`."""
+    cdef NDArray out = new_array(dtype, ndim, shape, False, False, None, False)
+    try:
+        check_array(out, op, "out")
+    except BaseException:
+        _discard(out)
+        raise
+    return out
+
+
+cdef void discard_result(NDArray a) noexcept:
+    _discard(a)
+
+
 cdef inline NDArray _new_filled(object dtype, int ndim, const Py_ssize_t* shape, object fill,
                                 object op, bint fortran=False, bint detached=False):
     return _fill_new(new_array(dtype, ndim, shape, False, fortran, None, detached), fill, op)
