@@ -2,6 +2,7 @@
 run side by side without interference."""
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -152,3 +153,78 @@ def test_eight_threads_cycling_their_own_workspaces_10000_times(threaded):
     for total, expected, stats in results:
         assert total == pytest.approx(expected, rel=1e-9)
         assert stats == (cycles, cycles, 0, True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel threads: one pool size plus a per-Python-thread limit
+
+
+@pytest.fixture
+def pool_size():
+    before = ndws.get_num_threads()
+    yield before
+    ndws.set_num_threads(before)
+
+
+def _openmp() -> bool:
+    return ndws.show_config("dicts")["openmp"] == "on"
+
+
+def test_set_num_threads_sets_the_pool_for_every_thread(pool_size, threaded):
+    ndws.set_num_threads(3)
+    expected = 3 if _openmp() else 1
+    assert ndws.get_num_threads() == expected
+    assert threaded(lambda i: ndws.get_num_threads(), 2) == [expected, expected]
+
+
+def test_num_threads_limits_only_the_calling_thread_and_nests(pool_size):
+    ndws.set_num_threads(2)
+    seen = {}
+    inside = threading.Event()
+    release = threading.Event()
+
+    def other():
+        inside.wait(10)
+        seen["other"] = ndws.get_num_threads()
+        release.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with ndws.num_threads(1) as ctx:
+        assert ctx.n == 1
+        assert ndws.get_num_threads() == 1
+        inside.set()
+        assert release.wait(10)
+        with ndws.num_threads(5):
+            assert ndws.get_num_threads() == (5 if _openmp() else 1)
+        assert ndws.get_num_threads() == 1
+    t.join()
+    assert seen["other"] == (2 if _openmp() else 1)
+    assert ndws.get_num_threads() == (2 if _openmp() else 1)
+
+
+def test_num_threads_is_restored_when_the_block_raises(pool_size):
+    with pytest.raises(KeyError):
+        with ndws.num_threads(1):
+            raise KeyError("x")
+    assert ndws.get_num_threads() == pool_size
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-2, ValueError), (1.5, TypeError),
+                                      ("2", TypeError), (True, TypeError), (None, TypeError)])
+def test_thread_counts_are_validated(pool_size, bad, exc):
+    with pytest.raises(exc, match=r"^n: expected a positive int, got "):
+        ndws.set_num_threads(bad)
+    with pytest.raises(exc, match=r"^n: expected a positive int, got "):
+        ndws.num_threads(bad)
+    assert ndws.get_num_threads() == pool_size
+
+
+@pytest.mark.parametrize("env, expected", [("1", 1), ("3", 3)])
+def test_omp_num_threads_sets_the_starting_pool_size(env, expected):
+    import subprocess
+    import sys
+    out = subprocess.run(
+        [sys.executable, "-c", "import ndws; print(ndws.get_num_threads())"],
+        env={**os.environ, "OMP_NUM_THREADS": env}, capture_output=True, text=True, check=True)
+    assert int(out.stdout) == (expected if _openmp() else 1)
