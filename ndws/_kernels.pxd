@@ -1,0 +1,56 @@
+# C-level API of ndws' activation kernels, for other Cython modules to `cimport` (the fused
+# `linear` of ndws._linalg applies an activation to each GEMM output tile with these, while the
+# tile is still in cache). Everything here is serial: the caller owns the parallelism (it runs
+# these on tiles it already split between threads) and holds no GIL.
+from ndws._typedefs cimport float32_t, float64_t, intp_t
+
+# Activation codes. Elementwise codes come first; ACT_SOFTMAX and ACT_LOG_SOFTMAX act on rows.
+cdef enum:
+    ACT_IDENTITY = 0
+    ACT_RELU = 1
+    ACT_LEAKY_RELU = 2     # alpha = negative slope
+    ACT_ELU = 3            # alpha = scale of the negative branch
+    ACT_SIGMOID = 4
+    ACT_TANH = 5
+    ACT_SOFTPLUS = 6
+    ACT_GELU = 7           # exact: x * Phi(x)
+    ACT_GELU_TANH = 8      # tanh approximation (torch's approximate="tanh")
+    ACT_SOFTMAX = 9
+    ACT_LOG_SOFTMAX = 10
+    ACT_N_ELEMENTWISE = 9  # codes below this are elementwise
+
+# The code of activation `name` (the names and aliases of `ndws.nn.functional.activation`, e.g.
+# "relu", "leakyrelu"/"leaky_relu", "gelu") with keyword parameters `params` (None or a dict:
+# "alpha" for leaky_relu/elu, "approximate" ("none"|"tanh") for gelu, "axis" for the softmaxes,
+# which must then be -1 or None here). Writes the scalar parameter to alpha[0] (0 when the
+# activation has none). Raises ValueError (unknown name, listing the valid ones, or bad value)
+# or TypeError (unknown parameter).
+cdef int activation_code(object name, dict params, double* alpha) except -1
+
+# Y := f(Y) in place on an m x n tile, element (i, j) at Y[i*rs + j*cs] (strides in ELEMENTS,
+# any sign). Elementwise codes apply f to each element; ACT_SOFTMAX / ACT_LOG_SOFTMAX apply the
+# numerically stable (row-max subtracted) softmax to each of the m rows of length n.
+cdef void act_tile_f32(int code, float32_t alpha, float32_t* Y,
+                       intp_t m, intp_t n, intp_t rs, intp_t cs) noexcept nogil
+cdef void act_tile_f64(int code, float64_t alpha, float64_t* Y,
+                       intp_t m, intp_t n, intp_t rs, intp_t cs) noexcept nogil
+
+# D := f'(X) * G on an m x n tile (X the forward INPUT, G = dL/dY; strides in elements per
+# array). D may be X or G (same strides). For ACT_SOFTMAX / ACT_LOG_SOFTMAX each row gets the
+# vector-Jacobian product of the row softmax instead.
+cdef void act_backward_tile_f32(int code, float32_t alpha,
+                                const float32_t* X, intp_t xrs, intp_t xcs,
+                                const float32_t* G, intp_t grs, intp_t gcs,
+                                float32_t* D, intp_t drs, intp_t dcs,
+                                intp_t m, intp_t n) noexcept nogil
+cdef void act_backward_tile_f64(int code, float64_t alpha,
+                                const float64_t* X, intp_t xrs, intp_t xcs,
+                                const float64_t* G, intp_t grs, intp_t gcs,
+                                float64_t* D, intp_t drs, intp_t dcs,
+                                intp_t m, intp_t n) noexcept nogil
+
+# Row softmax (log_ = 0) or log-softmax (log_ = 1) of an m x n tile in place, rows of length n.
+cdef void softmax_rows_f32(bint log_, float32_t* Y, intp_t m, intp_t n,
+                           intp_t rs, intp_t cs) noexcept nogil
+cdef void softmax_rows_f64(bint log_, float64_t* Y, intp_t m, intp_t n,
+                           intp_t rs, intp_t cs) noexcept nogil

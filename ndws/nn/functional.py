@@ -1,0 +1,75 @@
+"""The torch-like functional surface of ndws' native kernels: ``import ndws.nn.functional as F``.
+
+Activations (forward and derivative), softmax / log-softmax along an axis, losses with their
+gradients, and fused in-place updaters. Every function is the compiled kernel wrapper of
+`ndws._kernels` itself (no Python layer in between: a call on a small array costs a few hundred
+nanoseconds).
+
+Conventions
+-----------
+* Inputs are `ndws.NDArray` or anything `numpy.asarray` accepts (NumPy arrays are wrapped
+  without a copy); the dtype must be float32 or float64, else TypeError naming the argument.
+  Any strides work (views, negative strides).
+* Results go to ``out=`` when given (it may be an input: in place), else to the calling
+  thread's current workspace (detached memory when none).
+* ``*_backward(x, grad_output)`` take the FORWARD INPUT `x` and dL/dy and return
+  dL/dx = f'(x) * dL/dy (DL4J's ``IActivation.backprop(in, epsilon)``).
+* Losses return a Python float (fixed-order float64 sums: the same with any thread count), or
+  ``(loss, grad)`` when ``grad=True`` (the default).
+* Updaters change `param` and the state arrays in place and return `param`.
+
+>>> import ndws, ndws.nn.functional as F
+>>> x = ndws.array([[1.0, 2.0, 3.0]])
+>>> [round(v, 4) for v in F.softmax(x).tolist()[0]]
+[0.09, 0.2447, 0.6652]
+>>> loss, dx = F.softmax_cross_entropy(x, ndws.array([2]))
+>>> round(loss, 4)
+0.4076
+"""
+from ndws._kernels import (
+    ACTIVATIONS,
+    activation,
+    activation_backward,
+    adagrad_update,
+    adam_update,
+    adamw_update,
+    binary_cross_entropy_with_logits,
+    elu,
+    elu_backward,
+    gelu,
+    gelu_backward,
+    identity,
+    identity_backward,
+    leaky_relu,
+    leaky_relu_backward,
+    log_softmax,
+    log_softmax_backward,
+    mae_loss,
+    momentum_update,
+    mse_loss,
+    relu,
+    relu_backward,
+    rmsprop_update,
+    sgd_update,
+    sigmoid,
+    sigmoid_backward,
+    softmax,
+    softmax_backward,
+    softmax_cross_entropy,
+    softplus,
+    softplus_backward,
+    tanh,
+    tanh_backward,
+)
+
+__all__ = [
+    "ACTIVATIONS", "activation", "activation_backward",
+    "identity", "relu", "leaky_relu", "elu", "sigmoid", "tanh", "softplus", "gelu", "softmax",
+    "log_softmax",
+    "identity_backward", "relu_backward", "leaky_relu_backward", "elu_backward",
+    "sigmoid_backward", "tanh_backward", "softplus_backward", "gelu_backward",
+    "softmax_backward", "log_softmax_backward",
+    "softmax_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "mae_loss",
+    "sgd_update", "momentum_update", "adam_update", "adamw_update", "rmsprop_update",
+    "adagrad_update",
+]

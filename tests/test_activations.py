@@ -1,0 +1,519 @@
+"""ndws.nn.functional activations and their derivatives against NumPy references."""
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ndws
+import ndws.nn.functional as F
+
+DTYPES = [np.float32, np.float64]
+SIZES = [1, 7, 65, 257]
+#: (rtol, atol) per dtype for kernel results vs the float64 NumPy reference (data, not code)
+TOL = {np.dtype(np.float32): (2e-5, 2e-6), np.dtype(np.float64): (1e-12, 1e-14)}
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+_K = math.sqrt(2.0 / math.pi)
+
+
+def _nanfix(d, x):
+    # f'(NaN) is NaN (relu, leaky_relu: the branch choice is undefined)
+    return np.where(np.isnan(x), np.nan, d)
+
+
+def _gelu_tanh_parts(x):
+    t = np.tanh(_K * (x + 0.044715 * x ** 3))
+    return t
+
+
+# name -> (forward reference, derivative reference, kwargs); references take float64 inputs
+REF = {
+    "identity": (lambda x, **k: x, lambda x, **k: np.ones_like(x), {}),
+    "relu": (lambda x, **k: np.where(x < 0, 0.0, x),
+             lambda x, **k: _nanfix((x > 0).astype(float), x), {}),
+    "leaky_relu": (lambda x, alpha=0.01: np.where(x > 0, x, alpha * x),
+                   lambda x, alpha=0.01: _nanfix(np.where(x > 0, 1.0, alpha), x),
+                   {"alpha": 0.2}),
+    "elu": (lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
+            lambda x, alpha=1.0: np.where(x > 0, 1.0, alpha * np.exp(np.minimum(x, 0))),
+            {"alpha": 0.7}),
+    "sigmoid": (lambda x: 0.5 * (1 + np.tanh(x / 2)),
+                lambda x: 0.25 * (1 - np.tanh(x / 2) ** 2), {}),
+    "tanh": (np.tanh, lambda x: 1 - np.tanh(x) ** 2, {}),
+    "softplus": (lambda x: np.logaddexp(0, x), lambda x: 0.5 * (1 + np.tanh(x / 2)), {}),
+    "gelu": (lambda x, approximate="none": 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+             lambda x, approximate="none": 0.5 * (1 + _erf(x / math.sqrt(2)))
+             + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi), {}),
+    "gelu_tanh": (lambda x: 0.5 * x * (1 + _gelu_tanh_parts(x)),
+                  lambda x: 0.5 * (1 + _gelu_tanh_parts(x)) + 0.5 * x
+                  * (1 - _gelu_tanh_parts(x) ** 2) * _K * (1 + 3 * 0.044715 * x * x), {}),
+}
+NAMES = list(REF)
+
+
+def _fwd(name):
+    if name == "gelu_tanh":
+        return lambda x, **k: F.gelu(x, approximate="tanh", **k)
+    return getattr(F, name)
+
+
+def _bwd(name):
+    if name == "gelu_tanh":
+        return lambda x, g, **k: F.gelu_backward(x, g, approximate="tanh", **k)
+    return getattr(F, name + "_backward")
+
+
+def _params(name):
+    return REF[name][2]
+
+
+def _close(got, exp, dtype):
+    got = got.numpy() if isinstance(got, ndws.NDArray) else np.asarray(got)
+    assert got.dtype == np.dtype(dtype)
+    assert got.shape == np.shape(exp)
+    rtol, atol = TOL[np.dtype(dtype)]
+    np.testing.assert_allclose(got.astype(np.float64), exp, rtol=rtol, atol=atol,
+                               equal_nan=True)
+
+
+def _ref_f(name, x):
+    return REF[name][0](x.astype(np.float64), **_params(name))
+
+
+def _ref_d(name, x, g):
+    return REF[name][1](x.astype(np.float64), **_params(name)) * g.astype(np.float64)
+
+
+# ------------------------------------------------------------------------------------------------
+# forward / backward vs NumPy, every dtype (both fused specialisations) and odd sizes
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("n", SIZES)
+def test_forward_and_backward_match_numpy(name, dtype, n, rng):
+    x = (rng.standard_normal(n) * 3).astype(dtype)
+    g = rng.standard_normal(n).astype(dtype)
+    y = _fwd(name)(ndws.array(x), **_params(name))
+    assert isinstance(y, ndws.NDArray) and y.dtype == np.dtype(dtype)
+    _close(y, _ref_f(name, x), dtype)
+    d = _bwd(name)(ndws.array(x), ndws.array(g), **_params(name))
+    _close(d, _ref_d(name, x, g), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", NAMES)
+def test_strided_views_and_numpy_inputs(name, dtype, rng):
+    base = (rng.standard_normal((9, 14)) * 3).astype(dtype)
+    gbase = rng.standard_normal((9, 14)).astype(dtype)
+    for key in [np.s_[::2, 1::3], np.s_[::-1, ::-2], np.s_[3, ::-1], np.s_[:, 5]]:
+        x, g = base[key], gbase[key]
+        # NDArray views (non-contiguous, negative strides)
+        y = _fwd(name)(ndws.array(base)[key], **_params(name))
+        _close(y, _ref_f(name, x), dtype)
+        d = _bwd(name)(ndws.array(base)[key], ndws.array(gbase)[key], **_params(name))
+        _close(d, _ref_d(name, x, g), dtype)
+        # NumPy views are accepted too (wrapped without a copy)
+        _close(_fwd(name)(x, **_params(name)), _ref_f(name, x), dtype)
+    # a transposed 3-D array
+    x3 = (rng.standard_normal((3, 4, 5)) * 3).astype(dtype)
+    _close(_fwd(name)(ndws.array(x3).transpose((2, 0, 1)), **_params(name)),
+           _ref_f(name, x3.transpose(2, 0, 1)), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", NAMES)
+def test_out_in_place_and_into_strided_out(name, dtype, rng):
+    x = (rng.standard_normal((6, 11)) * 3).astype(dtype)
+    g = rng.standard_normal((6, 11)).astype(dtype)
+    a = ndws.array(x)
+    assert _fwd(name)(a, out=a, **_params(name)) is a          # in place
+    _close(a, _ref_f(name, x), dtype)
+    a, b = ndws.array(x), ndws.array(g)
+    assert _bwd(name)(a, b, out=b, **_params(name)) is b       # out is grad_output
+    _close(b, _ref_d(name, x, g), dtype)
+    a, b = ndws.array(x), ndws.array(g)
+    assert _bwd(name)(a, b, out=a, **_params(name)) is a       # out is x
+    _close(a, _ref_d(name, x, g), dtype)
+    # a strided, reversed out= of another array
+    big = ndws.zeros((6, 22), dtype=dtype)
+    view = big[:, ::-2]
+    assert _fwd(name)(ndws.array(x), out=view, **_params(name)) is view
+    _close(view, _ref_f(name, x), dtype)
+    assert np.all(big.numpy()[:, ::2] == 0)
+    # a NumPy out= is written through
+    nout = np.empty_like(x)
+    assert _fwd(name)(x, out=nout, **_params(name)) is nout
+    _close(nout, _ref_f(name, x), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_partially_overlapping_input(dtype, rng):
+    # out= a shifted view of x: computed through a temporary, never reading overwritten input
+    x = (rng.standard_normal(40) * 3).astype(dtype)
+    a = ndws.array(x)
+    F.sigmoid(a[:-3], out=a[3:])
+    _close(a[3:], REF["sigmoid"][0](x[:-3].astype(np.float64)), dtype)
+    b = ndws.array(x)
+    F.tanh(b[::-1], out=b)                     # reversed self: not element for element
+    _close(b, np.tanh(x[::-1].astype(np.float64)), dtype)
+    c = ndws.array(x.reshape(5, 8))
+    F.softmax(c.T, axis=0, out=c.T)            # same elements: in place is fine
+    _close(c, _softmax_ref(x.reshape(5, 8).T, 0).T, dtype)
+
+
+@pytest.mark.parametrize("name", NAMES + ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_empty_arrays(name, dtype):
+    for shape in [(0,), (3, 0), (0, 4)]:
+        x = ndws.zeros(shape, dtype=dtype)
+        if name in ("softmax", "log_softmax"):
+            y = getattr(F, name)(x, axis=0)
+            d = getattr(F, name + "_backward")(x, x, axis=0)
+        else:
+            y = _fwd(name)(x, **_params(name))
+            d = _bwd(name)(x, x, **_params(name))
+        assert y.shape == shape and y.dtype == np.dtype(dtype)
+        assert d.shape == shape
+
+
+# ------------------------------------------------------------------------------------------------
+# softmax / log_softmax
+
+
+def _softmax_ref(x, axis):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax_ref(x, axis):
+    x = x.astype(np.float64)
+    m = x.max(axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2])
+def test_softmax_any_axis(dtype, axis, rng):
+    x = (rng.standard_normal((5, 7, 65)) * 4).astype(dtype)
+    g = rng.standard_normal((5, 7, 65)).astype(dtype)
+    _close(F.softmax(ndws.array(x), axis=axis), _softmax_ref(x, axis), dtype)
+    _close(F.log_softmax(ndws.array(x), axis=axis), _log_softmax_ref(x, axis), dtype)
+    y = _softmax_ref(x, axis)
+    g64 = g.astype(np.float64)
+    exp_sm = y * (g64 - (g64 * y).sum(axis=axis, keepdims=True))
+    exp_lsm = g64 - y * g64.sum(axis=axis, keepdims=True)
+    _close(F.softmax_backward(ndws.array(x), ndws.array(g), axis=axis), exp_sm, dtype)
+    _close(F.log_softmax_backward(ndws.array(x), ndws.array(g), axis=axis), exp_lsm, dtype)
+    # a reversed, strided view and in place
+    xv = x[::-1, ::2]
+    _close(F.softmax(ndws.array(x)[::-1, ::2], axis=axis), _softmax_ref(xv, axis), dtype)
+    a = ndws.array(x)
+    F.log_softmax(a, axis=axis, out=a)
+    _close(a, _log_softmax_ref(x, axis), dtype)
+    a, b = ndws.array(x), ndws.array(g)
+    F.softmax_backward(a, b, axis=axis, out=b)
+    _close(b, exp_sm, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_softmax_stable_and_1d(dtype, n, rng):
+    x = (rng.standard_normal(n) * 3).astype(dtype)
+    big = x + dtype(80 if dtype == np.float32 else 700)   # exp would overflow unshifted
+    _close(F.softmax(ndws.array(big)), _softmax_ref(big, -1), dtype)
+    _close(F.log_softmax(big), _log_softmax_ref(big, -1), dtype)
+
+
+def test_softmax_errors():
+    with pytest.raises(ValueError, match=r"softmax: axis 2 is out of bounds for an array of "
+                                         r"dimension 2"):
+        F.softmax(ndws.zeros((2, 3)), axis=2)
+    with pytest.raises(TypeError, match=r"softmax: axis must be an int, got 0.5"):
+        F.softmax(ndws.zeros((2, 3)), axis=0.5)
+    with pytest.raises(ValueError, match=r"softmax: x must have at least one dimension"):
+        F.softmax(ndws.array(1.0))
+
+
+# ------------------------------------------------------------------------------------------------
+# NaN / inf
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_and_inf(dtype):
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30], dtype=dtype)
+    with np.errstate(all="ignore"):
+        for name in NAMES:
+            y = _fwd(name)(x, **_params(name)).numpy()
+            assert np.isnan(y[0]), name                        # NaN propagates (relu too)
+            d = _bwd(name)(x, np.ones_like(x), **_params(name)).numpy()
+            assert np.isnan(d[0]) or name == "identity", name   # f'(NaN) is NaN
+            assert not np.isnan(y[1:]).any(), (name, y)        # infinities are handled
+            assert not np.isnan(d[1:]).any(), (name, d)
+    inf = np.array([np.inf, -np.inf], dtype=dtype)
+    assert F.sigmoid(inf).tolist() == [1.0, 0.0]
+    assert F.tanh(inf).tolist() == [1.0, -1.0]
+    assert F.softplus(inf).tolist() == [np.inf, 0.0]
+    assert F.relu(inf).tolist() == [np.inf, 0.0]
+    assert F.gelu(inf).tolist() == [np.inf, 0.0]
+    assert F.gelu(inf, approximate="tanh").tolist() == [np.inf, 0.0]
+    assert F.elu(inf).tolist() == [np.inf, -1.0]
+    big = np.array([50.0, 1e4, 3e38], dtype=dtype)
+    np.testing.assert_array_equal(F.softplus(big).numpy(), big)   # x for large x, no overflow
+    np.testing.assert_array_equal(F.sigmoid_backward(-big[1:], np.ones(2, dtype)).numpy(), 0)
+    # a NaN anywhere in a softmax row makes that row NaN, and only that row
+    rows = np.array([[1.0, np.nan, 2.0], [1.0, 2.0, 3.0]], dtype=dtype)
+    s = F.softmax(rows).numpy()
+    assert np.isnan(s[0]).all() and not np.isnan(s[1]).any()
+
+
+# ------------------------------------------------------------------------------------------------
+# finite-difference gradient checks (float64)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_derivatives_by_finite_differences(name, rng):
+    x = rng.standard_normal(257) * 3
+    x = x[np.abs(x) > 1e-3]                     # relu-like kinks at 0
+    g = rng.standard_normal(x.size)
+    h = 1e-6
+    f = _fwd(name)
+    num = (f(x + h, **_params(name)).numpy() - f(x - h, **_params(name)).numpy()) / (2 * h)
+    got = _bwd(name)(x, g, **_params(name)).numpy()
+    np.testing.assert_allclose(got, num * g, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_softmax_vjp_by_finite_differences(name, axis, rng):
+    x = rng.standard_normal((4, 5)) * 2
+    g = rng.standard_normal((4, 5))
+    f = getattr(F, name)
+    h = 1e-6
+    num = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += h
+        xm[idx] -= h
+        num[idx] = np.sum(g * (f(xp, axis=axis).numpy() - f(xm, axis=axis).numpy())) / (2 * h)
+    got = getattr(F, name + "_backward")(x, g, axis=axis).numpy()
+    np.testing.assert_allclose(got, num, rtol=1e-6, atol=1e-8)
+
+
+# ------------------------------------------------------------------------------------------------
+# generic activation(name, ...)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_generic_activation_names_and_aliases(dtype, rng):
+    x = (rng.standard_normal((3, 8)) * 3).astype(dtype)
+    g = rng.standard_normal((3, 8)).astype(dtype)
+    cases = [("identity", "identity", {}), ("RELU", "relu", {}), ("leakyrelu", "leaky_relu", {}),
+             ("leaky_relu", "leaky_relu", {"alpha": 0.3}), ("elu", "elu", {"alpha": 2.0}),
+             ("sigmoid", "sigmoid", {}), ("tanh", "tanh", {}), ("softplus", "softplus", {}),
+             ("gelu", "gelu", {}), ("gelu", "gelu", {"approximate": "tanh"})]
+    for alias, name, params in cases:
+        exp = _fwd(name)(x, **params).numpy()
+        np.testing.assert_array_equal(F.activation(alias, x, **params).numpy(), exp)
+        expd = _bwd(name)(x, g, **params).numpy()
+        np.testing.assert_array_equal(F.activation_backward(alias, x, g, **params).numpy(),
+                                      expd)
+    for alias, name in [("softmax", "softmax"), ("logsoftmax", "log_softmax"),
+                        ("log_softmax", "log_softmax")]:
+        for axis in (0, -1):
+            np.testing.assert_array_equal(F.activation(alias, x, axis=axis).numpy(),
+                                          getattr(F, name)(x, axis=axis).numpy())
+            np.testing.assert_array_equal(
+                F.activation_backward(alias, x, g, axis=axis).numpy(),
+                getattr(F, name + "_backward")(x, g, axis=axis).numpy())
+    out = ndws.empty((3, 8), dtype=dtype)
+    assert F.activation("relu", x, out=out) is out
+    _close(out, _ref_f("relu", x), dtype)
+
+
+def test_generic_activation_errors():
+    x = ndws.zeros(3)
+    with pytest.raises(ValueError, match=r"unknown activation 'swish'; valid names: elu, gelu, "
+                                         r"identity, leaky_relu, leakyrelu, linear, "
+                                         r"log_softmax, logsoftmax, relu, sigmoid, softmax, "
+                                         r"softplus, tanh"):
+        F.activation("swish", x)
+    with pytest.raises(TypeError, match=r"unexpected parameter 'alpha' for activation 'relu'"):
+        F.activation("relu", x, alpha=0.1)
+    with pytest.raises(ValueError, match=r"approximate must be 'none' or 'tanh', got 'fast'"):
+        F.activation("gelu", x, approximate="fast")
+    with pytest.raises(TypeError, match=r"activation: name must be a str"):
+        F.activation(3, x)
+    assert F.ACTIVATIONS == tuple(sorted(F.ACTIVATIONS))
+
+
+# ------------------------------------------------------------------------------------------------
+# argument validation
+
+
+def test_argument_errors():
+    x = ndws.zeros((2, 3))
+    with pytest.raises(TypeError, match=r"relu: x must be a float32 or float64 array, got "
+                                        r"dtype int64"):
+        F.relu(ndws.zeros((2, 3), dtype=np.int64))
+    with pytest.raises(TypeError, match=r"relu: x must be a float32 or float64 array, got "
+                                        r"dtype <U1"):
+        F.relu(["a"])
+    with pytest.raises(TypeError, match=r"relu: x must be a float32 or float64 array, got "
+                                        r"dtype object"):
+        F.relu(None)
+    with pytest.raises(TypeError, match=r"tanh_backward: grad_output has dtype float32, "
+                                        r"expected float64 \(the dtype of x\)"):
+        F.tanh_backward(x, ndws.zeros((2, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"tanh_backward: grad_output has shape \(3, 2\), "
+                                         r"expected \(2, 3\) \(the shape of x\)"):
+        F.tanh_backward(x, ndws.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"sigmoid: out has shape \(3,\), expected \(2, 3\)"):
+        F.sigmoid(x, out=ndws.zeros(3))
+    with pytest.raises(TypeError, match=r"sigmoid: out has dtype float32, expected float64"):
+        F.sigmoid(x, out=ndws.zeros((2, 3), dtype=np.float32))
+    with pytest.raises(TypeError, match=r"sigmoid: out must be an NDArray or numpy.ndarray, "
+                                        r"got list"):
+        F.sigmoid(x, out=[0.0])
+    ro = np.zeros((2, 3))
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match=r"sigmoid: out is read-only"):
+        F.sigmoid(x, out=ro)
+    with pytest.raises(TypeError, match=r"leaky_relu: alpha must be a real number, got 'a'"):
+        F.leaky_relu(x, alpha="a")
+    with pytest.raises(ValueError, match=r"gelu: approximate must be 'none' or 'tanh'"):
+        F.gelu(x, approximate=None)
+    # lists are converted (float64), results are NDArrays
+    assert F.relu([-1.0, 2.0]).tolist() == [0.0, 2.0]
+
+
+# ------------------------------------------------------------------------------------------------
+# workspaces: placement and stale arrays
+
+
+def test_results_placed_in_current_workspace_and_out_wins():
+    x = ndws.array(np.linspace(-2, 2, 50))
+    with ndws.workspace("ACT_WS") as ws:
+        y = F.relu(x)
+        assert y.workspace_id == "ACT_WS"
+        d = F.softmax_backward(x, x)
+        assert d.workspace_id == "ACT_WS"
+        before = ws.this_cycle_allocations
+        out = ndws.empty(50, detached=True)
+        assert F.sigmoid(x, out=out) is out and not out.is_attached()
+        assert ws.this_cycle_allocations == before      # out= allocates nothing
+    assert not F.relu(x).is_attached()                  # no workspace: detached
+
+
+def test_stale_arrays_raise_workspace_error():
+    good = ndws.zeros(4)
+    with ndws.workspace("STALE_WS"):
+        stale = ndws.zeros(4)
+    for call in [lambda: F.relu(stale), lambda: F.relu(good, out=stale),
+                 lambda: F.relu_backward(good, stale), lambda: F.softmax(stale),
+                 lambda: F.log_softmax_backward(good, stale),
+                 lambda: F.activation("tanh", stale)]:
+        with pytest.raises(ndws.WorkspaceError, match=r"Op \[.*\] .* argument uses leaked "
+                                                      r"workspace pointer from workspace "
+                                                      r"\[STALE_WS\]"):
+            call()
+
+
+# ------------------------------------------------------------------------------------------------
+# threads
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_and_two_threads_bit_identical(dtype, rng):
+    x = (rng.standard_normal(300_001) * 3).astype(dtype)
+    g = rng.standard_normal(300_001).astype(dtype)
+    x3 = (rng.standard_normal((301, 1001)) * 3).astype(dtype)
+    calls = [lambda: F.relu(x), lambda: F.gelu(x), lambda: F.softplus_backward(x, g),
+             lambda: F.elu(x[::-1]), lambda: F.tanh(x3.T),
+             lambda: F.softmax(x3), lambda: F.softmax(x3, axis=0),
+             lambda: F.log_softmax_backward(x3, x3)]
+    for call in calls:
+        with ndws.num_threads(1):
+            one = call().numpy()
+        with ndws.num_threads(2):
+            two = call().numpy()
+        assert one.tobytes() == two.tobytes()
+
+
+def _progress_during(kernel):
+    """Run `kernel()` while another Python thread counts; return how far it counted during
+    the call. A huge switch interval means the main thread never gives up the GIL on its own,
+    so the counter can only move while the kernel has released it."""
+    counter = [0]
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            counter[0] += 1
+            time.sleep(0)            # gives the GIL back, so the main thread can resume
+
+    old = sys.getswitchinterval()
+    t = threading.Thread(target=count)
+    t.start()
+    try:
+        while counter[0] == 0:
+            time.sleep(0.001)
+        sys.setswitchinterval(1000.0)
+        before = counter[0]
+        kernel()
+        after = counter[0]
+    finally:
+        sys.setswitchinterval(old)
+        stop.set()
+        t.join()
+    return after - before
+
+
+def test_gil_released_during_long_kernels():
+    x = np.random.default_rng(0).standard_normal(4_000_000)
+    with ndws.num_threads(1):
+        assert _progress_during(lambda: F.gelu(x)) > 0
+        assert _progress_during(lambda: F.softmax_backward(x.reshape(1000, -1),
+                                                           x.reshape(1000, -1))) > 0
+
+
+def test_concurrent_python_threads(threaded, rng):
+    x = rng.standard_normal((64, 100))
+    expected = F.softmax(x).numpy()
+
+    def work(i):
+        with ndws.num_threads(1):
+            for _ in range(20):
+                np.testing.assert_array_equal(F.softmax(x).numpy(), expected)
+        return i
+
+    assert threaded(work, 4) == [0, 1, 2, 3]
+
+
+def test_public_module_all():
+    import ndws.nn
+    assert ndws.nn.functional is F
+    for name in F.__all__:
+        assert callable(getattr(F, name)) or name == "ACTIVATIONS"
+    import doctest
+    failures, tried = doctest.testmod(F, optionflags=doctest.ELLIPSIS)
+    assert tried > 0 and failures == 0
+    from ndws import _kernels
+    failures, tried = doctest.testmod(_kernels, optionflags=doctest.ELLIPSIS)
+    assert tried > 0 and failures == 0
+
+
+def test_stub_lists_every_public_kernel():
+    import pathlib
+    from ndws import _kernels
+    stub = (pathlib.Path(_kernels.__file__).parent / "_kernels.pyi").read_text()
+    public = [n for n in dir(_kernels) if not n.startswith("_") and n != "np"]
+    missing = [n for n in public if n not in stub]
+    assert not missing, f"_kernels.pyi lacks {missing}"
+    assert sorted(F.__all__) == sorted(n for n in public)
