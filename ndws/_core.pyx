@@ -32,6 +32,10 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABL
                              PyBUF_ANY_CONTIGUOUS)
 from cpython.pystate cimport PyThreadState_GetDict
 from cpython.number cimport PyNumber_Index
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from libc.float cimport FLT_MAX
+from libc.math cimport isinf
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy
 from libc.stdint cimport uint64_t, uintptr_t, int32_t, int64_t
@@ -51,6 +55,7 @@ import warnings
 import numpy as np
 
 cnp.import_array()
+cnp.import_ufunc()   # PyUFunc_GiveFloatingpointErrors (the fast paths' errstate reporting)
 
 cdef extern from "numpy/arrayobject.h":
     # Cython's numpy.pxd leaves this one out. It steals a reference to `descr`.
@@ -2334,39 +2339,75 @@ cdef class NDArray:
         return _array_ufunc(ufunc, method, inputs, kwargs)
 
     def __add__(self, other):
+        r = _fast_binary(OP_ADD, self, other, None, "add")
+        if r is not None:
+            return r
         return _binop(np.add, self, other)
 
     def __radd__(self, other):
+        r = _fast_binary(OP_ADD, other, self, None, "add")
+        if r is not None:
+            return r
         return _binop(np.add, other, self)
 
     def __iadd__(self, other):
+        r = _fast_binary(OP_ADD, self, other, self, "add")
+        if r is not None:
+            return r
         return _inplace(np.add, self, other)
 
     def __sub__(self, other):
+        r = _fast_binary(OP_SUB, self, other, None, "subtract")
+        if r is not None:
+            return r
         return _binop(np.subtract, self, other)
 
     def __rsub__(self, other):
+        r = _fast_binary(OP_SUB, other, self, None, "subtract")
+        if r is not None:
+            return r
         return _binop(np.subtract, other, self)
 
     def __isub__(self, other):
+        r = _fast_binary(OP_SUB, self, other, self, "subtract")
+        if r is not None:
+            return r
         return _inplace(np.subtract, self, other)
 
     def __mul__(self, other):
+        r = _fast_binary(OP_MUL, self, other, None, "multiply")
+        if r is not None:
+            return r
         return _binop(np.multiply, self, other)
 
     def __rmul__(self, other):
+        r = _fast_binary(OP_MUL, other, self, None, "multiply")
+        if r is not None:
+            return r
         return _binop(np.multiply, other, self)
 
     def __imul__(self, other):
+        r = _fast_binary(OP_MUL, self, other, self, "multiply")
+        if r is not None:
+            return r
         return _inplace(np.multiply, self, other)
 
     def __truediv__(self, other):
+        r = _fast_binary(OP_DIV, self, other, None, "divide")
+        if r is not None:
+            return r
         return _binop(np.true_divide, self, other)
 
     def __rtruediv__(self, other):
+        r = _fast_binary(OP_DIV, other, self, None, "divide")
+        if r is not None:
+            return r
         return _binop(np.true_divide, other, self)
 
     def __itruediv__(self, other):
+        r = _fast_binary(OP_DIV, self, other, self, "divide")
+        if r is not None:
+            return r
         return _inplace(np.true_divide, self, other)
 
     def __floordiv__(self, other):
@@ -2470,12 +2511,18 @@ cdef class NDArray:
         return _inplace(np.right_shift, self, other)
 
     def __neg__(self):
+        r = _fast_unary(OP_NEG, self, None, "negative")
+        if r is not None:
+            return r
         return ufunc_call(np.negative, (self,))
 
     def __pos__(self):
         return ufunc_call(np.positive, (self,))
 
     def __abs__(self):
+        r = _fast_unary(OP_ABS, self, None, "absolute")
+        if r is not None:
+            return r
         return ufunc_call(np.absolute, (self,))
 
     def __invert__(self):
@@ -2503,10 +2550,16 @@ cdef class NDArray:
 
     def sum(self, axis=None, dtype=None, out=None, keepdims=False):
         """Sum over `axis` (all axes by default); the result is placed like any new array."""
+        r = _fast_reduce(RED_SUM, self, axis, dtype, out, keepdims, 0, "sum")
+        if r is not None:
+            return r
         return reduce_call("sum", np.sum, self, axis, out, keepdims, dtype=dtype)
 
     def mean(self, axis=None, dtype=None, out=None, keepdims=False):
         """Arithmetic mean over `axis` (see `ndws.mean`)."""
+        r = _fast_reduce(RED_MEAN, self, axis, dtype, out, keepdims, 0, "mean")
+        if r is not None:
+            return r
         return reduce_call("mean", np.mean, self, axis, out, keepdims, dtype=dtype)
 
     def prod(self, axis=None, dtype=None, out=None, keepdims=False):
@@ -2515,26 +2568,44 @@ cdef class NDArray:
 
     def max(self, axis=None, out=None, keepdims=False):
         """Maximum over `axis` (see `ndws.max`)."""
+        r = _fast_reduce(RED_MAX, self, axis, None, out, keepdims, 0, "max")
+        if r is not None:
+            return r
         return reduce_call("max", np.max, self, axis, out, keepdims)
 
     def min(self, axis=None, out=None, keepdims=False):
         """Minimum over `axis` (see `ndws.min`)."""
+        r = _fast_reduce(RED_MIN, self, axis, None, out, keepdims, 0, "min")
+        if r is not None:
+            return r
         return reduce_call("min", np.min, self, axis, out, keepdims)
 
     def argmax(self, axis=None, out=None, keepdims=False):
         """Index of the maximum along `axis` (see `ndws.argmax`)."""
+        r = _fast_reduce(RED_ARGMAX, self, axis, None, out, keepdims, 0, "argmax")
+        if r is not None:
+            return r
         return reduce_call("argmax", np.argmax, self, axis, out, keepdims)
 
     def argmin(self, axis=None, out=None, keepdims=False):
         """Index of the minimum along `axis` (see `ndws.argmin`)."""
+        r = _fast_reduce(RED_ARGMIN, self, axis, None, out, keepdims, 0, "argmin")
+        if r is not None:
+            return r
         return reduce_call("argmin", np.argmin, self, axis, out, keepdims)
 
     def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
         """Standard deviation over `axis` (see `ndws.std`)."""
+        r = _fast_reduce(RED_STD, self, axis, dtype, out, keepdims, ddof, "std")
+        if r is not None:
+            return r
         return reduce_call("std", np.std, self, axis, out, keepdims, dtype=dtype, ddof=ddof)
 
     def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
         """Variance over `axis` (see `ndws.var`)."""
+        r = _fast_reduce(RED_VAR, self, axis, dtype, out, keepdims, ddof, "var")
+        if r is not None:
+            return r
         return reduce_call("var", np.var, self, axis, out, keepdims, dtype=dtype, ddof=ddof)
 
     def any(self, axis=None, out=None, keepdims=False):
@@ -2566,6 +2637,916 @@ def _rows(NDArray a):
 
 def _unpickle(data):
     return array(data, detached=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Native fast paths (issue 3): element-wise ops and reductions for float32/float64
+#
+# Tried before any generic machinery (no kwargs dict, no tuples, no NumPy views, no dtype
+# resolution): each returns the result, or None when the case is not covered, and the caller
+# then takes the NumPy path of "Op dispatch" below, which stays the reference oracle. Covered:
+# C-contiguous operands of one float dtype, same shape or a scalar (Python int/float with
+# NEP 50's weak promotion, or a one-element array of the same dtype) or a row (n,) / column
+# (m, 1) broadcast; reductions over all axes or one axis of a C-contiguous array. Operands
+# are classified from their fields first (no memory is read), then validated in the generic
+# path's order and with its roles, so a stale array gets the very same WorkspaceError.
+
+include "_loops.pxi"
+
+cdef object _F32 = np.dtype(np.float32)
+cdef object _INTP = np.dtype(np.intp)
+cdef object _SAME_KIND = "same_kind"
+cdef object _ORDER_K = "K"
+
+# Below this many bytes a kernel keeps the GIL: releasing and re-taking it costs about as much
+# as the loop itself (a 16 KiB add is ~0.3 us here).
+cdef Py_ssize_t _NOGIL_FAST = 1 << 14
+
+# Elements per kernel thread below which a second thread does not pay (threads_for; a call
+# uses 2 threads from 2 * GRAIN elements). Measured with `python bench/bench_ops.py --grain`
+# on this machine (2 cores, Zen 4, float32, us per call with 1 / 2 threads):
+#   add (out=):         32768: 2.6 / 2.5   65536: 5.0 / 4.1   131072: 10.3 / 7.4
+#   sum (flat):         65536: 3.3 / 4.5  131072: 6.5 / 9.2   262144: 13.9 / 13.1  1M: 55 / 50
+#   sum(axis=0):        65536: 4.9 / 4.6  131072: 9.7 / 7.2   262144: 20.3 / 11.8
+# i.e. two threads start to win at ~64K elements for streaming element-wise loops and at
+# 128K-256K for reductions (a parallel region costs ~2 us here; a sum runs at ~5 elements/ns).
+cdef Py_ssize_t GRAIN_ELEMENTWISE = 1 << 15
+cdef Py_ssize_t GRAIN_REDUCE = 1 << 16
+# Column-chunk width of reductions along a non-last axis: each task owns these many output
+# columns (and a private scratch), so chunks never share a cache line between threads.
+cdef Py_ssize_t _COL_CHUNK = 512
+
+# Up to this many elements exp/log/tanh run natively (the per-call cost wins); above, NumPy's
+# SIMD loops are faster than libm's scalar functions (measured: equal at ~64 float32 elements).
+cdef Py_ssize_t _LIBM_MAX = 32
+cdef dict _LIBM_UFUNCS = {OP_EXP: np.exp, OP_LOG: np.log, OP_TANH: np.tanh}
+
+# ufunc -> operation code, for calls that arrive with a NumPy ufunc (np.add(a, b) on NDArrays)
+cdef dict _FAST_UFUNCS = {
+    np.add: OP_ADD, np.subtract: OP_SUB, np.multiply: OP_MUL, np.true_divide: OP_DIV,
+    np.maximum: OP_MAX, np.minimum: OP_MIN, np.negative: OP_NEG, np.absolute: OP_ABS,
+    np.square: OP_SQUARE, np.sqrt: OP_SQRT, np.exp: OP_EXP, np.log: OP_LOG, np.tanh: OP_TANH,
+    np.reciprocal: OP_RECIP,
+}
+
+
+# Calls completed by each native kernel family, per dtype (tests prove with these that every
+# fused specialisation ran): binary, unary, reductions, and exp/log/tanh handed to NumPy's SIMD.
+cdef Py_ssize_t _native_hits[4][2]
+
+
+def _native_calls():
+    """Completed native fast-path calls so far: {family: (float32, float64)} (for tests)."""
+    return {name: (_native_hits[i][0], _native_hits[i][1])
+            for i, name in enumerate(("binary", "unary", "reduce", "numpy_simd"))}
+
+
+cdef inline bint _fast_dtype(object dt) noexcept:
+    # identity: the canonical native-order dtype objects only (a byte-swapped '>f4' is not it)
+    return dt is _F32 or dt is _F64
+
+
+cdef inline bint _default_ufunc_kw(object where, object casting, object order, object dtype,
+                                   object subok, object signature):
+    return (where is True and dtype is None and signature is None and subok is True
+            and (casting is _SAME_KIND or casting == "same_kind")
+            and (order is _ORDER_K or order == "K"))
+
+
+cdef dict _ufunc_kw(object where, object casting, object order, object dtype, object subok,
+                    object signature):
+    # the keyword arguments a caller really gave, for the generic path
+    kw = {}
+    if where is not True:
+        kw["where"] = where
+    if not (casting is _SAME_KIND or casting == "same_kind"):
+        kw["casting"] = casting
+    if not (order is _ORDER_K or order == "K"):
+        kw["order"] = order
+    if dtype is not None:
+        kw["dtype"] = dtype
+    if subok is not True:
+        kw["subok"] = subok
+    if signature is not None:
+        kw["signature"] = signature
+    return kw
+
+
+cdef bint _weak_scalar(object v, object dt, double* value) except -1:
+    # A Python int/float operand under NEP 50: converted to the array's float dtype. Only
+    # values the conversion takes exactly (ints) or without overflow (floats) are taken here;
+    # the rest go to NumPy, which warns or raises as it does.
+    cdef object t = type(v)
+    cdef double d
+    cdef long long i
+    cdef int overflow = 0
+    if t is float:
+        d = PyFloat_AS_DOUBLE(v)
+        if dt is _F32 and d == d and (d > FLT_MAX or d < -FLT_MAX) and not isinf(d):
+            return False
+        value[0] = d
+        return True
+    if t is int:
+        i = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if overflow:
+            return False
+        # exact in the target: 2**24 for float32, 2**53 for float64
+        if dt is _F32:
+            if i > 16777216 or i < -16777216:
+                return False
+        elif i > 9007199254740992 or i < -9007199254740992:
+            return False
+        value[0] = <double>i
+        return True
+    return False
+
+
+cdef bint _broadcast_layout(NDArray big, NDArray small, Py_ssize_t* m, Py_ssize_t* n,
+                            Py_ssize_t* srs, bint* svec) noexcept:
+    # Whether `small` broadcasts to `big`'s shape as: the same shape, one element, a trailing
+    # row (leading dims of 1 allowed) or a column (same rank, last dim 1). Sets the (m, n) grid
+    # over `big` and `small`'s row stride / column kind (see _bin_rows_inl).
+    cdef int d = big._ndim - small._ndim, i, k
+    cdef int last = big._ndim - 1
+    if d < 0:
+        return False
+    if d == 0:
+        for i in range(big._ndim):
+            if big._shape[i] != small._shape[i]:
+                break
+        else:
+            m[0] = 1; n[0] = big._size; srs[0] = 0; svec[0] = True
+            return True
+    if small._size == 1:
+        m[0] = 1; n[0] = big._size; srs[0] = 0; svec[0] = False
+        return True
+    k = 0
+    while k < small._ndim and small._shape[k] == 1:
+        k += 1
+    for i in range(k, small._ndim):
+        if small._shape[i] != big._shape[i + d]:
+            break
+    else:
+        n[0] = small._size
+        m[0] = big._size // small._size if small._size else 0
+        srs[0] = 0; svec[0] = True
+        return True
+    if d == 0 and last >= 1 and small._shape[last] == 1:
+        for i in range(last):
+            if big._shape[i] != small._shape[i]:
+                return False
+        n[0] = big._shape[last]
+        m[0] = big._size // n[0] if n[0] else 0
+        srs[0] = 1; svec[0] = False
+        return True
+    return False
+
+
+cdef inline bint _disjoint(NDArray o, NDArray p) noexcept:
+    # dense (C-contiguous) arrays: byte ranges do not intersect
+    if o._size == 0 or p._size == 0:
+        return True
+    return (o._data + o._size * o._itemsize <= p._data
+            or p._data + p._size * p._itemsize <= o._data)
+
+
+cdef inline bint _same_shape(NDArray a, NDArray b) noexcept:
+    cdef int i
+    if a._ndim != b._ndim:
+        return False
+    for i in range(a._ndim):
+        if a._shape[i] != b._shape[i]:
+            return False
+    return True
+
+
+cdef bint _out_ok(NDArray o, object dt, NDArray a, NDArray b) noexcept:
+    # An `out=` the kernels can write: right dtype, dense, writeable, and either disjoint from
+    # each input or that very input (same start, same size: element k of one is element k of
+    # the other). Partial overlaps go to NumPy, which copies first.
+    if o._dtype is not dt or not o._writeable or not _c_contiguous(o):
+        return False
+    if a is not None and not _disjoint(o, a) and not (o._data == a._data
+                                                      and o._size == a._size):
+        return False
+    if b is not None and not _disjoint(o, b) and not (o._data == b._data
+                                                      and o._size == b._size):
+        return False
+    return True
+
+
+cdef int _give_fpe(object name, int flags, NDArray made) except -1:
+    # NumPy's floating-point error reporting (warn / raise / ignore per np.errstate); a result
+    # this call allocated is given back when the errstate turns the flags into an exception.
+    cdef bytes b = name.encode()
+    try:
+        if ndws_give_fpe(b, flags) == -2:
+            _py_give_fpe(name, flags)
+    except BaseException:
+        if made is not None:
+            _discard(made)
+        raise
+    return 0
+
+
+def _py_give_fpe(name, int flags):
+    # NumPy 1.x has no C entry for its error reporting: the same rules through np.geterr()
+    errs = np.geterr()
+    for bit, key, what in ((1, "divide", "divide by zero"), (2, "over", "overflow"),
+                           (4, "under", "underflow"), (8, "invalid", "invalid value")):
+        if not flags & bit:
+            continue
+        mode = errs[key]
+        msg = f"{what} encountered in {name}"
+        if mode == "warn":
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        elif mode == "raise":
+            raise FloatingPointError(msg)
+        elif mode in ("call", "log"):
+            handler = np.geterrcall()
+            if mode == "call":
+                handler(what, bit)
+            else:
+                handler.write(f"Warning: {msg}\n")
+        elif mode == "print":
+            sys.stderr.write(f"Warning: {msg}\n")
+
+
+cdef object _fast_binary(int op, object x1, object x2, object out, object name):
+    """x1 op x2 natively, or None when the case is not covered (see the section comment)."""
+    cdef NDArray a = None, b = None, big, o
+    cdef NDArray made = None
+    cdef object dt
+    cdef Py_ssize_t m = 1, n, srs = 0, xrs, yrs
+    cdef bint svec = False, xvec, yvec, a_big
+    cdef double sval
+    cdef float32_t s32
+    cdef float64_t s64
+    cdef char* xp
+    cdef char* yp
+    cdef int nt, fl
+    if isinstance(x1, NDArray):
+        a = <NDArray>x1
+    if isinstance(x2, NDArray):
+        b = <NDArray>x2
+    if a is not None:
+        dt = a._dtype
+        if not _fast_dtype(dt) or not _c_contiguous(a):
+            return None
+        if b is not None:
+            if b._dtype is not dt or not _c_contiguous(b):
+                return None
+            if _broadcast_layout(a, b, &m, &n, &srs, &svec):
+                a_big = True
+            elif _broadcast_layout(b, a, &m, &n, &srs, &svec):
+                a_big = False
+            else:
+                return None
+        elif not _weak_scalar(x2, dt, &sval):
+            return None
+        else:
+            a_big = True
+            n = a._size
+    elif b is not None:
+        dt = b._dtype
+        if not _fast_dtype(dt) or not _c_contiguous(b) or not _weak_scalar(x1, dt, &sval):
+            return None
+        a_big = False
+        n = b._size
+    else:
+        return None
+    big = a if a_big else b
+    if out is not None:
+        if not isinstance(out, NDArray):
+            return None
+        o = <NDArray>out
+        if not _same_shape(o, big) or not _out_ok(o, dt, a, b):
+            return None
+    if a is not None:
+        check_array(a, name, "x1")
+    if b is not None:
+        check_array(b, name, "x2")
+    if out is None:
+        o = new_array(dt, big._ndim, big._shape, False, False, None, False)
+        made = o
+        if not _is_valid(o):
+            _discard(o)
+            check_array(o, name, "out")
+    else:
+        check_array(o, name, "out")
+    if m * n == 0:
+        return o
+    # operand pointers: the big one walks rows of n; the other per _broadcast_layout, or a
+    # scalar held in a local (typed below) that the kernel reads as a one-element operand
+    s32 = <float32_t>sval
+    s64 = sval
+    if a is not None and b is not None:
+        if a_big:
+            xp, xrs, xvec = a._data, n, True
+            yp, yrs, yvec = b._data, srs, svec
+        else:
+            xp, xrs, xvec = a._data, srs, svec
+            yp, yrs, yvec = b._data, n, True
+    elif a is not None:
+        xp, xrs, xvec = a._data, n, True
+        yp = <char*>&s32 if dt is _F32 else <char*>&s64
+        yrs, yvec = 0, False
+    else:
+        xp = <char*>&s32 if dt is _F32 else <char*>&s64
+        xrs, xvec = 0, False
+        yp, yrs, yvec = b._data, n, True
+    nt = threads_for(m * n, GRAIN_ELEMENTWISE) if m * n >= 2 * GRAIN_ELEMENTWISE else 1
+    if dt is _F32:
+        if nt > 1 or m * n * 4 > _NOGIL_FAST:
+            with nogil:
+                fl = binary_kernel(op, <float32_t*>o._data, <const float32_t*>xp, xrs, xvec,
+                                   <const float32_t*>yp, yrs, yvec, m, n, nt)
+        else:
+            fl = binary_kernel(op, <float32_t*>o._data, <const float32_t*>xp, xrs, xvec,
+                               <const float32_t*>yp, yrs, yvec, m, n, 1)
+    else:
+        if nt > 1 or m * n * 8 > _NOGIL_FAST:
+            with nogil:
+                fl = binary_kernel(op, <float64_t*>o._data, <const float64_t*>xp, xrs, xvec,
+                                   <const float64_t*>yp, yrs, yvec, m, n, nt)
+        else:
+            fl = binary_kernel(op, <float64_t*>o._data, <const float64_t*>xp, xrs, xvec,
+                               <const float64_t*>yp, yrs, yvec, m, n, 1)
+    _native_hits[0][dt is _F64] += 1
+    # maximum/minimum clear their flags in NumPy (ordered compares with NaN raise "invalid")
+    if fl and op != OP_MAX and op != OP_MIN:
+        _give_fpe(name, fl, made)
+    return o
+
+
+cdef object _fast_unary(int op, object x, object out, object name):
+    """f(x) natively, or None when the case is not covered."""
+    cdef NDArray a, o
+    cdef NDArray made = None
+    cdef object dt
+    cdef Py_ssize_t n
+    cdef int nt, fl
+    if not isinstance(x, NDArray):
+        return None
+    a = <NDArray>x
+    dt = a._dtype
+    if not _fast_dtype(dt) or not _c_contiguous(a):
+        return None
+    if out is not None:
+        if not isinstance(out, NDArray):
+            return None
+        o = <NDArray>out
+        if not _same_shape(o, a) or not _out_ok(o, dt, a, None):
+            return None
+    check_array(a, name, "x")
+    if out is None:
+        o = new_array(dt, a._ndim, a._shape, False, False, None, False)
+        made = o
+        if not _is_valid(o):
+            _discard(o)
+            check_array(o, name, "out")
+    else:
+        check_array(o, name, "out")
+    n = a._size
+    if n == 0:
+        return o
+    if n > _LIBM_MAX and (op == OP_EXP or op == OP_LOG or op == OP_TANH):
+        # NumPy's own SIMD exp/log/tanh (AVX-512 here) beat a libm call per element from a few
+        # dozen elements on (tanh 1M float32: 0.24 ms vs 22 ms): they compute into the placed
+        # result directly, still skipping the generic dispatch. NumPy releases the GIL and
+        # reports floating-point errors itself.
+        try:
+            _LIBM_UFUNCS[op](np_view(a), out=np_view(o))
+        except BaseException:
+            if made is not None:
+                _discard(made)
+            raise
+        _native_hits[3][dt is _F64] += 1
+        return o
+    nt = threads_for(n, GRAIN_ELEMENTWISE) if n >= 2 * GRAIN_ELEMENTWISE else 1
+    if dt is _F32:
+        if nt > 1 or n * 4 > _NOGIL_FAST:
+            with nogil:
+                fl = unary_kernel(op, <float32_t*>o._data, <const float32_t*>a._data, n, nt)
+        else:
+            fl = unary_kernel(op, <float32_t*>o._data, <const float32_t*>a._data, n, 1)
+    else:
+        if nt > 1 or n * 8 > _NOGIL_FAST:
+            with nogil:
+                fl = unary_kernel(op, <float64_t*>o._data, <const float64_t*>a._data, n, nt)
+        else:
+            fl = unary_kernel(op, <float64_t*>o._data, <const float64_t*>a._data, n, 1)
+    _native_hits[1][dt is _F64] += 1
+    if fl:
+        _give_fpe(name, fl, made)
+    return o
+
+
+# -- reductions --
+
+@cython.cdivision(True)
+cdef inline floating_t _finish(int kind, floating_t s, Py_ssize_t count) noexcept nogil:
+    # NumPy divides by the count as an intp: in double, then rounds to the dtype
+    if kind == RED_SUM:
+        return s
+    return <floating_t>(<double>s / <double>count)
+
+
+cdef inline floating_t _root(int kind, floating_t v) noexcept nogil:
+    if kind == RED_STD:
+        if floating_t is float32_t:
+            return sqrtf(v)
+        else:
+            return c_sqrt(v)
+    return v
+
+
+cdef inline int _flat_row(int kind, const floating_t* A__i, Py_ssize_t r, Py_ssize_t den,
+                          floating_t* O__r, int64_t* K__r, Py_ssize_t i,
+                          bint track) noexcept nogil:
+    # row i of _reduce_flat; with `track`, returns the NPY_FPE_* flags of its sums (the serial
+    # caller clears and reads the flags once around all rows instead)
+    cdef floating_t s, mu, q
+    if kind == RED_MAX or kind == RED_MIN:
+        O__r[i] = extreme(A__i, r, kind == RED_MAX)
+        return 0
+    if kind == RED_ARGMAX or kind == RED_ARGMIN:
+        K__r[i] = arg_extreme(A__i, r, kind == RED_ARGMAX)
+        return 0
+    if track:
+        ndws_fpe_clear()
+    # np.add.reduce starts from the identity 0 and adds the row's pairwise sum
+    s = <floating_t>0 + pairwise_sum(A__i, r)
+    if kind == RED_VAR or kind == RED_STD:
+        mu = _finish(RED_MEAN, s, r)
+        q = <floating_t>0 + pairwise_ssd(A__i, r, mu)
+        O__r[i] = _root(kind, _finish(RED_VAR, q, den))
+    else:
+        O__r[i] = _finish(kind, s, r)
+    return ndws_fpe_read() if track else 0
+
+
+cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ssize_t r,  # IN
+                      Py_ssize_t den,                                                     # IN
+                      floating_t* O__r, int64_t* K__r,                                    # OUT
+                      int nthreads) noexcept nogil:
+    """Reduce each of `outer` dense rows of length r >= 1 (the last axis, or everything when
+    outer == 1). Returns the NPY_FPE_* flags of the sums. Rows run in parallel; one long row
+    runs its pairwise tree's top levels (sums) or fixed chunks (extremes) in parallel, with the
+    serial result's bits either way."""
+    cdef Py_ssize_t i, c, chunk, lo, hi, best_i
+    cdef int fl = 0
+    cdef floating_t s, mu, q
+    cdef Py_ssize_t idx[_TREE_LEAVES]
+    cdef floating_t vals[_TREE_LEAVES]
+    cdef bint want_max = kind == RED_MAX or kind == RED_ARGMAX
+    cdef bint extremes = (kind == RED_MAX or kind == RED_MIN or kind == RED_ARGMAX
+                          or kind == RED_ARGMIN)
+    if nthreads <= 1:
+        ndws_fpe_clear()
+        for i in range(outer):
+            _flat_row(kind, A__ri + i * r, r, den, O__r, K__r, i, False)
+        return 0 if extremes else ndws_fpe_read()
+    if outer > 1:
+        for i in prange(outer, schedule='static', num_threads=nthreads):
+            fl |= _flat_row(kind, A__ri + i * r, r, den, O__r, K__r, i, True)
+        return fl
+    if kind == RED_MAX or kind == RED_MIN:
+        # fixed chunks (by length only), folded in order with the serial rule (_pick)
+        chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES
+        for c in prange(_TREE_LEAVES, schedule='static', num_threads=nthreads):
+            lo = c * chunk
+            hi = lo + chunk
+            if hi > r:
+                hi = r
+            if lo < hi:
+                vals[c] = extreme(A__ri + lo, hi - lo, want_max)
+        s = vals[0]
+        for c in range(1, _TREE_LEAVES):
+            if c * chunk < r:
+                s = _pick(want_max, s, vals[c])
+        O__r[0] = s
+        return 0
+    if extremes:
+        # argmax/argmin: fixed chunks, then the chunks in order with the serial rule: a NaN
+        # ends the search, otherwise only a strictly better value replaces the best (the
+        # first index of the extreme)
+        chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES
+        for c in prange(_TREE_LEAVES, schedule='static', num_threads=nthreads):
+            lo = c * chunk
+            hi = lo + chunk
+            if hi > r:
+                hi = r
+            idx[c] = -1
+            if lo < hi:
+                idx[c] = lo + arg_extreme(A__ri + lo, hi - lo, want_max)
+        best_i = idx[0]
+        s = A__ri[best_i]
+        for c in range(1, _TREE_LEAVES):
+            if s != s or idx[c] < 0:
+                break
+            q = A__ri[idx[c]]
+            if q != q or ((q > s) if want_max else (q < s)):
+                s = q
+                best_i = idx[c]
+        K__r[0] = best_i
+        return 0
+    if r <= PW_BLOCKSIZE * _TREE_LEAVES:
+        return _flat_row(kind, A__ri, r, den, O__r, K__r, 0, True)
+    ndws_fpe_clear()
+    s = <floating_t>0 + tree_sum(A__ri, r, False, <floating_t>0, nthreads)
+    fl = ndws_fpe_read()
+    if kind == RED_VAR or kind == RED_STD:
+        mu = _finish(RED_MEAN, s, r)
+        ndws_fpe_clear()
+        q = <floating_t>0 + tree_sum(A__ri, r, True, mu, nthreads)
+        fl |= ndws_fpe_read()
+        O__r[0] = _root(kind, _finish(RED_VAR, q, den))
+    else:
+        O__r[0] = _finish(kind, s, r)
+    return fl
+
+
+cdef inline int _strided_unit(int kind, const floating_t* A__orj, Py_ssize_t r,
+                              Py_ssize_t inner, Py_ssize_t den, floating_t* O__oj,
+                              int64_t* K__oj, floating_t* sc, Py_ssize_t levels,
+                              Py_ssize_t cw, Py_ssize_t nch, Py_ssize_t u) noexcept nogil:
+    # task u of _reduce_strided: outer index u // nch, columns [lo, lo + cw) of the row
+    cdef Py_ssize_t oi = u // nch, lo = (u % nch) * cw, w = inner - lo, j
+    cdef const floating_t* base
+    cdef floating_t* o
+    cdef floating_t* acc = sc + levels * cw
+    if w > cw:
+        w = cw
+    base = A__orj + oi * r * inner + lo
+    o = O__oj + oi * inner + lo
+    if kind == RED_MAX or kind == RED_MIN:
+        extreme_rows(base, r, inner, w, kind == RED_MAX, o, NULL, False)
+        return 0
+    if kind == RED_ARGMAX or kind == RED_ARGMIN:
+        extreme_rows(base, r, inner, w, kind == RED_ARGMAX, acc, K__oj + oi * inner + lo, True)
+        return 0
+    ndws_fpe_clear()
+    sum_rows(base, r, inner, w, False, NULL, o, sc, cw)
+    if kind == RED_VAR or kind == RED_STD:
+        for j in range(w):
+            o[j] = _finish(RED_MEAN, o[j], r)
+        sum_rows(base, r, inner, w, True, o, acc, sc, cw)
+        for j in range(w):
+            o[j] = _root(kind, _finish(RED_VAR, acc[j], den))
+    elif kind == RED_MEAN:
+        for j in range(w):
+            o[j] = _finish(RED_MEAN, o[j], r)
+    return ndws_fpe_read()
+
+
+cdef int _reduce_strided(int kind, const floating_t* A__orj, Py_ssize_t outer, Py_ssize_t r,
+                         Py_ssize_t inner, Py_ssize_t den,                         # IN
+                         floating_t* O__oj, int64_t* K__oj,                        # OUT
+                         floating_t* scratch, Py_ssize_t per_thread,
+                         int nthreads) noexcept nogil:
+    """Reduce A viewed as (outer, r, inner), inner > 1, over its middle axis, row after row
+    (sum_rows / extreme_rows). Tasks are (outer, column chunk) pairs; each thread works in its
+    own `per_thread` slice of `scratch` (rows_levels(r) + 1 rows of the chunk width; unused
+    by max/min). Chunks depend on `inner` only, and every output element is computed the
+    same way whatever the thread count."""
+    cdef Py_ssize_t cw = _chunk_width(inner)
+    cdef Py_ssize_t nch = (inner + cw - 1) // cw
+    cdef Py_ssize_t u, levels = rows_levels(r)
+    cdef int fl = 0
+    if nthreads <= 1:
+        for u in range(outer * nch):
+            fl |= _strided_unit(kind, A__orj, r, inner, den, O__oj, K__oj, scratch, levels,
+                                cw, nch, u)
+        return fl
+    for u in prange(outer * nch, schedule='static', num_threads=nthreads):
+        fl |= _strided_unit(kind, A__orj, r, inner, den, O__oj, K__oj,
+                            scratch + threadid() * per_thread, levels, cw, nch, u)
+    return fl
+
+
+cdef inline Py_ssize_t _chunk_width(Py_ssize_t inner) noexcept nogil:
+    return inner if inner < _COL_CHUNK else _COL_CHUNK
+
+
+cdef object _fast_reduce(int kind, object a, object axis, object dtype, object out,
+                         object keepdims, object ddof, object name):
+    """A reduction natively, or None when not covered: float32/float64 C-contiguous
+    non-empty `a`, axis None or one int, no dtype change, a dense disjoint `out`. Sums that
+    raise floating-point flags are redone by NumPy, so warnings and errstate are NumPy's."""
+    cdef NDArray arr, o
+    cdef NDArray made = None
+    cdef object dt, rdt
+    cdef int ndim, ax = -1, i, nd = 0, nt, fl = 0
+    cdef Py_ssize_t outer = 1, r, inner = 1, den = 0, levels, per_thread = 0
+    cdef Py_ssize_t shape[NDWS_MAXDIMS]
+    cdef bint arg = kind == RED_ARGMAX or kind == RED_ARGMIN
+    cdef void* scratch = NULL
+    cdef double small_scratch[256]
+    if not isinstance(a, NDArray):
+        return None
+    arr = <NDArray>a
+    dt = arr._dtype
+    if not _fast_dtype(dt) or arr._size == 0 or not _c_contiguous(arr):
+        return None
+    if dtype is not None and (arg or _as_dtype(dtype) is not dt):
+        return None
+    if keepdims is not True and keepdims is not False:
+        return None
+    ndim = arr._ndim
+    if axis is not None:
+        if type(axis) is not int:
+            return None
+        ax = axis if -ndim <= axis < ndim else ndim   # out of range: NumPy's AxisError
+        if ax >= ndim:
+            return None
+        if ax < 0:
+            ax += ndim
+    r = arr._size
+    if ax >= 0:
+        r = arr._shape[ax]
+        for i in range(ax):
+            outer *= arr._shape[i]
+        for i in range(ax + 1, ndim):
+            inner *= arr._shape[i]
+        for i in range(ndim):
+            if i != ax:
+                shape[nd] = arr._shape[i]
+                nd += 1
+            elif keepdims:
+                shape[nd] = 1
+                nd += 1
+    elif keepdims:
+        for i in range(ndim):
+            shape[i] = 1
+        nd = ndim
+    if kind == RED_VAR or kind == RED_STD:
+        if type(ddof) is not int or ddof >= r:
+            return None   # NumPy warns "Degrees of freedom <= 0"
+        den = r - <Py_ssize_t>ddof
+    rdt = _INTP if arg else dt
+    if out is not None:
+        if not isinstance(out, NDArray):
+            return None
+        o = <NDArray>out
+        if (o._ndim != nd or o._dtype is not rdt or not o._writeable or not _c_contiguous(o)
+                or not _disjoint(o, arr)):
+            return None
+        for i in range(nd):
+            if o._shape[i] != shape[i]:
+                return None
+    check_array(arr, name, "a")
+    if out is None:
+        o = new_array(rdt, nd, shape, False, False, None, False)
+        made = o
+        if not _is_valid(o):
+            _discard(o)
+            check_array(o, name, "out")
+    else:
+        check_array(o, name, "out")
+    nt = threads_for(arr._size, GRAIN_REDUCE) if arr._size >= 2 * GRAIN_REDUCE else 1
+    if inner > 1 and not (kind == RED_MAX or kind == RED_MIN):
+        levels = rows_levels(r)
+        per_thread = (levels + 1) * _chunk_width(inner)
+        if per_thread * nt * arr._itemsize <= sizeof(small_scratch):
+            scratch = <void*>small_scratch     # small calls: no malloc
+        else:
+            scratch = malloc(<size_t>(per_thread * nt * arr._itemsize))
+            if scratch == NULL:
+                if made is not None:
+                    _discard(made)
+                raise MemoryError()
+    try:
+        if dt is _F32:
+            if nt > 1 or arr._size * 4 > _NOGIL_FAST:
+                with nogil:
+                    fl = _reduce_dispatch(kind, <const float32_t*>arr._data, outer, r, inner,
+                                          den, <float32_t*>o._data, <int64_t*>o._data,
+                                          <float32_t*>scratch, per_thread, nt)
+            else:
+                fl = _reduce_dispatch(kind, <const float32_t*>arr._data, outer, r, inner, den,
+                                      <float32_t*>o._data, <int64_t*>o._data,
+                                      <float32_t*>scratch, per_thread, 1)
+        else:
+            if nt > 1 or arr._size * 8 > _NOGIL_FAST:
+                with nogil:
+                    fl = _reduce_dispatch(kind, <const float64_t*>arr._data, outer, r, inner,
+                                          den, <float64_t*>o._data, <int64_t*>o._data,
+                                          <float64_t*>scratch, per_thread, nt)
+            else:
+                fl = _reduce_dispatch(kind, <const float64_t*>arr._data, outer, r, inner, den,
+                                      <float64_t*>o._data, <int64_t*>o._data,
+                                      <float64_t*>scratch, per_thread, 1)
+    finally:
+        if scratch != <void*>small_scratch:
+            free(scratch)
+    if fl:
+        # inf - inf, overflow, ...: NumPy recomputes and reports in its own words
+        if made is not None:
+            _discard(made)
+        return None
+    _native_hits[2][dt is _F64] += 1
+    return o
+
+
+cdef int _reduce_dispatch(int kind, const floating_t* A, Py_ssize_t outer, Py_ssize_t r,
+                          Py_ssize_t inner, Py_ssize_t den, floating_t* O, int64_t* K,
+                          floating_t* scratch, Py_ssize_t per_thread,
+                          int nthreads) noexcept nogil:
+    if inner == 1:
+        return _reduce_flat(kind, A, outer, r, den, O, K, nthreads)
+    return _reduce_strided(kind, A, outer, r, inner, den, O, K, scratch, per_thread, nthreads)
+
+
+# -- entry points: NumPy's signatures, the native path first -------------------------------
+# ndws.ops publishes these under NumPy's names (with their docstrings); NDArray's operators and
+# methods call the same fast paths.
+
+def _ufunc_add(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+         subok=True, signature=None):
+    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+        r = _fast_binary(OP_ADD, x1, x2, out, "add")
+        if r is not None:
+            return r
+    return _ufunc_call(np.add, (x1, x2), out,
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+
+
+def _ufunc_subtract(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+              subok=True, signature=None):
+    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+        r = _fast_binary(OP_SUB, x1, x2, out, "subtract")
+        if r is not None:
+            return r
+    return _ufunc_call(np.subtract, (x1, x2), out,
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+
+
+def _ufunc_multiply(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+              subok=True, signature=None):
+    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+        r = _fast_binary(OP_MUL, x1, x2, out, "multiply")
+        if r is not None:
+            return r
+    return _ufunc_call(np.multiply, (x1, x2), out,
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+
+
+def _ufunc_divide(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+            subok=True, signature=None):
+    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+        r = _fast_binary(OP_DIV, x1, x2, out, "divide")
+        if r is not None:
+            return r
+    return _ufunc_call(np.divide, (x1, x2), out,
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+
+
+def _ufunc_maximum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+             subok=True, signature=None):
+    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+        r = _fast_binary(OP_MAX, x1, x2, out, "maximum")
+        if r is not None:
+            return r
+    return _ufunc_call(np.maximum, (x1, x2), out,
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+
+
+def _ufunc_minimum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+             subok=True, signature=None):
+    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+        r = _fast_binary(OP_MIN, x1, x2, out, "minimum")
+        if r is not None:
+            return r
+    return _ufunc_call(np.minimum, (x1, x2), out,
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+
+
+cdef inline object _unary_entry(int op, object ufunc, object name, object x, object out,
+                                object where, object casting, object order, object dtype,
+                                object subok, object signature):
+    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+        r = _fast_unary(op, x, out, name)
+        if r is not None:
+            return r
+    return _ufunc_call(ufunc, (x,), out,
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+
+
+def _ufunc_negative(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+              subok=True, signature=None):
+    return _unary_entry(OP_NEG, np.negative, "negative", x, out, where, casting, order, dtype,
+                        subok, signature)
+
+
+def _ufunc_absolute(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+              subok=True, signature=None):
+    return _unary_entry(OP_ABS, np.absolute, "absolute", x, out, where, casting, order, dtype,
+                        subok, signature)
+
+
+def _ufunc_square(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+            subok=True, signature=None):
+    return _unary_entry(OP_SQUARE, np.square, "square", x, out, where, casting, order, dtype,
+                        subok, signature)
+
+
+def _ufunc_sqrt(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+          subok=True, signature=None):
+    return _unary_entry(OP_SQRT, np.sqrt, "sqrt", x, out, where, casting, order, dtype,
+                        subok, signature)
+
+
+def _ufunc_exp(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+         subok=True, signature=None):
+    return _unary_entry(OP_EXP, np.exp, "exp", x, out, where, casting, order, dtype,
+                        subok, signature)
+
+
+def _ufunc_log(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+         subok=True, signature=None):
+    return _unary_entry(OP_LOG, np.log, "log", x, out, where, casting, order, dtype,
+                        subok, signature)
+
+
+def _ufunc_tanh(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+          subok=True, signature=None):
+    return _unary_entry(OP_TANH, np.tanh, "tanh", x, out, where, casting, order, dtype,
+                        subok, signature)
+
+
+def _ufunc_reciprocal(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+                subok=True, signature=None):
+    return _unary_entry(OP_RECIP, np.reciprocal, "reciprocal", x, out, where, casting, order,
+                        dtype, subok, signature)
+
+
+def _reduce_sum(a, axis=None, dtype=None, out=None, keepdims=False):
+    r = _fast_reduce(RED_SUM, a, axis, dtype, out, keepdims, 0, "sum")
+    if r is not None:
+        return r
+    return reduce_call("sum", np.sum, a, axis, out, keepdims, dtype=dtype)
+
+
+def _reduce_mean(a, axis=None, dtype=None, out=None, keepdims=False):
+    r = _fast_reduce(RED_MEAN, a, axis, dtype, out, keepdims, 0, "mean")
+    if r is not None:
+        return r
+    return reduce_call("mean", np.mean, a, axis, out, keepdims, dtype=dtype)
+
+
+def _reduce_max(a, axis=None, out=None, keepdims=False):
+    r = _fast_reduce(RED_MAX, a, axis, None, out, keepdims, 0, "max")
+    if r is not None:
+        return r
+    return reduce_call("max", np.max, a, axis, out, keepdims)
+
+
+def _reduce_min(a, axis=None, out=None, keepdims=False):
+    r = _fast_reduce(RED_MIN, a, axis, None, out, keepdims, 0, "min")
+    if r is not None:
+        return r
+    return reduce_call("min", np.min, a, axis, out, keepdims)
+
+
+def _reduce_argmax(a, axis=None, out=None, keepdims=False):
+    r = _fast_reduce(RED_ARGMAX, a, axis, None, out, keepdims, 0, "argmax")
+    if r is not None:
+        return r
+    return reduce_call("argmax", np.argmax, a, axis, out, keepdims)
+
+
+def _reduce_argmin(a, axis=None, out=None, keepdims=False):
+    r = _fast_reduce(RED_ARGMIN, a, axis, None, out, keepdims, 0, "argmin")
+    if r is not None:
+        return r
+    return reduce_call("argmin", np.argmin, a, axis, out, keepdims)
+
+
+def _reduce_var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    r = _fast_reduce(RED_VAR, a, axis, dtype, out, keepdims, ddof, "var")
+    if r is not None:
+        return r
+    return reduce_call("var", np.var, a, axis, out, keepdims, dtype=dtype, ddof=ddof)
+
+
+def _reduce_std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    r = _fast_reduce(RED_STD, a, axis, dtype, out, keepdims, ddof, "std")
+    if r is not None:
+        return r
+    return reduce_call("std", np.std, a, axis, out, keepdims, dtype=dtype, ddof=ddof)
+
+
+def _set_grains(elementwise=None, reduce=None):
+    """Set the thread grains (elements per kernel thread; None keeps one); returns the previous
+    pair. For bench/bench_ops.py's threshold measurement and the tests."""
+    global GRAIN_ELEMENTWISE, GRAIN_REDUCE
+    prev = (GRAIN_ELEMENTWISE, GRAIN_REDUCE)
+    if elementwise is not None:
+        GRAIN_ELEMENTWISE = elementwise
+    if reduce is not None:
+        GRAIN_REDUCE = reduce
+    return prev
 
 
 # ------------------------------------------------------------------------------------------------
@@ -2663,6 +3644,18 @@ cdef object _ufunc_call(object ufunc, tuple args, object out, dict kwargs, bint 
     cdef Py_ssize_t shape[NDWS_MAXDIMS]
     cdef NDArray o
     name = ufunc.__name__
+    if not kwargs:
+        # np.add(a, b) on NDArrays, ndws.ufunc_call, clip, ...: the native path when it applies
+        op = _FAST_UFUNCS.get(ufunc)
+        if op is not None:
+            if nin == 2 and len(args) == 2:
+                res = _fast_binary(op, args[0], args[1], out, name)
+            elif nin == 1 and len(args) == 1:
+                res = _fast_unary(op, args[0], out, name)
+            else:
+                res = None
+            if res is not None:
+                return res
     if len(args) != nin:
         raise TypeError(f"{name}() takes from {nin} to {nin + nout} positional arguments but "
                         f"{len(args)} were given")
