@@ -135,10 +135,16 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+#: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
+GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h"]
+DEPENDS = {"ndws._core": ["ndws/_loops.pxi"]}
+
+
 def extension(name):
     return Extension(
         name,
         [name.replace(".", os.sep) + ".pyx"],
+        depends=GEMM_DEPENDS if name.startswith("ndws._gemm_") else DEPENDS.get(name, []),
         include_dirs=[numpy.get_include()],
         define_macros=[
             ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),

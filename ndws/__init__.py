@@ -6,6 +6,7 @@ caught. See ``docs/workspaces.md`` for the tutorial and ``docs/porting-from-dl4j
 ND4J name table.
 """
 from ndws import _core
+from ndws import _linalg  # noqa: F401  (installs the native matmul behind `@` and ndws.matmul)
 from ndws._config import __version__, show_config
 from ndws._core import (
     ALIGNMENT,

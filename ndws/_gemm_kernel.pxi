@@ -1,8 +1,692 @@
-# PLACEHOLDER under construction (issue 3): naive loops so the build works; replaced by the
-# packed, cache-blocked, SIMD micro-kernel GEMM.
+# The GEMM of ndws: C := alpha*A @ B + beta*C for float32 and float64, any element strides.
+#
+# One source, compiled once per instruction set (ndws/_gemm_<isa>.pyx `include` it; setup.py
+# adds that ISA's flags). ndws/_simd.h turns those flags into vector types, the register block
+# (MR x NR) and the cache blocking (MC, KC, NC); this file is the GotoBLAS/BLIS algorithm:
+#
+#   for jc in N step NC:              B panel  (KC x NC) packed once per (jc, pc)    -> L3
+#     for pc in K step KC:
+#       for ic in M step MC:          A block  (MC x KC) packed once per (jc, pc, ic) -> L2
+#         for jr in NC step NR:       B micro-panel (KC x NR)                        -> L1
+#           for ir in MC step MR:     micro-kernel: MR x NR of C in registers
+#
+# Packing copies any strides (transposes and views are only strides) into contiguous,
+# zero-padded micro-panels, so the micro-kernel always computes a full MR x NR tile. A tile that
+# sticks out of C, or a C whose columns are not contiguous, is computed into a small tile
+# buffer by the same micro-kernel and copied out: every element of C sees exactly the same
+# sequence of operations wherever it sits, and the split of C between threads (whole tiles)
+# never changes a bit of the result.
+#
+# Three refinements: a row-major B is read in place instead of packed when a thread's rows
+# are one A block (each B micro-panel is then used once: the copy would cost more than it
+# saves, e.g. batch-32 layers); C.T = B.T @ A.T is computed instead when that has less tile
+# padding or contiguous rows; matrix-vector products (n == 1 or m == 1) take a packing-free
+# dot/axpy path.
+#
+# Threads: one OpenMP parallel region; C is cut into `nthreads` fixed slices of whole tiles
+# (along N, or along M when that duplicates less packing), each slice computed by one thread
+# with its own packing scratch (per OS thread, allocated once and reused; see _simd.h). Only
+# KC decides where partial sums are rounded, and it depends on k alone: 1 and 2 threads give
+# bit-identical C.
 from cpython.pycapsule cimport PyCapsule_New
-from ndws._typedefs cimport float32_t, float64_t, intp_t
+from cython.parallel cimport parallel
+from libc.string cimport memcpy, memset
+from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
+
+
+cdef extern from "_simd.h" nogil:
+    const char* NDWS_ISA
+    enum:
+        NDWS_VLEN_F32
+        NDWS_VLEN_F64
+        NDWS_MR_F32
+        NDWS_NV_F32
+        NDWS_NR_F32
+        NDWS_MR_F64
+        NDWS_NV_F64
+        NDWS_NR_F64
+        NDWS_KC_F32
+        NDWS_MC_F32
+        NDWS_NC_F32
+        NDWS_KC_F64
+        NDWS_MC_F64
+        NDWS_NC_F64
+    # opaque vector registers: only ever passed to the helpers below
+    ctypedef struct ndws_vf32:
+        pass
+    ctypedef struct ndws_vf64:
+        pass
+    ndws_vf32 ndws_vzero_f32()
+    ndws_vf32 ndws_vload_f32(const float32_t* p)
+    void ndws_vstore_f32(float32_t* p, ndws_vf32 v)
+    ndws_vf32 ndws_vset1_f32(float32_t x)
+    ndws_vf32 ndws_vmul_f32(ndws_vf32 a, ndws_vf32 b)
+    ndws_vf32 ndws_vadd_f32(ndws_vf32 a, ndws_vf32 b)
+    float32_t ndws_fma_f32(float32_t a, float32_t b, float32_t c)
+    ndws_vf32 ndws_vfmadd_f32(ndws_vf32 a, ndws_vf32 b, ndws_vf32 c)
+    ndws_vf64 ndws_vzero_f64()
+    ndws_vf64 ndws_vload_f64(const float64_t* p)
+    void ndws_vstore_f64(float64_t* p, ndws_vf64 v)
+    ndws_vf64 ndws_vset1_f64(float64_t x)
+    ndws_vf64 ndws_vmul_f64(ndws_vf64 a, ndws_vf64 b)
+    ndws_vf64 ndws_vadd_f64(ndws_vf64 a, ndws_vf64 b)
+    float64_t ndws_fma_f64(float64_t a, float64_t b, float64_t c)
+    ndws_vf64 ndws_vfmadd_f64(ndws_vf64 a, ndws_vf64 b, ndws_vf64 c)
+    void ndws_tpack_f32(const float32_t* src, intp_t lds, intp_t R, intp_t P, float32_t* dst,
+                        intp_t ldd)
+    void ndws_tpack_f64(const float64_t* src, intp_t lds, intp_t R, intp_t P, float64_t* dst,
+                        intp_t ldd)
+    int ndws_team_thread()
+    int ndws_team_size()
+    void ndws_team_barrier()
+    char* ndws_scratch_get(size_t nbytes)
+    long long ndws_scratch_allocations()
+    long long ndws_scratch_buffers()
+
+
+# Everything a thread of the team needs, shared read-only (except `failed`) by the team.
+ctypedef struct Problem:
+    intp_t m, n, k
+    double alpha, beta                 # exact for float32 callers too
+    const void* a
+    intp_t rs_a, cs_a
+    const void* b
+    intp_t rs_b, cs_b
+    void* c
+    intp_t rs_c, cs_c
+    epilogue_fn ep
+    const void* ep_ctx
+    bint ep_swap                       # C was transposed (see _gemm): swap back for `ep`
+    bint is_f64
+    int nslices                        # fixed slices of C (= requested threads)
+    bint split_n                       # slices cut N (else M)
+    bint gemv                          # n == 1: matrix-vector path (slices cut M)
+    intp_t kc                          # K block actually used (<= KC, balanced over K)
+    intp_t nc_max                      # widest packed B panel of any slice
+    size_t scratch_bytes
+    int failed                         # set by any thread whose scratch allocation failed
+
+
+cdef inline intp_t _round_up(intp_t x, intp_t q) noexcept nogil:
+    return (x + q - 1) // q * q
+
+
+cdef inline intp_t _min(intp_t x, intp_t y) noexcept nogil:
+    return x if x < y else y
+
+
+# ------------------------------------------------------------------------------------------------
+# Micro-kernels: C__ij (MR x NR, row stride ldc, unit column stride) := alpha * sum_p
+# A__ip B__pj (+ beta * C__ij when load_c). A comes packed (MR values per p), B as NR contiguous
+# values per p with row stride ldb (packed: ldb == NR; read in place from a row-major B:
+# ldb == its row stride). The accumulators are fixed-size arrays indexed by compile-time
+# constants only: gcc unrolls the loops and keeps every accumulator in a register.
+
+cdef inline void _ukr_f32(intp_t kc, const float32_t* A__pi,     # IN  packed, kc x MR
+                          const float32_t* B__pj, intp_t ldb,     # IN  kc x NR
+                          float32_t* C__ij, intp_t ldc,           # OUT MR x NR
+                          float32_t alpha, float32_t beta, bint load_c) noexcept nogil:
+    cdef ndws_vf32 acc[NDWS_MR_F32][NDWS_NV_F32]
+    cdef ndws_vf32 bv[NDWS_NV_F32]
+    cdef ndws_vf32 av, va, vb
+    cdef intp_t p
+    cdef int r, v
+    for r in range(NDWS_MR_F32):
+        for v in range(NDWS_NV_F32):
+            acc[r][v] = ndws_vzero_f32()
+    for p in range(kc):
+        for v in range(NDWS_NV_F32):
+            bv[v] = ndws_vload_f32(B__pj + v * NDWS_VLEN_F32)
+        for r in range(NDWS_MR_F32):
+            av = ndws_vset1_f32(A__pi[r])
+            for v in range(NDWS_NV_F32):
+                acc[r][v] = ndws_vfmadd_f32(av, bv[v], acc[r][v])
+        A__pi += NDWS_MR_F32
+        B__pj += ldb
+    va = ndws_vset1_f32(alpha)
+    if load_c:
+        vb = ndws_vset1_f32(beta)
+        for r in range(NDWS_MR_F32):
+            for v in range(NDWS_NV_F32):
+                ndws_vstore_f32(C__ij + r * ldc + v * NDWS_VLEN_F32, ndws_vfmadd_f32(
+                    va, acc[r][v],
+                    ndws_vmul_f32(vb, ndws_vload_f32(C__ij + r * ldc + v * NDWS_VLEN_F32))))
+    else:
+        for r in range(NDWS_MR_F32):
+            for v in range(NDWS_NV_F32):
+                ndws_vstore_f32(C__ij + r * ldc + v * NDWS_VLEN_F32, ndws_vmul_f32(va, acc[r][v]))
+
+
+cdef inline void _ukr_f64(intp_t kc, const float64_t* A__pi,     # IN  packed, kc x MR
+                          const float64_t* B__pj, intp_t ldb,     # IN  kc x NR
+                          float64_t* C__ij, intp_t ldc,           # OUT MR x NR
+                          float64_t alpha, float64_t beta, bint load_c) noexcept nogil:
+    cdef ndws_vf64 acc[NDWS_MR_F64][NDWS_NV_F64]
+    cdef ndws_vf64 bv[NDWS_NV_F64]
+    cdef ndws_vf64 av, va, vb
+    cdef intp_t p
+    cdef int r, v
+    for r in range(NDWS_MR_F64):
+        for v in range(NDWS_NV_F64):
+            acc[r][v] = ndws_vzero_f64()
+    for p in range(kc):
+        for v in range(NDWS_NV_F64):
+            bv[v] = ndws_vload_f64(B__pj + v * NDWS_VLEN_F64)
+        for r in range(NDWS_MR_F64):
+            av = ndws_vset1_f64(A__pi[r])
+            for v in range(NDWS_NV_F64):
+                acc[r][v] = ndws_vfmadd_f64(av, bv[v], acc[r][v])
+        A__pi += NDWS_MR_F64
+        B__pj += ldb
+    va = ndws_vset1_f64(alpha)
+    if load_c:
+        vb = ndws_vset1_f64(beta)
+        for r in range(NDWS_MR_F64):
+            for v in range(NDWS_NV_F64):
+                ndws_vstore_f64(C__ij + r * ldc + v * NDWS_VLEN_F64, ndws_vfmadd_f64(
+                    va, acc[r][v],
+                    ndws_vmul_f64(vb, ndws_vload_f64(C__ij + r * ldc + v * NDWS_VLEN_F64))))
+    else:
+        for r in range(NDWS_MR_F64):
+            for v in range(NDWS_NV_F64):
+                ndws_vstore_f64(C__ij + r * ldc + v * NDWS_VLEN_F64, ndws_vmul_f64(va, acc[r][v]))
+
+
+cdef inline void _ukr(intp_t kc, const floating_t* A__pi, const floating_t* B__pj, intp_t ldb,
+                      floating_t* C__ij, intp_t ldc, floating_t alpha, floating_t beta,
+                      bint load_c) noexcept nogil:
+    if floating_t is float32_t:
+        _ukr_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+    else:
+        _ukr_f64(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+
+
+# ------------------------------------------------------------------------------------------------
+# Packing. The inner loop always runs along whichever source axis is contiguous, so transposed
+# operands pack as fast as plain ones; the padding rows/columns are zeros (they only feed the
+# parts of a tile that are never copied out).
+
+cdef inline void _tpack(const floating_t* src, intp_t lds, intp_t R, intp_t P,
+                        floating_t* dst, intp_t ldd) noexcept nogil:
+    # dst[p*ldd + r] = src[r*lds + p]: register-block transposes (see _simd.h)
+    if floating_t is float32_t:
+        ndws_tpack_f32(src, lds, R, P, dst, ldd)
+    else:
+        ndws_tpack_f64(src, lds, R, P, dst, ldd)
+
+
+cdef void _pack_a(intp_t mc, intp_t kc, intp_t MR,
+                  const floating_t* A__ip, intp_t rs_a, intp_t cs_a,   # IN  mc x kc block of A
+                  floating_t* Ap__pi) noexcept nogil:                  # OUT ceil(mc/MR) panels
+    cdef intp_t ir, ir_b, mr, p, r
+    cdef const floating_t* src
+    cdef floating_t* dst
+    for ir_b in range((mc + MR - 1) // MR):
+        ir = ir_b * MR
+        mr = _min(MR, mc - ir)
+        src = A__ip + ir * rs_a
+        dst = Ap__pi + ir * kc
+        if cs_a == 1:
+            _tpack(src, rs_a, mr, kc, dst, MR)
+        elif rs_a == 1 and mr == MR:
+            for p in range(kc):
+                for r in range(MR):
+                    dst[p * MR + r] = src[p * cs_a + r]
+        else:
+            for p in range(kc):
+                for r in range(mr):
+                    dst[p * MR + r] = src[r * rs_a + p * cs_a]
+        if mr < MR:
+            for p in range(kc):
+                for r in range(mr, MR):
+                    dst[p * MR + r] = 0
+
+
+cdef void _pack_b(intp_t kc, intp_t nc, intp_t NR,
+                  const floating_t* B__pj, intp_t rs_b, intp_t cs_b,   # IN  kc x nc block of B
+                  floating_t* Bp__pj) noexcept nogil:                  # OUT ceil(nc/NR) panels
+    cdef intp_t jr, jr_b, nr, p, j
+    cdef const floating_t* src
+    cdef floating_t* dst
+    for jr_b in range((nc + NR - 1) // NR):
+        jr = jr_b * NR
+        nr = _min(NR, nc - jr)
+        src = B__pj + jr * cs_b
+        dst = Bp__pj + jr * kc
+        if cs_b == 1 and nr == NR:
+            for p in range(kc):
+                memcpy(dst + p * NR, src + p * rs_b, NR * sizeof(floating_t))
+        elif rs_b == 1:
+            _tpack(src, cs_b, nr, kc, dst, NR)
+        else:
+            for p in range(kc):
+                for j in range(nr):
+                    dst[p * NR + j] = src[p * rs_b + j * cs_b]
+        if nr < NR:
+            for p in range(kc):
+                for j in range(nr, NR):
+                    dst[p * NR + j] = 0
+
+
+# ------------------------------------------------------------------------------------------------
+# One thread's slice of C: rows [i0, i1), columns [j0, j1), the full GotoBLAS loop nest.
+
+cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
+                 floating_t* scratch) noexcept nogil:
+    cdef const floating_t* A = <const floating_t*>P.a
+    cdef const floating_t* B = <const floating_t*>P.b
+    cdef floating_t* C = <floating_t*>P.c
+    cdef intp_t rs_a = P.rs_a, cs_a = P.cs_a, rs_b = P.rs_b, cs_b = P.cs_b
+    cdef intp_t rs_c = P.rs_c, cs_c = P.cs_c, k = P.k
+    cdef floating_t alpha = <floating_t>P.alpha
+    cdef floating_t beta0 = <floating_t>P.beta
+    cdef floating_t beta
+    cdef intp_t MR, NR, MC, NC, KC = P.kc
+    cdef intp_t jc, nc, pc, kc, ic, mc, mcb, nmb, jr, nr, ir, mr, ldb, r, j, align
+    cdef intp_t jc_b, pc_b, ic_b, jr_b, ir_b
+    cdef bint load_c, last, direct_b
+    cdef floating_t* Ap
+    cdef floating_t* Bp
+    cdef floating_t* Be
+    cdef floating_t* Ct
+    cdef const floating_t* bp
+    cdef floating_t* cij
+    if floating_t is float32_t:
+        MR = NDWS_MR_F32
+        NR = NDWS_NR_F32
+        MC = NDWS_MC_F32
+        NC = NDWS_NC_F32
+    else:
+        MR = NDWS_MR_F64
+        NR = NDWS_NR_F64
+        MC = NDWS_MC_F64
+        NC = NDWS_NC_F64
+    if i0 >= i1 or j0 >= j1:
+        return
+    # scratch layout (each part 64-byte aligned): A block | B panel | B edge panel | C tile
+    align = 64 // sizeof(floating_t)
+    Ap = scratch
+    Bp = Ap + _round_up(MC * KC, align)
+    Be = Bp + _round_up(KC * P.nc_max, align)
+    Ct = Be + _round_up(KC * NR, align)
+    # Balanced M blocks: MC + 8 rows become two blocks of ~MC/2, not MC and a sliver of 8.
+    nmb = (i1 - i0 + MC - 1) // MC
+    mcb = _round_up((i1 - i0 + nmb - 1) // nmb, MR)
+    # A slice that is one A block uses each B micro-panel once: reading a row-major B in place
+    # saves a full copy of B (what dominates batch-32 shapes); anywhere else packing B pays.
+    direct_b = cs_b == 1 and nmb == 1
+    for jc_b in range((j1 - j0 + NC - 1) // NC):
+        jc = j0 + jc_b * NC
+        nc = _min(NC, j1 - jc)
+        for pc_b in range((k + KC - 1) // KC):
+            pc = pc_b * KC
+            kc = _min(KC, k - pc)
+            last = pc + kc >= k
+            load_c = pc > 0 or beta0 != 0
+            beta = beta0 if pc == 0 else 1
+            if direct_b:
+                if nc % NR:
+                    _pack_b(kc, nc % NR, NR, B + pc * rs_b + (jc + nc - nc % NR) * cs_b,
+                            rs_b, cs_b, Be)
+            else:
+                _pack_b(kc, nc, NR, B + pc * rs_b + jc * cs_b, rs_b, cs_b, Bp)
+            for ic_b in range((i1 - i0 + mcb - 1) // mcb):
+                ic = i0 + ic_b * mcb
+                mc = _min(mcb, i1 - ic)
+                _pack_a(mc, kc, MR, A + ic * rs_a + pc * cs_a, rs_a, cs_a, Ap)
+                for jr_b in range((nc + NR - 1) // NR):
+                    jr = jr_b * NR
+                    nr = _min(NR, nc - jr)
+                    if not direct_b:
+                        bp = Bp + jr * kc
+                        ldb = NR
+                    elif nr == NR:
+                        bp = B + pc * rs_b + (jc + jr) * cs_b
+                        ldb = rs_b
+                    else:
+                        bp = Be
+                        ldb = NR
+                    for ir_b in range((mc + MR - 1) // MR):
+                        ir = ir_b * MR
+                        mr = _min(MR, mc - ir)
+                        cij = C + (ic + ir) * rs_c + (jc + jr) * cs_c
+                        if mr == MR and nr == NR and cs_c == 1:
+                            _ukr(kc, Ap + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c)
+                        else:
+                            # same micro-kernel on a tile buffer, so edge elements are
+                            # computed exactly like interior ones
+                            if load_c:
+                                for r in range(mr):
+                                    for j in range(nr):
+                                        Ct[r * NR + j] = cij[r * rs_c + j * cs_c]
+                            _ukr(kc, Ap + ir * kc, bp, ldb, Ct, NR, alpha, beta, load_c)
+                            for r in range(mr):
+                                for j in range(nr):
+                                    cij[r * rs_c + j * cs_c] = Ct[r * NR + j]
+                    if last and P.ep != NULL:
+                        # this mc x nr strip of C is final and still in cache
+                        cij = C + ic * rs_c + (jc + jr) * cs_c
+                        if P.ep_swap:
+                            P.ep(P.ep_ctx, cij, jc + jr, ic, nr, mc, cs_c, rs_c)
+                        else:
+                            P.ep(P.ep_ctx, cij, ic, jc + jr, mc, nr, rs_c, cs_c)
+
+# ------------------------------------------------------------------------------------------------
+# Matrix-vector (n == 1; m == 1 arrives transposed): no packing, no K blocks, memory-bound.
+# Row-contiguous A: one dot product per row (4 vector accumulators, a fixed reduction order).
+# Column-contiguous A: axpy along A's columns, each element one fma chain over k. Slices are
+# whole GEMV_ROWS-row chunks, so where the vector/scalar split falls never depends on the
+# thread count.
+cdef enum:
+    GEMV_ROWS = 2048    # rows per chunk: y (8-16 KiB) stays in L1; a multiple of any VLEN
+
+
+cdef inline float32_t _dot_f32(intp_t k, const float32_t* a, const float32_t* x) noexcept nogil:
+    cdef ndws_vf32 s0 = ndws_vzero_f32(), s1 = ndws_vzero_f32()
+    cdef ndws_vf32 s2 = ndws_vzero_f32(), s3 = ndws_vzero_f32()
+    cdef float32_t lanes[16]
+    cdef float32_t acc = 0
+    cdef intp_t p = 0, V = NDWS_VLEN_F32
+    cdef int l
+    while p + 4 * V <= k:
+        s0 = ndws_vfmadd_f32(ndws_vload_f32(a + p), ndws_vload_f32(x + p), s0)
+        s1 = ndws_vfmadd_f32(ndws_vload_f32(a + p + V), ndws_vload_f32(x + p + V), s1)
+        s2 = ndws_vfmadd_f32(ndws_vload_f32(a + p + 2 * V), ndws_vload_f32(x + p + 2 * V), s2)
+        s3 = ndws_vfmadd_f32(ndws_vload_f32(a + p + 3 * V), ndws_vload_f32(x + p + 3 * V), s3)
+        p += 4 * V
+    while p + V <= k:
+        s0 = ndws_vfmadd_f32(ndws_vload_f32(a + p), ndws_vload_f32(x + p), s0)
+        p += V
+    ndws_vstore_f32(lanes, ndws_vadd_f32(ndws_vadd_f32(s0, s1), ndws_vadd_f32(s2, s3)))
+    for l in range(NDWS_VLEN_F32):
+        acc = acc + lanes[l]
+    while p < k:
+        acc = acc + a[p] * x[p]
+        p += 1
+    return acc
+
+
+cdef inline float64_t _dot_f64(intp_t k, const float64_t* a, const float64_t* x) noexcept nogil:
+    cdef ndws_vf64 s0 = ndws_vzero_f64(), s1 = ndws_vzero_f64()
+    cdef ndws_vf64 s2 = ndws_vzero_f64(), s3 = ndws_vzero_f64()
+    cdef float64_t lanes[16]
+    cdef float64_t acc = 0
+    cdef intp_t p = 0, V = NDWS_VLEN_F64
+    cdef int l
+    while p + 4 * V <= k:
+        s0 = ndws_vfmadd_f64(ndws_vload_f64(a + p), ndws_vload_f64(x + p), s0)
+        s1 = ndws_vfmadd_f64(ndws_vload_f64(a + p + V), ndws_vload_f64(x + p + V), s1)
+        s2 = ndws_vfmadd_f64(ndws_vload_f64(a + p + 2 * V), ndws_vload_f64(x + p + 2 * V), s2)
+        s3 = ndws_vfmadd_f64(ndws_vload_f64(a + p + 3 * V), ndws_vload_f64(x + p + 3 * V), s3)
+        p += 4 * V
+    while p + V <= k:
+        s0 = ndws_vfmadd_f64(ndws_vload_f64(a + p), ndws_vload_f64(x + p), s0)
+        p += V
+    ndws_vstore_f64(lanes, ndws_vadd_f64(ndws_vadd_f64(s0, s1), ndws_vadd_f64(s2, s3)))
+    for l in range(NDWS_VLEN_F64):
+        acc = acc + lanes[l]
+    while p < k:
+        acc = acc + a[p] * x[p]
+        p += 1
+    return acc
+
+
+cdef inline void _axpy_rows_f32(intp_t k, const float32_t* a, intp_t cs_a,   # IN  rows x k
+                                const float32_t* x,                          # IN  k
+                                float32_t* y, intp_t rows) noexcept nogil:  # OUT rows
+    # y := A @ x streaming A's contiguous columns (rows of the caller's B): per element the
+    # same fma chain over p as a register-blocked version, without its strided walk
+    cdef ndws_vf32 xv
+    cdef intp_t p, r, vec = rows - rows % NDWS_VLEN_F32
+    cdef const float32_t* ap
+    memset(y, 0, rows * sizeof(float32_t))
+    for p in range(k):
+        xv = ndws_vset1_f32(x[p])
+        ap = a + p * cs_a
+        r = 0
+        while r < vec:
+            ndws_vstore_f32(y + r, ndws_vfmadd_f32(ndws_vload_f32(ap + r), xv,
+                                                   ndws_vload_f32(y + r)))
+            r += NDWS_VLEN_F32
+        while r < rows:
+            y[r] = ndws_fma_f32(ap[r], x[p], y[r])
+            r += 1
+
+
+cdef inline void _axpy_rows_f64(intp_t k, const float64_t* a, intp_t cs_a,   # IN  rows x k
+                                const float64_t* x,                          # IN  k
+                                float64_t* y, intp_t rows) noexcept nogil:  # OUT rows
+    cdef ndws_vf64 xv
+    cdef intp_t p, r, vec = rows - rows % NDWS_VLEN_F64
+    cdef const float64_t* ap
+    memset(y, 0, rows * sizeof(float64_t))
+    for p in range(k):
+        xv = ndws_vset1_f64(x[p])
+        ap = a + p * cs_a
+        r = 0
+        while r < vec:
+            ndws_vstore_f64(y + r, ndws_vfmadd_f64(ndws_vload_f64(ap + r), xv,
+                                                   ndws_vload_f64(y + r)))
+            r += NDWS_VLEN_F64
+        while r < rows:
+            y[r] = ndws_fma_f64(ap[r], x[p], y[r])
+            r += 1
+
+
+cdef void _gemv_slice(const Problem* P, intp_t i0, intp_t i1, floating_t* scratch
+                      ) noexcept nogil:
+    cdef const floating_t* A = <const floating_t*>P.a
+    cdef const floating_t* x = <const floating_t*>P.b
+    cdef floating_t* C = <floating_t*>P.c
+    cdef intp_t rs_a = P.rs_a, cs_a = P.cs_a, incx = P.rs_b, rs_c = P.rs_c, k = P.k
+    cdef floating_t alpha = <floating_t>P.alpha, beta = <floating_t>P.beta
+    cdef floating_t* y
+    cdef floating_t acc
+    cdef intp_t i, p, r, rows
+    cdef floating_t* xs = scratch
+    if i0 >= i1:
+        return
+    # x contiguous (a copy in this thread's scratch when it is strided); y after it
+    y = scratch + _round_up(k, 16)
+    if incx == 1:
+        xs = <floating_t*>x
+    else:
+        for p in range(k):
+            xs[p] = x[p * incx]
+    i = i0
+    while i < i1:
+        rows = _min(GEMV_ROWS, i1 - i)
+        if cs_a == 1:
+            for r in range(rows):
+                if floating_t is float32_t:
+                    y[r] = _dot_f32(k, A + (i + r) * rs_a, xs)
+                else:
+                    y[r] = _dot_f64(k, A + (i + r) * rs_a, xs)
+        elif rs_a == 1:
+            # chunks of GEMV_ROWS (a multiple of every vector length): only A's last rows
+            # ever take the scalar tail, whatever the slices
+            if floating_t is float32_t:
+                _axpy_rows_f32(k, A + i, cs_a, xs, y, rows)
+            else:
+                _axpy_rows_f64(k, A + i, cs_a, xs, y, rows)
+        else:
+            for r in range(rows):
+                acc = 0
+                for p in range(k):
+                    if floating_t is float32_t:
+                        acc = ndws_fma_f32(A[(i + r) * rs_a + p * cs_a], xs[p], acc)
+                    else:
+                        acc = ndws_fma_f64(A[(i + r) * rs_a + p * cs_a], xs[p], acc)
+                y[r] = acc
+        for r in range(rows):
+            if beta != 0:
+                C[(i + r) * rs_c] = alpha * y[r] + beta * C[(i + r) * rs_c]
+            else:
+                C[(i + r) * rs_c] = alpha * y[r]
+        i += rows
+    if P.ep != NULL:
+        if P.ep_swap:
+            P.ep(P.ep_ctx, C + i0 * rs_c, 0, i0, 1, i1 - i0, P.cs_c, rs_c)
+        else:
+            P.ep(P.ep_ctx, C + i0 * rs_c, i0, 0, i1 - i0, 1, rs_c, P.cs_c)
+
+
+cdef void _team_body(Problem* P) noexcept nogil:
+    # Runs on every thread of the team (or alone on the caller for one thread).
+    cdef int tid = ndws_team_thread(), nt = ndws_team_size(), s
+    cdef intp_t tiles, q, t0, t1, T = P.nslices
+    cdef char* scratch = ndws_scratch_get(P.scratch_bytes)
+    if scratch == NULL:
+        P.failed = 1        # every failing thread writes the same value
+    # nobody touches C until every thread holds its scratch: a failure leaves C as it was
+    ndws_team_barrier()
+    if P.failed:
+        return
+    if P.gemv:
+        q = GEMV_ROWS
+    elif P.split_n:
+        q = NDWS_NR_F64 if P.is_f64 else NDWS_NR_F32
+    else:
+        q = NDWS_MR_F64 if P.is_f64 else NDWS_MR_F32
+    tiles = ((P.n if P.split_n else P.m) + q - 1) // q
+    # the team may be smaller than asked for: each thread takes every nt-th slice
+    s = tid
+    while s < T:
+        t0 = _min((tiles * s // T) * q, P.n if P.split_n else P.m)
+        t1 = _min((tiles * (s + 1) // T) * q, P.n if P.split_n else P.m)
+        if P.gemv:
+            if P.is_f64:
+                _gemv_slice(P, t0, t1, <float64_t*>scratch)
+            else:
+                _gemv_slice(P, t0, t1, <float32_t*>scratch)
+        elif P.split_n:
+            if P.is_f64:
+                _slice(P, 0, P.m, t0, t1, <float64_t*>scratch)
+            else:
+                _slice(P, 0, P.m, t0, t1, <float32_t*>scratch)
+        else:
+            if P.is_f64:
+                _slice(P, t0, t1, 0, P.n, <float64_t*>scratch)
+            else:
+                _slice(P, t0, t1, 0, P.n, <float32_t*>scratch)
+        s += nt
+
+
+cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
+               const floating_t* a, intp_t rs_a, intp_t cs_a,
+               const floating_t* b, intp_t rs_b, intp_t cs_b, floating_t beta,
+               floating_t* c, intp_t rs_c, intp_t cs_c, int nthreads,
+               epilogue_fn ep, const void* ep_ctx) noexcept nogil:
+    cdef Problem P
+    cdef Problem* pp = &P
+    cdef intp_t i, j, t, MR, NR, MC, KC, NC, nkb, tiles_m, tiles_n, width
+    cdef floating_t* cij
+    if m <= 0 or n <= 0:
+        return 0
+    if k <= 0 or alpha == 0:
+        # BLAS's rule: no product to add (alpha == 0 does not even read A and B)
+        for i in range(m):
+            for j in range(n):
+                cij = c + i * rs_c + j * cs_c
+                cij[0] = beta * cij[0] if beta != 0 else 0
+        if ep != NULL:
+            ep(ep_ctx, c, 0, 0, m, n, rs_c, cs_c)
+        return 0
+    if floating_t is float32_t:
+        MR = NDWS_MR_F32
+        NR = NDWS_NR_F32
+        MC = NDWS_MC_F32
+        KC = NDWS_KC_F32
+        NC = NDWS_NC_F32
+    else:
+        MR = NDWS_MR_F64
+        NR = NDWS_NR_F64
+        MC = NDWS_MC_F64
+        KC = NDWS_KC_F64
+        NC = NDWS_NC_F64
+    # Compute C.T = B.T @ A.T instead when C is column-major (its rows become contiguous) or
+    # when that wastes less of the padded tiles (n = 10 in an MR x NR = 12 x 32 tile grid is
+    # 69% padding, m = 10 as rows 17%). Each element is still the same fma chain over k
+    # (products commute exactly), so the orientation never changes a bit of the result.
+    P.ep_swap = False
+    P.gemv = False
+    if n == 1 and (cs_a == 1 or rs_a == 1 or m == 1):
+        P.gemv = True
+    elif m == 1 and (rs_b == 1 or cs_b == 1):
+        P.gemv = True           # as c.T = B.T @ a.T
+        P.ep_swap = True
+    elif cs_c != 1 and rs_c == 1:
+        P.ep_swap = True
+    elif 4 * _round_up(n, MR) * _round_up(m, NR) < 3 * _round_up(m, MR) * _round_up(n, NR):
+        P.ep_swap = True
+    if P.ep_swap:
+        m, n = n, m
+        a, b = b, a
+        rs_a, cs_a, rs_b, cs_b = cs_b, rs_b, cs_a, rs_a
+        rs_c, cs_c = cs_c, rs_c
+    P.m = m
+    P.n = n
+    P.k = k
+    P.alpha = alpha
+    P.beta = beta
+    P.a = a
+    P.rs_a = rs_a
+    P.cs_a = cs_a
+    P.b = b
+    P.rs_b = rs_b
+    P.cs_b = cs_b
+    P.c = c
+    P.rs_c = rs_c
+    P.cs_c = cs_c
+    P.ep = ep
+    P.ep_ctx = ep_ctx
+    P.is_f64 = floating_t is float64_t
+    P.failed = 0
+    # K blocks of equal size (784 -> 3 x 262, not 3 x 256 + 16): depends on k only, never on
+    # the thread count, so every thread count rounds the same partial sums.
+    nkb = (k + KC - 1) // KC
+    P.kc = (k + nkb - 1) // nkb
+    # Slices: whole tiles per thread. Cutting N makes every thread pack all of A, cutting M
+    # all of B: cut the dimension whose cut duplicates less, when it has a tile per thread.
+    t = nthreads if nthreads > 1 else 1
+    if P.gemv:
+        P.split_n = False
+        P.nslices = <int>_min(t, (m + GEMV_ROWS - 1) // GEMV_ROWS)
+        P.scratch_bytes = <size_t>(_round_up(k, 16) + GEMV_ROWS + 64) * sizeof(floating_t)
+        if P.nslices == 1:
+            _team_body(pp)
+        else:
+            with parallel(num_threads=P.nslices):
+                _team_body(pp)
+        return -1 if P.failed else 0
+    tiles_m = (m + MR - 1) // MR
+    tiles_n = (n + NR - 1) // NR
+    if t == 1:
+        P.split_n = True
+    elif tiles_n >= t and (n >= m or tiles_m < t):
+        P.split_n = True
+    elif tiles_m >= t:
+        P.split_n = False
+    else:
+        P.split_n = tiles_n >= tiles_m
+    if P.split_n:
+        t = <int>_min(t, tiles_n)
+        width = _round_up((tiles_n + t - 1) // t * NR, NR)
+    else:
+        t = <int>_min(t, tiles_m)
+        width = _round_up(n, NR)
+    P.nslices = t
+    P.nc_max = _min(width, NC)
+    P.scratch_bytes = <size_t>(_round_up(MC * P.kc, 64) + _round_up(P.kc * P.nc_max, 64)
+                               + _round_up(P.kc * NR, 64) + _round_up(MR * NR, 64) + 64) \
+        * sizeof(floating_t)
+    if t == 1:
+        _team_body(pp)
+    else:
+        with parallel(num_threads=t):
+            _team_body(pp)
+    return -1 if P.failed else 0
 
 
 cdef int _sgemm(intp_t m, intp_t n, intp_t k, float32_t alpha,
@@ -10,15 +694,8 @@ cdef int _sgemm(intp_t m, intp_t n, intp_t k, float32_t alpha,
                 const float32_t* b, intp_t rs_b, intp_t cs_b, float32_t beta,
                 float32_t* c, intp_t rs_c, intp_t cs_c, int nthreads,
                 epilogue_fn ep, const void* ep_ctx) noexcept nogil:
-    cdef intp_t i, j, p
-    cdef float32_t acc
-    for i in range(m):
-        for j in range(n):
-            acc = 0
-            for p in range(k):
-                acc = acc + a[i * rs_a + p * cs_a] * b[p * rs_b + j * cs_b]
-            c[i * rs_c + j * cs_c] = alpha * acc + (beta * c[i * rs_c + j * cs_c] if beta != 0 else 0)
-    return 0
+    return _gemm(m, n, k, alpha, a, rs_a, cs_a, b, rs_b, cs_b, beta, c, rs_c, cs_c, nthreads,
+                 ep, ep_ctx)
 
 
 cdef int _dgemm(intp_t m, intp_t n, intp_t k, float64_t alpha,
@@ -26,21 +703,34 @@ cdef int _dgemm(intp_t m, intp_t n, intp_t k, float64_t alpha,
                 const float64_t* b, intp_t rs_b, intp_t cs_b, float64_t beta,
                 float64_t* c, intp_t rs_c, intp_t cs_c, int nthreads,
                 epilogue_fn ep, const void* ep_ctx) noexcept nogil:
-    cdef intp_t i, j, p
-    cdef float64_t acc
-    for i in range(m):
-        for j in range(n):
-            acc = 0
-            for p in range(k):
-                acc = acc + a[i * rs_a + p * cs_a] * b[p * rs_b + j * cs_b]
-            c[i * rs_c + j * cs_c] = alpha * acc + (beta * c[i * rs_c + j * cs_c] if beta != 0 else 0)
-    return 0
+    return _gemm(m, n, k, alpha, a, rs_a, cs_a, b, rs_b, cs_b, beta, c, rs_c, cs_c, nthreads,
+                 ep, ep_ctx)
+
+
+cdef long long _scratch_allocations() noexcept nogil:
+    return ndws_scratch_allocations()
+
+
+cdef long long _scratch_buffers() noexcept nogil:
+    return ndws_scratch_buffers()
 
 
 cdef GemmTable _TABLE
-_TABLE.isa = b"placeholder"
+_TABLE.isa = NDWS_ISA
+_TABLE.mr_f32 = NDWS_MR_F32
+_TABLE.nr_f32 = NDWS_NR_F32
+_TABLE.mr_f64 = NDWS_MR_F64
+_TABLE.nr_f64 = NDWS_NR_F64
+_TABLE.kc_f32 = NDWS_KC_F32
+_TABLE.mc_f32 = NDWS_MC_F32
+_TABLE.nc_f32 = NDWS_NC_F32
+_TABLE.kc_f64 = NDWS_KC_F64
+_TABLE.mc_f64 = NDWS_MC_F64
+_TABLE.nc_f64 = NDWS_NC_F64
 _TABLE.sgemm = _sgemm
 _TABLE.dgemm = _dgemm
+_TABLE.scratch_allocations = _scratch_allocations
+_TABLE.scratch_buffers = _scratch_buffers
 
 
 def table():

@@ -5,7 +5,10 @@ from ndws._typedefs cimport float32_t, float64_t, intp_t
 
 # Called once per finished tile of C, after its last K block, while the tile is still in cache:
 # the tile is C[i0:i0+m, j0:j0+n], `c` points at its first element, rs_c/cs_c are C's element
-# strides. `linear` uses it for bias + activation in the same pass over the output.
+# strides. The tiles cover C exactly once; with several threads they arrive concurrently from
+# different threads (never overlapping), so the epilogue may only touch its own tile. (k == 0
+# or alpha == 0: one call for all of C.) `linear` uses it for bias + activation in the same
+# pass over the output.
 ctypedef void (*epilogue_fn)(const void* ctx, void* c, intp_t i0, intp_t j0, intp_t m, intp_t n,
                              intp_t rs_c, intp_t cs_c) noexcept nogil
 
@@ -24,8 +27,15 @@ ctypedef int (*dgemm_fn)(intp_t m, intp_t n, intp_t k, float64_t alpha,
                          float64_t* c, intp_t rs_c, intp_t cs_c, int nthreads,
                          epilogue_fn ep, const void* ep_ctx) noexcept nogil
 
+# Cumulative (re)allocations of per-thread packing scratch by one module: the steady state of a
+# loop of same-sized calls must not move it (tests assert that).
+ctypedef long long (*count_fn)() noexcept nogil
+
 ctypedef struct GemmTable:
     const char* isa                 # "baseline", "avx2" or "avx512"
     int mr_f32, nr_f32, mr_f64, nr_f64   # register block of the micro-kernels (show_config)
     sgemm_fn sgemm
     dgemm_fn dgemm
+    count_fn scratch_allocations
+    count_fn scratch_buffers        # threads holding a scratch buffer now (freed at thread exit)
+    int kc_f32, mc_f32, nc_f32, kc_f64, mc_f64, nc_f64   # cache blocking (show_config, tests)

@@ -1,1 +1,892 @@
-# PLACEHOLDER under construction (issue 3): native matmul / gemm dispatch.
+"""ndws._linalg: the native matrix product (`matmul`, `gemm`) and its CPU dispatch.
+
+The GEMM kernel is compiled once per instruction set (ndws._gemm_baseline, _gemm_avx2,
+_gemm_avx512, all from ndws/_gemm_kernel.pxi). At import this module asks the CPU which of them
+it can run (``__builtin_cpu_supports``), imports only the best of those (a module's own init code
+is compiled with its ISA flags, so importing one the CPU lacks could crash) and keeps its table
+of kernel pointers. ``NDWS_GEMM_ISA=baseline|avx2|avx512`` overrides the choice.
+
+Examples
+--------
+>>> import ndws, ndws._linalg as la
+>>> a = ndws.array([[1.0, 2.0], [3.0, 4.0]])
+>>> la.matmul(a, a).tolist()
+[[7.0, 10.0], [15.0, 22.0]]
+>>> la.gemm(a, a, trans_b=True, alpha=2.0).tolist()
+[[10.0, 22.0], [22.0, 50.0]]
+>>> la.gemm_isa() in la.available_isas()
+True
+"""
+cimport cython
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from libc.string cimport memcpy
+cimport numpy as cnp
+
+from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, new_result, discard_result,
+                         threads_for)
+from ndws._typedefs cimport float32_t, float64_t, intp_t
+from ndws._gemm_types cimport GemmTable, epilogue_fn
+from ndws._kernels cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, ACT_LOG_SOFTMAX, activation_code,
+                            act_tile_f32, act_tile_f64, softmax_rows_f32, softmax_rows_f64)
+
+import importlib
+import importlib.util
+import os
+
+import numpy as np
+
+from ndws import _core
+
+cnp.import_array()
+
+__all__ = ["matmul", "gemm", "linear", "gemm_isa", "available_isas"]
+
+cdef extern from *:
+    """
+    #include <string.h>
+    /* Which of the GEMM modules this CPU (and OS: libgcc checks XGETBV for the AVX/AVX-512
+       register state) can run. Only x86 with GCC/Clang can ask; elsewhere, baseline only. */
+    static int ndws_cpu_supports(const char* isa) {
+        if (strcmp(isa, "baseline") == 0)
+            return 1;
+    #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+        __builtin_cpu_init();
+        if (strcmp(isa, "avx2") == 0)
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        if (strcmp(isa, "avx512") == 0)
+            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
+                && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq")
+                && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    #endif
+        return 0;
+    }
+    """
+    int ndws_cpu_supports(const char* isa) nogil
+
+
+# Flops per thread below which a second thread costs more (fork/join, its own packing of the
+# shared operand) than it saves: threads_for(flops, GRAIN) gives 2 threads from 2 * GRAIN on.
+# Measured on the 2-core Zen 4 (1 vs 2 threads, medians, squares 32-160 and 32 x 256 x n,
+# 128 x 256 x 10): float32 breaks even at ~0.55 Mflop (64^3: 0.87-1.01x, 80^3: 1.13x,
+# 128x256x10 = 0.66 Mflop: 1.45x), float64 at ~0.3 Mflop (48^3: 0.92x, 64^3: 1.3x).
+cdef Py_ssize_t GRAIN_F32 = 300000
+cdef Py_ssize_t GRAIN_F64 = 150000
+
+
+def _set_grain(Py_ssize_t f32, Py_ssize_t f64):
+    """Set the flops-per-thread grains (to measure them); returns the old (f32, f64)."""
+    global GRAIN_F32, GRAIN_F64
+    old = (GRAIN_F32, GRAIN_F64)
+    GRAIN_F32 = f32
+    GRAIN_F64 = f64
+    return old
+
+
+# best first
+ISAS = ("avx512", "avx2", "baseline")
+
+cdef const GemmTable* _T = NULL
+cdef object _table_module = None       # keeps the chosen module (and its table) alive
+cdef object _F32 = np.dtype(np.float32)
+cdef object _F64 = np.dtype(np.float64)
+
+
+# ------------------------------------------------------------------------------------------------
+# Dispatch
+
+def _cpu_supports(name):
+    """Whether this CPU (and OS) can run the GEMM module built for instruction set `name`."""
+    return bool(ndws_cpu_supports(name.encode()))
+
+
+def _built(name):
+    # find_spec looks for the file without running the module's init code
+    return importlib.util.find_spec(f"ndws._gemm_{name}") is not None
+
+
+def available_isas():
+    """Instruction sets this CPU can run whose GEMM module is built, best first.
+
+    Returns
+    -------
+    list of str
+        A subset of ``["avx512", "avx2", "baseline"]``.
+    """
+    return [name for name in ISAS if _cpu_supports(name) and _built(name)]
+
+
+def gemm_isa():
+    """The instruction set of the GEMM kernel in use (``"avx512"``, ``"avx2"`` or
+    ``"baseline"``), for `ndws.show_config`."""
+    return (<bytes>_T.isa).decode()
+
+
+def _gemm_info():
+    """Register and cache blocking of the kernel in use (for show_config and tests)."""
+    return {"isa": gemm_isa(),
+            "float32": {"mr": _T.mr_f32, "nr": _T.nr_f32, "mc": _T.mc_f32, "kc": _T.kc_f32,
+                        "nc": _T.nc_f32},
+            "float64": {"mr": _T.mr_f64, "nr": _T.nr_f64, "mc": _T.mc_f64, "kc": _T.kc_f64,
+                        "nc": _T.nc_f64}}
+
+
+def _use_isa(name, source="isa"):
+    """Switch the GEMM kernel to instruction set `name` (tests use it to run every variant);
+    returns the previous one. Raises ValueError, naming `source`, for an unknown name, an ISA
+    this CPU cannot run, or a module that was not built."""
+    global _T, _table_module
+    if name not in ISAS:
+        raise ValueError(f"{source}: expected one of {', '.join(ISAS)}, got {name!r}")
+    if not _cpu_supports(name):
+        raise ValueError(f"{source}: this CPU cannot run the {name!r} GEMM kernel "
+                         f"(it can run: {', '.join(available_isas())})")
+    if not _built(name):
+        raise ValueError(f"{source}: the {name!r} GEMM kernel was not built "
+                         f"(built and runnable here: {', '.join(available_isas())})")
+    module = importlib.import_module(f"ndws._gemm_{name}")
+    cdef const GemmTable* table = <const GemmTable*>PyCapsule_GetPointer(
+        module.table(), b"ndws.GemmTable")
+    previous = gemm_isa() if _T != NULL else None
+    _T = table
+    _table_module = module
+    return previous
+
+
+def _scratch_allocations():
+    """Packing-scratch (re)allocations so far by the kernel module in use (tests: a loop of
+    same-sized calls must not allocate)."""
+    return _T.scratch_allocations()
+
+
+def _scratch_buffers():
+    """Threads holding a packing-scratch buffer of the kernel module in use right now (tests:
+    a thread's buffer is freed when the thread exits)."""
+    return _T.scratch_buffers()
+
+
+# ------------------------------------------------------------------------------------------------
+# Operands: pointer, shape and element strides of an NDArray or a NumPy array, read directly
+# (no memoryview, no buffer export per call).
+
+ctypedef struct Operand:
+    char* data
+    int ndim
+    int f64                       # 0 float32, 1 float64
+    intp_t shape[NDWS_MAXDIMS]
+    intp_t strides[NDWS_MAXDIMS]  # in elements
+
+
+cdef int _dtype_code(object dt) noexcept:
+    # 0 float32, 1 float64 (native byte order), -1 anything else
+    if dt is _F32:
+        return 0
+    if dt is _F64:
+        return 1
+    if dt == _F32:
+        return 0
+    if dt == _F64:
+        return 1
+    return -1
+
+
+cdef int _operand(object x, str op, str role, Operand* o, bint write) except -1:
+    """Fill `o` from `x`; 1 when the native kernel can use it, 0 when it cannot (other dtypes,
+    non-arrays, byte strides that are not whole elements, read-only `out`). A stale NDArray
+    raises WorkspaceError."""
+    cdef NDArray arr
+    cdef cnp.ndarray nd
+    cdef int i, code
+    cdef intp_t item, s
+    cdef cnp.npy_intp* dims
+    cdef cnp.npy_intp* strides
+    if isinstance(x, NDArray):
+        arr = <NDArray>x
+        check_array(arr, op, role)
+        code = _dtype_code(arr._dtype)
+        if code < 0 or (write and not arr._writeable):
+            return 0
+        item = arr._itemsize
+        o.data = arr._data
+        o.ndim = arr._ndim
+        o.f64 = code
+        for i in range(arr._ndim):
+            s = arr._strides[i]
+            if s % item:
+                return 0
+            o.shape[i] = arr._shape[i]
+            o.strides[i] = s // item
+        return 1
+    if isinstance(x, cnp.ndarray):
+        nd = <cnp.ndarray>x
+        code = _dtype_code(<object>cnp.PyArray_DESCR(nd))
+        if code < 0 or cnp.PyArray_NDIM(nd) > NDWS_MAXDIMS:
+            return 0
+        if write and not cnp.PyArray_ISWRITEABLE(nd):
+            return 0
+        item = 8 if code else 4
+        dims = cnp.PyArray_DIMS(nd)
+        strides = cnp.PyArray_STRIDES(nd)
+        o.data = <char*>cnp.PyArray_DATA(nd)
+        o.ndim = cnp.PyArray_NDIM(nd)
+        o.f64 = code
+        for i in range(o.ndim):
+            s = strides[i]
+            if s % item:
+                return 0
+            o.shape[i] = dims[i]
+            o.strides[i] = s // item
+        return 1
+    return 0
+
+
+cdef void _extent(const Operand* o, char** lo, char** hi) noexcept:
+    # [lo, hi): the bytes an operand's elements occupy (empty when any dimension is 0)
+    cdef intp_t item = 8 if o.f64 else 4, a = 0, b = 0, span
+    cdef int i
+    for i in range(o.ndim):
+        if o.shape[i] == 0:
+            lo[0] = o.data
+            hi[0] = o.data
+            return
+        span = (o.shape[i] - 1) * o.strides[i] * item
+        if span < 0:
+            a += span
+        else:
+            b += span
+    lo[0] = o.data + a
+    hi[0] = o.data + b + item
+
+
+cdef bint _overlap(const Operand* x, const Operand* y) noexcept:
+    cdef char* xl
+    cdef char* xh
+    cdef char* yl
+    cdef char* yh
+    _extent(x, &xl, &xh)
+    _extent(y, &yl, &yh)
+    return xl < xh and yl < yh and xl < yh and yl < xh
+
+
+cdef bint _self_overlapping(const Operand* o) noexcept:
+    # a zero stride on a dimension longer than 1 writes one element twice
+    cdef int i
+    for i in range(o.ndim):
+        if o.strides[i] == 0 and o.shape[i] > 1:
+            return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------------
+# The batched problem: C[b] := alpha * A[b] @ B[b] + beta * C[b] over broadcast batch dims.
+
+ctypedef struct Batch:
+    int nd                               # batch dimensions
+    intp_t shape[NDWS_MAXDIMS]
+    intp_t sa[NDWS_MAXDIMS]              # element strides per batch dimension (0: broadcast)
+    intp_t sb[NDWS_MAXDIMS]
+    intp_t sc[NDWS_MAXDIMS]
+    intp_t m, n, k
+    intp_t rs_a, cs_a, rs_b, cs_b, rs_c, cs_c
+    char* a
+    char* b
+    char* c
+    int f64
+
+
+cdef int _run(Batch* p, double alpha, double beta, epilogue_fn ep, const void* ep_ctx
+              ) except -1:
+    """Run the kernel on every batch item, without the GIL. The thread count comes from one
+    item's flops (items run one after another, each on the whole team)."""
+    cdef intp_t idx[NDWS_MAXDIMS]
+    cdef intp_t count = 1, it, oa = 0, ob = 0, oc = 0
+    cdef int d, ret = 0, nt
+    cdef intp_t item = 8 if p.f64 else 4
+    for d in range(p.nd):
+        count *= p.shape[d]
+        idx[d] = 0
+    if count == 0 or p.m == 0 or p.n == 0:
+        return 0
+    nt = threads_for(2 * p.m * p.n * p.k, GRAIN_F64 if p.f64 else GRAIN_F32)
+    with nogil:
+        for it in range(count):
+            if p.f64:
+                ret = _T.dgemm(p.m, p.n, p.k, alpha,
+                               <const float64_t*>(p.a + oa * item), p.rs_a, p.cs_a,
+                               <const float64_t*>(p.b + ob * item), p.rs_b, p.cs_b, beta,
+                               <float64_t*>(p.c + oc * item), p.rs_c, p.cs_c, nt, ep, ep_ctx)
+            else:
+                ret = _T.sgemm(p.m, p.n, p.k, <float32_t>alpha,
+                               <const float32_t*>(p.a + oa * item), p.rs_a, p.cs_a,
+                               <const float32_t*>(p.b + ob * item), p.rs_b, p.cs_b,
+                               <float32_t>beta,
+                               <float32_t*>(p.c + oc * item), p.rs_c, p.cs_c, nt, ep, ep_ctx)
+            if ret != 0:
+                break
+            # next batch index (row-major), moving the three offsets along
+            d = p.nd - 1
+            while d >= 0:
+                idx[d] += 1
+                oa += p.sa[d]
+                ob += p.sb[d]
+                oc += p.sc[d]
+                if idx[d] < p.shape[d]:
+                    break
+                oa -= p.sa[d] * idx[d]
+                ob -= p.sb[d] * idx[d]
+                oc -= p.sc[d] * idx[d]
+                idx[d] = 0
+                d -= 1
+    if ret != 0:
+        raise MemoryError("gemm: could not allocate the packing scratch")
+    return 0
+
+
+cdef int _copy(const Operand* dst, const Operand* src) except -1:
+    """dst[...] = src[...] for two operands of one shape and dtype (a temporary result into a
+    strided `out`), without the GIL."""
+    cdef intp_t idx[NDWS_MAXDIMS]
+    cdef intp_t count = 1, it, od = 0, os_ = 0, j, n, sd, ss
+    cdef int d, nd = dst.ndim
+    cdef intp_t item = 8 if dst.f64 else 4
+    if nd == 0:
+        memcpy(dst.data, src.data, item)
+        return 0
+    for d in range(nd - 1):
+        count *= dst.shape[d]
+        idx[d] = 0
+    n = dst.shape[nd - 1]
+    sd = dst.strides[nd - 1]
+    ss = src.strides[nd - 1]
+    if count == 0 or n == 0:
+        return 0
+    with nogil:
+        for it in range(count):
+            if dst.f64:
+                for j in range(n):
+                    (<float64_t*>dst.data)[od + j * sd] = (<float64_t*>src.data)[os_ + j * ss]
+            else:
+                for j in range(n):
+                    (<float32_t*>dst.data)[od + j * sd] = (<float32_t*>src.data)[os_ + j * ss]
+            d = nd - 2
+            while d >= 0:
+                idx[d] += 1
+                od += dst.strides[d]
+                os_ += src.strides[d]
+                if idx[d] < dst.shape[d]:
+                    break
+                od -= dst.strides[d] * idx[d]
+                os_ -= src.strides[d] * idx[d]
+                idx[d] = 0
+                d -= 1
+    return 0
+
+
+cdef void _from_result(NDArray r, Operand* o) noexcept:
+    cdef int i
+    o.data = r._data
+    o.ndim = r._ndim
+    o.f64 = 1 if r._itemsize == 8 else 0
+    for i in range(r._ndim):
+        o.shape[i] = r._shape[i]
+        o.strides[i] = r._strides[i] // r._itemsize
+
+
+cdef int _plan(Batch* p, const Operand* A, const Operand* B, bint vec_a, bint vec_b,
+               bint trans_a, bint trans_b, intp_t* shape) except -1:
+    """Core dims and broadcast batch dims of op(A) @ op(B) into `p` (C's parts excluded) and the
+    result shape into `shape`; returns the result's ndim, or a negative code when the shapes
+    do not fit: -2 core (k) mismatch, -3 batch dimensions that do not broadcast."""
+    cdef int nba = A.ndim - 2 if not vec_a else 0
+    cdef int nbb = B.ndim - 2 if not vec_b else 0
+    cdef int nd = nba if nba > nbb else nbb, d, da, db, ndim
+    cdef intp_t ka, kb, ea, eb
+    if vec_a:
+        p.m = 1
+        ka = A.shape[0]
+        p.rs_a = 0
+        p.cs_a = A.strides[0]
+    elif not trans_a:
+        p.m = A.shape[A.ndim - 2]
+        ka = A.shape[A.ndim - 1]
+        p.rs_a = A.strides[A.ndim - 2]
+        p.cs_a = A.strides[A.ndim - 1]
+    else:
+        p.m = A.shape[A.ndim - 1]
+        ka = A.shape[A.ndim - 2]
+        p.rs_a = A.strides[A.ndim - 1]
+        p.cs_a = A.strides[A.ndim - 2]
+    if vec_b:
+        p.n = 1
+        kb = B.shape[0]
+        p.rs_b = B.strides[0]
+        p.cs_b = 0
+    elif not trans_b:
+        kb = B.shape[B.ndim - 2]
+        p.n = B.shape[B.ndim - 1]
+        p.rs_b = B.strides[B.ndim - 2]
+        p.cs_b = B.strides[B.ndim - 1]
+    else:
+        kb = B.shape[B.ndim - 1]
+        p.n = B.shape[B.ndim - 2]
+        p.rs_b = B.strides[B.ndim - 1]
+        p.cs_b = B.strides[B.ndim - 2]
+    if ka != kb:
+        return -2
+    p.k = ka
+    p.nd = nd
+    for d in range(nd):
+        da = d - (nd - nba)
+        db = d - (nd - nbb)
+        ea = A.shape[da] if da >= 0 else 1
+        eb = B.shape[db] if db >= 0 else 1
+        if ea != eb and ea != 1 and eb != 1:
+            return -3
+        p.shape[d] = ea if ea != 1 else eb
+        p.sa[d] = A.strides[da] if da >= 0 and ea != 1 else 0
+        p.sb[d] = B.strides[db] if db >= 0 and eb != 1 else 0
+        shape[d] = p.shape[d]
+    ndim = nd
+    if not vec_a:
+        shape[ndim] = p.m
+        ndim += 1
+    if not vec_b:
+        shape[ndim] = p.n
+        ndim += 1
+    p.a = A.data
+    p.b = B.data
+    p.f64 = A.f64
+    return ndim
+
+
+cdef void _place_c(Batch* p, const Operand* C, bint vec_a, bint vec_b) noexcept:
+    # C's strides into the plan; the missing axis of a 1-D result (extent 1) gets stride 0
+    cdef int d, nd = C.ndim
+    cdef intp_t last = C.strides[nd - 1] if nd > 0 else 0
+    if vec_a and vec_b:
+        p.rs_c = 0
+        p.cs_c = 1
+    elif vec_b:
+        p.rs_c = last
+        p.cs_c = 0
+    elif vec_a:
+        p.rs_c = 0
+        p.cs_c = last
+    else:
+        p.rs_c = C.strides[nd - 2]
+        p.cs_c = last
+    for d in range(p.nd):
+        p.sc[d] = C.strides[d]
+    p.c = C.data
+
+
+cdef object _shape_tuple(const intp_t* shape, int nd):
+    return tuple([shape[i] for i in range(nd)])
+
+
+cdef object _compute(Batch* p, object x_out, Operand* C, const Operand* A, const Operand* B,
+                     int ndim, intp_t* shape, bint vec_a, bint vec_b, double alpha,
+                     double beta, str op):
+    """Result placement shared by matmul and gemm: a new array in the current workspace, or
+    `out` (through a temporary when `out` overlaps an input)."""
+    cdef NDArray res, tmp
+    cdef Operand T
+    dtype = _F64 if A.f64 else _F32
+    if x_out is None:
+        res = new_result(dtype, ndim, shape, op)
+        try:
+            _from_result(res, C)
+            _place_c(p, C, vec_a, vec_b)
+            _run(p, alpha, beta, NULL, NULL)
+        except BaseException:
+            discard_result(res)
+            raise
+        return res
+    if not (_overlap(C, A) or _overlap(C, B)):
+        _place_c(p, C, vec_a, vec_b)
+        _run(p, alpha, beta, NULL, NULL)
+        return x_out
+    # `a @= b`, out=a: the kernel reads A while writing C, so compute into a temporary (taken
+    # from the current workspace and given back right after) and copy
+    tmp = new_result(dtype, ndim, shape, op)
+    try:
+        _from_result(tmp, &T)
+        if beta != 0:
+            _copy(&T, C)
+        _place_c(p, &T, vec_a, vec_b)
+        _run(p, alpha, beta, NULL, NULL)
+        _copy(C, &T)
+    finally:
+        discard_result(tmp)
+    return x_out
+
+
+# ------------------------------------------------------------------------------------------------
+# Public entry points
+
+def matmul(x1, x2, out=None):
+    """Matrix product with NumPy's ``matmul`` rules, computed by the native GEMM.
+
+    The native path covers float32 and float64 operands of one dtype (NDArrays or NumPy
+    arrays, any strides that are whole elements) and an `out` of that dtype; for anything else
+    it returns ``NotImplemented`` and `ndws.matmul` lets NumPy compute (the reference path,
+    which also raises NumPy's errors for mismatched shapes).
+
+    Parameters
+    ----------
+    x1 : (..., m, k) or (k,) NDArray of float32 or float64
+    x2 : (..., k, n) or (k,) NDArray of the same dtype
+    out : (..., m, n) NDArray, optional
+        Written in place (may be `x1` or `x2`: ``a @= b`` is computed through a temporary).
+
+    Returns
+    -------
+    (..., m, n) NDArray
+        `out`, or a new array placed in the current workspace.
+    """
+    cdef Operand A, B, C
+    cdef Batch p
+    cdef intp_t shape[NDWS_MAXDIMS]
+    cdef int ok1, ok2, ok3 = 1, ndim, d
+    cdef bint vec_a, vec_b
+    # validate every NDArray argument before anything touches memory
+    ok1 = _operand(x1, "matmul", "x1", &A, False)
+    ok2 = _operand(x2, "matmul", "x2", &B, False)
+    if out is not None:
+        ok3 = _operand(out, "matmul", "out", &C, True)
+    if not (ok1 and ok2 and ok3) or A.f64 != B.f64 or A.ndim == 0 or B.ndim == 0:
+        return NotImplemented
+    if out is not None and (C.f64 != A.f64 or _self_overlapping(&C)):
+        return NotImplemented
+    vec_a = A.ndim == 1
+    vec_b = B.ndim == 1
+    ndim = _plan(&p, &A, &B, vec_a, vec_b, False, False, shape)
+    if ndim < 0:
+        return NotImplemented       # NumPy raises its own error on the fallback path
+    if out is not None:
+        if C.ndim != ndim:
+            return NotImplemented
+        for d in range(ndim):
+            if C.shape[d] != shape[d]:
+                return NotImplemented
+    return _compute(&p, out, &C, &A, &B, ndim, shape, vec_a, vec_b, 1.0, 0.0, "matmul")
+
+
+cdef int _gemm_operand(object x, str role, Operand* o, bint write, str op="gemm") except -1:
+    if not _operand(x, op, role, o, write):
+        if (write and isinstance(x, (NDArray, np.ndarray)) and _dtype_code(x.dtype) >= 0
+                and not x.flags.writeable):
+            raise ValueError(f"{op}: {role} is read-only")
+        if isinstance(x, (NDArray, np.ndarray)) and _dtype_code(x.dtype) >= 0:
+            raise ValueError(f"{op}: {role} has strides {x.strides} that are not whole "
+                             f"{x.dtype.itemsize}-byte elements")
+        what = (f"dtype {x.dtype}" if isinstance(x, (NDArray, np.ndarray))
+                else f"type {type(x).__name__}")
+        raise TypeError(f"{op}: {role} must be an NDArray of float32 or float64, got {what}")
+    return 0
+
+
+cdef double _scalar(object x, str name) except? -1:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
+                                                              np.floating)):
+        raise TypeError(f"gemm: {name} must be a real number, got {x!r}")
+    return float(x)
+
+
+@cython.wraparound(True)
+def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
+    """General matrix multiply, ``C := alpha*op(A) @ op(B) + beta*C``.
+
+    Parameters
+    ----------
+    a : (..., m, k) NDArray of float32 or float64
+        ``(..., k, m)`` when `trans_a`.
+    b : (..., k, n) NDArray of the same dtype
+        ``(..., n, k)`` when `trans_b`.
+    out : (..., m, n) NDArray of that dtype, optional
+        C. Required when ``beta != 0`` (it is read); may be `a` or `b`.
+    alpha, beta : float
+        Scale factors. ``beta == 0`` makes `out` write-only (NaN in it is ignored, BLAS's
+        rule); ``alpha == 0`` or ``k == 0`` gives ``beta*C`` without reading A and B.
+    trans_a, trans_b : bool
+        Use the transpose of the last two axes (no copy: a transpose is only strides).
+
+    Returns
+    -------
+    (..., m, n) NDArray
+        `out`, or a new array placed in the current workspace. Leading (batch) axes broadcast
+        as in `matmul`.
+    """
+    cdef Operand A, B, C
+    cdef Batch p
+    cdef intp_t shape[NDWS_MAXDIMS]
+    cdef int ndim, d
+    cdef double al, be
+    _gemm_operand(a, "a", &A, False)
+    _gemm_operand(b, "b", &B, False)
+    if out is not None:
+        _gemm_operand(out, "out", &C, True)
+    al = _scalar(alpha, "alpha")
+    be = _scalar(beta, "beta")
+    if A.ndim < 2:
+        raise ValueError(f"gemm: a must have at least 2 dimensions, got shape {a.shape}")
+    if B.ndim < 2:
+        raise ValueError(f"gemm: b must have at least 2 dimensions, got shape {b.shape}")
+    if A.f64 != B.f64:
+        raise TypeError(f"gemm: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
+    if out is not None and C.f64 != A.f64:
+        raise TypeError(f"gemm: out must have dtype {a.dtype}, got {out.dtype}")
+    if be != 0 and out is None:
+        raise ValueError(f"gemm: beta={beta!r} reads C, so it requires out=")
+    ndim = _plan(&p, &A, &B, False, False, bool(trans_a), bool(trans_b), shape)
+    if ndim == -2:
+        sa = tuple(a.shape[:-2]) + ((a.shape[-1], a.shape[-2]) if trans_a else tuple(a.shape[-2:]))
+        sb = tuple(b.shape[:-2]) + ((b.shape[-1], b.shape[-2]) if trans_b else tuple(b.shape[-2:]))
+        raise ValueError(f"gemm: op(a) has shape {sa} and op(b) has shape {sb}: "
+                         f"k = {sa[-1]} != {sb[-2]}")
+    if ndim == -3:
+        raise ValueError(f"gemm: batch dimensions of a {a.shape[:-2]} and b {b.shape[:-2]} "
+                         f"do not broadcast")
+    if out is not None:
+        if C.ndim != ndim or any(C.shape[d] != shape[d] for d in range(ndim)):
+            raise ValueError(f"gemm: out has shape {out.shape}, expected "
+                             f"{_shape_tuple(shape, ndim)}")
+        if _self_overlapping(&C):
+            raise ValueError(f"gemm: out has a zero stride (strides {out.strides}): "
+                             f"elements would overlap")
+    return _compute(&p, out, &C, &A, &B, ndim, shape, False, False, al, be, "gemm")
+
+
+cdef int gemm_arrays(NDArray a, NDArray b, NDArray c, double alpha, double beta,
+                     bint trans_a, bint trans_b, epilogue_fn ep, const void* ep_ctx,
+                     object op) except -1:
+    cdef Operand A, B, C
+    cdef Batch p
+    cdef intp_t shape[NDWS_MAXDIMS]
+    cdef int ndim
+    if not (_operand(a, op, "a", &A, False) and _operand(b, op, "b", &B, False)
+            and _operand(c, op, "out", &C, True)):
+        raise TypeError(f"{op}: expected writable float32/float64 arrays with whole-element "
+                        f"strides, got {a.dtype}, {b.dtype} and {c.dtype}")
+    if A.ndim != 2 or B.ndim != 2 or C.ndim != 2:
+        raise ValueError(f"{op}: expected 2-D arrays, got shapes {a.shape}, {b.shape}, "
+                         f"{c.shape}")
+    if A.f64 != B.f64 or A.f64 != C.f64:
+        raise TypeError(f"{op}: dtypes differ: {a.dtype}, {b.dtype}, {c.dtype}")
+    ndim = _plan(&p, &A, &B, False, False, trans_a, trans_b, shape)
+    if ndim < 0 or C.shape[0] != shape[0] or C.shape[1] != shape[1]:
+        raise ValueError(f"{op}: shapes do not fit: {a.shape}{'.T' if trans_a else ''} @ "
+                         f"{b.shape}{'.T' if trans_b else ''} into {c.shape}")
+    if _overlap(&C, &A) or _overlap(&C, &B) or _self_overlapping(&C):
+        raise ValueError(f"{op}: out overlaps an input or itself")
+    _place_c(&p, &C, False, False)
+    return _run(&p, alpha, beta, ep, ep_ctx)
+
+
+ctypedef struct _TraceCtx:
+    int f64
+    int* hits                   # one counter per element of C (row-major m x n)
+    intp_t n
+
+
+cdef void _trace_epilogue(const void* ctx, void* c, intp_t i0, intp_t j0, intp_t m, intp_t n,
+                          intp_t rs_c, intp_t cs_c) noexcept nogil:
+    # Tiles are disjoint, so threads never write the same counter or element.
+    cdef const _TraceCtx* t = <const _TraceCtx*>ctx
+    cdef intp_t i, j
+    for i in range(m):
+        for j in range(n):
+            t.hits[(i0 + i) * t.n + j0 + j] += 1
+            if t.f64:
+                (<float64_t*>c)[i * rs_c + j * cs_c] += 1
+            else:
+                (<float32_t*>c)[i * rs_c + j * cs_c] += 1
+
+
+def _gemm_traced(NDArray a, NDArray b, NDArray out, double alpha=1.0, double beta=0.0,
+                 bint trans_a=False, bint trans_b=False):
+    """`gemm_arrays` with an epilogue that adds 1 to each element of every tile it is handed
+    and counts the visits (tests: each element exactly once, after its final value)."""
+    cdef _TraceCtx t
+    hits = np.zeros(out.shape, dtype=np.intc)
+    cdef int[:, ::1] h = hits
+    t.f64 = out.dtype == _F64
+    t.n = out.shape[1]
+    t.hits = &h[0, 0] if hits.size else NULL
+    gemm_arrays(a, b, out, alpha, beta, trans_a, trans_b, _trace_epilogue, &t, "gemm")
+    return hits
+
+
+# ------------------------------------------------------------------------------------------------
+# Fused linear layer: GEMM + bias + activation in one pass over the output
+
+ctypedef struct _LinearCtx:
+    const char* bias            # NULL: no bias
+    intp_t bias_stride          # in elements
+    int code                    # activation code of ndws._kernels (ACT_*)
+    double alpha
+    int f64
+
+
+cdef void _linear_epilogue(const void* ctx, void* c, intp_t i0, intp_t j0, intp_t m, intp_t n,
+                           intp_t rs_c, intp_t cs_c) noexcept nogil:
+    # Runs on each finished tile of Y while it is still in cache, inside the GEMM's threads:
+    # tiles are disjoint and the bias is only read, so no two threads touch the same element.
+    # Row activations (softmax) need whole rows, so for them only the bias is added here.
+    cdef const _LinearCtx* t = <const _LinearCtx*>ctx
+    cdef intp_t i, j
+    cdef float32_t* y32
+    cdef float64_t* y64
+    cdef const float32_t* b32
+    cdef const float64_t* b64
+    if t.f64:
+        y64 = <float64_t*>c
+        if t.bias != NULL:
+            b64 = <const float64_t*>t.bias + j0 * t.bias_stride
+            for i in range(m):
+                for j in range(n):
+                    y64[i * rs_c + j * cs_c] += b64[j * t.bias_stride]
+        if t.code != ACT_IDENTITY and t.code < ACT_N_ELEMENTWISE:
+            act_tile_f64(t.code, t.alpha, y64, m, n, rs_c, cs_c)
+    else:
+        y32 = <float32_t*>c
+        if t.bias != NULL:
+            b32 = <const float32_t*>t.bias + j0 * t.bias_stride
+            for i in range(m):
+                for j in range(n):
+                    y32[i * rs_c + j * cs_c] += b32[j * t.bias_stride]
+        if t.code != ACT_IDENTITY and t.code < ACT_N_ELEMENTWISE:
+            act_tile_f32(t.code, <float32_t>t.alpha, y32, m, n, rs_c, cs_c)
+
+
+cdef NDArray _linear_arg(object x, str role, Operand* o, bint write):
+    # NDArrays as they are, NumPy arrays wrapped without a copy; dtype, stride and staleness
+    # checks are _gemm_operand's.
+    _gemm_operand(x, role, o, write, "linear")
+    return <NDArray>x if isinstance(x, NDArray) else _core.from_numpy(x)
+
+
+def linear(x, w, b=None, activation="identity", out=None, **params):
+    """Fused dense layer, ``Y := f(X @ W + b)``, in one pass over the output.
+
+    The bias and an elementwise activation are applied to each tile of Y by the GEMM itself,
+    right after the tile's last block of the product, while it is still in cache; softmax and
+    log-softmax (which need whole rows) run on the rows afterwards.
+
+    Parameters
+    ----------
+    x : (n_samples, n_in) NDArray of float32 or float64
+    w : (n_in, n_out) NDArray of the same dtype
+        DL4J's DenseLayer layout (PyTorch's ``weight`` is its transpose: pass ``weight.T``).
+    b : (n_out,) NDArray of the same dtype, optional
+    activation : str, optional
+        A name of `ndws.nn.functional.activation` ("identity", "relu", "leakyrelu", "elu",
+        "sigmoid", "tanh", "softplus", "gelu", "softmax", "logsoftmax", ...); None is identity.
+    out : (n_samples, n_out) NDArray, optional
+        Where to write Y; may be `x`, `w` or `b` (the product then goes through a temporary).
+    **params
+        The activation's parameters (``alpha=`` for leaky relu and elu, ``approximate=`` for
+        gelu).
+
+    Returns
+    -------
+    (n_samples, n_out) NDArray
+        `out`, or a new array placed in the current workspace.
+
+    Examples
+    --------
+    >>> import ndws, ndws.nn.functional as F
+    >>> x = ndws.array([[1.0, -2.0]])
+    >>> w = ndws.array([[1.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    >>> F.linear(x, w, ndws.array([0.5, 0.0, 1.0]), "relu").tolist()
+    [[0.0, 2.0, 0.0]]
+    """
+    cdef _LinearCtx ctx
+    cdef double alpha = 0.0
+    cdef Operand ox, ow, ob, oy
+    cdef NDArray X = _linear_arg(x, "x", &ox, False)
+    cdef NDArray W = _linear_arg(w, "w", &ow, False)
+    cdef NDArray B = None, Y, target = None
+    cdef Py_ssize_t shape[2]
+    cdef bint temp
+    cdef epilogue_fn ep = _linear_epilogue
+    ctx.code = ACT_IDENTITY if activation is None else activation_code(activation, params, &alpha)
+    if X._ndim != 2:
+        raise ValueError(f"linear: x must be 2-D (n_samples, n_in), got shape {x.shape}")
+    if W._ndim != 2:
+        raise ValueError(f"linear: w must be 2-D (n_in, n_out), got shape {w.shape}")
+    if ow.f64 != ox.f64:
+        raise TypeError(f"linear: w must have x's dtype {x.dtype}, got {w.dtype}")
+    if W._shape[0] != X._shape[1]:
+        raise ValueError(f"linear: x has {X._shape[1]} features but w has shape {w.shape} "
+                         f"(expected ({X._shape[1]}, n_out))")
+    shape[0] = X._shape[0]
+    shape[1] = W._shape[1]
+    ctx.bias = NULL
+    ctx.bias_stride = 0
+    if b is not None:
+        B = _linear_arg(b, "b", &ob, False)
+        if ob.f64 != ox.f64:
+            raise TypeError(f"linear: b must have x's dtype {x.dtype}, got {b.dtype}")
+        if B._ndim != 1 or B._shape[0] != shape[1]:
+            raise ValueError(f"linear: b must have shape ({shape[1]},), got {b.shape}")
+        ctx.bias = B._data
+        ctx.bias_stride = ob.strides[0]
+    ctx.alpha = alpha
+    ctx.f64 = ox.f64
+    if ctx.bias == NULL and ctx.code == ACT_IDENTITY:
+        ep = NULL                      # a plain product
+    temp = out is None
+    if out is not None:
+        target = _linear_arg(out, "out", &oy, True)
+        if oy.f64 != ox.f64:
+            raise TypeError(f"linear: out must have x's dtype {x.dtype}, got {out.dtype}")
+        if oy.ndim != 2 or oy.shape[0] != shape[0] or oy.shape[1] != shape[1]:
+            raise ValueError(f"linear: out has shape {out.shape}, expected "
+                             f"({shape[0]}, {shape[1]})")
+        if _self_overlapping(&oy):
+            raise ValueError(f"linear: out has a zero stride (strides {out.strides}): "
+                             f"elements would overlap")
+        # out that is an input: compute into a temporary, copy, give the temporary back
+        temp = _overlap(&oy, &ox) or _overlap(&oy, &ow) or (B is not None and _overlap(&oy, &ob))
+    Y = new_result(X._dtype, 2, shape, "linear") if temp else target
+    try:
+        gemm_arrays(X, W, Y, 1.0, 0.0, False, False, ep, &ctx, "linear")
+        if ctx.code >= ACT_N_ELEMENTWISE:
+            # whole rows are needed: after the product, serially (rows are short: n_out)
+            with nogil:
+                if ctx.f64:
+                    softmax_rows_f64(ctx.code == ACT_LOG_SOFTMAX, <float64_t*>Y._data, shape[0],
+                                     shape[1], Y._strides[0] // 8, Y._strides[1] // 8)
+                else:
+                    softmax_rows_f32(ctx.code == ACT_LOG_SOFTMAX, <float32_t*>Y._data, shape[0],
+                                     shape[1], Y._strides[0] // 4, Y._strides[1] // 4)
+        if temp and target is not None:
+            target[...] = Y
+    except BaseException:
+        if temp:
+            discard_result(Y)
+        raise
+    if target is not None:
+        if temp:
+            discard_result(Y)
+        return out
+    return Y
+
+
+# ------------------------------------------------------------------------------------------------
+# Import: pick the kernel, then install the native matmul in front of NumPy's.
+
+def _choose():
+    env = os.environ.get("NDWS_GEMM_ISA")
+    if env:
+        _use_isa(env.strip().lower(), "NDWS_GEMM_ISA")
+        return
+    for name in available_isas():
+        _use_isa(name)
+        return
+    raise ImportError("ndws._linalg: no GEMM kernel module is built (ndws._gemm_baseline "
+                      "missing): rebuild with `pip install -e .`")
+
+
+_choose()
+_core._set_native_matmul(matmul)

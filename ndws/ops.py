@@ -28,6 +28,7 @@ import numpy as np
 
 from ndws import _core
 from ndws._core import NDArray, clip, dot, matmul, norm
+from ndws._linalg import gemm
 
 __all__ = [
     # element-wise (NumPy ufuncs)
@@ -44,7 +45,7 @@ __all__ = [
     "all", "amax", "amin", "any", "argmax", "argmin", "max", "mean", "min", "norm", "prod",
     "std", "sum", "var",
     # linear algebra and selection
-    "clip", "dot", "matmul", "where",
+    "clip", "dot", "gemm", "matmul", "where",
     # shape and joining
     "concatenate", "copy", "expand_dims", "ravel", "reshape", "squeeze", "stack", "swapaxes",
     "transpose",

@@ -16,11 +16,12 @@ def test_extension_is_not_stale():
     # An edited .pyx (or a .pxd/.pxi it uses) with an old .so would test yesterday's code: fail
     # loudly instead. A module depends on its own .pyx and on every .pxd/.pxi its source names.
     pkg = ROOT / "ndws"
-    headers = list(pkg.glob("*.pxd")) + list(pkg.glob("*.pxi"))
+    headers = list(pkg.glob("*.pxd")) + list(pkg.glob("*.pxi")) + list(pkg.glob("*.h"))
     for pyx in pkg.glob("*.pyx"):
         built = list(pkg.glob(pyx.stem + ".*.so")) + list(pkg.glob(pyx.stem + ".*.pyd"))
         assert built, f"{pyx.name} has no built extension: run `pip install -e .`"
         text = pyx.read_text()
+        text += "".join(h.read_text() for h in pkg.glob("*.pxi") if h.stem in text)
         deps = [pyx] + [h for h in headers if h.stem in text]
         for source in deps:
             assert source.stat().st_mtime <= built[0].stat().st_mtime + 1, (

@@ -1,9 +1,9 @@
 """The torch-like functional surface of ndws' native kernels: ``import ndws.nn.functional as F``.
 
-Activations (forward and derivative), softmax / log-softmax along an axis, losses with their
-gradients, and fused in-place updaters. Every function is the compiled kernel wrapper of
-`ndws._kernels` itself (no Python layer in between: a call on a small array costs a few hundred
-nanoseconds).
+The fused dense layer `linear` (GEMM + bias + activation), activations (forward and
+derivative), softmax / log-softmax along an axis, losses with their gradients, and fused
+in-place updaters. Every function is a compiled wrapper of `ndws._linalg` or `ndws._kernels`
+itself (no Python layer in between: a call on a small array costs a few hundred nanoseconds).
 
 Conventions
 -----------
@@ -26,6 +26,7 @@ Conventions
 >>> round(loss, 4)
 0.4076
 """
+from ndws._linalg import linear
 from ndws._kernels import (
     ACTIVATIONS,
     activation,
@@ -63,6 +64,7 @@ from ndws._kernels import (
 )
 
 __all__ = [
+    "linear",
     "ACTIVATIONS", "activation", "activation_backward",
     "identity", "relu", "leaky_relu", "elu", "sigmoid", "tanh", "softplus", "gelu", "softmax",
     "log_softmax",

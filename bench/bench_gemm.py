@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+"""GEMM benchmark: GFLOP/s of ``ndws.matmul(out=)`` against ``numpy.matmul(out=)`` (OpenBLAS) and
+``torch.mm(out=)`` when torch is importable, float32 and float64, on 1 and 2 threads.
+
+Shapes: squares 64-2048 and the MLP 784-256-256-10 at batch 128 and 32, forward (X @ W) and both
+backprop products (dW = X.T @ dY, dX = dY @ W.T; the transposes are views, never copies).
+
+Each thread count runs in a fresh interpreter with OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set
+before NumPy is imported (and ``torch.set_num_threads``), so every library gets exactly that
+many threads. Within a run the libraries take turns in blocks of samples over several rounds
+(see `worker`), so a noisy neighbour slows all of them alike; figures are medians and every
+ratio compares numbers from the same run.
+
+Usage::
+
+    python bench/bench_gemm.py            # full run (a few minutes on 2 cores)
+    python bench/bench_gemm.py --quick    # short run, noisier numbers
+    NDWS_GEMM_ISA=avx2 python bench/bench_gemm.py   # another kernel variant
+
+Target (issue 3): ndws >= 0.95x NumPy for float32 at squares 256-2048 and the batch-128 MLP
+shapes; those rows print PASS/MISS (a miss is reported, never hidden; the exit status is 0).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    # run as `python bench/bench_gemm.py`: use this checkout's in-place build
+    sys.path.insert(0, ROOT)
+
+TARGET = 0.95
+SQUARES = [64, 128, 256, 512, 1024, 2048]
+TARGET_SQUARES = {256, 512, 1024, 2048}
+
+
+def mlp_cases(batch):
+    """(label, m, k, n, trans_a, trans_b) of one MLP 784-256-256-10 step at this batch."""
+    cases = []
+    for fan_in, fan_out in ((784, 256), (256, 256), (256, 10)):
+        cases.append((f"{batch}x{fan_in}@{fan_in}x{fan_out}", batch, fan_in, fan_out, False, False))
+        cases.append((f"({batch}x{fan_in}).T@{batch}x{fan_out}", fan_in, batch, fan_out, True, False))
+        cases.append((f"{batch}x{fan_out}@({fan_in}x{fan_out}).T", batch, fan_out, fan_in, False, True))
+    return cases
+
+
+def all_cases(quick):
+    cases = [(f"{n}^3", n, n, n, False, False, n in TARGET_SQUARES) for n in SQUARES]
+    for batch in (128, 32):
+        cases += [c + (batch == 128,) for c in mlp_cases(batch)]
+    return cases
+
+
+# ------------------------------------------------------------------------------------------------
+# Worker: one thread count, one interpreter
+
+def worker(threads, quick):
+    import numpy as np
+
+    import ndws
+    import ndws._linalg as la   # registers the native matmul (ndws.matmul goes through it)
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    ndws.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    budget = 0.04 if quick else 0.25       # seconds of timed calls per library and case
+    min_samples = 5 if quick else 15
+    rows = []
+    for dtype in (np.float32, np.float64):
+        for label, m, k, n, ta, tb, target in all_cases(quick):
+            if quick and dtype == np.float64 and m * n * k > 512 ** 3:
+                continue
+            a_store = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+            b_store = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+            a_np = a_store.T if ta else a_store
+            b_np = b_store.T if tb else b_store
+            c_np = np.empty((m, n), dtype)
+            A = ndws.asarray(a_store)
+            B = ndws.asarray(b_store)
+            A = A.T if ta else A
+            B = B.T if tb else B
+            C = ndws.empty((m, n), dtype=dtype)
+            calls = {
+                "ndws": lambda: ndws.matmul(A, B, out=C),
+                "numpy": lambda: np.matmul(a_np, b_np, out=c_np),
+            }
+            if torch is not None:
+                a_t = torch.from_numpy(a_store)
+                b_t = torch.from_numpy(b_store)
+                a_t = a_t.T if ta else a_t
+                b_t = b_t.T if tb else b_t
+                c_t = torch.empty((m, n), dtype=a_t.dtype)
+                calls["torch"] = lambda: torch.mm(a_t, b_t, out=c_t)
+            # warm up (scratch, thread pools, caches) and check the answer on the way
+            for fn in calls.values():
+                fn()
+                fn()
+            ref = a_np.astype(np.float64) @ b_np.astype(np.float64)
+            err = np.abs(C.numpy() - ref).max() / max(1e-30, np.abs(ref).max())
+            assert err < (1e-4 if dtype == np.float32 else 1e-12), (label, err)
+            # calls per sample so that one sample lasts ~0.5 ms at ~100 GFLOP/s
+            flops = 2.0 * m * n * k
+            inner = max(1, int(5e7 / flops))
+            t0 = time.perf_counter()
+            calls["numpy"]()
+            one = max(time.perf_counter() - t0, 1e-7)
+            samples = max(min_samples, int(budget / (one * inner)))
+            # Libraries take turns in blocks of samples, with a pause between blocks: every
+            # library's thread pool spins for a while after a call (libgomp, OpenBLAS, torch's
+            # own OpenMP), and a sample taken while another pool still spins on the two cores
+            # measures the fight, not the library. Several rounds spread slow phases of a noisy
+            # machine over all libraries; the median is over every sample of every round.
+            times = {name: [] for name in calls}
+            rounds = 2 if quick else 4
+            for _ in range(rounds):
+                for name, fn in calls.items():
+                    time.sleep(0.02)
+                    fn()
+                    for _ in range(max(1, samples // rounds)):
+                        t0 = time.perf_counter()
+                        for _ in range(inner):
+                            fn()
+                        times[name].append((time.perf_counter() - t0) / inner)
+            row = {"dtype": np.dtype(dtype).name, "case": label, "target": target,
+                   "gflops": {name: flops / statistics.median(ts) / 1e9
+                              for name, ts in times.items()},
+                   "us": {name: statistics.median(ts) * 1e6 for name, ts in times.items()}}
+            rows.append(row)
+    info = {"threads": threads, "isa": la.gemm_isa(), "blocking": la._gemm_info(),
+            "numpy": np.__version__, "torch": None if torch is None else torch.__version__,
+            "ndws_threads": ndws.get_num_threads()}
+    print(json.dumps({"info": info, "rows": rows}))
+
+
+# ------------------------------------------------------------------------------------------------
+# Driver
+
+def run(threads, quick):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(threads)]
+    if quick:
+        cmd.append("--quick")
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stderr)
+        raise SystemExit(f"worker with {threads} thread(s) failed")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short run, noisier numbers")
+    ap.add_argument("--threads", default="1,2", help="thread counts to run (default 1,2)")
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.quick)
+        return
+    print(f"# bench_gemm: {platform.machine()}, {os.cpu_count()} CPUs, python "
+          f"{platform.python_version()}{' (quick)' if args.quick else ''}")
+    misses = passes = 0
+    for threads in [int(t) for t in args.threads.split(",")]:
+        out = run(threads, args.quick)
+        info = out["info"]
+        b32 = info["blocking"]["float32"]
+        print(f"\n## {threads} thread(s): ndws GEMM isa={info['isa']} (float32 MRxNR "
+              f"{b32['mr']}x{b32['nr']}, MC/KC/NC {b32['mc']}/{b32['kc']}/{b32['nc']}), "
+              f"numpy {info['numpy']}, torch {info['torch'] or 'absent'}")
+        has_torch = info["torch"] is not None
+        head = f"{'dtype':<8} {'shape':<24} {'ndws':>8} {'numpy':>8}"
+        head += f" {'torch':>8}" if has_torch else ""
+        head += f" {'x numpy':>8}" + (f" {'x torch':>8}" if has_torch else "")
+        head += f" {'ndws us':>9}  target"
+        print(head + "\n" + "-" * len(head))
+        for row in out["rows"]:
+            g = row["gflops"]
+            ratio = g["ndws"] / g["numpy"]
+            line = f"{row['dtype']:<8} {row['case']:<24} {g['ndws']:8.1f} {g['numpy']:8.1f}"
+            line += f" {g['torch']:8.1f}" if has_torch else ""
+            line += f" {ratio:8.2f}" + (f" {g['ndws'] / g['torch']:8.2f}" if has_torch else "")
+            line += f" {row['us']['ndws']:9.1f}"
+            if row["target"] and row["dtype"] == "float32":
+                ok = ratio >= TARGET
+                passes += ok
+                misses += not ok
+                line += f"  {'PASS' if ok else 'MISS'} (>= {TARGET}x numpy)"
+            print(line)
+    print(f"\n# GFLOP/s medians; target rows: {passes} PASS, {misses} MISS")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,430 @@
+/* A small vector abstraction for ndws' GEMM micro-kernel (ndws/_gemm_kernel.pxi), plus the
+ * per-OS-thread packing scratch and the OpenMP team helpers the kernel needs.
+ *
+ * The same Cython source is compiled once per instruction set (setup.py: GEMM_ISAS); the macros
+ * the compiler defines for those flags pick one branch below, so each module gets the widest
+ * vectors its flags allow:
+ *   __AVX512F__            512-bit vectors, FMA      (ndws._gemm_avx512)
+ *   __AVX2__ && __FMA__    256-bit vectors, FMA      (ndws._gemm_avx2)
+ *   __SSE2__               128-bit vectors, mul+add  (ndws._gemm_baseline on x86-64)
+ *   otherwise              plain C scalars           (ndws._gemm_baseline elsewhere)
+ *
+ * Register blocking: the micro-kernel keeps an MR x NR tile of C in NDWS_MR_* x NDWS_NV_*
+ * vector accumulators (NR = NV * VLEN). Each FMA needs ~4 independent accumulators in flight
+ * to hide its latency, and every k step costs MR broadcasts + NV loads for MR*NV FMAs, so the
+ * tile is as tall as the register file allows: 16 registers (SSE2/AVX2) hold 12 accumulators +
+ * 2 B vectors + 1 broadcast; AVX-512's 32 registers hold more rows (see NDWS_MR_F32 below).
+ *
+ * fmadd is a true fused multiply-add only where the ISA has one; the baseline rounds twice.
+ * Every element of C goes through the same helpers in the same order whatever tile it sits
+ * in, so results never depend on position or on the thread count.
+ */
+#ifndef NDWS_SIMD_H
+#define NDWS_SIMD_H
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define NDWS_ISA "avx512"
+typedef __m512 ndws_vf32;
+typedef __m512d ndws_vf64;
+#define NDWS_VLEN_F32 16
+#define NDWS_VLEN_F64 8
+/* 32 zmm registers would hold up to 14 rows x 2 vectors of accumulators. Measured on Zen 4
+   (1 thread, squares 256-2048 and the MLP shapes; -DNDWS_MR_F32=... builds): 8, 10 and 12 rows
+   are within the machine's noise of each other, 6 and 14 are slower; 8 rows waste no padding
+   at the MLP's batch sizes (multiples of 8), so 8 it is. */
+#ifndef NDWS_MR_F32
+#define NDWS_MR_F32 8
+#endif
+#define NDWS_NV_F32 2
+#ifndef NDWS_MR_F64
+#define NDWS_MR_F64 8
+#endif
+#define NDWS_NV_F64 2
+static inline ndws_vf32 ndws_vzero_f32(void) { return _mm512_setzero_ps(); }
+static inline ndws_vf32 ndws_vload_f32(const float* p) { return _mm512_loadu_ps(p); }
+static inline void ndws_vstore_f32(float* p, ndws_vf32 v) { _mm512_storeu_ps(p, v); }
+static inline ndws_vf32 ndws_vset1_f32(float x) { return _mm512_set1_ps(x); }
+static inline ndws_vf32 ndws_vmul_f32(ndws_vf32 a, ndws_vf32 b) { return _mm512_mul_ps(a, b); }
+static inline ndws_vf32 ndws_vadd_f32(ndws_vf32 a, ndws_vf32 b) { return _mm512_add_ps(a, b); }
+static inline ndws_vf32 ndws_vfmadd_f32(ndws_vf32 a, ndws_vf32 b, ndws_vf32 c)
+{ return _mm512_fmadd_ps(a, b, c); }
+static inline ndws_vf64 ndws_vzero_f64(void) { return _mm512_setzero_pd(); }
+static inline ndws_vf64 ndws_vload_f64(const double* p) { return _mm512_loadu_pd(p); }
+static inline void ndws_vstore_f64(double* p, ndws_vf64 v) { _mm512_storeu_pd(p, v); }
+static inline ndws_vf64 ndws_vset1_f64(double x) { return _mm512_set1_pd(x); }
+static inline ndws_vf64 ndws_vmul_f64(ndws_vf64 a, ndws_vf64 b) { return _mm512_mul_pd(a, b); }
+static inline ndws_vf64 ndws_vadd_f64(ndws_vf64 a, ndws_vf64 b) { return _mm512_add_pd(a, b); }
+static inline ndws_vf64 ndws_vfmadd_f64(ndws_vf64 a, ndws_vf64 b, ndws_vf64 c)
+{ return _mm512_fmadd_pd(a, b, c); }
+
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define NDWS_ISA "avx2"
+typedef __m256 ndws_vf32;
+typedef __m256d ndws_vf64;
+#define NDWS_VLEN_F32 8
+#define NDWS_VLEN_F64 4
+#define NDWS_MR_F32 6
+#define NDWS_NV_F32 2
+#define NDWS_MR_F64 6
+#define NDWS_NV_F64 2
+static inline ndws_vf32 ndws_vzero_f32(void) { return _mm256_setzero_ps(); }
+static inline ndws_vf32 ndws_vload_f32(const float* p) { return _mm256_loadu_ps(p); }
+static inline void ndws_vstore_f32(float* p, ndws_vf32 v) { _mm256_storeu_ps(p, v); }
+static inline ndws_vf32 ndws_vset1_f32(float x) { return _mm256_set1_ps(x); }
+static inline ndws_vf32 ndws_vmul_f32(ndws_vf32 a, ndws_vf32 b) { return _mm256_mul_ps(a, b); }
+static inline ndws_vf32 ndws_vadd_f32(ndws_vf32 a, ndws_vf32 b) { return _mm256_add_ps(a, b); }
+static inline ndws_vf32 ndws_vfmadd_f32(ndws_vf32 a, ndws_vf32 b, ndws_vf32 c)
+{ return _mm256_fmadd_ps(a, b, c); }
+static inline ndws_vf64 ndws_vzero_f64(void) { return _mm256_setzero_pd(); }
+static inline ndws_vf64 ndws_vload_f64(const double* p) { return _mm256_loadu_pd(p); }
+static inline void ndws_vstore_f64(double* p, ndws_vf64 v) { _mm256_storeu_pd(p, v); }
+static inline ndws_vf64 ndws_vset1_f64(double x) { return _mm256_set1_pd(x); }
+static inline ndws_vf64 ndws_vmul_f64(ndws_vf64 a, ndws_vf64 b) { return _mm256_mul_pd(a, b); }
+static inline ndws_vf64 ndws_vadd_f64(ndws_vf64 a, ndws_vf64 b) { return _mm256_add_pd(a, b); }
+static inline ndws_vf64 ndws_vfmadd_f64(ndws_vf64 a, ndws_vf64 b, ndws_vf64 c)
+{ return _mm256_fmadd_pd(a, b, c); }
+
+#elif defined(__SSE2__)
+#include <emmintrin.h>
+#define NDWS_ISA "baseline"
+typedef __m128 ndws_vf32;
+typedef __m128d ndws_vf64;
+#define NDWS_VLEN_F32 4
+#define NDWS_VLEN_F64 2
+#define NDWS_MR_F32 6
+#define NDWS_NV_F32 2
+#define NDWS_MR_F64 6
+#define NDWS_NV_F64 2
+static inline ndws_vf32 ndws_vzero_f32(void) { return _mm_setzero_ps(); }
+static inline ndws_vf32 ndws_vload_f32(const float* p) { return _mm_loadu_ps(p); }
+static inline void ndws_vstore_f32(float* p, ndws_vf32 v) { _mm_storeu_ps(p, v); }
+static inline ndws_vf32 ndws_vset1_f32(float x) { return _mm_set1_ps(x); }
+static inline ndws_vf32 ndws_vmul_f32(ndws_vf32 a, ndws_vf32 b) { return _mm_mul_ps(a, b); }
+static inline ndws_vf32 ndws_vadd_f32(ndws_vf32 a, ndws_vf32 b) { return _mm_add_ps(a, b); }
+/* no FMA in SSE2: multiply, round, add, round (the same two roundings everywhere) */
+static inline ndws_vf32 ndws_vfmadd_f32(ndws_vf32 a, ndws_vf32 b, ndws_vf32 c)
+{ return _mm_add_ps(_mm_mul_ps(a, b), c); }
+static inline ndws_vf64 ndws_vzero_f64(void) { return _mm_setzero_pd(); }
+static inline ndws_vf64 ndws_vload_f64(const double* p) { return _mm_loadu_pd(p); }
+static inline void ndws_vstore_f64(double* p, ndws_vf64 v) { _mm_storeu_pd(p, v); }
+static inline ndws_vf64 ndws_vset1_f64(double x) { return _mm_set1_pd(x); }
+static inline ndws_vf64 ndws_vmul_f64(ndws_vf64 a, ndws_vf64 b) { return _mm_mul_pd(a, b); }
+static inline ndws_vf64 ndws_vadd_f64(ndws_vf64 a, ndws_vf64 b) { return _mm_add_pd(a, b); }
+static inline ndws_vf64 ndws_vfmadd_f64(ndws_vf64 a, ndws_vf64 b, ndws_vf64 c)
+{ return _mm_add_pd(_mm_mul_pd(a, b), c); }
+
+#else
+/* Non-x86 machines: plain C scalars. A 4 x 4 tile keeps 16 accumulators for the compiler to
+   schedule. (Where the machine has an FMA, gcc may contract a*b + c into one; every element
+   goes through these same helpers, so it does so for all of them alike.) */
+#define NDWS_ISA "baseline"
+typedef float ndws_vf32;
+typedef double ndws_vf64;
+#define NDWS_VLEN_F32 1
+#define NDWS_VLEN_F64 1
+#define NDWS_MR_F32 4
+#define NDWS_NV_F32 4
+#define NDWS_MR_F64 4
+#define NDWS_NV_F64 4
+static inline ndws_vf32 ndws_vzero_f32(void) { return 0.0f; }
+static inline ndws_vf32 ndws_vload_f32(const float* p) { return *p; }
+static inline void ndws_vstore_f32(float* p, ndws_vf32 v) { *p = v; }
+static inline ndws_vf32 ndws_vset1_f32(float x) { return x; }
+static inline ndws_vf32 ndws_vmul_f32(ndws_vf32 a, ndws_vf32 b) { return a * b; }
+static inline ndws_vf32 ndws_vadd_f32(ndws_vf32 a, ndws_vf32 b) { return a + b; }
+static inline ndws_vf32 ndws_vfmadd_f32(ndws_vf32 a, ndws_vf32 b, ndws_vf32 c)
+{ ndws_vf32 t = a * b; return t + c; }
+static inline ndws_vf64 ndws_vzero_f64(void) { return 0.0; }
+static inline ndws_vf64 ndws_vload_f64(const double* p) { return *p; }
+static inline void ndws_vstore_f64(double* p, ndws_vf64 v) { *p = v; }
+static inline ndws_vf64 ndws_vset1_f64(double x) { return x; }
+static inline ndws_vf64 ndws_vmul_f64(ndws_vf64 a, ndws_vf64 b) { return a * b; }
+static inline ndws_vf64 ndws_vadd_f64(ndws_vf64 a, ndws_vf64 b) { return a + b; }
+static inline ndws_vf64 ndws_vfmadd_f64(ndws_vf64 a, ndws_vf64 b, ndws_vf64 c)
+{ ndws_vf64 t = a * b; return t + c; }
+#endif
+
+/* Scalar a*b + c with the vector fmadd's rounding: fused where the vectors are fused (so a
+   lane and a scalar tail element agree), two roundings on the baseline. */
+#if defined(__FMA__) || defined(__AVX512F__)
+static inline float ndws_fma_f32(float a, float b, float c) {
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+static inline double ndws_fma_f64(double a, double b, double c) {
+    return _mm_cvtsd_f64(_mm_fmadd_sd(_mm_set_sd(a), _mm_set_sd(b), _mm_set_sd(c)));
+}
+#elif defined(__SSE2__)
+static inline float ndws_fma_f32(float a, float b, float c) {
+    return _mm_cvtss_f32(_mm_add_ss(_mm_mul_ss(_mm_set_ss(a), _mm_set_ss(b)), _mm_set_ss(c)));
+}
+static inline double ndws_fma_f64(double a, double b, double c) {
+    return _mm_cvtsd_f64(_mm_add_sd(_mm_mul_sd(_mm_set_sd(a), _mm_set_sd(b)), _mm_set_sd(c)));
+}
+#else
+static inline float ndws_fma_f32(float a, float b, float c) { return ndws_vfmadd_f32(a, b, c); }
+static inline double ndws_fma_f64(double a, double b, double c) { return ndws_vfmadd_f64(a, b, c); }
+#endif
+#define NDWS_NR_F32 (NDWS_NV_F32 * NDWS_VLEN_F32)
+#define NDWS_NR_F64 (NDWS_NV_F64 * NDWS_VLEN_F64)
+
+/* Cache blocking (GotoBLAS/BLIS): a KC x NR micro-panel of packed B stays in L1 while the
+ * micro-kernel sweeps the MC x KC packed A block, which stays in L2; the KC x NC packed B panel
+ * lives in L3. Zen 4: L1d 32-48 KiB, L2 1 MiB per core, L3 32 MiB shared. Values measured with
+ * bench/bench_gemm.py (see its notes). KC is the only one that changes results (it sets where
+ * partial sums are rounded into C); none depends on the thread count. */
+#ifndef NDWS_KC_F32
+#define NDWS_KC_F32 256
+#endif
+#ifndef NDWS_KC_F64
+#define NDWS_KC_F64 256
+#endif
+#ifndef NDWS_MC_BYTES
+#define NDWS_MC_BYTES (384 * 1024)
+#endif
+#define NDWS_MC_F32 ((NDWS_MC_BYTES / (NDWS_KC_F32 * 4)) / NDWS_MR_F32 * NDWS_MR_F32)
+#define NDWS_MC_F64 ((NDWS_MC_BYTES / (NDWS_KC_F64 * 8)) / NDWS_MR_F64 * NDWS_MR_F64)
+#define NDWS_NC_F32 4096
+#define NDWS_NC_F64 2048
+
+/* ---------------------------------------------------------------------------------------------
+ * Transposing pack: dst[p*ldd + r] = src[r*lds + p] for r < R, p < P. Packing a row-major A
+ * (or the B of X @ W.T) is a transpose; done one element at a time it costs more than the
+ * multiplication for shapes like 128x256 @ 256x10, so it goes by register blocks: 8x8 (AVX)
+ * and 4x4 (SSE) for float32, 4x4 (AVX) and 2x2 (SSE2) for float64, scalars for the rest. */
+#if defined(__AVX__) || defined(__AVX2__) || defined(__AVX512F__)
+#define NDWS_HAVE_AVX 1
+#endif
+
+static inline void ndws_tpack_f32(const float* src, ptrdiff_t lds, ptrdiff_t R, ptrdiff_t P,
+                                  float* dst, ptrdiff_t ldd) {
+    ptrdiff_t r0 = 0, p0, r, p;
+#if defined(NDWS_HAVE_AVX)
+    for (; r0 + 8 <= R; r0 += 8) {
+        for (p0 = 0; p0 + 8 <= P; p0 += 8) {
+            const float* s = src + r0 * lds + p0;
+            __m256 x0 = _mm256_loadu_ps(s), x1 = _mm256_loadu_ps(s + lds);
+            __m256 x2 = _mm256_loadu_ps(s + 2 * lds), x3 = _mm256_loadu_ps(s + 3 * lds);
+            __m256 x4 = _mm256_loadu_ps(s + 4 * lds), x5 = _mm256_loadu_ps(s + 5 * lds);
+            __m256 x6 = _mm256_loadu_ps(s + 6 * lds), x7 = _mm256_loadu_ps(s + 7 * lds);
+            __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
+            __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
+            __m256 t4 = _mm256_unpacklo_ps(x4, x5), t5 = _mm256_unpackhi_ps(x4, x5);
+            __m256 t6 = _mm256_unpacklo_ps(x6, x7), t7 = _mm256_unpackhi_ps(x6, x7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float* d = dst + p0 * ldd + r0;
+            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+        for (r = r0; r < r0 + 8; r++)
+            for (p = p0; p < P; p++)
+                dst[p * ldd + r] = src[r * lds + p];
+    }
+#endif
+#if defined(__SSE2__)
+    for (; r0 + 4 <= R; r0 += 4) {
+        for (p0 = 0; p0 + 4 <= P; p0 += 4) {
+            const float* s = src + r0 * lds + p0;
+            __m128 x0 = _mm_loadu_ps(s), x1 = _mm_loadu_ps(s + lds);
+            __m128 x2 = _mm_loadu_ps(s + 2 * lds), x3 = _mm_loadu_ps(s + 3 * lds);
+            float* d = dst + p0 * ldd + r0;
+            _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+            _mm_storeu_ps(d, x0);
+            _mm_storeu_ps(d + ldd, x1);
+            _mm_storeu_ps(d + 2 * ldd, x2);
+            _mm_storeu_ps(d + 3 * ldd, x3);
+        }
+        for (r = r0; r < r0 + 4; r++)
+            for (p = p0; p < P; p++)
+                dst[p * ldd + r] = src[r * lds + p];
+    }
+#endif
+    for (r = r0; r < R; r++)
+        for (p = 0; p < P; p++)
+            dst[p * ldd + r] = src[r * lds + p];
+}
+
+static inline void ndws_tpack_f64(const double* src, ptrdiff_t lds, ptrdiff_t R, ptrdiff_t P,
+                                  double* dst, ptrdiff_t ldd) {
+    ptrdiff_t r0 = 0, p0, r, p;
+#if defined(NDWS_HAVE_AVX)
+    for (; r0 + 4 <= R; r0 += 4) {
+        for (p0 = 0; p0 + 4 <= P; p0 += 4) {
+            const double* s = src + r0 * lds + p0;
+            __m256d x0 = _mm256_loadu_pd(s), x1 = _mm256_loadu_pd(s + lds);
+            __m256d x2 = _mm256_loadu_pd(s + 2 * lds), x3 = _mm256_loadu_pd(s + 3 * lds);
+            __m256d t0 = _mm256_unpacklo_pd(x0, x1), t1 = _mm256_unpackhi_pd(x0, x1);
+            __m256d t2 = _mm256_unpacklo_pd(x2, x3), t3 = _mm256_unpackhi_pd(x2, x3);
+            double* d = dst + p0 * ldd + r0;
+            _mm256_storeu_pd(d, _mm256_permute2f128_pd(t0, t2, 0x20));
+            _mm256_storeu_pd(d + ldd, _mm256_permute2f128_pd(t1, t3, 0x20));
+            _mm256_storeu_pd(d + 2 * ldd, _mm256_permute2f128_pd(t0, t2, 0x31));
+            _mm256_storeu_pd(d + 3 * ldd, _mm256_permute2f128_pd(t1, t3, 0x31));
+        }
+        for (r = r0; r < r0 + 4; r++)
+            for (p = p0; p < P; p++)
+                dst[p * ldd + r] = src[r * lds + p];
+    }
+#endif
+#if defined(__SSE2__)
+    for (; r0 + 2 <= R; r0 += 2) {
+        for (p0 = 0; p0 + 2 <= P; p0 += 2) {
+            const double* s = src + r0 * lds + p0;
+            __m128d x0 = _mm_loadu_pd(s), x1 = _mm_loadu_pd(s + lds);
+            double* d = dst + p0 * ldd + r0;
+            _mm_storeu_pd(d, _mm_unpacklo_pd(x0, x1));
+            _mm_storeu_pd(d + ldd, _mm_unpackhi_pd(x0, x1));
+        }
+        for (r = r0; r < r0 + 2; r++)
+            for (p = p0; p < P; p++)
+                dst[p * ldd + r] = src[r * lds + p];
+    }
+#endif
+    for (r = r0; r < R; r++)
+        for (p = 0; p < P; p++)
+            dst[p * ldd + r] = src[r * lds + p];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * OpenMP team helpers. The GEMM runs one `parallel` region whose threads first reserve their
+ * scratch, then meet at a barrier, so a failed allocation in any thread leaves C untouched.
+ * An orphaned `omp barrier` binds to the innermost enclosing parallel region (OpenMP 5.x,
+ * 2.19): legal here because it is never inside a worksharing loop. */
+#ifdef _OPENMP
+#include <omp.h>
+static inline int ndws_team_thread(void) { return omp_get_thread_num(); }
+static inline int ndws_team_size(void) { return omp_get_num_threads(); }
+static inline void ndws_team_barrier(void) {
+    _Pragma("omp barrier")
+}
+#else
+static inline int ndws_team_thread(void) { return 0; }
+static inline int ndws_team_size(void) { return 1; }
+static inline void ndws_team_barrier(void) { }
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Per-OS-thread packing scratch: one 64-byte aligned buffer per thread (OpenMP workers are
+ * pooled threads, so they keep theirs across calls), grown when a call needs more and never
+ * shrunk; freed by the pthread key's destructor when the thread exits. Each GEMM module has its
+ * own key and its own counter (the header is compiled into each one). The counter counts
+ * (re)allocations, so tests can assert the steady state allocates nothing.
+ * Windows has no pthread keys: there the buffer is a thread-local that a thread's exit leaks
+ * (ndws is developed on POSIX; a FlsAlloc callback would be the fix). */
+typedef struct {
+    void* raw;      /* what malloc returned; freed by the destructor */
+    char* data;     /* raw rounded up to 64 bytes */
+    size_t cap;     /* usable bytes at data */
+} ndws_scratch_t;
+
+static long long ndws_scratch_count = 0;   /* (re)allocations, ever */
+static long long ndws_scratch_live = 0;    /* threads holding a buffer now */
+
+static void ndws_scratch_release(void* p) {
+    ndws_scratch_t* s = (ndws_scratch_t*)p;
+    if (s != NULL) {
+        if (s->raw != NULL) {
+#ifdef _OPENMP
+            #pragma omp atomic
+#endif
+            ndws_scratch_live -= 1;
+        }
+        free(s->raw);
+        free(s);
+    }
+}
+
+#if defined(_WIN32)
+static __declspec(thread) ndws_scratch_t* ndws_scratch_tls = NULL;
+static inline ndws_scratch_t* ndws_scratch_self(void) {
+    if (ndws_scratch_tls == NULL)
+        ndws_scratch_tls = (ndws_scratch_t*)calloc(1, sizeof(ndws_scratch_t));
+    return ndws_scratch_tls;
+}
+#else
+#include <pthread.h>
+static pthread_key_t ndws_scratch_key;
+static pthread_once_t ndws_scratch_once = PTHREAD_ONCE_INIT;
+static int ndws_scratch_key_ok = 0;
+static void ndws_scratch_make_key(void) {
+    ndws_scratch_key_ok = pthread_key_create(&ndws_scratch_key, ndws_scratch_release) == 0;
+}
+static inline ndws_scratch_t* ndws_scratch_self(void) {
+    ndws_scratch_t* s;
+    pthread_once(&ndws_scratch_once, ndws_scratch_make_key);
+    if (!ndws_scratch_key_ok)
+        return NULL;
+    s = (ndws_scratch_t*)pthread_getspecific(ndws_scratch_key);
+    if (s == NULL) {
+        s = (ndws_scratch_t*)calloc(1, sizeof(ndws_scratch_t));
+        if (s != NULL && pthread_setspecific(ndws_scratch_key, s) != 0) {
+            free(s);
+            s = NULL;
+        }
+    }
+    return s;
+}
+#endif
+
+/* The calling thread's scratch, at least `bytes` long and 64-byte aligned; NULL when memory is
+ * exhausted (the old buffer, if any, is kept). */
+static inline char* ndws_scratch_get(size_t bytes) {
+    ndws_scratch_t* s = ndws_scratch_self();
+    void* raw;
+    if (s == NULL)
+        return NULL;
+    if (s->cap >= bytes && s->data != NULL)
+        return s->data;
+    raw = malloc(bytes + 64);
+    if (raw == NULL)
+        return NULL;
+    if (s->raw == NULL) {
+#ifdef _OPENMP
+        #pragma omp atomic
+#endif
+        ndws_scratch_live += 1;
+    }
+    free(s->raw);
+    s->raw = raw;
+    s->data = (char*)(((size_t)raw + 63) & ~(size_t)63);
+    s->cap = bytes;
+#ifdef _OPENMP
+    #pragma omp atomic
+#endif
+    ndws_scratch_count += 1;
+    return s->data;
+}
+
+static inline long long ndws_scratch_buffers(void) {
+    long long n;
+#ifdef _OPENMP
+    #pragma omp atomic read
+#endif
+    n = ndws_scratch_live;
+    return n;
+}
+
+static inline long long ndws_scratch_allocations(void) {
+    long long n;
+#ifdef _OPENMP
+    #pragma omp atomic read
+#endif
+    n = ndws_scratch_count;
+    return n;
+}
+
+#endif /* NDWS_SIMD_H */
