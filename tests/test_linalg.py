@@ -585,3 +585,144 @@ def test_environment_override():
 def test_module_docstring_examples():
     failures, tried = doctest.testmod(la, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# The fused linear layer: Y := f(X @ W + b), bias and activation applied per finished tile
+
+import math  # noqa: E402
+
+import ndws.nn.functional as F  # noqa: E402
+
+_erf = np.vectorize(math.erf)
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+#: NumPy oracles of each activation (params: alpha 0.2 for leakyrelu, 0.7 for elu)
+ACTIVATION_ORACLES = {
+    "identity": lambda z: z,
+    "relu": lambda z: np.maximum(z, 0),
+    "leakyrelu": lambda z: np.where(z > 0, z, 0.2 * z),
+    "elu": lambda z: np.where(z > 0, z, 0.7 * np.expm1(z)),
+    "sigmoid": lambda z: 1 / (1 + np.exp(-z)),
+    "tanh": np.tanh,
+    "softplus": lambda z: np.logaddexp(0, z),
+    "gelu": lambda z: 0.5 * z * (1 + _erf(z / math.sqrt(2))),
+    "softmax": _softmax,
+    "logsoftmax": lambda z: np.log(_softmax(z)),
+}
+ACTIVATION_PARAMS = {"leakyrelu": {"alpha": 0.2}, "elu": {"alpha": 0.7}}
+LINEAR_TOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-12}
+
+
+def _linear_case(rng, m, k, n, dtype, bias=True):
+    x = rng.standard_normal((m, k)).astype(dtype)
+    w = (rng.standard_normal((k, n)) / math.sqrt(max(k, 1))).astype(dtype)
+    b = rng.standard_normal(n).astype(dtype) if bias else None
+    return x, w, b
+
+
+def _linear_expected(x, w, b, name):
+    z = x.astype(np.float64) @ w.astype(np.float64)
+    if b is not None:
+        z = z + b
+    return ACTIVATION_ORACLES[name](z)
+
+
+def _assert_linear(got, want, dtype):
+    tol = LINEAR_TOL[np.dtype(dtype)]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=tol * 50, atol=tol * 50)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(ACTIVATION_ORACLES))
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (7, 65, 257), (65, 300, 10), (130, 37, 70)])
+def test_linear_matches_numpy(isa, rng, dtype, name, m, k, n):
+    x, w, b = _linear_case(rng, m, k, n, dtype)
+    got = F.linear(ndws.asarray(x), ndws.asarray(w), ndws.asarray(b), name,
+                   **ACTIVATION_PARAMS.get(name, {}))
+    assert got.dtype == dtype and got.shape == (m, n)
+    _assert_linear(got, _linear_expected(x, w, b, name), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", [None, "identity", "relu", "softmax"])
+def test_linear_without_bias_and_with_numpy_operands(rng, dtype, name):
+    x, w, _ = _linear_case(rng, 9, 20, 33, dtype, bias=False)
+    got = F.linear(x, w, None, name)      # NumPy arrays are read in place
+    _assert_linear(got, _linear_expected(x, w, None, name or "identity"), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_linear_reads_views_and_writes_strided_out(rng, dtype):
+    x, w, b = _linear_case(rng, 40, 66, 50, dtype)
+    xs = ndws.asarray(np.asfortranarray(x[::-1]))[::-1]          # F-order, negative strides
+    ws_ = ndws.asarray(np.repeat(w, 2, axis=1))[:, ::2]          # column stride 2
+    bs = ndws.asarray(np.repeat(b, 3))[::3]
+    big = ndws.zeros((40, 150), dtype=dtype)
+    out = big[:, ::3]
+    assert F.linear(xs, ws_, bs, "tanh", out=out) is out
+    _assert_linear(out, _linear_expected(x, w, b, "tanh"), dtype)
+    untouched = np.asarray(big).copy()
+    untouched[:, ::3] = 0
+    assert not untouched.any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("alias", ["x", "w"])
+def test_linear_out_may_be_an_input(rng, dtype, alias):
+    x, w, b = _linear_case(rng, 48, 48, 48, dtype)
+    X, W, B = ndws.asarray(x), ndws.asarray(w), ndws.asarray(b)
+    out = X if alias == "x" else W
+    assert F.linear(X, W, B, "relu", out=out) is out
+    _assert_linear(out, _linear_expected(x, w, b, "relu"), dtype)
+
+
+def test_linear_results_are_placed_in_the_current_workspace_and_do_not_depend_on_threads(rng):
+    x, w, b = _linear_case(rng, 256, 512, 384, np.float32)
+    X, W, B = (ndws.asarray(v) for v in (x, w, b))
+    results = []
+    for n in (1, 2):
+        with ndws.num_threads(n), ndws.workspace("LINEAR") as ws:
+            y = F.linear(X, W, B, "gelu")
+            assert y.workspace_id == "LINEAR"
+            assert ws.this_cycle_allocations >= y.nbytes
+            results.append(np.asarray(y).copy())
+    assert np.array_equal(results[0], results[1])
+
+
+def test_linear_validates_its_arguments(rng):
+    x, w, b = (ndws.asarray(v) for v in _linear_case(rng, 4, 3, 5, np.float32))
+    with pytest.raises(ValueError, match=r"^linear: x must be 2-D \(n_samples, n_in\), got "
+                                         r"shape \(3,\)$"):
+        F.linear(x[0, :3], w, b)
+    with pytest.raises(ValueError, match=r"^linear: x has 3 features but w has shape \(5, 5\)"):
+        F.linear(x, ndws.ones((5, 5), dtype=np.float32), b)
+    with pytest.raises(TypeError, match=r"^linear: w must have x's dtype float32, got float64$"):
+        F.linear(x, ndws.ones((3, 5)), b)
+    with pytest.raises(ValueError, match=r"^linear: b must have shape \(5,\), got \(4,\)$"):
+        F.linear(x, w, b[:4])
+    with pytest.raises(TypeError, match=r"^linear: x must be an NDArray of float32 or float64, "
+                                        r"got dtype int64$"):
+        F.linear(ndws.ones((4, 3), dtype=np.int64), w, b)
+    with pytest.raises(ValueError, match=r"^linear: out has shape \(4, 4\), expected \(4, 5\)$"):
+        F.linear(x, w, b, out=ndws.zeros((4, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="swish"):
+        F.linear(x, w, b, "swish")
+    with ndws.workspace("LINEAR_STALE"):
+        stale = ndws.ones((4, 3), dtype=np.float32)
+    with pytest.raises(ndws.WorkspaceError, match=r"Op \[linear\] x argument uses leaked"):
+        F.linear(stale, w, b)
+
+
+def test_linear_gives_its_bytes_back_when_it_fails(rng):
+    x, w, b = (ndws.asarray(v) for v in _linear_case(rng, 4, 3, 5, np.float32))
+    with ndws.workspace("LINEAR_ROLLBACK") as ws:
+        before = ws.this_cycle_allocations
+        with pytest.raises(ValueError):
+            F.linear(x, w, b, "nope")
+        assert ws.this_cycle_allocations == before
