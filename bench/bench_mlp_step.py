@@ -197,7 +197,45 @@ def run_child(threads, quick):
                 times.append(time.perf_counter_ns() - t0)
             timings[name] = statistics.median(times) / 1e3     # microseconds
         results["batches"][batch] = timings
+    results["scaling"] = worker_scaling(quick) if threads == 1 else None
     print(json.dumps(results))
+
+
+def worker_scaling(quick):
+    """Steps per second of 1 and 2 Python threads, each training its own copy of the model with
+    1 kernel thread (``ndws.num_threads(1)``): with the GIL released in every kernel, 2 workers
+    should do close to twice the steps of 1 on 2 cores."""
+    import threading
+
+    import numpy as np
+    import ndws
+
+    rng = np.random.default_rng(1)
+    params0 = init_params(rng)
+    x, y = make_batch(rng, 32)
+    n = STEPS[1] if quick else STEPS[0]
+    rates = {}
+    for workers in (1, 2):
+        barrier = threading.Barrier(workers + 1)
+
+        def work(i):
+            with ndws.num_threads(1):
+                step, _ = make_ndws(params0, x, y)
+                for _ in range(WARMUP):
+                    step()
+                barrier.wait()
+                for _ in range(n):
+                    step()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        rates[workers] = workers * n / (time.perf_counter() - t0)
+    return rates
 
 
 def main(argv=None):
@@ -243,6 +281,11 @@ def main(argv=None):
             print(f"{row['threads']:>7} {batch:>5} {t['ndws']:>9.1f} {t['numpy']:>9.1f} "
                   f"{torch_t if torch_t else float('nan'):>9.1f} {t['numpy'] / t['ndws']:>10.2f} "
                   f"{speedup if speedup else float('nan'):>10.2f}  {verdict}")
+    rates = next((row["scaling"] for row in rows if row["scaling"]), None)
+    if rates:
+        print(f"\nPython worker threads, each with ndws.num_threads(1), batch 32: "
+              f"1 worker {rates['1']:.0f} steps/s, 2 workers {rates['2']:.0f} steps/s "
+              f"(scaling {rates['2'] / rates['1']:.2f}x; 2.0 is perfect)")
     return 0
 
 

@@ -3362,64 +3362,53 @@ cdef int _reduce_dispatch(int kind, const floating_t* A, Py_ssize_t outer, Py_ss
 # ndws.ops publishes these under NumPy's names (with their docstrings); NDArray's operators and
 # methods call the same fast paths.
 
-def _ufunc_add(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-         subok=True, signature=None):
+cdef inline object _binary_entry(int op, object ufunc, object name, object x1, object x2,
+                                 object out, object where, object casting, object order,
+                                 object dtype, object subok, object signature):
+    # The body of every binary entry point: the native path when only out= is given, else
+    # NumPy's full ufunc machinery.
     if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
-        r = _fast_binary(OP_ADD, x1, x2, out, "add")
+        r = _fast_binary(op, x1, x2, out, name)
         if r is not None:
             return r
-    return _ufunc_call(np.add, (x1, x2), out,
+    return _ufunc_call(ufunc, (x1, x2), out,
                        _ufunc_kw(where, casting, order, dtype, subok, signature), False)
 
 
-def _ufunc_subtract(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-              subok=True, signature=None):
-    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
-        r = _fast_binary(OP_SUB, x1, x2, out, "subtract")
-        if r is not None:
-            return r
-    return _ufunc_call(np.subtract, (x1, x2), out,
-                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+def _ufunc_add(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
+                dtype=None, subok=True, signature=None):
+    return _binary_entry(OP_ADD, np.add, "add", x1, x2, out, where, casting,
+                         order, dtype, subok, signature)
 
 
-def _ufunc_multiply(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-              subok=True, signature=None):
-    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
-        r = _fast_binary(OP_MUL, x1, x2, out, "multiply")
-        if r is not None:
-            return r
-    return _ufunc_call(np.multiply, (x1, x2), out,
-                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+def _ufunc_subtract(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
+                dtype=None, subok=True, signature=None):
+    return _binary_entry(OP_SUB, np.subtract, "subtract", x1, x2, out, where, casting,
+                         order, dtype, subok, signature)
 
 
-def _ufunc_divide(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-            subok=True, signature=None):
-    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
-        r = _fast_binary(OP_DIV, x1, x2, out, "divide")
-        if r is not None:
-            return r
-    return _ufunc_call(np.divide, (x1, x2), out,
-                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+def _ufunc_multiply(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
+                dtype=None, subok=True, signature=None):
+    return _binary_entry(OP_MUL, np.multiply, "multiply", x1, x2, out, where, casting,
+                         order, dtype, subok, signature)
 
 
-def _ufunc_maximum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-             subok=True, signature=None):
-    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
-        r = _fast_binary(OP_MAX, x1, x2, out, "maximum")
-        if r is not None:
-            return r
-    return _ufunc_call(np.maximum, (x1, x2), out,
-                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+def _ufunc_divide(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
+                dtype=None, subok=True, signature=None):
+    return _binary_entry(OP_DIV, np.divide, "divide", x1, x2, out, where, casting,
+                         order, dtype, subok, signature)
 
 
-def _ufunc_minimum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-             subok=True, signature=None):
-    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
-        r = _fast_binary(OP_MIN, x1, x2, out, "minimum")
-        if r is not None:
-            return r
-    return _ufunc_call(np.minimum, (x1, x2), out,
-                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+def _ufunc_maximum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
+                dtype=None, subok=True, signature=None):
+    return _binary_entry(OP_MAX, np.maximum, "maximum", x1, x2, out, where, casting,
+                         order, dtype, subok, signature)
+
+
+def _ufunc_minimum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
+                dtype=None, subok=True, signature=None):
+    return _binary_entry(OP_MIN, np.minimum, "minimum", x1, x2, out, where, casting,
+                         order, dtype, subok, signature)
 
 
 cdef inline object _unary_entry(int op, object ufunc, object name, object x, object out,
