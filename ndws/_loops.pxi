@@ -110,6 +110,109 @@ cdef extern from *:
 
 cdef extern from *:
     """
+    #include <stdint.h>
+    #include <string.h>
+    /* float32 exp and tanh as branch-free loops gcc vectorises (SSE2 baseline, no -ffast-math):
+       glibc's expf/tanhf are a call per element (~5-10 ns), which dominated small calls.
+       Every range test is done on the integer bits: C's < and > on floats are signalling
+       comparisons (cmpltps/comiss raise "invalid" on a quiet NaN, which libm never does), and
+       integer tests raise no flag at all. NaN/inf lanes run the arithmetic on a harmless 0 and
+       their result is selected at the end, so they raise nothing either. */
+    static inline float ndws_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+    static inline uint32_t ndws_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+    /* c ? a : b on bits as mask arithmetic: gcc's if-conversion leaves some ?: as branches,
+       which stop the vectoriser */
+    static inline uint32_t ndws_sel(int c, uint32_t a, uint32_t b) {
+        uint32_t m = (uint32_t)0 - (uint32_t)(c != 0);
+        return (a & m) | (b & ~m);
+    }
+
+    /* exp(x) for |x| <= 105, without special cases. Cephes expf (S. L. Moshier, Cephes
+       Math Library 2.2): x = n*ln2 + r, |r| <= ln2/2, ln2 split in two constants (C1 has 9
+       significant bits, so n*C1 is exact for |n| < 2^15 and x - n*C1 loses nothing), then a
+       degree-6 polynomial 1 + r + r^2*P(r) (Cephes' coefficients, relative error < 1 ulp).
+       n = round(x*log2(e)) by adding 1.5*2^23 (round-to-nearest in the FPU; the low bits of the
+       sum are n, no float->int conversion). The result is p * 2^n1 * 2^n2 with n1 + n2 = n and both
+       halves normal: p * 2^n1 is exact, the second product rounds once, so results in the
+       subnormal range are correctly scaled and an out-of-range result overflows (inf, overflow
+       flag) or underflows (0/subnormal, underflow flag) in a real multiplication, as libm. */
+    static inline float ndws_expf_core(float x) {
+        const float shift = 12582912.0f;                   /* 1.5 * 2^23 */
+        float t = x * 1.44269504088896341f + shift;
+        float nf = t - shift;
+        int32_t n = (int32_t)ndws_f32_bits(t) - (int32_t)0x4b400000;
+        float r = x - nf * 0.693359375f;
+        r = r - nf * -2.12194440e-4f;
+        float z = r * r;
+        float p = 1.9875691500E-4f;
+        p = p * r + 1.3981999507E-3f;
+        p = p * r + 8.3334519073E-3f;
+        p = p * r + 4.1665795894E-2f;
+        p = p * r + 1.6666665459E-1f;
+        p = p * r + 5.0000001201E-1f;
+        p = p * z + r + 1.0f;
+        int32_t n1 = n >> 1;
+        int32_t n2 = n - n1;
+        float s1 = ndws_f32_from_bits((uint32_t)(n1 + 127) << 23);
+        float s2 = ndws_f32_from_bits((uint32_t)(n2 + 127) << 23);
+        return (p * s1) * s2;
+    }
+
+    static inline float ndws_expf1(float x) {
+        uint32_t ix = ndws_f32_bits(x);
+        uint32_t ax = ix & 0x7fffffffu;
+        /* |x| > 105: exp is inf (x > 88.72) or 0 (x < -103.98) in float32; clamping keeps n in
+           range and still overflows / underflows in the final product. |x| < 2^-30: the result
+           is 1 and r*r would underflow (a flag libm does not raise): compute exp(0) instead. */
+        uint32_t cx = ndws_sel(ax > 0x42d20000u, (ix & 0x80000000u) | 0x42d20000u, ix);
+        cx = ndws_sel((ax < 0x30800000u) | (ax >= 0x7f800000u), 0u, cx);
+        float y = ndws_expf_core(ndws_f32_from_bits(cx));
+        uint32_t iy = ndws_f32_bits(y);
+        /* exp(NaN) = NaN, exp(+inf) = inf, exp(-inf) = 0, all exact and without flags */
+        uint32_t sp = ndws_sel((ax > 0x7f800000u) | (ix == 0x7f800000u), ix, 0u);
+        return ndws_f32_from_bits(ndws_sel(ax >= 0x7f800000u, sp, iy));
+    }
+
+    /* tanh(x): Cephes tanhf: for |x| < 0.625 the odd polynomial x + x^3*P(x^2) (Cephes'
+       coefficients), above 1 - 2/(exp(2|x|) + 1); both are computed (branch-free) and one kept.
+       |x| is clamped to 20 (tanh is 1.0f from ~9.01 on, and exp(40) cannot overflow) and from
+       below to 2^-12, under which tanh(x) rounds to x (returned as is; x^2 would underflow).
+       The sign is put back as a bit, so tanh(-0) = -0 and tanh(+-inf) = +-1; NaN returns x. */
+    static inline float ndws_tanhf1(float x) {
+        uint32_t ix = ndws_f32_bits(x);
+        uint32_t ax = ix & 0x7fffffffu;
+        uint32_t sg = ix & 0x80000000u;
+        uint32_t ca = ndws_sel(ax > 0x41a00000u, 0x41a00000u,              /* 20.0f, 2^-12 */
+                               ndws_sel(ax < 0x39800000u, 0x39800000u, ax));
+        float a = ndws_f32_from_bits(ca);
+        float z = a * a;
+        float p = -5.70498872745E-3f;
+        p = p * z + 2.06390887954E-2f;
+        p = p * z - 5.37397155531E-2f;
+        p = p * z + 1.33314422036E-1f;
+        p = p * z - 3.33332819422E-1f;
+        float small = p * z * a + a;
+        float e = ndws_expf_core(a + a);
+        float large = 1.0f - 2.0f / (e + 1.0f);
+        uint32_t ib = ndws_sel(ax < 0x3f200000u, ndws_f32_bits(small), ndws_f32_bits(large));
+        ib = ndws_sel(ax < 0x39800000u, ax, ib);
+        ib = ndws_sel(ax > 0x7f800000u, ix, ib | sg);
+        return ndws_f32_from_bits(ib);
+    }
+
+    static void ndws_exp_loop_f32(float *o, const float *x, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = ndws_expf1(x[i]);
+    }
+    static void ndws_tanh_loop_f32(float *o, const float *x, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = ndws_tanhf1(x[i]);
+    }
+    """
+    void ndws_exp_loop_f32(float32_t* o, const float32_t* x, Py_ssize_t n) noexcept nogil
+    void ndws_tanh_loop_f32(float32_t* o, const float32_t* x, Py_ssize_t n) noexcept nogil
+
+
+cdef extern from *:
+    """
     #include "numpy/ufuncobject.h"
     /* NumPy's own floating-point error reporting, PyUFunc_GiveFloatingpointErrors (ufunc C-API
        slot 46, NumPy >= 2.0): "overflow encountered in add" etc., warned, raised, ignored or
@@ -325,11 +428,17 @@ cdef void _un_run(int op, floating_t* O__i,            # OUT
         else:
             ndws_sqrt_loop_f64(O__i, X__i, n)
     elif op == OP_EXP:
-        _un_run_inl(OP_EXP, O__i, X__i, n)
+        if floating_t is float32_t:
+            ndws_exp_loop_f32(O__i, X__i, n)
+        else:
+            _un_run_inl(OP_EXP, O__i, X__i, n)
     elif op == OP_LOG:
         _un_run_inl(OP_LOG, O__i, X__i, n)
     elif op == OP_TANH:
-        _un_run_inl(OP_TANH, O__i, X__i, n)
+        if floating_t is float32_t:
+            ndws_tanh_loop_f32(O__i, X__i, n)
+        else:
+            _un_run_inl(OP_TANH, O__i, X__i, n)
     else:
         _un_run_inl(OP_RECIP, O__i, X__i, n)
 
