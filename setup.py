@@ -154,7 +154,9 @@ def extension(name):
     )
 
 
-EXTENSIONS = [extension("ndws._core"), extension("ndws._kernels"), extension("ndws._linalg")]
+EXTENSIONS = [extension("ndws._core"), extension("ndws._kernels"), extension("ndws._linalg"),
+              extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
+              extension("ndws.evaluation._regression_kernels")]
 EXTENSIONS += [extension(f"ndws._gemm_{isa}")
                for isa in GEMM_ISAS if X86 or isa == "baseline"]
 if os.environ.get("NDWS_BUILD_ONLY"):

@@ -17,8 +17,9 @@ def test_extension_is_not_stale():
     # loudly instead. A module depends on its own .pyx and on every .pxd/.pxi its source names.
     pkg = ROOT / "ndws"
     headers = list(pkg.glob("*.pxd")) + list(pkg.glob("*.pxi")) + list(pkg.glob("*.h"))
-    for pyx in pkg.glob("*.pyx"):
-        built = list(pkg.glob(pyx.stem + ".*.so")) + list(pkg.glob(pyx.stem + ".*.pyd"))
+    for pyx in pkg.rglob("*.pyx"):
+        built = (list(pyx.parent.glob(pyx.stem + ".*.so"))
+                 + list(pyx.parent.glob(pyx.stem + ".*.pyd")))
         assert built, f"{pyx.name} has no built extension: run `pip install -e .`"
         text = pyx.read_text()
         text += "".join(h.read_text() for h in pkg.glob("*.pxi") if h.stem in text)
