@@ -1,0 +1,41 @@
+"""The data pipeline (DL4J's ``org.nd4j.linalg.dataset``): `DataSet` and `MultiDataSet`, the
+iterator protocol and its iterators, CSV records, normalizers, and async prefetch on a circular
+workspace. See ``docs/data.md``.
+"""
+from ndws.data.async_iterators import AsyncDataSetIterator, AsyncMultiDataSetIterator
+from ndws.data.dataset import DataSet, MultiDataSet, SplitTestAndTrain
+from ndws.data.iterators import (
+    ArrayDataSetIterator,
+    ArrayMultiDataSetIterator,
+    AsyncShieldDataSetIterator,
+    AsyncShieldMultiDataSetIterator,
+    DataSetIterator,
+    ExistingDataSetIterator,
+    ExistingMultiDataSetIterator,
+    ListDataSetIterator,
+    ListMultiDataSetIterator,
+    MultiDataSetIterator,
+    WorkspacesShieldDataSetIterator,
+)
+from ndws.data.normalizers import (
+    ImagePreProcessingScaler,
+    NormalizerMinMaxScaler,
+    NormalizerStandardize,
+)
+from ndws.data.records import (
+    CSVRecordReader,
+    OneHot,
+    RecordReaderDataSetIterator,
+    RecordReaderMultiDataSetIterator,
+)
+
+__all__ = [
+    "DataSet", "MultiDataSet", "SplitTestAndTrain",
+    "DataSetIterator", "MultiDataSetIterator", "ArrayDataSetIterator", "ArrayMultiDataSetIterator",
+    "ListDataSetIterator", "ListMultiDataSetIterator", "ExistingDataSetIterator",
+    "ExistingMultiDataSetIterator", "AsyncShieldDataSetIterator",
+    "AsyncShieldMultiDataSetIterator", "WorkspacesShieldDataSetIterator",
+    "AsyncDataSetIterator", "AsyncMultiDataSetIterator",
+    "CSVRecordReader", "RecordReaderDataSetIterator", "RecordReaderMultiDataSetIterator", "OneHot",
+    "NormalizerStandardize", "NormalizerMinMaxScaler", "ImagePreProcessingScaler",
+]

@@ -1,0 +1,374 @@
+"""Asynchronous prefetch (ND4J ``AsyncDataSetIterator`` / ``AsyncMultiDataSetIterator``).
+
+A daemon producer thread calls the source iterator's ``next()`` ahead of the consumer and puts
+the batches into a bounded queue. With ``use_workspace`` (the default) every batch is built in
+a per-iterator *circular* workspace (a ring) owned by the producer thread, so a steady epoch
+does no heap allocation for batch data.
+
+Differences from ND4J (DESIGN.md):
+
+* A batch kept after the ring has come round to its memory raises ``ndws.WorkspaceError``
+  (kind ``"overwritten"``) on use instead of silently changing value; ``detach()`` keeps one.
+* A producer exception is always delivered to the consumer (the same exception object), even
+  to a consumer already blocked waiting for the next batch: the producer enqueues an error
+  marker. Nothing hangs.
+* The thread holds no reference to the iterator, so an abandoned iterator is shut down (its
+  thread joined and its ring destroyed) when it is garbage collected.
+"""
+from __future__ import annotations
+
+import operator
+import queue
+import threading
+import time
+import uuid
+import weakref
+from typing import Any
+
+import ndws
+from ndws.data.iterators import DataSetIterator, MultiDataSetIterator
+
+__all__ = ["AsyncDataSetIterator", "AsyncMultiDataSetIterator"]
+
+#: ND4J's default prefetch size, and the smallest queue it accepts
+DEFAULT_QUEUE_SIZE = 8
+MIN_QUEUE_SIZE = 2
+#: the ring is at least this big (ND4J's minSize for the async workspaces)
+RING_MIN_SIZE = 10 * 1024 * 1024
+
+
+class _Terminator:
+    """End of the epoch (ND4J puts an empty DataSet)."""
+
+    __slots__ = ()
+
+
+_END = _Terminator()
+
+
+class _Failure:
+    """The producer failed; carries the exception to the consumer."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+class _ProducerState:
+    """Everything the producer thread touches. The thread holds this object, never the
+    iterator, so the iterator can be garbage collected while the thread runs."""
+
+    def __init__(self, base: Any, queue_size: int, conf: Any, ws_prefix: str,
+                 thread_name: str):
+        self.base = base
+        self.queue: queue.Queue = queue.Queue(queue_size)
+        self.conf = conf                  # None: no workspace
+        self.ws_prefix = ws_prefix
+        self.thread_name = thread_name
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.workspace: Any = None        # the current ring (read-only from other threads)
+
+    def start(self) -> None:
+        self.stop.clear()
+        self.workspace = None
+        self.thread = threading.Thread(target=_produce, args=(self,), name=self.thread_name,
+                                       daemon=True)
+        self.thread.start()
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self.queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def halt(self) -> None:
+        """Stop the producer and join it (it destroys its ring before it exits)."""
+        thread = self.thread
+        self.stop.set()
+        if thread is None:
+            return
+        if thread is threading.current_thread():
+            # a GC run inside the producer finalized the iterator: the thread sees `stop` and
+            # ends by itself after this call returns
+            return
+        # A producer blocked in put() returns once the queue has room; one blocked in the
+        # source's next() is waited for.
+        while thread.is_alive():
+            self.drain()
+            thread.join(0.01)
+        self.drain()
+        self.thread = None
+
+
+def _put(state: _ProducerState, item: Any) -> bool:
+    """Blocking put that gives up when the consumer asks the producer to stop."""
+    q = state.queue
+    while not state.stop.is_set():
+        try:
+            q.put(item, timeout=0.05)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _produce(state: _ProducerState) -> None:
+    base = state.base
+    ws = None
+    try:
+        if state.conf is not None:
+            ws = ndws.get_workspace_manager().create_new_workspace(
+                state.conf, f"{state.ws_prefix}-{uuid.uuid4()}")
+            state.workspace = ws
+        try:
+            if not base.has_next() and base.reset_supported():
+                base.reset()
+            while not state.stop.is_set() and base.has_next():
+                if ws is not None:
+                    # one cycle of the ring per batch; leaving the `with` ends the cycle
+                    # (ND4J's commit), after which the batch stays valid until the ring has
+                    # come round to its memory again
+                    with ws:
+                        item = base.next()
+                else:
+                    item = base.next()
+                if not _put(state, item):
+                    break
+            else:
+                _put(state, _END)
+        except BaseException as exc:  # delivered to the consumer, which re-raises it
+            _put(state, _Failure(exc))
+        # The batches in the queue and in the consumer's hands live in the ring: keep it until
+        # the consumer resets or shuts down.
+        state.stop.wait()
+    finally:
+        if ws is not None:
+            state.workspace = None
+            # (a DummyWorkspace under DebugMode.BYPASS_EVERYTHING has no scope to close)
+            if getattr(ws, "is_scope_active", False):
+                ws.close()
+            ndws.get_workspace_manager().destroy_workspace(ws)
+
+
+def _finalize(state: _ProducerState) -> None:
+    state.halt()
+
+
+class _AsyncBase:
+    """Consumer side shared by the DataSet and MultiDataSet versions."""
+
+    _base_type: type = object
+    _ws_prefix = ""
+    _thread_name = ""
+    _extra_blocks = 0
+
+    def __init__(self, base: Any, queue_size: int = DEFAULT_QUEUE_SIZE,
+                 use_workspace: bool = True):
+        name = type(self).__name__
+        if not isinstance(base, self._base_type):
+            raise TypeError(f"base: expected a {self._base_type.__name__}, "
+                            f"got {type(base).__name__}")
+        if isinstance(queue_size, bool):
+            raise TypeError(f"queue_size: expected an integer, got {queue_size!r}")
+        try:
+            queue_size = operator.index(queue_size)
+        except TypeError:
+            raise TypeError(f"queue_size: expected an integer, got {queue_size!r}") from None
+        if not isinstance(use_workspace, bool):
+            raise TypeError(f"use_workspace: expected a bool, got {use_workspace!r}")
+        queue_size = max(queue_size, MIN_QUEUE_SIZE)
+        conf = None
+        if use_workspace:
+            # ND4J's async workspace: a ring of queue_size + 3 blocks (ADSI) or + 2 (AMDSI),
+            # each 1.3x the first batch, learned from the first batch, growing when a batch
+            # does not fit, and at least 10 MiB in all.
+            conf = ndws.WorkspaceConfiguration(
+                policy_allocation="OVERALLOCATE", policy_learning="FIRST_LOOP",
+                policy_reset="ENDOFBUFFER_REACHED", policy_spill="REALLOCATE",
+                min_size=RING_MIN_SIZE,
+                overallocation_limit=float(queue_size + self._extra_blocks))
+        self._name = name
+        self._base = base
+        self._queue_size = queue_size
+        self._use_workspace = use_workspace
+        self._cached: Any = None
+        self._depleted = False
+        self._error: BaseException | None = None
+        self._started = False
+        self._closed = False
+        self.last_etl_time_ms = 0.0
+        self._state = _ProducerState(base, queue_size, conf, self._ws_prefix, self._thread_name)
+        self._state.start()
+        self._finalizer = weakref.finalize(self, _finalize, self._state)
+
+    # -- delegation -----------------------------------------------------------------------------
+
+    @property
+    def base(self) -> Any:
+        """The source iterator."""
+        return self._base
+
+    @property
+    def queue_size(self) -> int:
+        """Capacity of the prefetch queue (at least 2)."""
+        return self._queue_size
+
+    @property
+    def use_workspace(self) -> bool:
+        """Whether batches are built in the ring."""
+        return self._use_workspace
+
+    @property
+    def workspace(self) -> Any:
+        """The producer's current ring (``ndws.Workspace``), or None (no workspace, not yet
+        created, or shut down). It belongs to the producer thread: read its counters only."""
+        return self._state.workspace
+
+    @property
+    def pre_processor(self) -> Any:
+        """The source's pre-processor; it runs in the producer thread, inside the ring."""
+        return self._base.pre_processor
+
+    @pre_processor.setter
+    def pre_processor(self, value: Any) -> None:
+        self._base.pre_processor = value
+
+    def batch(self) -> int:
+        return self._base.batch()
+
+    def input_columns(self) -> int:
+        return self._base.input_columns()
+
+    def total_outcomes(self) -> int:
+        return self._base.total_outcomes()
+
+    def reset_supported(self) -> bool:
+        return self._base.reset_supported()
+
+    def async_supported(self) -> bool:
+        """False: an async iterator is never wrapped again."""
+        return False
+
+    # -- consumer -------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self._name} has been shut down")
+
+    def has_next(self) -> bool:
+        """True when another batch is available; waits for the producer. Re-raises a producer
+        exception (the same object)."""
+        self._check_open()
+        if self._error is not None:
+            raise self._error
+        if self._cached is not None:
+            return True
+        if self._depleted:
+            return False
+        start = time.perf_counter()
+        item = self._state.queue.get()
+        self.last_etl_time_ms = (time.perf_counter() - start) * 1000.0
+        if item is _END:
+            self._depleted = True
+            return False
+        if isinstance(item, _Failure):
+            self._error = item.exc
+            raise item.exc
+        self._cached = item
+        return True
+
+    def next(self) -> Any:
+        """The next batch; StopIteration when the epoch is over."""
+        if not self.has_next():
+            raise StopIteration
+        item, self._cached = self._cached, None
+        self._started = True         # Python iteration resets a started iterator first
+        return item
+
+    def reset(self) -> None:
+        """Stop the producer, destroy its ring, reset the source and prefetch a fresh epoch.
+
+        Batches obtained before the reset that were not detached become unusable (their
+        ring is destroyed: ``WorkspaceError`` kind ``"destroyed"``).
+        """
+        self._check_open()
+        if not self._base.reset_supported():
+            raise NotImplementedError(f"{self._name} does not support reset(): its base "
+                                      f"{type(self._base).__name__} does not")
+        self._state.halt()
+        self._cached = None
+        self._depleted = False
+        self._error = None
+        self._started = False
+        self._base.reset()
+        self._state.start()
+
+    def shutdown(self) -> None:
+        """Stop and join the producer thread and destroy its ring; idempotent. The iterator
+        cannot be used afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cached = None
+        self._finalizer()
+        # wake a consumer blocked in has_next() on another thread: it sees the end
+        self._state.queue.put_nowait(_END)
+
+    close = shutdown
+
+    def __enter__(self) -> "_AsyncBase":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("depleted" if self._depleted else "running")
+        return (f"<{self._name} queue_size={self._queue_size} "
+                f"use_workspace={self._use_workspace} {state} base={self._base!r}>")
+
+
+class AsyncDataSetIterator(_AsyncBase, DataSetIterator):
+    """Prefetch the batches of a `DataSetIterator` on a background thread.
+
+    Parameters
+    ----------
+    base : DataSetIterator
+        The source; only the producer thread calls it while the iterator runs.
+    queue_size : int, default 8
+        Batches prefetched ahead of the consumer (values below 2 are raised to 2).
+    use_workspace : bool, default True
+        Build each batch in a circular workspace of ``queue_size + 3`` blocks (at least
+        10 MiB), so a steady epoch does no heap allocation for batch data. A batch is valid
+        until the ring comes round to its memory, at least ``queue_size + 1`` batches later
+        (more with small batches); ``detach()`` what you keep longer, or it raises
+        ``ndws.WorkspaceError`` (kind ``"overwritten"``) on use.
+
+    Notes
+    -----
+    `last_etl_time_ms` is how long the consumer waited for the last batch taken from the
+    queue. `reset()` is allowed mid-epoch; `shutdown()`/`close()`, or leaving a ``with`` block,
+    joins the thread.
+    """
+
+    _base_type = DataSetIterator
+    _ws_prefix = "ADSI_ITER"
+    _thread_name = "ADSI prefetch thread"
+    _extra_blocks = 2
+
+
+class AsyncMultiDataSetIterator(_AsyncBase, MultiDataSetIterator):
+    """Prefetch the batches of a `MultiDataSetIterator` on a background thread.
+
+    The same as `AsyncDataSetIterator` for MultiDataSets; the ring has ``queue_size + 2``
+    blocks (ND4J's AMDSI), its ids start with ``"AMDSI_ITER-"`` and the thread is named
+    "AMDSI prefetch thread".
+    """
+
+    _base_type = MultiDataSetIterator
+    _ws_prefix = "AMDSI_ITER"
+    _thread_name = "AMDSI prefetch thread"
+    _extra_blocks = 1

@@ -1,0 +1,663 @@
+"""DL4J's iterator protocol (DataSetIterator, MultiDataSetIterator) and the synchronous
+iterators: ArrayDataSetIterator, ListDataSetIterator, ExistingDataSetIterator, their
+MultiDataSet counterparts, and the shields (AsyncShield*, WorkspacesShieldDataSetIterator).
+
+The protocol, for subclasses: implement ``has_next()``, ``_next()`` (return the next item;
+called only when ``has_next()`` is true), ``_reset()`` (when ``reset_supported()``), ``batch()``
+(and ``input_columns()`` / ``total_outcomes()`` for DataSets). The base class's ``next()``
+raises StopIteration when exhausted, calls ``_next()``, marks the iterator as started and
+applies ``pre_processor``; ``reset()`` calls ``_reset()`` and clears the started mark. A
+subclass that overrides ``next()`` or ``reset()`` itself (an async iterator does) must set
+``self._started`` the same way, because Python iteration (``__iter__``) resets first only when
+the iterator has been (partly) consumed.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+import ndws
+from ndws import NDArray
+from ndws.data.dataset import DataSet, MultiDataSet
+
+__all__ = [
+    "DataSetIterator", "MultiDataSetIterator",
+    "ArrayDataSetIterator", "ListDataSetIterator", "ExistingDataSetIterator",
+    "ArrayMultiDataSetIterator", "ListMultiDataSetIterator", "ExistingMultiDataSetIterator",
+    "AsyncShieldDataSetIterator", "AsyncShieldMultiDataSetIterator",
+    "WorkspacesShieldDataSetIterator",
+]
+
+
+class _BaseIterator:
+    """Shared machinery of DataSetIterator and MultiDataSetIterator."""
+
+    _pre_processor: Any = None
+    _started: bool = False
+
+    # -- to implement ----------------------------------------------------------------------
+    def has_next(self) -> bool:
+        raise NotImplementedError
+
+    def _next(self) -> Any:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def batch(self) -> int:
+        raise NotImplementedError
+
+    # -- protocol ------------------------------------------------------------------------------
+    def reset_supported(self) -> bool:
+        return True
+
+    def async_supported(self) -> bool:
+        return True
+
+    @property
+    def pre_processor(self) -> Any:
+        """An object with ``pre_process(ds)`` that modifies each batch in place, or None."""
+        return self._pre_processor
+
+    @pre_processor.setter
+    def pre_processor(self, value: Any) -> None:
+        if value is not None and not callable(getattr(value, "pre_process", None)):
+            raise TypeError(f"pre_processor must have a pre_process(dataset) method or be "
+                            f"None, got {type(value).__name__}")
+        self._pre_processor = value
+
+    def next(self) -> Any:
+        """The next batch, with ``pre_processor`` applied. Raises StopIteration when the
+        iterator is exhausted."""
+        if not self.has_next():
+            raise StopIteration
+        item = self._next()
+        self._started = True
+        pp = self.pre_processor
+        if pp is not None:
+            pp.pre_process(item)
+        return item
+
+    def reset(self) -> None:
+        """Start a new epoch."""
+        if not self.reset_supported():
+            raise NotImplementedError(f"{type(self).__name__} does not support reset()")
+        self._reset()
+        self._started = False
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._started and self.reset_supported():
+            self.reset()
+        while self.has_next():
+            yield self.next()
+
+    def __next__(self) -> Any:
+        return self.next()
+
+
+class DataSetIterator(_BaseIterator):
+    """Abstract base of iterators over DataSet batches (DL4J's DataSetIterator)."""
+
+    def input_columns(self) -> int:
+        raise NotImplementedError
+
+    def total_outcomes(self) -> int:
+        raise NotImplementedError
+
+
+class MultiDataSetIterator(_BaseIterator):
+    """Abstract base of iterators over MultiDataSet batches (DL4J's MultiDataSetIterator)."""
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value}")
+    return int(value)
+
+
+def _source(value: Any, name: str, allow_none: bool = False) -> np.ndarray | None:
+    """A NumPy source array. NDArrays are copied out once (so the source does not depend on
+    the workspace it came from, and no export pins a block); NumPy arrays are used as they
+    are (not copied, as DL4J keeps a reference)."""
+    if value is None:
+        if allow_none:
+            return None
+        raise TypeError(f"{name} must be an NDArray or array_like, got None")
+    if isinstance(value, NDArray):
+        return value.numpy()
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:
+        raise TypeError(f"{name} must be an NDArray or array_like, got "
+                        f"{type(value).__name__}: {exc}") from exc
+    if arr.dtype == object or arr.dtype.kind in "USV":
+        raise TypeError(f"{name} must be numeric array_like, got dtype {arr.dtype}")
+    if arr.ndim == 0:
+        raise ValueError(f"{name} must have at least one dimension (examples), got a scalar")
+    return arr
+
+
+def _rows(src: np.ndarray | None, idx: Any) -> NDArray | None:
+    """Rows of a NumPy source as a new NDArray in the current workspace (so an async
+    producer's ring holds the batch). ``ndws.asarray`` always copies NumPy memory."""
+    if src is None:
+        return None
+    return ndws.asarray(np.ascontiguousarray(src[idx]))
+
+
+def _columns(arr: Any) -> int:
+    """DL4J's inputColumns/totalOutcomes: axis 1 for rank 2 and 3, the flattened example
+    size for images."""
+    shape = tuple(arr.shape)
+    if len(shape) < 2:
+        return 1
+    if len(shape) == 4:
+        return int(math.prod(shape[1:]))
+    return int(shape[1])
+
+
+class _ArrayBatcher:
+    """Epoch order and batch positions over n examples (shared by the Array iterators)."""
+
+    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: Any,
+                 drop_last: bool) -> None:
+        self.n = n
+        self.batch_size = batch_size
+        self.shuffle = bool(shuffle)
+        # A seed of None draws fresh entropy once, so epochs still differ and one iterator's
+        # sequence is reproducible from its `seed` attribute.
+        self.seed = np.random.SeedSequence().entropy if seed is None else seed
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+        self.pos = 0
+        self.order = self._order()
+
+    def _order(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.n)
+        seeds = list(self.seed) if isinstance(self.seed, (list, tuple)) else [self.seed]
+        seq = np.random.SeedSequence([int(v) for v in seeds] + [self.epoch])
+        return np.random.default_rng(seq).permutation(self.n)
+
+    def has_next(self) -> bool:
+        if self.drop_last:
+            return self.pos + self.batch_size <= self.n
+        return self.pos < self.n
+
+    def take(self) -> np.ndarray:
+        idx = self.order[self.pos:self.pos + self.batch_size]
+        self.pos += len(idx)
+        return idx
+
+    def reset(self) -> None:
+        self.epoch += 1
+        self.pos = 0
+        self.order = self._order()
+
+    def num_batches(self) -> int:
+        if self.drop_last:
+            return self.n // self.batch_size
+        return -(-self.n // self.batch_size)
+
+
+def _check_seed(seed: Any) -> None:
+    if seed is None:
+        return
+    values = seed if isinstance(seed, (list, tuple)) else [seed]
+    ok = bool(values) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                              and v >= 0 for v in values)
+    if not ok:
+        raise TypeError(f"seed must be a non-negative int (or a sequence of them) or None, "
+                        f"got {seed!r}")
+
+
+# --------------------------------------------------------------------------------------------
+
+class ArrayDataSetIterator(DataSetIterator):
+    """Batches of in-memory arrays.
+
+    Parameters
+    ----------
+    features : (n_examples, ...) NDArray or array_like
+    labels : (n_examples, ...) NDArray or array_like
+    batch_size : int
+    shuffle : bool
+        Permute the examples every epoch. Epoch ``e`` uses
+        ``default_rng(SeedSequence([seed, e])).permutation(n)``; ``reset()`` moves to the next
+        epoch, so the whole sequence of epochs is reproducible from ``seed``.
+    seed : int or None
+    drop_last : bool
+        Drop the last batch when it has fewer than ``batch_size`` examples.
+    features_mask, labels_mask : (n_examples, time) NDArray or array_like or None
+
+    Every batch is a DataSet of new arrays created in the current workspace at ``next()``
+    time.
+    """
+
+    def __init__(self, features: Any, labels: Any, batch_size: int, shuffle: bool = False,
+                 seed: Any = None, drop_last: bool = False, features_mask: Any = None,
+                 labels_mask: Any = None) -> None:
+        self._features = _source(features, "features")
+        self._labels = _source(labels, "labels")
+        self._features_mask = _source(features_mask, "features_mask", allow_none=True)
+        self._labels_mask = _source(labels_mask, "labels_mask", allow_none=True)
+        batch_size = _positive_int(batch_size, "batch_size")
+        _check_seed(seed)
+        # Validate shapes once, with DataSet's messages, on a zero-copy detached view.
+        with ndws.scope_out_of_workspaces():
+            DataSet(*[None if a is None else ndws.from_numpy(np.ascontiguousarray(a[:0]))
+                      for a in (self._features, self._labels, self._features_mask,
+                                self._labels_mask)])
+        n = self._features.shape[0]
+        for arr, name in ((self._labels, "labels"), (self._features_mask, "features_mask"),
+                          (self._labels_mask, "labels_mask")):
+            if arr is not None and arr.shape[0] != n:
+                raise ValueError(f"{name} has shape {arr.shape}, expected {n} examples along "
+                                 f"axis 0 (the number of examples of the features)")
+        self._batcher = _ArrayBatcher(n, batch_size, shuffle, seed, drop_last)
+
+    @property
+    def seed(self) -> Any:
+        return self._batcher.seed
+
+    @property
+    def epoch(self) -> int:
+        """Epochs started since construction (0 for the first)."""
+        return self._batcher.epoch
+
+    @property
+    def order(self) -> np.ndarray:
+        """This epoch's example order (a copy)."""
+        return self._batcher.order.copy()
+
+    def has_next(self) -> bool:
+        return self._batcher.has_next()
+
+    def _next(self) -> DataSet:
+        idx = self._batcher.take()
+        return DataSet(_rows(self._features, idx), _rows(self._labels, idx),
+                       _rows(self._features_mask, idx), _rows(self._labels_mask, idx))
+
+    def _reset(self) -> None:
+        self._batcher.reset()
+
+    def batch(self) -> int:
+        return self._batcher.batch_size
+
+    def input_columns(self) -> int:
+        return _columns(self._features)
+
+    def total_outcomes(self) -> int:
+        return _columns(self._labels)
+
+    def total_examples(self) -> int:
+        return int(self._batcher.n)
+
+    def num_batches(self) -> int:
+        """Batches per epoch."""
+        return self._batcher.num_batches()
+
+    def __len__(self) -> int:
+        return self.num_batches()
+
+
+class ArrayMultiDataSetIterator(MultiDataSetIterator):
+    """MultiDataSet batches of lists of in-memory arrays (see ArrayDataSetIterator)."""
+
+    def __init__(self, features: Sequence[Any], labels: Sequence[Any], batch_size: int,
+                 shuffle: bool = False, seed: Any = None, drop_last: bool = False,
+                 features_masks: Sequence[Any] | None = None,
+                 labels_masks: Sequence[Any] | None = None) -> None:
+        def as_list(value: Any, name: str, length: int | None = None) -> list[Any]:
+            if value is None:
+                return [None] * (length or 0)
+            if isinstance(value, (NDArray, np.ndarray)) or not isinstance(value, (list, tuple)):
+                raise TypeError(f"{name} must be a list of NDArrays or array_likes, got "
+                                f"{type(value).__name__}")
+            if length is not None and len(value) != length:
+                raise ValueError(f"{name} has {len(value)} entries, expected {length} (one "
+                                 f"per array, None for no mask)")
+            return [_source(v, f"{name}[{i}]", allow_none=length is not None)
+                    for i, v in enumerate(value)]
+
+        self._features = as_list(features, "features")
+        if not self._features:
+            raise ValueError("features must not be empty")
+        self._labels = as_list(labels, "labels")
+        self._features_masks = as_list(features_masks, "features_masks", len(self._features))
+        self._labels_masks = as_list(labels_masks, "labels_masks", len(self._labels))
+        batch_size = _positive_int(batch_size, "batch_size")
+        _check_seed(seed)
+        with ndws.scope_out_of_workspaces():
+            def view(a: np.ndarray | None) -> Any:
+                return None if a is None else ndws.from_numpy(np.ascontiguousarray(a))
+            MultiDataSet([view(a) for a in self._features], [view(a) for a in self._labels],
+                         [view(a) for a in self._features_masks],
+                         [view(a) for a in self._labels_masks])
+        self._batcher = _ArrayBatcher(self._features[0].shape[0], batch_size, shuffle, seed,
+                                      drop_last)
+
+    seed = ArrayDataSetIterator.seed
+    epoch = ArrayDataSetIterator.epoch
+    order = ArrayDataSetIterator.order
+
+    def has_next(self) -> bool:
+        return self._batcher.has_next()
+
+    def _next(self) -> MultiDataSet:
+        idx = self._batcher.take()
+        return MultiDataSet([_rows(a, idx) for a in self._features],
+                            [_rows(a, idx) for a in self._labels],
+                            [_rows(a, idx) for a in self._features_masks],
+                            [_rows(a, idx) for a in self._labels_masks])
+
+    def _reset(self) -> None:
+        self._batcher.reset()
+
+    def batch(self) -> int:
+        return self._batcher.batch_size
+
+    def total_examples(self) -> int:
+        return int(self._batcher.n)
+
+    def num_batches(self) -> int:
+        return self._batcher.num_batches()
+
+    def __len__(self) -> int:
+        return self.num_batches()
+
+
+# --------------------------------------------------------------------------------------------
+
+class _ListIterator:
+    """Shared body of ListDataSetIterator / ListMultiDataSetIterator."""
+
+    _item_type: type = DataSet
+
+    def _init_list(self, datasets: Iterable[Any], batch_size: Any) -> None:
+        if isinstance(datasets, (DataSet, MultiDataSet)):
+            raise TypeError(f"datasets must be a list of {self._item_type.__name__}, got a "
+                            f"single {type(datasets).__name__}")
+        try:
+            items = list(datasets)
+        except TypeError as exc:
+            raise TypeError(f"datasets must be a list of {self._item_type.__name__}, got "
+                            f"{type(datasets).__name__}") from exc
+        for i, d in enumerate(items):
+            if not isinstance(d, self._item_type):
+                raise TypeError(f"datasets[{i}] must be a {self._item_type.__name__}, got "
+                                f"{type(d).__name__}")
+        self._items = items
+        self._batch_size = None if batch_size is None else _positive_int(batch_size,
+                                                                         "batch_size")
+        self._pos = 0
+
+    def has_next(self) -> bool:
+        return self._pos < len(self._items)
+
+    def _next(self) -> Any:
+        # Always a copy: pre-processors modify batches in place, and the stored data sets
+        # must stay as they were for the next epoch; the copy lands in the current workspace.
+        if self._batch_size is None:
+            item = self._items[self._pos]
+            self._pos += 1
+            return item.copy()
+        chunk = self._items[self._pos:self._pos + self._batch_size]
+        self._pos += len(chunk)
+        return self._item_type.merge(chunk)
+
+    def _reset(self) -> None:
+        self._pos = 0
+
+    def batch(self) -> int:
+        """``batch_size`` data sets are merged per batch; with None, each stored data set is
+        one batch and this is the size of the first."""
+        if self._batch_size is not None:
+            return self._batch_size
+        return self._items[0].num_examples() if self._items else 0
+
+    def total_examples(self) -> int:
+        return sum(d.num_examples() for d in self._items)
+
+
+class ListDataSetIterator(_ListIterator, DataSetIterator):
+    """Iterates a list of DataSets (DL4J's ListDataSetIterator).
+
+    With ``batch_size=None`` each stored DataSet is one batch; with an int, that many
+    consecutive DataSets are merged (``DataSet.merge``) into each batch. Batches are copies
+    in the current workspace; the stored data sets are never modified."""
+
+    _item_type = DataSet
+
+    def __init__(self, datasets: Iterable[DataSet], batch_size: int | None = None) -> None:
+        self._init_list(datasets, batch_size)
+
+    def input_columns(self) -> int:
+        return _columns(self._items[0].features) if self._items else 0
+
+    def total_outcomes(self) -> int:
+        if not self._items or self._items[0].labels is None:
+            return 0
+        return _columns(self._items[0].labels)
+
+
+class ListMultiDataSetIterator(_ListIterator, MultiDataSetIterator):
+    """Iterates a list of MultiDataSets (see ListDataSetIterator)."""
+
+    _item_type = MultiDataSet
+
+    def __init__(self, datasets: Iterable[MultiDataSet], batch_size: int | None = None
+                 ) -> None:
+        self._init_list(datasets, batch_size)
+
+
+# --------------------------------------------------------------------------------------------
+
+class _ExistingIterator:
+    """Shared body of ExistingDataSetIterator / ExistingMultiDataSetIterator."""
+
+    _item_type: type = DataSet
+    _NOTHING = object()
+
+    def _init_existing(self, iterable: Any) -> None:
+        try:
+            it = iter(iterable)
+        except TypeError as exc:
+            raise TypeError(f"iterable must be an iterable of {self._item_type.__name__}, "
+                            f"got {type(iterable).__name__}") from exc
+        self._iterable = iterable
+        # An iterator is its own iter(): it can be consumed once only.
+        self._reiterable = it is not iterable
+        self._it = it
+        self._peeked: Any = self._NOTHING
+        self._first: Any = None
+        self._count = 0
+
+    def reset_supported(self) -> bool:
+        return self._reiterable
+
+    def has_next(self) -> bool:
+        if self._peeked is self._NOTHING:
+            try:
+                item = next(self._it)
+            except StopIteration:
+                return False
+            if not isinstance(item, self._item_type):
+                raise TypeError(f"item {self._count} of iterable must be a "
+                                f"{self._item_type.__name__}, got {type(item).__name__}")
+            self._peeked = item
+            if self._first is None:
+                self._first = item
+        return True
+
+    def _next(self) -> Any:
+        item = self._peeked
+        self._peeked = self._NOTHING
+        self._count += 1
+        return item
+
+    def _reset(self) -> None:
+        self._it = iter(self._iterable)
+        self._peeked = self._NOTHING
+        self._count = 0
+
+    def _first_item(self) -> Any:
+        if self._first is None and self._reiterable:
+            for item in self._iterable:
+                if isinstance(item, self._item_type):
+                    self._first = item
+                break
+        return self._first
+
+    def batch(self) -> int:
+        """The number of examples of the first item (0 if unknown)."""
+        first = self._first_item()
+        return 0 if first is None else first.num_examples()
+
+
+class ExistingDataSetIterator(_ExistingIterator, DataSetIterator):
+    """Wraps any iterable of DataSets (DL4J's ExistingDataSetIterator). Items are returned as
+    they are (``pre_processor`` modifies them in place). ``reset()`` is supported only when
+    the iterable can be iterated again (a list, a generator function's container...), not
+    when it is a one-shot iterator."""
+
+    _item_type = DataSet
+
+    def __init__(self, iterable: Iterable[DataSet]) -> None:
+        self._init_existing(iterable)
+
+    def input_columns(self) -> int:
+        first = self._first_item()
+        return 0 if first is None else _columns(first.features)
+
+    def total_outcomes(self) -> int:
+        first = self._first_item()
+        return 0 if first is None or first.labels is None else _columns(first.labels)
+
+
+class ExistingMultiDataSetIterator(_ExistingIterator, MultiDataSetIterator):
+    """Wraps any iterable of MultiDataSets (see ExistingDataSetIterator)."""
+
+    _item_type = MultiDataSet
+
+    def __init__(self, iterable: Iterable[MultiDataSet]) -> None:
+        self._init_existing(iterable)
+
+
+# --------------------------------------------------------------------------------------------
+# shields
+
+class _Shield:
+    """Pass-through to a base iterator: everything, including ``pre_processor``, delegates."""
+
+    _base_type: type = DataSetIterator
+
+    def _init_shield(self, base: Any) -> None:
+        if not isinstance(base, self._base_type):
+            raise TypeError(f"base must be a {self._base_type.__name__}, got "
+                            f"{type(base).__name__}")
+        self._base = base
+
+    @property
+    def base(self) -> Any:
+        return self._base
+
+    @property
+    def pre_processor(self) -> Any:
+        return self._base.pre_processor
+
+    @pre_processor.setter
+    def pre_processor(self, value: Any) -> None:
+        self._base.pre_processor = value
+
+    @property  # type: ignore[override]
+    def _started(self) -> bool:
+        # Whether Python iteration must reset first is the base's state: the base may have
+        # been consumed directly, or through another wrapper.
+        return bool(getattr(self._base, "_started", False))
+
+    @_started.setter
+    def _started(self, value: bool) -> None:
+        pass  # the base tracks its own state in next() / reset()
+
+    def has_next(self) -> bool:
+        return self._base.has_next()
+
+    def next(self) -> Any:
+        # The base applies its own pre_processor (the shield's is the base's).
+        return self._base.next()
+
+    def reset_supported(self) -> bool:
+        return self._base.reset_supported()
+
+    def reset(self) -> None:
+        self._base.reset()
+
+    def batch(self) -> int:
+        return self._base.batch()
+
+
+class AsyncShieldDataSetIterator(_Shield, DataSetIterator):
+    """A pass-through whose only effect is ``async_supported() == False``, so nothing wraps
+    the base in an async prefetcher (DL4J's AsyncShieldDataSetIterator)."""
+
+    def __init__(self, base: DataSetIterator) -> None:
+        self._init_shield(base)
+
+    def async_supported(self) -> bool:
+        return False
+
+    def input_columns(self) -> int:
+        return self._base.input_columns()
+
+    def total_outcomes(self) -> int:
+        return self._base.total_outcomes()
+
+
+class AsyncShieldMultiDataSetIterator(_Shield, MultiDataSetIterator):
+    """MultiDataSet version of AsyncShieldDataSetIterator."""
+
+    _base_type = MultiDataSetIterator
+
+    def __init__(self, base: MultiDataSetIterator) -> None:
+        self._init_shield(base)
+
+    def async_supported(self) -> bool:
+        return False
+
+
+class WorkspacesShieldDataSetIterator(_Shield, DataSetIterator):
+    """Takes each batch out of the base's workspace (DL4J's WorkspacesShieldDataSetIterator):
+    if the features are attached to a workspace, the DataSet is detached when no workspace is
+    current, otherwise migrated into the current one. Use it when batches from an async
+    iterator's ring must outlive their ring slot."""
+
+    def __init__(self, base: DataSetIterator) -> None:
+        self._init_shield(base)
+
+    def async_supported(self) -> bool:
+        return self._base.async_supported()
+
+    def next(self) -> DataSet:
+        ds = super().next()
+        if ds.features.is_attached():
+            if ndws.current_workspace() is None:
+                ds.detach()
+            else:
+                ds.migrate()
+        return ds
+
+    def input_columns(self) -> int:
+        return self._base.input_columns()
+
+    def total_outcomes(self) -> int:
+        return self._base.total_outcomes()

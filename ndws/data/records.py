@@ -1,0 +1,515 @@
+"""CSV records and the iterators that turn them into DataSets (DataVec's CSVRecordReader,
+DL4J's RecordReaderDataSetIterator and RecordReaderMultiDataSetIterator).
+
+A record is one CSV row parsed to a list of floats. Errors in the data name the file and the
+1-based line number, so a bad row in a large file can be found:
+
+>>> import os, tempfile
+>>> from ndws.data.records import CSVRecordReader, RecordReaderDataSetIterator
+>>> d = tempfile.mkdtemp()
+>>> path = os.path.join(d, "tiny.csv")
+>>> with open(path, "w") as f:
+...     _ = f.write("a,b,label\\n1,2,0\\n\\n3,4,1\\n5,6,2\\n")
+>>> reader = CSVRecordReader(path, skip_num_lines=1)
+>>> list(reader)
+[[1.0, 2.0, 0.0], [3.0, 4.0, 1.0], [5.0, 6.0, 2.0]]
+>>> it = RecordReaderDataSetIterator(reader, batch_size=2, label_index=2, num_classes=3)
+>>> ds = it.next()
+>>> ds.features.numpy().tolist(), ds.labels.numpy().tolist()
+([[1.0, 2.0], [3.0, 4.0]], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+"""
+from __future__ import annotations
+
+import csv
+import os
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ndws.data.dataset import DataSet, MultiDataSet
+from ndws.data.iterators import DataSetIterator, MultiDataSetIterator
+
+__all__ = [
+    "CSVRecordReader",
+    "RecordReaderDataSetIterator",
+    "RecordReaderMultiDataSetIterator",
+    "OneHot",
+]
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class CSVRecordReader:
+    """Read numeric CSV records from one or more files (DataVec's ``CSVRecordReader``).
+
+    Parameters
+    ----------
+    path_or_paths : str or os.PathLike, or a sequence of them
+        The file(s), read in the order given.
+    skip_num_lines : int
+        Lines skipped at the start of *each* file (headers).
+    delimiter : str
+        One-character field separator.
+    quote : str
+        One-character quote character; quoted fields may contain the delimiter (Python's
+        ``csv`` module rules, ``""`` is an escaped quote).
+
+    Notes
+    -----
+    Empty (or whitespace-only) lines are skipped. Every record must have as many fields as
+    the first record read; otherwise ``ValueError("<file>:<line>: expected N fields, got
+    M")``. A field that ``float()`` cannot parse (after stripping blanks) raises
+    ``ValueError("<file>:<line>: column index <c>: cannot parse <value> as a number")``; the
+    column index is 0-based, as ``label_index`` is. Line numbers are 1-based physical lines
+    of the file (a record spanning lines is reported at its first line).
+
+    The reader is its own iterator protocol in DataVec's style (``has_next()``, ``next()``,
+    ``reset()``) and a Python iterable (each ``iter()`` starts from the beginning).
+    """
+
+    def __init__(self, path_or_paths: Any, skip_num_lines: int = 0, delimiter: str = ",",
+                 quote: str = '"') -> None:
+        if isinstance(path_or_paths, (str, os.PathLike)):
+            paths = [path_or_paths]
+        elif isinstance(path_or_paths, Sequence) and not isinstance(path_or_paths, bytes):
+            paths = list(path_or_paths)
+            if not paths:
+                raise ValueError("path_or_paths must name at least one file, got an empty "
+                                 "sequence")
+        else:
+            raise TypeError("path_or_paths must be a path or a sequence of paths, got "
+                            f"{type(path_or_paths).__name__} {path_or_paths!r}")
+        for p in paths:
+            if not isinstance(p, (str, os.PathLike)):
+                raise TypeError("path_or_paths must contain only paths (str or os.PathLike), "
+                                f"got {type(p).__name__} {p!r}")
+        self.paths: list[str] = [os.fspath(p) for p in paths]
+        for p in self.paths:
+            if not os.path.isfile(p):
+                raise FileNotFoundError(f"path_or_paths: no such file {p!r}")
+        self.skip_num_lines = _check_int("skip_num_lines", skip_num_lines, 0)
+        for name, value in (("delimiter", delimiter), ("quote", quote)):
+            if not isinstance(value, str) or len(value) != 1:
+                raise ValueError(f"{name} must be a one-character string, got {value!r}")
+        if delimiter == quote:
+            raise ValueError(f"delimiter and quote must differ, both are {delimiter!r}")
+        self.delimiter = delimiter
+        self.quote = quote
+        #: number of fields per record, fixed by the first record read (None before)
+        self.num_fields: int | None = None
+        #: (file, 1-based line) of the record last returned by next(), or None
+        self.location: tuple[str, int] | None = None
+        self._gen: Iterator[tuple[list[float], str, int]] | None = None
+        self._peeked: tuple[list[float], str, int] | None = None
+
+    def __repr__(self) -> str:
+        return (f"CSVRecordReader({self.paths!r}, skip_num_lines={self.skip_num_lines}, "
+                f"delimiter={self.delimiter!r}, quote={self.quote!r})")
+
+    def _records(self) -> Iterator[tuple[list[float], str, int]]:
+        for path in self.paths:
+            # newline="" is what the csv module needs for quoted fields with line breaks;
+            # utf-8-sig drops the byte-order mark some spreadsheet exports put first
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                for _ in range(self.skip_num_lines):
+                    if not f.readline():
+                        break
+                reader = csv.reader(f, delimiter=self.delimiter, quotechar=self.quote,
+                                    strict=True)
+                line_end = self.skip_num_lines
+                while True:
+                    start = line_end + 1
+                    try:
+                        row = next(reader)
+                    except StopIteration:
+                        break
+                    except csv.Error as exc:
+                        raise ValueError(f"{path}:{reader.line_num + self.skip_num_lines}: "
+                                         f"malformed CSV: {exc}") from None
+                    line_end = reader.line_num + self.skip_num_lines
+                    if not row or (len(row) == 1 and not row[0].strip()):
+                        continue
+                    yield self._parse(row, path, start), path, start
+
+    def _parse(self, row: list[str], path: str, line: int) -> list[float]:
+        if self.num_fields is None:
+            self.num_fields = len(row)
+        elif len(row) != self.num_fields:
+            raise ValueError(f"{path}:{line}: expected {self.num_fields} fields, got "
+                             f"{len(row)}")
+        values = []
+        for column, field in enumerate(row):
+            try:
+                values.append(float(field.strip()))
+            except ValueError:
+                raise ValueError(f"{path}:{line}: column index {column}: cannot parse "
+                                 f"{field!r} as a number") from None
+        return values
+
+    def _fill(self) -> bool:
+        if self._peeked is None:
+            if self._gen is None:
+                self._gen = self._records()
+            self._peeked = next(self._gen, None)
+        return self._peeked is not None
+
+    def has_next(self) -> bool:
+        """True when another record can be read."""
+        return self._fill()
+
+    def next(self) -> list[float]:
+        """The next record (a list of floats); StopIteration when exhausted."""
+        if not self._fill():
+            raise StopIteration
+        record, path, line = self._peeked  # type: ignore[misc]
+        self._peeked = None
+        self.location = (path, line)
+        return record
+
+    def reset(self) -> None:
+        """Start again from the first record of the first file."""
+        if self._gen is not None:
+            self._gen.close()  # closes the open file now, not at garbage collection
+        self._gen = None
+        self._peeked = None
+        self.location = None
+
+    def reset_supported(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Close the open file, if any (the reader can still be reset and reused)."""
+        self.reset()
+
+    def __iter__(self) -> Iterator[list[float]]:
+        self.reset()
+        while self.has_next():
+            yield self.next()
+
+
+def _where(reader: Any) -> str:
+    loc = getattr(reader, "location", None)
+    return f"{loc[0]}:{loc[1]}: " if loc else ""
+
+
+class RecordReaderDataSetIterator(DataSetIterator):
+    """Batches of records as DataSets (DL4J's ``RecordReaderDataSetIterator``).
+
+    Parameters
+    ----------
+    reader : CSVRecordReader
+        Any object with ``has_next()``, ``next()`` (a list of numbers) and ``reset()``. The
+        iterator owns it: it is reset at construction and by ``reset()``.
+    batch_size : int
+        Records per DataSet (the last one may be smaller).
+    label_index : int
+        Column of the label (0-based). ``-1`` (default, DL4J's value) means no labels: every
+        column is a feature and ``labels`` is None.
+    num_classes : int, optional
+        Classification: the label column holds a class index in ``[0, num_classes)``, turned
+        into a one-hot row ``(batch, num_classes)``. Required for classification.
+    regression : bool
+        Regression: columns ``label_index..label_index_to`` (inclusive, as DL4J's) are float
+        targets ``(batch, n_targets)``; ``num_classes`` must be None.
+    label_index_to : int, optional
+        Last label column for regression (default ``label_index``: one target).
+
+    Features are the remaining columns in file order, ``(batch, n_features) NDArray of
+    float32``, placed in the current workspace if one is open (as ``DataSet`` does).
+    """
+
+    def __init__(self, reader: Any, batch_size: int, label_index: int = -1,
+                 num_classes: int | None = None, regression: bool = False,
+                 label_index_to: int | None = None) -> None:
+        for method in ("has_next", "next", "reset"):
+            if not callable(getattr(reader, method, None)):
+                raise TypeError(f"reader must be a record reader with has_next(), next() and "
+                                f"reset(), got {type(reader).__name__}")
+        self.reader = reader
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        label_index = _check_int("label_index", label_index, -1)
+        if not isinstance(regression, bool):
+            raise TypeError(f"regression must be a bool, got {regression!r}")
+        if num_classes is not None:
+            num_classes = _check_int("num_classes", num_classes, 1)
+        if label_index_to is not None:
+            label_index_to = _check_int("label_index_to", label_index_to, 0)
+        if label_index == -1:
+            if num_classes is not None or regression or label_index_to is not None:
+                raise ValueError("label_index must be >= 0 when num_classes, regression or "
+                                 "label_index_to is given, got -1 (no labels)")
+        elif regression:
+            if num_classes is not None:
+                raise ValueError(f"num_classes must be None for regression, got {num_classes}")
+            if label_index_to is None:
+                label_index_to = label_index
+            if label_index_to < label_index:
+                raise ValueError(f"label_index_to must be >= label_index ({label_index}), got "
+                                 f"{label_index_to}")
+        else:
+            if num_classes is None:
+                raise ValueError(f"num_classes is required for classification (label_index="
+                                 f"{label_index}); pass regression=True for float targets")
+            if label_index_to is not None:
+                raise ValueError("label_index_to applies to regression only, got "
+                                 f"{label_index_to} with regression=False")
+        self.label_index = label_index
+        self.label_index_to = label_index_to
+        self.num_classes = num_classes
+        self.regression = regression
+        self._num_fields: int | None = None
+        # the iterator owns the reader from now on: start it at its first record
+        reader.reset()
+        self._consumed = False
+
+    # -- layout ---------------------------------------------------------------------------
+    def _label_columns(self) -> list[int]:
+        if self.label_index == -1:
+            return []
+        if self.regression:
+            return list(range(self.label_index, self.label_index_to + 1))  # type: ignore
+        return [self.label_index]
+
+    def _set_num_fields(self, n: int) -> None:
+        if self._num_fields is None:
+            cols = self._label_columns()
+            if cols and cols[-1] >= n:
+                name = "label_index_to" if self.regression else "label_index"
+                raise ValueError(f"{_where(self.reader)}{name} {cols[-1]} is out of range for "
+                                 f"records of {n} fields")
+            if len(cols) >= n:
+                raise ValueError(f"{_where(self.reader)}records of {n} fields leave no "
+                                 f"feature column")
+            self._num_fields = n
+
+    def _peek_num_fields(self) -> int:
+        if self._num_fields is None:
+            # DL4J peeks at the first record too; the reader must be fresh for this
+            if not self.reader.has_next():
+                raise ValueError("reader has no records: the number of columns is unknown")
+            n = getattr(self.reader, "num_fields", None)
+            if n is None:
+                if self._consumed:
+                    raise ValueError("the number of columns is unknown: the reader does not "
+                                     "report num_fields")
+                n = len(self.reader.next())
+                self.reader.reset()
+            self._set_num_fields(n)
+        return self._num_fields  # type: ignore[return-value]
+
+    # -- DataSetIterator ------------------------------------------------------------------
+    def has_next(self) -> bool:
+        return bool(self.reader.has_next())
+
+    def _next(self) -> DataSet:
+        rows: list[list[float]] = []
+        while len(rows) < self.batch_size and self.reader.has_next():
+            record = self.reader.next()
+            self._consumed = True
+            if self._num_fields is None:
+                self._set_num_fields(len(record))
+            elif len(record) != self._num_fields:
+                raise ValueError(f"{_where(self.reader)}expected {self._num_fields} fields, "
+                                 f"got {len(record)}")
+            if self.num_classes is not None:
+                value = record[self.label_index]
+                if not (float(value).is_integer() and 0 <= value < self.num_classes):
+                    raise ValueError(f"{_where(self.reader)}label {value!r} in column index "
+                                     f"{self.label_index} is not a class index in "
+                                     f"[0, {self.num_classes})")
+            rows.append(record)
+        if not rows:
+            raise StopIteration
+        table = np.asarray(rows, dtype=np.float64)
+        label_cols = self._label_columns()
+        if not label_cols:
+            return DataSet(table.astype(np.float32), None)
+        feature_mask = np.ones(table.shape[1], dtype=bool)
+        feature_mask[label_cols] = False
+        features = table[:, feature_mask].astype(np.float32)
+        if self.regression:
+            labels = table[:, label_cols].astype(np.float32)
+        else:
+            labels = np.zeros((table.shape[0], self.num_classes), dtype=np.float32)
+            labels[np.arange(table.shape[0]), table[:, self.label_index].astype(np.intp)] = 1
+        return DataSet(features, labels)
+
+    def _reset(self) -> None:
+        self.reader.reset()
+        self._consumed = False
+
+    def reset_supported(self) -> bool:
+        return True
+
+    def async_supported(self) -> bool:
+        return True
+
+    def batch(self) -> int:
+        return self.batch_size
+
+    def input_columns(self) -> int:
+        return self._peek_num_fields() - len(self._label_columns())
+
+    def total_outcomes(self) -> int:
+        if self.label_index == -1:
+            return 0
+        if self.regression:
+            return len(self._label_columns())
+        return self.num_classes  # type: ignore[return-value]
+
+
+class OneHot:
+    """An output spec of :class:`RecordReaderMultiDataSetIterator`: column ``column`` of
+    reader ``reader`` holds a class index, turned into a one-hot ``(batch, num_classes)``
+    array (DL4J's ``addOutputOneHot``)."""
+
+    def __init__(self, reader: str, column: int, num_classes: int) -> None:
+        if not isinstance(reader, str):
+            raise TypeError(f"reader must be a reader name (str), got {reader!r}")
+        self.reader = reader
+        self.column = _check_int("column", column, 0)
+        self.num_classes = _check_int("num_classes", num_classes, 1)
+
+    def __repr__(self) -> str:
+        return f"OneHot({self.reader!r}, {self.column}, {self.num_classes})"
+
+
+class RecordReaderMultiDataSetIterator(MultiDataSetIterator):
+    """Several readers, or column ranges of them, as MultiDataSet inputs and outputs (DL4J's
+    ``RecordReaderMultiDataSetIterator`` without its builder).
+
+    Parameters
+    ----------
+    readers : dict of str to CSVRecordReader
+        Named readers, advanced in lockstep (record i of each reader belongs to example i).
+    batch_size : int
+        Examples per MultiDataSet.
+    inputs, outputs : list of specs
+        Each spec is a reader name (all its columns), a tuple ``(name, col_from, col_to)``
+        (columns ``col_from..col_to`` inclusive, as DL4J's ``addInput``), or, for outputs,
+        :class:`OneHot` ``(name, column, num_classes)``. Arrays are ``(batch, n) NDArray of
+        float32`` in the order given.
+
+    Examples
+    --------
+    ``RecordReaderMultiDataSetIterator({"csv": reader}, 32, inputs=[("csv", 0, 3)],
+    outputs=[OneHot("csv", 4, 3)])`` is the MultiDataSet form of a classification
+    ``RecordReaderDataSetIterator(reader, 32, label_index=4, num_classes=3)``.
+    """
+
+    def __init__(self, readers: dict[str, Any], batch_size: int, inputs: Sequence[Any],
+                 outputs: Sequence[Any] = ()) -> None:
+        if not isinstance(readers, dict) or not readers:
+            raise TypeError(f"readers must be a non-empty dict of name -> record reader, got "
+                            f"{readers!r}")
+        for name, reader in readers.items():
+            if not isinstance(name, str):
+                raise TypeError(f"readers: names must be str, got {name!r}")
+            for method in ("has_next", "next", "reset"):
+                if not callable(getattr(reader, method, None)):
+                    raise TypeError(f"readers[{name!r}] must be a record reader with "
+                                    f"has_next(), next() and reset(), got "
+                                    f"{type(reader).__name__}")
+        self.readers = dict(readers)
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.inputs = [self._spec("inputs", s, allow_one_hot=False) for s in inputs]
+        self.outputs = [self._spec("outputs", s, allow_one_hot=True) for s in outputs]
+        if not self.inputs:
+            raise ValueError("inputs must contain at least one spec, got none")
+        self._widths: dict[str, int] = {}
+        for reader in self.readers.values():
+            reader.reset()  # the iterator owns the readers: start at their first records
+
+    def _spec(self, arg: str, spec: Any, allow_one_hot: bool) -> Any:
+        if isinstance(spec, OneHot):
+            if not allow_one_hot:
+                raise TypeError(f"{arg}: OneHot specs are for outputs only, got {spec!r}")
+            name = spec.reader
+        elif isinstance(spec, str):
+            name, spec = spec, (spec, 0, None)
+        elif isinstance(spec, tuple) and len(spec) == 3:
+            name, lo, hi = spec
+            lo = _check_int(f"{arg}: col_from", lo, 0)
+            hi = _check_int(f"{arg}: col_to", hi, 0)
+            if hi < lo:
+                raise ValueError(f"{arg}: col_to must be >= col_from, got {spec!r}")
+            spec = (name, lo, hi)
+        else:
+            raise TypeError(f"{arg}: a spec is a reader name, (name, col_from, col_to) or "
+                            f"OneHot(name, column, num_classes), got {spec!r}")
+        if name not in self.readers:
+            raise ValueError(f"{arg}: unknown reader {name!r}; readers are "
+                             f"{sorted(self.readers)}")
+        return spec
+
+    def has_next(self) -> bool:
+        # any, not all: a reader that runs out early is reported by next(), not hidden
+        return any(r.has_next() for r in self.readers.values())
+
+    def _check_width(self, name: str, record: list[float]) -> None:
+        width = self._widths.setdefault(name, len(record))
+        if len(record) != width:
+            raise ValueError(f"{_where(self.readers[name])}expected {width} fields, got "
+                             f"{len(record)}")
+        for spec in self.inputs + self.outputs:
+            if isinstance(spec, OneHot):
+                if spec.reader == name and spec.column >= width:
+                    raise ValueError(f"outputs: column {spec.column} of {spec!r} is out of "
+                                     f"range for reader {name!r} with {width} fields")
+            elif spec[0] == name and spec[2] is not None and spec[2] >= width:
+                raise ValueError(f"col_to {spec[2]} of spec {spec!r} is out of range for "
+                                 f"reader {name!r} with {width} fields")
+
+    def _next(self) -> MultiDataSet:
+        tables: dict[str, list[list[float]]] = {name: [] for name in self.readers}
+        while len(next(iter(tables.values()))) < self.batch_size:
+            have = {name: r.has_next() for name, r in self.readers.items()}
+            if not any(have.values()):
+                break
+            if not all(have.values()):
+                short = sorted(n for n, h in have.items() if not h)
+                raise ValueError(f"readers {short} ran out of records before the others: the "
+                                 f"readers must have the same number of records")
+            for name, reader in self.readers.items():
+                record = reader.next()
+                self._check_width(name, record)
+                tables[name].append(record)
+        if not next(iter(tables.values())):
+            raise StopIteration
+        arrays = {name: np.asarray(rows, dtype=np.float64) for name, rows in tables.items()}
+
+        def build(spec: Any) -> np.ndarray:
+            if isinstance(spec, OneHot):
+                col = arrays[spec.reader][:, spec.column]
+                bad = ~((col == np.floor(col)) & (col >= 0) & (col < spec.num_classes))
+                if bad.any():
+                    raise ValueError(f"reader {spec.reader!r}: label {float(col[bad][0])!r} "
+                                     f"in column index {spec.column} is not a class index in "
+                                     f"[0, {spec.num_classes})")
+                out = np.zeros((col.shape[0], spec.num_classes), dtype=np.float32)
+                out[np.arange(col.shape[0]), col.astype(np.intp)] = 1
+                return out
+            name, lo, hi = spec
+            table = arrays[name]
+            return table[:, lo:(table.shape[1] if hi is None else hi + 1)].astype(np.float32)
+
+        return MultiDataSet([build(s) for s in self.inputs], [build(s) for s in self.outputs])
+
+    def _reset(self) -> None:
+        for reader in self.readers.values():
+            reader.reset()
+
+    def reset_supported(self) -> bool:
+        return True
+
+    def async_supported(self) -> bool:
+        return True
+
+    def batch(self) -> int:
+        return self.batch_size
