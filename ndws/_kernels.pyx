@@ -37,16 +37,19 @@ cnp.import_array()
 # and the sqrt-based updaters (adam/rmsprop/adagrad, 2-10 ns/element) gain from 4096 elements
 # (gelu 29.3 vs 17.2 us, softmax 29.1 vs 18.9, cross-entropy 58.0 vs 35.9, adam 13.2 vs 9.7)
 # and lose or tie at 1024. Below the grain, OpenMP's fork/join costs more than a core saves.
-DEF GRAIN_CHEAP = 65536
-DEF GRAIN_TRANSC = 2048
-DEF GRAIN_UPDATE = 2048
+cdef enum:
+    GRAIN_CHEAP = 65536
+    GRAIN_TRANSC = 2048
+    GRAIN_UPDATE = 2048
 # Below this many elements a kernel runs with the GIL held: releasing and re-taking it costs
 # ~100 ns, a large part of a 16-element call, and DESIGN invariant 5 asks for nogil only for
 # kernels over "a few KiB". Above it, every kernel releases the GIL.
-DEF NOGIL_MIN = 1024
+cdef enum:
+    NOGIL_MIN = 1024
 # Losses reduce in a fixed number of row chunks that depends only on the row count, summed in
 # order afterwards: the loss is bit-identical whatever the thread count.
-DEF LOSS_CHUNKS = 64
+cdef enum:
+    LOSS_CHUNKS = 64
 
 cdef enum:
     LOSS_SCE = 0
@@ -62,13 +65,22 @@ cdef enum:
     UPD_ADAGRAD = 4
 
 # GELU constants: 1/sqrt(2), 1/sqrt(2*pi), sqrt(2/pi), and the cubic coefficient of the tanh form
-DEF SQRT1_2 = 0.70710678118654752440
-DEF INV_SQRT_2PI = 0.39894228040143267794
-DEF SQRT_2_PI = 0.79788456080286535588
-DEF GELU_C = 0.044715
-# |x| beyond which GELU is exactly x (x > 0) or 0 (x < 0) in both precisions: the formulas
-# would give inf*0 = NaN at +-inf, so large inputs take the limit directly.
-DEF GELU_BIG = 1.0e4
+# (C macros, so they stay compile-time double literals exactly as written, in nogil code).
+# GELU_BIG: |x| beyond which GELU is exactly x (x > 0) or 0 (x < 0) in both precisions: the
+# formulas would give inf*0 = NaN at +-inf, so large inputs take the limit directly.
+cdef extern from *:
+    """
+    #define NDWS_SQRT1_2 0.70710678118654752440
+    #define NDWS_INV_SQRT_2PI 0.39894228040143267794
+    #define NDWS_SQRT_2_PI 0.79788456080286535588
+    #define NDWS_GELU_C 0.044715
+    #define NDWS_GELU_BIG 1.0e4
+    """
+    const double SQRT1_2 "NDWS_SQRT1_2"
+    const double INV_SQRT_2PI "NDWS_INV_SQRT_2PI"
+    const double SQRT_2_PI "NDWS_SQRT_2_PI"
+    const double GELU_C "NDWS_GELU_C"
+    const double GELU_BIG "NDWS_GELU_BIG"
 
 
 # ------------------------------------------------------------------------------------------------
