@@ -251,7 +251,11 @@ def test_pre_processor_runs_in_the_producer_inside_the_ring():
         values = [ds.features.numpy()[0, 0] for ds in it]
         ring = it.workspace.id
     assert values == [0, 2, 4]
-    assert seen == [(ADSI, ring)] * 3
+    # the producer started by the first reset may already have pre-processed a batch in its
+    # own ring before the second reset replaced it: every call ran in a producer, inside a
+    # ring, and the epoch that was consumed saw exactly three, in its ring
+    assert all(name == ADSI and wid.startswith("ADSI_ITER-") for name, wid in seen)
+    assert [entry for entry in seen if entry[1] == ring] == [(ADSI, ring)] * 3
 
 
 def test_last_etl_time_is_recorded():
