@@ -2550,17 +2550,13 @@ cdef class NDArray:
 
     def sum(self, axis=None, dtype=None, out=None, keepdims=False):
         """Sum over `axis` (all axes by default); the result is placed like any new array."""
-        r = _fast_reduce(RED_SUM, self, axis, dtype, out, keepdims, 0, "sum")
-        if r is not None:
-            return r
-        return reduce_call("sum", np.sum, self, axis, out, keepdims, dtype=dtype)
+        return _reduce_entry(RED_SUM, "sum", self, axis, dtype, out, keepdims, 0,
+                             RKW_DTYPE)
 
     def mean(self, axis=None, dtype=None, out=None, keepdims=False):
         """Arithmetic mean over `axis` (see `ndws.mean`)."""
-        r = _fast_reduce(RED_MEAN, self, axis, dtype, out, keepdims, 0, "mean")
-        if r is not None:
-            return r
-        return reduce_call("mean", np.mean, self, axis, out, keepdims, dtype=dtype)
+        return _reduce_entry(RED_MEAN, "mean", self, axis, dtype, out, keepdims, 0,
+                             RKW_DTYPE)
 
     def prod(self, axis=None, dtype=None, out=None, keepdims=False):
         """Product over `axis` (see `ndws.prod`)."""
@@ -2568,45 +2564,33 @@ cdef class NDArray:
 
     def max(self, axis=None, out=None, keepdims=False):
         """Maximum over `axis` (see `ndws.max`)."""
-        r = _fast_reduce(RED_MAX, self, axis, None, out, keepdims, 0, "max")
-        if r is not None:
-            return r
-        return reduce_call("max", np.max, self, axis, out, keepdims)
+        return _reduce_entry(RED_MAX, "max", self, axis, None, out, keepdims, 0,
+                             RKW_NONE)
 
     def min(self, axis=None, out=None, keepdims=False):
         """Minimum over `axis` (see `ndws.min`)."""
-        r = _fast_reduce(RED_MIN, self, axis, None, out, keepdims, 0, "min")
-        if r is not None:
-            return r
-        return reduce_call("min", np.min, self, axis, out, keepdims)
+        return _reduce_entry(RED_MIN, "min", self, axis, None, out, keepdims, 0,
+                             RKW_NONE)
 
     def argmax(self, axis=None, out=None, keepdims=False):
         """Index of the maximum along `axis` (see `ndws.argmax`)."""
-        r = _fast_reduce(RED_ARGMAX, self, axis, None, out, keepdims, 0, "argmax")
-        if r is not None:
-            return r
-        return reduce_call("argmax", np.argmax, self, axis, out, keepdims)
+        return _reduce_entry(RED_ARGMAX, "argmax", self, axis, None, out, keepdims, 0,
+                             RKW_NONE)
 
     def argmin(self, axis=None, out=None, keepdims=False):
         """Index of the minimum along `axis` (see `ndws.argmin`)."""
-        r = _fast_reduce(RED_ARGMIN, self, axis, None, out, keepdims, 0, "argmin")
-        if r is not None:
-            return r
-        return reduce_call("argmin", np.argmin, self, axis, out, keepdims)
+        return _reduce_entry(RED_ARGMIN, "argmin", self, axis, None, out, keepdims, 0,
+                             RKW_NONE)
 
     def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
         """Standard deviation over `axis` (see `ndws.std`)."""
-        r = _fast_reduce(RED_STD, self, axis, dtype, out, keepdims, ddof, "std")
-        if r is not None:
-            return r
-        return reduce_call("std", np.std, self, axis, out, keepdims, dtype=dtype, ddof=ddof)
+        return _reduce_entry(RED_STD, "std", self, axis, dtype, out, keepdims, ddof,
+                             RKW_DDOF)
 
     def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
         """Variance over `axis` (see `ndws.var`)."""
-        r = _fast_reduce(RED_VAR, self, axis, dtype, out, keepdims, ddof, "var")
-        if r is not None:
-            return r
-        return reduce_call("var", np.var, self, axis, out, keepdims, dtype=dtype, ddof=ddof)
+        return _reduce_entry(RED_VAR, "var", self, axis, dtype, out, keepdims, ddof,
+                             RKW_DDOF)
 
     def any(self, axis=None, out=None, keepdims=False):
         """Whether any element along `axis` is true (see `ndws.any`)."""
@@ -3362,168 +3346,177 @@ cdef int _reduce_dispatch(int kind, const floating_t* A, Py_ssize_t outer, Py_ss
 # ndws.ops publishes these under NumPy's names (with their docstrings); NDArray's operators and
 # methods call the same fast paths.
 
-cdef inline object _binary_entry(int op, object ufunc, object name, object x1, object x2,
-                                 object out, object where, object casting, object order,
-                                 object dtype, object subok, object signature):
+cdef inline object _binary_entry(int op, str name, object x1, object x2, object out,
+                                 object where, object casting, object order, object dtype,
+                                 object subok, object signature):
     # The body of every binary entry point: the native path when only out= is given, else
-    # NumPy's full ufunc machinery.
+    # NumPy's full ufunc machinery. The ufunc is looked up by name only on that fallback: an
+    # `np.<name>` lookup per call would cost the fast path ~15 ns.
     if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
         r = _fast_binary(op, x1, x2, out, name)
         if r is not None:
             return r
-    return _ufunc_call(ufunc, (x1, x2), out,
+    return _ufunc_call(getattr(np, name), (x1, x2), out,
                        _ufunc_kw(where, casting, order, dtype, subok, signature), False)
 
 
 def _ufunc_add(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
                 dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_ADD, np.add, "add", x1, x2, out, where, casting,
+    return _binary_entry(OP_ADD, "add", x1, x2, out, where, casting,
                          order, dtype, subok, signature)
 
 
 def _ufunc_subtract(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
                 dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_SUB, np.subtract, "subtract", x1, x2, out, where, casting,
+    return _binary_entry(OP_SUB, "subtract", x1, x2, out, where, casting,
                          order, dtype, subok, signature)
 
 
 def _ufunc_multiply(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
                 dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_MUL, np.multiply, "multiply", x1, x2, out, where, casting,
+    return _binary_entry(OP_MUL, "multiply", x1, x2, out, where, casting,
                          order, dtype, subok, signature)
 
 
 def _ufunc_divide(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
                 dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_DIV, np.divide, "divide", x1, x2, out, where, casting,
+    return _binary_entry(OP_DIV, "divide", x1, x2, out, where, casting,
                          order, dtype, subok, signature)
 
 
 def _ufunc_maximum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
                 dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_MAX, np.maximum, "maximum", x1, x2, out, where, casting,
+    return _binary_entry(OP_MAX, "maximum", x1, x2, out, where, casting,
                          order, dtype, subok, signature)
 
 
 def _ufunc_minimum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
                 dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_MIN, np.minimum, "minimum", x1, x2, out, where, casting,
+    return _binary_entry(OP_MIN, "minimum", x1, x2, out, where, casting,
                          order, dtype, subok, signature)
 
 
-cdef inline object _unary_entry(int op, object ufunc, object name, object x, object out,
-                                object where, object casting, object order, object dtype,
-                                object subok, object signature):
+cdef inline object _unary_entry(int op, str name, object x, object out, object where,
+                                object casting, object order, object dtype, object subok,
+                                object signature):
+    # As _binary_entry, for one operand.
     if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
         r = _fast_unary(op, x, out, name)
         if r is not None:
             return r
-    return _ufunc_call(ufunc, (x,), out,
+    return _ufunc_call(getattr(np, name), (x,), out,
                        _ufunc_kw(where, casting, order, dtype, subok, signature), False)
 
 
 def _ufunc_negative(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
               subok=True, signature=None):
-    return _unary_entry(OP_NEG, np.negative, "negative", x, out, where, casting, order, dtype,
+    return _unary_entry(OP_NEG, "negative", x, out, where, casting, order, dtype,
                         subok, signature)
 
 
 def _ufunc_absolute(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
               subok=True, signature=None):
-    return _unary_entry(OP_ABS, np.absolute, "absolute", x, out, where, casting, order, dtype,
+    return _unary_entry(OP_ABS, "absolute", x, out, where, casting, order, dtype,
                         subok, signature)
 
 
 def _ufunc_square(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
             subok=True, signature=None):
-    return _unary_entry(OP_SQUARE, np.square, "square", x, out, where, casting, order, dtype,
+    return _unary_entry(OP_SQUARE, "square", x, out, where, casting, order, dtype,
                         subok, signature)
 
 
 def _ufunc_sqrt(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
           subok=True, signature=None):
-    return _unary_entry(OP_SQRT, np.sqrt, "sqrt", x, out, where, casting, order, dtype,
+    return _unary_entry(OP_SQRT, "sqrt", x, out, where, casting, order, dtype,
                         subok, signature)
 
 
 def _ufunc_exp(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
          subok=True, signature=None):
-    return _unary_entry(OP_EXP, np.exp, "exp", x, out, where, casting, order, dtype,
+    return _unary_entry(OP_EXP, "exp", x, out, where, casting, order, dtype,
                         subok, signature)
 
 
 def _ufunc_log(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
          subok=True, signature=None):
-    return _unary_entry(OP_LOG, np.log, "log", x, out, where, casting, order, dtype,
+    return _unary_entry(OP_LOG, "log", x, out, where, casting, order, dtype,
                         subok, signature)
 
 
 def _ufunc_tanh(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
           subok=True, signature=None):
-    return _unary_entry(OP_TANH, np.tanh, "tanh", x, out, where, casting, order, dtype,
+    return _unary_entry(OP_TANH, "tanh", x, out, where, casting, order, dtype,
                         subok, signature)
 
 
 def _ufunc_reciprocal(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
                 subok=True, signature=None):
-    return _unary_entry(OP_RECIP, np.reciprocal, "reciprocal", x, out, where, casting, order,
+    return _unary_entry(OP_RECIP, "reciprocal", x, out, where, casting, order,
                         dtype, subok, signature)
 
 
-def _reduce_sum(a, axis=None, dtype=None, out=None, keepdims=False):
-    r = _fast_reduce(RED_SUM, a, axis, dtype, out, keepdims, 0, "sum")
+# What the reduction keywords of `reduce_call` include besides axis/out/keepdims: NumPy's max,
+# min, argmax and argmin take no dtype, only var and std take ddof.
+cdef enum:
+    RKW_NONE = 0
+    RKW_DTYPE = 1
+    RKW_DDOF = 2
+
+
+cdef inline object _reduce_entry(int kind, str name, object a, object axis, object dtype,
+                                 object out, object keepdims, object ddof, int kw):
+    # The body of every reduction entry point (the ndws.* functions and NDArray's methods):
+    # the native path first, else NumPy's reduction (`np.<name>`, looked up only here) on views.
+    r = _fast_reduce(kind, a, axis, dtype, out, keepdims, ddof, name)
     if r is not None:
         return r
-    return reduce_call("sum", np.sum, a, axis, out, keepdims, dtype=dtype)
+    func = getattr(np, name)
+    if kw == RKW_DDOF:
+        return reduce_call(name, func, a, axis, out, keepdims, dtype=dtype, ddof=ddof)
+    if kw == RKW_DTYPE:
+        return reduce_call(name, func, a, axis, out, keepdims, dtype=dtype)
+    return reduce_call(name, func, a, axis, out, keepdims)
+
+
+def _reduce_sum(a, axis=None, dtype=None, out=None, keepdims=False):
+    return _reduce_entry(RED_SUM, "sum", a, axis, dtype, out, keepdims,
+                         0, RKW_DTYPE)
 
 
 def _reduce_mean(a, axis=None, dtype=None, out=None, keepdims=False):
-    r = _fast_reduce(RED_MEAN, a, axis, dtype, out, keepdims, 0, "mean")
-    if r is not None:
-        return r
-    return reduce_call("mean", np.mean, a, axis, out, keepdims, dtype=dtype)
+    return _reduce_entry(RED_MEAN, "mean", a, axis, dtype, out, keepdims,
+                         0, RKW_DTYPE)
 
 
 def _reduce_max(a, axis=None, out=None, keepdims=False):
-    r = _fast_reduce(RED_MAX, a, axis, None, out, keepdims, 0, "max")
-    if r is not None:
-        return r
-    return reduce_call("max", np.max, a, axis, out, keepdims)
+    return _reduce_entry(RED_MAX, "max", a, axis, None, out, keepdims,
+                         0, RKW_NONE)
 
 
 def _reduce_min(a, axis=None, out=None, keepdims=False):
-    r = _fast_reduce(RED_MIN, a, axis, None, out, keepdims, 0, "min")
-    if r is not None:
-        return r
-    return reduce_call("min", np.min, a, axis, out, keepdims)
+    return _reduce_entry(RED_MIN, "min", a, axis, None, out, keepdims,
+                         0, RKW_NONE)
 
 
 def _reduce_argmax(a, axis=None, out=None, keepdims=False):
-    r = _fast_reduce(RED_ARGMAX, a, axis, None, out, keepdims, 0, "argmax")
-    if r is not None:
-        return r
-    return reduce_call("argmax", np.argmax, a, axis, out, keepdims)
+    return _reduce_entry(RED_ARGMAX, "argmax", a, axis, None, out, keepdims,
+                         0, RKW_NONE)
 
 
 def _reduce_argmin(a, axis=None, out=None, keepdims=False):
-    r = _fast_reduce(RED_ARGMIN, a, axis, None, out, keepdims, 0, "argmin")
-    if r is not None:
-        return r
-    return reduce_call("argmin", np.argmin, a, axis, out, keepdims)
+    return _reduce_entry(RED_ARGMIN, "argmin", a, axis, None, out, keepdims,
+                         0, RKW_NONE)
 
 
 def _reduce_var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    r = _fast_reduce(RED_VAR, a, axis, dtype, out, keepdims, ddof, "var")
-    if r is not None:
-        return r
-    return reduce_call("var", np.var, a, axis, out, keepdims, dtype=dtype, ddof=ddof)
+    return _reduce_entry(RED_VAR, "var", a, axis, dtype, out, keepdims,
+                         ddof, RKW_DDOF)
 
 
 def _reduce_std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    r = _fast_reduce(RED_STD, a, axis, dtype, out, keepdims, ddof, "std")
-    if r is not None:
-        return r
-    return reduce_call("std", np.std, a, axis, out, keepdims, dtype=dtype, ddof=ddof)
+    return _reduce_entry(RED_STD, "std", a, axis, dtype, out, keepdims,
+                         ddof, RKW_DDOF)
 
 
 def _set_grains(elementwise=None, reduce=None):
