@@ -26,7 +26,8 @@ import weakref
 from typing import Any
 
 import ndws
-from ndws.data.iterators import DataSetIterator, MultiDataSetIterator
+from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _Delegating,
+                                 _DelegatingShapes)
 
 __all__ = ["AsyncDataSetIterator", "AsyncMultiDataSetIterator"]
 
@@ -157,8 +158,10 @@ def _finalize(state: _ProducerState) -> None:
     state.halt()
 
 
-class _AsyncBase:
-    """Consumer side shared by the DataSet and MultiDataSet versions."""
+class _AsyncBase(_Delegating, _DelegatingShapes):
+    """Consumer side shared by the DataSet and MultiDataSet versions. `base`,
+    `pre_processor` (which runs in the producer thread, inside the ring), `batch`,
+    `input_columns`, `total_outcomes` and `reset_supported` are the source's."""
 
     _base_type: type = object
     _ws_prefix = ""
@@ -204,12 +207,7 @@ class _AsyncBase:
         self._state.start()
         self._finalizer = weakref.finalize(self, _finalize, self._state)
 
-    # -- delegation -----------------------------------------------------------------------------
-
-    @property
-    def base(self) -> Any:
-        """The source iterator."""
-        return self._base
+    # -- properties -------------------------------------------------------------------------------
 
     @property
     def queue_size(self) -> int:
@@ -226,27 +224,6 @@ class _AsyncBase:
         """The producer's current ring (``ndws.Workspace``), or None (no workspace, not yet
         created, or shut down). It belongs to the producer thread: read its counters only."""
         return self._state.workspace
-
-    @property
-    def pre_processor(self) -> Any:
-        """The source's pre-processor; it runs in the producer thread, inside the ring."""
-        return self._base.pre_processor
-
-    @pre_processor.setter
-    def pre_processor(self, value: Any) -> None:
-        self._base.pre_processor = value
-
-    def batch(self) -> int:
-        return self._base.batch()
-
-    def input_columns(self) -> int:
-        return self._base.input_columns()
-
-    def total_outcomes(self) -> int:
-        return self._base.total_outcomes()
-
-    def reset_supported(self) -> bool:
-        return self._base.reset_supported()
 
     def async_supported(self) -> bool:
         """False: an async iterator is never wrapped again."""

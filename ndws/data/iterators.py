@@ -556,7 +556,46 @@ class ExistingMultiDataSetIterator(_ExistingIterator, MultiDataSetIterator):
 # --------------------------------------------------------------------------------------------
 # shields
 
-class _Shield:
+class _Delegating:
+    """What every wrapper of an iterator (the shields here, the async iterators of
+    ndws.data.async_iterators) reads from the iterator it wraps, ``self._base``."""
+
+    _base: Any
+
+    @property
+    def base(self) -> Any:
+        """The wrapped iterator."""
+        return self._base
+
+    @property
+    def pre_processor(self) -> Any:
+        """The wrapped iterator's pre-processor (setting it sets the wrapped iterator's)."""
+        return self._base.pre_processor
+
+    @pre_processor.setter
+    def pre_processor(self, value: Any) -> None:
+        self._base.pre_processor = value
+
+    def reset_supported(self) -> bool:
+        return self._base.reset_supported()
+
+    def batch(self) -> int:
+        return self._base.batch()
+
+
+class _DelegatingShapes:
+    """The DataSet-only part of `_Delegating`."""
+
+    _base: Any
+
+    def input_columns(self) -> int:
+        return self._base.input_columns()
+
+    def total_outcomes(self) -> int:
+        return self._base.total_outcomes()
+
+
+class _Shield(_Delegating):
     """Pass-through to a base iterator: everything, including ``pre_processor``, delegates."""
 
     _base_type: type = DataSetIterator
@@ -566,18 +605,6 @@ class _Shield:
             raise TypeError(f"base must be a {self._base_type.__name__}, got "
                             f"{type(base).__name__}")
         self._base = base
-
-    @property
-    def base(self) -> Any:
-        return self._base
-
-    @property
-    def pre_processor(self) -> Any:
-        return self._base.pre_processor
-
-    @pre_processor.setter
-    def pre_processor(self, value: Any) -> None:
-        self._base.pre_processor = value
 
     @property  # type: ignore[override]
     def _started(self) -> bool:
@@ -596,17 +623,11 @@ class _Shield:
         # The base applies its own pre_processor (the shield's is the base's).
         return self._base.next()
 
-    def reset_supported(self) -> bool:
-        return self._base.reset_supported()
-
     def reset(self) -> None:
         self._base.reset()
 
-    def batch(self) -> int:
-        return self._base.batch()
 
-
-class AsyncShieldDataSetIterator(_Shield, DataSetIterator):
+class AsyncShieldDataSetIterator(_Shield, _DelegatingShapes, DataSetIterator):
     """A pass-through whose only effect is ``async_supported() == False``, so nothing wraps
     the base in an async prefetcher (DL4J's AsyncShieldDataSetIterator)."""
 
@@ -615,12 +636,6 @@ class AsyncShieldDataSetIterator(_Shield, DataSetIterator):
 
     def async_supported(self) -> bool:
         return False
-
-    def input_columns(self) -> int:
-        return self._base.input_columns()
-
-    def total_outcomes(self) -> int:
-        return self._base.total_outcomes()
 
 
 class AsyncShieldMultiDataSetIterator(_Shield, MultiDataSetIterator):
@@ -635,7 +650,7 @@ class AsyncShieldMultiDataSetIterator(_Shield, MultiDataSetIterator):
         return False
 
 
-class WorkspacesShieldDataSetIterator(_Shield, DataSetIterator):
+class WorkspacesShieldDataSetIterator(_Shield, _DelegatingShapes, DataSetIterator):
     """Takes each batch out of the base's workspace (DL4J's WorkspacesShieldDataSetIterator):
     if the features are attached to a workspace, the DataSet is detached when no workspace is
     current, otherwise migrated into the current one. Use it when batches from an async
@@ -655,9 +670,3 @@ class WorkspacesShieldDataSetIterator(_Shield, DataSetIterator):
             else:
                 ds.migrate()
         return ds
-
-    def input_columns(self) -> int:
-        return self._base.input_columns()
-
-    def total_outcomes(self) -> int:
-        return self._base.total_outcomes()
