@@ -220,9 +220,48 @@ def _check_seed(seed: Any) -> None:
                         f"got {seed!r}")
 
 
+class _Batched:
+    """The epoch and batch bookkeeping the Array iterators read from their `_ArrayBatcher`."""
+
+    _batcher: _ArrayBatcher
+
+    @property
+    def seed(self) -> Any:
+        return self._batcher.seed
+
+    @property
+    def epoch(self) -> int:
+        """Epochs started since construction (0 for the first)."""
+        return self._batcher.epoch
+
+    @property
+    def order(self) -> np.ndarray:
+        """This epoch's example order (a copy)."""
+        return self._batcher.order.copy()
+
+    def has_next(self) -> bool:
+        return self._batcher.has_next()
+
+    def _reset(self) -> None:
+        self._batcher.reset()
+
+    def batch(self) -> int:
+        return self._batcher.batch_size
+
+    def total_examples(self) -> int:
+        return int(self._batcher.n)
+
+    def num_batches(self) -> int:
+        """Batches per epoch."""
+        return self._batcher.num_batches()
+
+    def __len__(self) -> int:
+        return self.num_batches()
+
+
 # --------------------------------------------------------------------------------------------
 
-class ArrayDataSetIterator(DataSetIterator):
+class ArrayDataSetIterator(_Batched, DataSetIterator):
     """Batches of in-memory arrays.
 
     Parameters
@@ -265,33 +304,10 @@ class ArrayDataSetIterator(DataSetIterator):
                                  f"axis 0 (the number of examples of the features)")
         self._batcher = _ArrayBatcher(n, batch_size, shuffle, seed, drop_last)
 
-    @property
-    def seed(self) -> Any:
-        return self._batcher.seed
-
-    @property
-    def epoch(self) -> int:
-        """Epochs started since construction (0 for the first)."""
-        return self._batcher.epoch
-
-    @property
-    def order(self) -> np.ndarray:
-        """This epoch's example order (a copy)."""
-        return self._batcher.order.copy()
-
-    def has_next(self) -> bool:
-        return self._batcher.has_next()
-
     def _next(self) -> DataSet:
         idx = self._batcher.take()
         return DataSet(_rows(self._features, idx), _rows(self._labels, idx),
                        _rows(self._features_mask, idx), _rows(self._labels_mask, idx))
-
-    def _reset(self) -> None:
-        self._batcher.reset()
-
-    def batch(self) -> int:
-        return self._batcher.batch_size
 
     def input_columns(self) -> int:
         return _columns(self._features)
@@ -299,18 +315,8 @@ class ArrayDataSetIterator(DataSetIterator):
     def total_outcomes(self) -> int:
         return _columns(self._labels)
 
-    def total_examples(self) -> int:
-        return int(self._batcher.n)
 
-    def num_batches(self) -> int:
-        """Batches per epoch."""
-        return self._batcher.num_batches()
-
-    def __len__(self) -> int:
-        return self.num_batches()
-
-
-class ArrayMultiDataSetIterator(MultiDataSetIterator):
+class ArrayMultiDataSetIterator(_Batched, MultiDataSetIterator):
     """MultiDataSet batches of lists of in-memory arrays (see ArrayDataSetIterator)."""
 
     def __init__(self, features: Sequence[Any], labels: Sequence[Any], batch_size: int,
@@ -346,34 +352,12 @@ class ArrayMultiDataSetIterator(MultiDataSetIterator):
         self._batcher = _ArrayBatcher(self._features[0].shape[0], batch_size, shuffle, seed,
                                       drop_last)
 
-    seed = ArrayDataSetIterator.seed
-    epoch = ArrayDataSetIterator.epoch
-    order = ArrayDataSetIterator.order
-
-    def has_next(self) -> bool:
-        return self._batcher.has_next()
-
     def _next(self) -> MultiDataSet:
         idx = self._batcher.take()
         return MultiDataSet([_rows(a, idx) for a in self._features],
                             [_rows(a, idx) for a in self._labels],
                             [_rows(a, idx) for a in self._features_masks],
                             [_rows(a, idx) for a in self._labels_masks])
-
-    def _reset(self) -> None:
-        self._batcher.reset()
-
-    def batch(self) -> int:
-        return self._batcher.batch_size
-
-    def total_examples(self) -> int:
-        return int(self._batcher.n)
-
-    def num_batches(self) -> int:
-        return self._batcher.num_batches()
-
-    def __len__(self) -> int:
-        return self.num_batches()
 
 
 # --------------------------------------------------------------------------------------------
