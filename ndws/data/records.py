@@ -344,12 +344,6 @@ class RecordReaderDataSetIterator(DataSetIterator):
         self.reader.reset()
         self._consumed = False
 
-    def reset_supported(self) -> bool:
-        return True
-
-    def async_supported(self) -> bool:
-        return True
-
     def batch(self) -> int:
         return self.batch_size
 
@@ -504,12 +498,6 @@ class RecordReaderMultiDataSetIterator(MultiDataSetIterator):
     def _reset(self) -> None:
         for reader in self.readers.values():
             reader.reset()
-
-    def reset_supported(self) -> bool:
-        return True
-
-    def async_supported(self) -> bool:
-        return True
 
     def batch(self) -> int:
         return self.batch_size
