@@ -24,7 +24,7 @@ cimport numpy as cnp
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, new_result, discard_result,
                          threads_for)
-from ndws._typedefs cimport float32_t, float64_t, intp_t
+from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
 from ndws._kernels cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, ACT_LOG_SOFTMAX, activation_code,
                             act_tile_f32, act_tile_f64, softmax_rows_f32, softmax_rows_f64)
@@ -727,35 +727,34 @@ ctypedef struct _LinearCtx:
     int f64
 
 
+cdef inline void _add_bias(floating_t* y, const floating_t* b, intp_t bs, intp_t m, intp_t n,
+                           intp_t rs, intp_t cs) noexcept nogil:
+    # y[i, j] += b[j] over an m x n tile (element strides rs/cs; b's stride bs)
+    cdef intp_t i, j
+    for i in range(m):
+        for j in range(n):
+            y[i * rs + j * cs] += b[j * bs]
+
+
 cdef void _linear_epilogue(const void* ctx, void* c, intp_t i0, intp_t j0, intp_t m, intp_t n,
                            intp_t rs_c, intp_t cs_c) noexcept nogil:
     # Runs on each finished tile of Y while it is still in cache, inside the GEMM's threads:
     # tiles are disjoint and the bias is only read, so no two threads touch the same element.
     # Row activations (softmax) need whole rows, so for them only the bias is added here.
     cdef const _LinearCtx* t = <const _LinearCtx*>ctx
-    cdef intp_t i, j
-    cdef float32_t* y32
-    cdef float64_t* y64
-    cdef const float32_t* b32
-    cdef const float64_t* b64
+    cdef bint act = t.code != ACT_IDENTITY and t.code < ACT_N_ELEMENTWISE
     if t.f64:
-        y64 = <float64_t*>c
         if t.bias != NULL:
-            b64 = <const float64_t*>t.bias + j0 * t.bias_stride
-            for i in range(m):
-                for j in range(n):
-                    y64[i * rs_c + j * cs_c] += b64[j * t.bias_stride]
-        if t.code != ACT_IDENTITY and t.code < ACT_N_ELEMENTWISE:
-            act_tile_f64(t.code, t.alpha, y64, m, n, rs_c, cs_c)
+            _add_bias(<float64_t*>c, <const float64_t*>t.bias + j0 * t.bias_stride,
+                      t.bias_stride, m, n, rs_c, cs_c)
+        if act:
+            act_tile_f64(t.code, t.alpha, <float64_t*>c, m, n, rs_c, cs_c)
     else:
-        y32 = <float32_t*>c
         if t.bias != NULL:
-            b32 = <const float32_t*>t.bias + j0 * t.bias_stride
-            for i in range(m):
-                for j in range(n):
-                    y32[i * rs_c + j * cs_c] += b32[j * t.bias_stride]
-        if t.code != ACT_IDENTITY and t.code < ACT_N_ELEMENTWISE:
-            act_tile_f32(t.code, <float32_t>t.alpha, y32, m, n, rs_c, cs_c)
+            _add_bias(<float32_t*>c, <const float32_t*>t.bias + j0 * t.bias_stride,
+                      t.bias_stride, m, n, rs_c, cs_c)
+        if act:
+            act_tile_f32(t.code, <float32_t>t.alpha, <float32_t*>c, m, n, rs_c, cs_c)
 
 
 cdef NDArray _linear_arg(object x, str role, Operand* o, bint write):
