@@ -28,6 +28,16 @@ def _read_bytes(name: str) -> bytes:
     return resources.files(__name__).joinpath("data", name).read_bytes()
 
 
+def _split(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # float32 features and int64 labels (the last column), read-only: the cached arrays are
+    # shared, and the loaders hand out copies.
+    features = table[:, :-1].astype(np.float32)
+    labels = table[:, -1].astype(np.int64)
+    features.flags.writeable = False
+    labels.flags.writeable = False
+    return features, labels
+
+
 @functools.lru_cache(maxsize=None)
 def _iris_arrays() -> tuple[np.ndarray, np.ndarray]:
     text = _read_bytes("iris.csv").decode("ascii")
@@ -38,11 +48,7 @@ def _iris_arrays() -> tuple[np.ndarray, np.ndarray]:
             or tuple(names) != IRIS_CLASS_NAMES):
         raise RuntimeError(f"ndws/datasets/data/iris.csv is corrupt: header {header!r}, "
                            f"table shape {table.shape}")
-    features = table[:, :-1].astype(np.float32)
-    labels = table[:, -1].astype(np.int64)
-    features.flags.writeable = False
-    labels.flags.writeable = False
-    return features, labels
+    return _split(table)
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,11 +58,7 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     if table.shape != (1797, 65):
         raise RuntimeError(f"ndws/datasets/data/digits.csv.gz is corrupt: table shape "
                            f"{table.shape}, expected (1797, 65)")
-    features = table[:, :-1].astype(np.float32)
-    labels = table[:, -1].astype(np.int64)
-    features.flags.writeable = False
-    labels.flags.writeable = False
-    return features, labels
+    return _split(table)
 
 
 def _result(features: np.ndarray, labels: np.ndarray, n_classes: int, as_iterator: bool,
