@@ -110,6 +110,8 @@ cdef object np_view(NDArray a)
 # For native kernels: a checked, C-contiguous result placed like every op's result, and the
 # rollback that gives its bytes back when the op fails before returning it.
 cdef NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object op)
+# Whether `a` is C-contiguous (size-1 axes may have any stride; empty arrays are).
+cdef bint _c_contiguous(NDArray a) noexcept
 cdef void discard_result(NDArray a) noexcept
 
 # Kernel threads (see "Kernel threads" in _core.pyx): the one helper every kernel wrapper asks,

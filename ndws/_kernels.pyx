@@ -20,8 +20,8 @@ from libc.math cimport tanh as c_tanh   # `tanh` is the public activation below
 
 import numpy as np
 
-from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, discard_result, new_result,
-                         threads_for)
+from ndws._core cimport (NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, discard_result,
+                         new_result, threads_for)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws._core import from_numpy as _from_numpy
 
@@ -1781,18 +1781,6 @@ cdef void _upd_run(const Hyper* h, floating_t* P, const floating_t* G, floating_
                    (V + lo) if V != NULL else NULL, hi - lo)
 
 
-cdef bint _c_contig(NDArray a) noexcept:
-    cdef intp_t s = a._itemsize
-    cdef int d
-    if a._size == 0:
-        return True
-    for d in range(a._ndim - 1, -1, -1):
-        if a._shape[d] != 1 and a._strides[d] != s:
-            return False
-        s *= a._shape[d]
-    return True
-
-
 cdef NDArray _upd_arg(object x, str op, str role, NDArray like, bint write):
     cdef NDArray a
     if write and not isinstance(x, (NDArray, np.ndarray)):
@@ -1801,7 +1789,7 @@ cdef NDArray _upd_arg(object x, str op, str role, NDArray like, bint write):
     a = _arg(x, op, role, like._dtype if like is not None else None)
     if like is not None:
         _same(like, a, op, role, "param")
-    if not _c_contig(a):
+    if not _c_contiguous(a):
         raise ValueError(f"{op}: {role} must be C-contiguous (updaters run over flat arrays)")
     if write and not a._writeable:
         raise ValueError(f"{op}: {role} is read-only")
