@@ -12,7 +12,8 @@ cdef class MemoryBlock:
     cdef char* data             # aligned to ALIGNMENT
     cdef void* raw              # what malloc returned (NULL for memory owned by `keep`)
     cdef Py_ssize_t size        # usable bytes from `data`
-    cdef Py_ssize_t exports     # live buffer-protocol / __array__ exports of any array on it
+    cdef Py_ssize_t exports     # live buffer-protocol / __array__ / DLPack exports
+    cdef Py_ssize_t pins        # other threads' operations reading it right now (see _Pin)
     cdef int kind               # BLOCK_* below
     cdef object keep            # the owner of foreign or mapped memory, kept alive with the block
     cdef Py_buffer view         # held buffer of a mmap (has_view), released in __dealloc__
@@ -23,10 +24,20 @@ cdef class MemoryBlock:
     cdef long long ring_written_end
     cdef Py_ssize_t ring_size
 
+cdef class _Scope:
+    # One open scope of a thread (see "Scopes" in _core.pyx): an entry, a nested re-entry, a
+    # borrow or a scope-out, and the workspace that was current when it began.
+    cdef Arena ws               # None for a scope-out
+    cdef Arena restore          # made current again when this scope ends as the innermost one
+    cdef int kind
+    cdef bint live              # still on its thread's stack
+
 cdef class ThreadState:
-    # Per Python thread: the current workspace and the id -> workspace map (ND4J keeps both in
-    # thread-locals). The Python WorkspaceManager subclasses this.
-    cdef Arena _current
+    # Per Python thread: the current workspace, the stack of open scopes that decides it, and
+    # the id -> workspace map (ND4J keeps the pointer and the map in thread-locals). The Python
+    # WorkspaceManager subclasses this.
+    cdef Arena _current         # always None or an open workspace of this thread
+    cdef list _scopes           # _Scope objects, innermost last
     cdef readonly dict _workspaces
     cdef unsigned long long _scope_ops    # counts scope changes (enter/close/borrow/scope-out)
     cdef uint64_t _tid
@@ -54,13 +65,20 @@ cdef class Arena:
     cdef Py_ssize_t _spilled_size, _pinned_size, _initial_block_size
     cdef long long _generation, _epoch, _cycles_count, _steps_count, _trimmed_step
     cdef long long _disabled_counter
-    cdef int _steps_number, _tag_scope, _external_count, _pinned_count
-    cdef bint _circular, _is_open, _is_init, _is_over, _is_borrowed, _is_used
+    cdef int _steps_number, _external_count, _pinned_count
+    cdef bint _circular, _is_open, _is_init, _is_over, _is_used
     cdef bint _reset_planned, _trimmed_mode, _debug, _adopt_pending, _export_warned
     cdef unsigned long long _adopt_token
     cdef list _spills
     cdef object _pinned
-    cdef Arena _previous, _borrowing
+    cdef Arena _previous        # parent: what was current when the open cycle was entered
+
+    # scopes (see "Scopes" in _core.pyx): entries that keep the workspace open (_is_open is
+    # _depth > 0), live borrows, the scope the last entry or borrow pushed, and the scopes of
+    # the `with` statements over this object, innermost last
+    cdef int _depth, _borrows
+    cdef _Scope _last_scope
+    cdef list _with_scopes
 
     # circular ring: virtual position of the main block's offset 0 in the current lap, and how
     # far (physical bytes) the previous lap wrote: data there is alive until the head passes
@@ -86,6 +104,8 @@ cdef class Arena:
     cdef void _clear_external(self) noexcept
     cdef void _clear_pinned(self, bint extended) noexcept
     cdef int _destroy_buffers(self, bint extended) except -1
+    cdef int _end_cycle(self) except -1
+    cdef int _check_mmap_file(self) except -1
 
 cdef class NDArray:
     cdef char* _data

@@ -5,6 +5,7 @@ import numpy as np
 
 ALIGNMENT: int
 MAXDIMS: int
+MAX_BLOCK_BYTES: int
 SCOPE_PANIC_MSG: str
 ALLOC_STRICT: int
 ALLOC_OVERALLOCATE: int

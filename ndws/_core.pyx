@@ -384,6 +384,28 @@ cdef MemoryBlock _map_file(object path):
     return b
 
 
+cdef MemoryBlock _map_temp_file(Py_ssize_t length, object directory):
+    # A new temporary file of at least `length` bytes, mapped and unlinked at once: the mapping
+    # keeps the data, and nothing is left on disk even if the process dies (POSIX).
+    fd, path = tempfile.mkstemp(prefix="workspace", suffix="tempMMAP", dir=directory)
+    os.close(fd)
+    try:
+        _fill_file(path, length)
+        block = _map_file(path)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:  # where unlinking an open file is refused, it stays until exit
+            pass
+    return block
+
+
+cdef inline bint _held(MemoryBlock b) noexcept:
+    # Something outside the workspace still reads this block: NumPy/buffer/DLPack exports, or
+    # another thread's operation in progress (see _Pin).
+    return b.exports > 0 or b.pins > 0
+
+
 # ------------------------------------------------------------------------------------------------
 # Per-thread state
 
@@ -397,6 +419,7 @@ cdef class ThreadState:
 
     def __cinit__(self):
         self._current = None
+        self._scopes = []
         self._workspaces = {}
         self._tid = ndws_current_tid()
         self._ident = PyThread_get_thread_ident()
@@ -454,13 +477,172 @@ def current_workspace():
     return _tstate()._current
 
 
-def _set_current(Arena ws):
-    """Make `ws` (or None) the calling thread's current workspace; used by scope-out."""
-    cdef ThreadState ts = _tstate()
-    if ws is not None:
-        ws._check_thread("made current")
+# ------------------------------------------------------------------------------------------------
+# Scopes (docs/workspaces.md, "Scopes are lexical")
+#
+# Every entry, nested re-entry, borrow and scope-out pushes a _Scope on its thread's stack; the
+# current workspace is what the innermost scope says (None for a scope-out or an empty stack).
+# ND4J keeps only a `previousWorkspace` pointer per workspace, which an out-of-order close or
+# the re-entry of an open outer workspace (A, B, A) leaves pointing at a closed workspace, so
+# the thread allocates "leaked" arrays forever after. Here:
+#   * a workspace stays open while any of its entries is open (_depth > 0): re-entering an open
+#     workspace that is not current still starts a new cycle (offset 0, generation + 1: the
+#     outer arrays are outdated, as in ND4J), but its close only ends that entry;
+#   * ending a scope makes current what was current when it began, if that is still open, and
+#     otherwise whatever the innermost remaining scope says; so a closed or destroyed
+#     workspace is never current;
+#   * leaving a `with` ends the scope that `with` began (whatever inner code closed or left
+#     open), never raises because of an inner scope, and first drops the scopes opened inside
+#     it and left open (their workspaces stay open until closed, but stop being current).
+
+cdef enum:
+    _SC_ENTRY = 0       # an entry that opened the workspace or started a new cycle of it
+    _SC_NEST = 1        # re-entry of the current open workspace (ND4J's tagScope)
+    _SC_BORROW = 2
+    _SC_OUT = 3         # scope-out: no workspace is current
+
+
+@cython.final
+cdef class _Scope:
+    """One open scope of a thread (internal; see "Scopes" in ndws._core)."""
+
+    @property
+    def workspace(self):
+        """The workspace of the scope (None for a scope-out)."""
+        return self.ws
+
+    def __repr__(self):
+        kind = ("entry", "nested entry", "borrow", "scope-out")[self.kind]
+        what = "no workspace" if self.ws is None else f"[{self.ws._id}]"
+        return f"<scope: {kind} of {what}{'' if self.live else ', ended'}>"
+
+
+cdef _Scope _push_scope(ThreadState ts, Arena ws, int kind):
+    cdef _Scope s = _Scope.__new__(_Scope)
+    s.ws = ws
+    s.kind = kind
+    s.restore = ts._current
+    s.live = True
+    ts._scopes.append(s)
+    ts._current = None if kind == _SC_OUT else ws
     ts._scope_ops += 1
-    ts._current = ws
+    return s
+
+
+cdef inline bint _usable(Arena w) noexcept:
+    return w is None or w._is_open
+
+
+cdef Arena _innermost(ThreadState ts):
+    # What the innermost scope makes current. Every scope on the stack is of an open
+    # workspace (_end_cycle and destroy purge a workspace's scopes when it closes).
+    cdef list st = ts._scopes
+    cdef _Scope s
+    if not st:
+        return None
+    s = <_Scope>st[len(st) - 1]
+    return None if s.kind == _SC_OUT else s.ws
+
+
+cdef Py_ssize_t _scope_index(list st, _Scope s) noexcept:
+    cdef Py_ssize_t i
+    for i in range(len(st) - 1, -1, -1):
+        if st[i] is s:
+            return i
+    return -1
+
+
+cdef _Scope _innermost_of(ThreadState ts, Arena ws):
+    cdef list st = ts._scopes
+    cdef Py_ssize_t i
+    for i in range(len(st) - 1, -1, -1):
+        if (<_Scope>st[i]).ws is ws:
+            return <_Scope>st[i]
+    return None
+
+
+cdef void _forget_scope(_Scope s) noexcept:
+    # The scope leaves the stack without ending a cycle: a borrow ends, an entry keeps its
+    # workspace open (a later close() of it ends that entry).
+    s.live = False
+    if s.kind == _SC_BORROW:
+        s.ws._borrows -= 1
+
+
+cdef int _purge(ThreadState ts, Arena ws) except -1:
+    # Drop every scope of `ws` (it was closed or destroyed).
+    cdef list st = ts._scopes
+    cdef Py_ssize_t i
+    for i in range(len(st) - 1, -1, -1):
+        if (<_Scope>st[i]).ws is ws:
+            _forget_scope(<_Scope>st[i])
+            del st[i]
+    return 0
+
+
+cdef int _settle(ThreadState ts, _Scope ended, bint was_innermost) except -1:
+    # Choose the current workspace after `ended` left the stack.
+    ts._scope_ops += 1
+    if was_innermost and _usable(ended.restore):
+        ts._current = ended.restore
+    elif was_innermost or not _usable(ts._current):
+        ts._current = _innermost(ts)
+    return 0
+
+
+cdef int _end_scope(ThreadState ts, _Scope s, bint lexical) except -1:
+    """End scope `s`: a `with` exit (`lexical`) first drops the scopes opened above it; an
+    entry that leaves its workspace with no open entry ends the cycle. A scope that already
+    ended (closed or destroyed by inner code) is left alone."""
+    cdef list st = ts._scopes
+    cdef Py_ssize_t i = _scope_index(st, s)
+    cdef Arena ws = s.ws
+    cdef bint ends_cycle
+    if i < 0:
+        return 0
+    ends_cycle = s.kind == _SC_ENTRY and ws._depth == 1
+    if ends_cycle and ws._p_reset == _BLOCK_LEFT:
+        # the one check that may refuse a close (policy_exports=FAIL): before anything changes
+        ws._fail_if_exported("the end of a cycle")
+    if lexical:
+        while len(st) - 1 > i:
+            _forget_scope(<_Scope>st.pop())
+    cdef bint innermost = i == len(st) - 1
+    del st[i]
+    s.live = False
+    if s.kind == _SC_ENTRY:
+        ws._depth -= 1
+        if ends_cycle:
+            _purge(ts, ws)
+            ws._end_cycle()
+    elif s.kind == _SC_BORROW:
+        ws._borrows -= 1
+    _settle(ts, s, innermost)
+    return 0
+
+
+def _scope_out():
+    """Make no workspace current until the returned scope ends (`_end_scope_of`)."""
+    return _push_scope(_tstate(), None, _SC_OUT)
+
+
+def _end_scope_of(_Scope s, bint lexical):
+    """End a scope returned by `_scope_out` or `Workspace._borrow_scope`."""
+    cdef ThreadState ts = _tstate()
+    if s.live and _scope_index(ts._scopes, s) < 0:
+        raise WorkspaceError("A scope can only be ended by the thread that began it", "thread",
+                             None if s.ws is None else s.ws._id)
+    _end_scope(ts, s, lexical)
+
+
+def _clear_scopes():
+    """Forget every scope of the calling thread (test hygiene: the workspaces stay as they
+    are, none is current afterwards)."""
+    cdef ThreadState ts = _tstate()
+    while ts._scopes:
+        _forget_scope(<_Scope>ts._scopes.pop())
+    ts._current = None
+    ts._scope_ops += 1
 
 
 def _scope_ops():
@@ -600,6 +782,21 @@ cdef inline Py_ssize_t _round_up(Py_ssize_t n) noexcept:
     return (n + _ALIGN - 1) & ~(_ALIGN - 1)
 
 
+#: The largest memory block ndws asks for: its byte count plus the alignment slack, and every
+#: offset into it, stay representable (malloc refuses far less; this only rules out overflow).
+MAX_BLOCK_BYTES = PY_SSIZE_T_MAX // 2
+
+
+cdef Py_ssize_t _grown(Py_ssize_t size, double fraction, object wid) except -1:
+    # size + floor(size * fraction), as ND4J's overallocation, refusing results that would
+    # overflow (ND4J's long arithmetic wraps to a negative size and then spills everything).
+    cdef double grown = <double>size + <double>size * fraction
+    if not grown <= <double>MAX_BLOCK_BYTES:
+        raise MemoryError(f"Workspace [{wid}]: {size} bytes overallocated by {fraction!r} "
+                          f"would exceed {MAX_BLOCK_BYTES} bytes")
+    return size + <Py_ssize_t>(<double>size * fraction)
+
+
 cdef class Arena:
     """Mechanics of one workspace, following ND4J's ``Nd4jWorkspace``/``CpuWorkspace``.
 
@@ -617,7 +814,7 @@ cdef class Arena:
         self._is_used = True
         self._main = None
         self._previous = None
-        self._borrowing = None
+        self._with_scopes = []
         self._last_block = None
         self._last_vpos = -1
 
@@ -676,10 +873,7 @@ cdef class Arena:
             self._mmap_path = path
             self._mmap_temp = False
         elif self._initial_size > 0:
-            fd, path = tempfile.mkstemp(prefix="workspace", suffix="tempMMAP")
-            os.close(fd)
-            _fill_file(path, self._initial_size)
-            self._mmap_path = path
+            self._mmap_path = None
             self._mmap_temp = True
         else:
             raise ConfigurationError(
@@ -710,7 +904,7 @@ cdef class Arena:
         cdef MemoryBlock block
         if self._current_size > 0 and self._p_location != _MMAP:
             if not self._is_over and self._p_alloc == _OVERALLOCATE and self._overalloc > 0:
-                self._current_size += <Py_ssize_t>(<double>self._current_size * self._overalloc)
+                self._current_size = _grown(self._current_size, self._overalloc, self._id)
                 self._is_over = True
             if self._max_size > 0 and self._current_size > self._max_size:
                 self._current_size = self._max_size
@@ -719,16 +913,10 @@ cdef class Arena:
                 self._is_init = True
                 block = _allocate_block(self._current_size, True, BLOCK_MAIN)
                 self._install_main(block)
+        elif self._mmap_temp:
+            self._install_main(_map_temp_file(self._initial_size, None))
         else:
-            block = _map_file(self._mmap_path)
-            if self._mmap_temp:
-                # The mapping keeps the data; unlinking now means nothing is left on disk even
-                # if the process dies (POSIX). Where that is refused, the file stays until exit.
-                try:
-                    os.unlink(self._mmap_path)
-                except OSError:
-                    pass
-            self._install_main(block)
+            self._install_main(_map_file(self._mmap_path))
         return 0
 
     cdef void _clear_external(self) noexcept:
@@ -772,24 +960,33 @@ cdef class Arena:
                 f"take copies with .numpy() instead.",
                 "exported", self._id)
         if not self._export_warned:
+            fresh = ("a freshly mapped temporary file (it stays memory-mapped)"
+                     if self._p_location == _MMAP else "a fresh block")
             warnings.warn(
                 f"Workspace [{self._id}]: a cycle ended while {self._main.exports} NumPy export(s) "
                 f"of its memory were alive; the old block ({self._main.size} bytes) is left to "
-                f"them and the workspace continues on a fresh block. Take copies with .numpy() "
+                f"them and the workspace continues on {fresh}. Take copies with .numpy() "
                 f"to avoid the extra allocation. (Shown once per workspace.)",
                 WorkspaceWarning, stacklevel=2)
             self._export_warned = True
         return 0
 
     cdef int _reuse_main(self) except -1:
-        # The main block's memory is about to be handed out again. If NumPy views of it are
-        # alive, give it to them and continue on a fresh block of the same size.
+        # The main block's memory is about to be handed out again. If exports or another
+        # thread's reads hold it, give it to them and continue on a fresh block of the same
+        # size: mapped from a new temporary file for an MMAP workspace (beside its file when the
+        # user chose one), so the workspace never silently moves into RAM.
         cdef MemoryBlock old = self._main
-        if old is None or old.exports == 0:
+        cdef MemoryBlock fresh
+        if old is None or not _held(old):
             return 0
+        if old.kind == BLOCK_MMAP:
+            fresh = _map_temp_file(old.size, None if self._mmap_temp
+                                   else os.path.dirname(os.path.abspath(self._mmap_path)))
+        else:
+            fresh = _allocate_block(old.size, True, BLOCK_MAIN)
         self._blocks_left += 1
         self._bytes_left += old.size
-        cdef MemoryBlock fresh = _allocate_block(old.size, True, BLOCK_MAIN)
         fresh.ring_size = old.ring_size
         self._main = fresh
         # the old block keeps its ring position: what it had overwritten stays overwritten,
@@ -841,7 +1038,7 @@ cdef class Arena:
                 self._offset = 0
                 self._reset_planned = True
             if self._offset + req <= self._current_size:
-                if (self._circular and self._main.exports > 0
+                if (self._circular and _held(self._main)
                         and self._offset < self._prev_lap_end):
                     # the head is about to write over the previous lap, whose arrays may be
                     # exported to NumPy: leave that memory to the exports first
@@ -915,27 +1112,49 @@ cdef class Arena:
 
     # -- lifecycle (ND4J §2.4–2.6, 2.8, 2.11) ---------------------------------------------------
 
+    cdef int _check_mmap_file(self) except -1:
+        # Someone else may have truncated the mapped file: touching a page past its end is
+        # SIGBUS, so refuse before the cycle hands out any of it.
+        cdef MemoryBlock m = self._main
+        cdef Py_ssize_t flen
+        if m is None or m.kind != BLOCK_MMAP:
+            return 0
+        try:
+            flen = m.keep.size()
+        except (OSError, ValueError) as exc:
+            raise WorkspaceError(f"Workspace [{self._id}]: the memory-mapped file can't be "
+                                 f"checked ({exc})", "mmap", self._id) from None
+        if flen < m.size:
+            raise WorkspaceError(
+                f"Workspace [{self._id}]: its memory-mapped file is now {flen} bytes, shorter "
+                f"than the {m.size} bytes mapped (truncated by another program?); using it "
+                f"would crash the process. Destroy this workspace and create a new one.",
+                "mmap", self._id)
+        return 0
+
     def notify_scope_entered(self):
         """Enter this workspace (ND4J ``notifyScopeEntered``); returns self.
 
         Re-entering the current open workspace only counts the nesting. Any other entry starts
         a new cycle: the generation increases, a scoped workspace's offset goes back to 0, and
-        spilled memory of the previous cycle is released.
+        spilled memory of the previous cycle is released. Every entry needs its own `close`
+        (a `with` statement does it).
         """
         self._check_thread("entered")
         cdef ThreadState ts = _tstate()
-        ts._scope_ops += 1
+        self._check_mmap_file()
         self._adopt_pending = False
-        prev = ts._current
-        if prev is self and self._is_open:
-            self._tag_scope += 1
+        if ts._current is self and self._is_open:
+            self._last_scope = _push_scope(ts, self, _SC_NEST)
             return self
         cdef bint reuse = self._p_reset == _BLOCK_LEFT and self._is_open
         if reuse:
             # Entering an open, non-current workspace (A -> B -> A) resets it, as in ND4J.
             self._fail_if_exported("re-entry of an open workspace")
-        self._previous = prev
-        ts._current = self
+        cdef _Scope scope = _push_scope(ts, self, _SC_ENTRY)
+        self._last_scope = scope
+        self._previous = scope.restore
+        self._depth += 1
         self._is_open = True
         if self._p_reset == _BLOCK_LEFT:
             if reuse:
@@ -952,38 +1171,37 @@ cdef class Arena:
     def close(self):
         """Leave this workspace (ND4J ``close``/``notifyScopeLeft``).
 
-        Ends a borrow, or one level of re-entry, or the cycle: the previous workspace becomes
-        current again, counters and learning are updated, a scoped workspace's memory becomes
-        reusable and every array allocated in the cycle becomes stale.
+        Ends this workspace's innermost scope: a borrow, one level of re-entry, or an entry.
+        When the last open entry ends, so does the cycle: counters and learning are updated, a
+        scoped workspace's memory becomes reusable and every array allocated in the cycle
+        becomes stale. The workspace that was current when the scope began becomes current
+        again if it is still open (otherwise the innermost remaining scope decides).
         """
         self._check_thread("closed")
         cdef ThreadState ts = _tstate()
-        ts._scope_ops += 1
         self._adopt_pending = False
-        if self._is_borrowed:
-            if self._tag_scope > 0:
-                self._tag_scope -= 1
-                if self._tag_scope == 0:
-                    ts._current = self
-                return
-            self._is_borrowed = False
-            ts._current = self._borrowing
-            self._borrowing = None
+        cdef _Scope scope = _innermost_of(ts, self)
+        if scope is not None:
+            _end_scope(ts, scope, False)
             return
-        if self._tag_scope > 0:
-            self._tag_scope -= 1
-            if self._tag_scope == 0:
-                ts._current = self
-            return
-        if not self._is_open:
+        if self._depth == 0:
             raise WorkspaceError(f"Workspace [{self._id}] can't be closed: it is not open",
                                  "closed", self._id)
-        cdef bint scoped = self._p_reset == _BLOCK_LEFT
-        if scoped:
+        # an entry a `with` left open when it ended (see "Scopes"): no longer on the stack
+        if self._depth == 1 and self._p_reset == _BLOCK_LEFT:
             self._fail_if_exported("the end of a cycle")
-        cdef MemoryBlock cycle_block = self._main
+        self._depth -= 1
+        if self._depth == 0:
+            self._end_cycle()
+        ts._scope_ops += 1
+        if not _usable(ts._current):
+            ts._current = _innermost(ts)
 
-        ts._current = self._previous
+    cdef int _end_cycle(self) except -1:
+        # ND4J's close(), steps 3-12, once the last open entry has ended (the export check of
+        # step 3 ran before anything changed).
+        cdef bint scoped = self._p_reset == _BLOCK_LEFT
+        cdef MemoryBlock cycle_block = self._main
         self._is_open = False
         self._cycles_count += 1
         if self._cycles_count > 1 and (self._cycles_count - 1) % self._steps_number == 0:
@@ -1016,7 +1234,7 @@ cdef class Arena:
         self._last_cycle_alloc = self._cycle_alloc
         self._disabled_counter = 0
         if scoped:
-            if cycle_block is not None and cycle_block.exports > 0:
+            if cycle_block is not None and _held(cycle_block):
                 if self._main is cycle_block:
                     self._reuse_main()
                 else:
@@ -1030,6 +1248,7 @@ cdef class Arena:
             if diff > 0 and not self._trimmed_mode and self._offset > 0:
                 self._offset += diff
         self._cycle_alloc = 0
+        return 0
 
     def notify_scope_left(self):
         """Same as `close` (ND4J ``notifyScopeLeft``); returns self."""
@@ -1037,27 +1256,54 @@ cdef class Arena:
         return self
 
     def notify_scope_borrowed(self):
-        """Make this workspace current without starting a cycle (ND4J ``notifyScopeBorrowed``).
+        """Make this open workspace current without starting a cycle (ND4J
+        ``notifyScopeBorrowed``).
 
         `close` ends the borrow and restores the workspace that was current before it.
+        Borrowing a workspace that is not open raises (kind ``"closed"``): its arrays would be
+        born stale.
         """
         self._check_thread("borrowed")
         cdef ThreadState ts = _tstate()
-        ts._scope_ops += 1
-        if self._is_borrowed:
+        if not self._is_open:
+            raise WorkspaceError(f"Workspace [{self._id}] can't be borrowed: it is not open",
+                                 "closed", self._id)
+        if self._borrows > 0:
             raise WorkspaceError(f"Workspace [{self._id}]: Can't borrow from borrowed workspace",
                                  "borrowed", self._id)
         self._adopt_pending = False
-        self._borrowing = ts._current
-        self._is_borrowed = True
-        ts._current = self
+        self._last_scope = _push_scope(ts, self, _SC_BORROW)
+        self._borrows += 1
         return self
 
+    def _borrow_scope(self):
+        """Borrow (`notify_scope_borrowed`) and return the scope, for `Workspace.borrow`."""
+        self.notify_scope_borrowed()
+        return self._last_scope
+
     def tag_out_of_scope_use(self):
-        """Count one scope-out of this workspace (ND4J ``tagOutOfScopeUse``); returns self."""
+        """Count one more scope of this open workspace that one `close` ends (ND4J
+        ``tagOutOfScopeUse``); makes it current; returns self."""
         self._check_thread("scoped out")
-        self._tag_scope += 1
+        cdef ThreadState ts = _tstate()
+        if not self._is_open:
+            raise WorkspaceError(f"Workspace [{self._id}] can't be tagged: it is not open",
+                                 "closed", self._id)
+        self._last_scope = _push_scope(ts, self, _SC_NEST)
         return self
+
+    def __enter__(self):
+        # get_and_activate_workspace() has already entered: `with` then manages that entry.
+        if not self._take_adoption():
+            self.notify_scope_entered()
+        self._with_scopes.append(self._last_scope)
+        return self
+
+    def __exit__(self, *exc_info):
+        self._check_thread("closed")
+        if self._with_scopes:
+            _end_scope(_tstate(), <_Scope>self._with_scopes.pop(), True)
+        return False
 
     def initialize_workspace(self):
         """Size the workspace from what it has learned (ND4J ``initializeWorkspace``)."""
@@ -1080,6 +1326,10 @@ cdef class Arena:
             if self._circular:
                 # +30% against reallocations; ND4J then adds 8 - size % 8, which adds a full 8
                 # to sizes that are already multiples of 8.
+                if not <double>self._current_size * 1.3 <= <double>MAX_BLOCK_BYTES:
+                    raise MemoryError(f"Workspace [{self._id}]: a ring of "
+                                      f"{self._current_size} bytes * 1.3 would exceed "
+                                      f"{MAX_BLOCK_BYTES} bytes")
                 self._current_size = <Py_ssize_t>(<double>self._current_size * 1.3)
                 self._current_size += 8 - (self._current_size % 8)
                 self._max_cycle = self._current_size
@@ -1087,7 +1337,7 @@ cdef class Arena:
             if not self._is_over:
                 if (self._p_alloc == _OVERALLOCATE and self._overalloc > 0
                         and self._current_size > 0):
-                    self._current_size += <Py_ssize_t>(<double>self._current_size * self._overalloc)
+                    self._current_size = _grown(self._current_size, self._overalloc, self._id)
                     self._is_over = True
             if self._min_size > 0 and self._current_size < self._min_size:
                 self._current_size = self._min_size
@@ -1099,12 +1349,24 @@ cdef class Arena:
     def destroy(self):
         """Release the workspace's memory (ND4J ``destroyWorkspace``).
 
-        Counters, learned sizes and the open state are kept, as in ND4J; the size becomes 0, so
-        a destroyed workspace that is used again spills everything. Arrays allocated before the
-        destruction keep their memory alive but raise ``WorkspaceError`` (kind ``destroyed``,
-        or ``leaked`` if the workspace is also closed) on every use.
+        Counters and learned sizes are kept, as in ND4J; the size becomes 0, so a destroyed
+        workspace that is entered again spills everything. Unlike ND4J, its open scopes end
+        (without a cycle end): a destroyed workspace is never current, and the workspace that
+        was current before it (if still open) becomes current again. Arrays allocated before
+        the destruction keep their memory alive but raise ``WorkspaceError`` (kind
+        ``destroyed``) on every use.
         """
         self._check_thread("destroyed")
+        cdef ThreadState ts = _tstate()
+        # a destroyed workspace is never current: its scopes end here (without a cycle end),
+        # and a `with` over it later finds nothing to close
+        _purge(ts, self)
+        self._depth = 0
+        self._is_open = False
+        self._borrows = 0
+        ts._scope_ops += 1
+        if not _usable(ts._current):
+            ts._current = _innermost(ts)
         self._destroy_buffers(True)
         self._epoch += 1
 
@@ -1132,7 +1394,13 @@ cdef class Arena:
         return pending
 
     def _set_previous_workspace(self, Arena previous):
+        cdef _Scope scope
+        if previous is not None:
+            previous._check_thread("made a parent")
         self._previous = previous
+        scope = _innermost_of(_tstate(), self)
+        if scope is not None:
+            scope.restore = previous
 
     # -- counters (ND4J §2.10) ------------------------------------------------------------------
 
@@ -1214,7 +1482,7 @@ cdef class Arena:
     @property
     def is_borrowed(self):
         """True while the workspace is borrowed."""
-        return self._is_borrowed
+        return self._borrows > 0
 
     @property
     def parent_workspace(self):
@@ -1261,10 +1529,10 @@ cdef str _stale_kind(NDArray a):
         if a._vpos >= 0 and a._block.ring_written_end > a._vpos + a._block.ring_size:
             return "overwritten"
         return None
+    if a._epoch != w._epoch:
+        return "destroyed"        # before "leaked": destruction now closes the workspace
     if not w._is_open:
         return "leaked"
-    if a._epoch != w._epoch:
-        return "destroyed"
     if a._gen != w._generation:
         return "outdated"
     return None
@@ -1492,6 +1760,10 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
         if not detached:
             if target is not None:
                 target._check_thread("allocated in")
+                if not target._is_open:
+                    # its arrays would be born stale ("leaked"): refuse before allocating
+                    raise WorkspaceError(f"Workspace [{target._id}] can't be allocated in: it "
+                                         f"is not open", "closed", target._id)
                 arena = target
             else:
                 arena = _tstate()._current
@@ -2053,14 +2325,15 @@ cdef class NDArray:
             return self
         if parent is None:
             return self.detach()
-        return _copy_array(self, <Arena>parent, False)
+        return _copy_array(self, <Arena>parent, False)   # raises if the parent is closed
 
     def leverage_to(self, id, enforce_existence=False):
         """Copy the array into this thread's workspace `id`.
 
         Returns the array itself when it is detached, already in that workspace, or when no
         such workspace exists (unless `enforce_existence`, which raises
-        `NoSuchWorkspaceError`).
+        `NoSuchWorkspaceError`). A workspace that exists but is not open raises
+        ``WorkspaceError`` (kind ``"closed"``): the copy would be born stale.
         """
         _assert_valid(self, "Cannot leverage INDArray to new workspace", "leverage_to")
         if self._arena is None:
@@ -2072,7 +2345,7 @@ cdef class NDArray:
             return self
         if self._arena is target:
             return self
-        return _copy_array(self, <Arena>target, False)
+        return _copy_array(self, <Arena>target, False)   # raises if the target is closed
 
     def leverage_or_detach(self, id):
         """`leverage_to(id)` when workspace `id` exists and is open, else `detach()`."""

@@ -342,25 +342,19 @@ class Workspace(_core.Arena):
         ``getDeviceOffset``)."""
         return self.primary_offset
 
-    def __enter__(self) -> "Workspace":
-        # get_and_activate_workspace() has already entered: `with` then manages that entry.
-        if not self._take_adoption():
-            self.notify_scope_entered()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        self.close()
-        return False
+    # `with ws:` is Arena.__enter__/__exit__: it enters (or takes over the entry of
+    # get_and_activate_workspace), and its exit ends exactly that scope (docs/workspaces.md,
+    # "Scopes are lexical").
 
     def borrow(self) -> "_BorrowScope":
         """Borrow the workspace (make it current without a new cycle) until the returned
-        scope is closed: ``with ws.borrow(): ...``."""
-        self.notify_scope_borrowed()
-        return _BorrowScope(self)
+        scope is closed: ``with ws.borrow(): ...``. The workspace must be open."""
+        return _BorrowScope(self._borrow_scope())
 
     def set_previous_workspace(self, previous: "Workspace | None") -> None:
-        """Override the workspace `close` makes current again (ND4J ``setPreviousWorkspace``,
-        for non-nested open/close orders)."""
+        """Choose the workspace the next `close` of this one makes current (ND4J
+        ``setPreviousWorkspace``, for non-nested open/close orders). It is only made current
+        if it is still open then: a closed workspace never becomes current."""
         self._set_previous_workspace(previous)
 
     def statistics(self) -> dict[str, Any]:
@@ -394,20 +388,23 @@ class Workspace(_core.Arena):
 class _BorrowScope:
     """Handle returned by `Workspace.borrow`; closing it ends the borrow."""
 
-    def __init__(self, ws: Workspace):
-        self._ws: Workspace | None = ws
+    def __init__(self, scope: Any):
+        self._scope = scope
 
     def __enter__(self) -> Workspace:
-        return self._ws
+        return self._scope.workspace
 
     def __exit__(self, *exc_info: Any) -> bool:
-        self.close()
+        self._end(lexical=True)
         return False
 
     def close(self) -> None:
-        if self._ws is not None:
-            ws, self._ws = self._ws, None
-            ws.close()
+        self._end(lexical=False)
+
+    def _end(self, lexical: bool) -> None:
+        if self._scope is not None:
+            scope, self._scope = self._scope, None
+            _core._end_scope_of(scope, lexical)
 
 
 class DummyWorkspace:
@@ -429,15 +426,12 @@ class DummyWorkspace:
     parent_workspace = None
     workspace_type = WorkspaceType.DUMMY
 
-    _UNSET = object()
-
     def __init__(self) -> None:
-        self._saved: Any = self._UNSET
+        self._scopes: list[Any] = []       # scope-outs this object began, innermost last
         self._adopt_token: int | None = None
 
     def notify_scope_entered(self) -> "DummyWorkspace":
-        self._saved = current_workspace()
-        _core._set_current(None)
+        self._scopes.append(_core._scope_out())
         return self
 
     def _mark_adoptable(self) -> None:
@@ -445,10 +439,12 @@ class DummyWorkspace:
         self._adopt_token = _core._scope_ops()
 
     def close(self) -> None:
+        self._end(lexical=False)
+
+    def _end(self, lexical: bool) -> None:
         self._adopt_token = None
-        if self._saved is not self._UNSET:
-            saved, self._saved = self._saved, self._UNSET
-            _core._set_current(saved)
+        if self._scopes:
+            _core._end_scope_of(self._scopes.pop(), lexical)
 
     notify_scope_left = close
 
@@ -474,7 +470,7 @@ class DummyWorkspace:
         return self
 
     def __exit__(self, *exc_info: Any) -> bool:
-        self.close()
+        self._end(lexical=True)
         return False
 
     def __repr__(self) -> str:

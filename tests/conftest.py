@@ -30,7 +30,7 @@ def _workspace_hygiene():
     mgr = ndws.get_workspace_manager()
     yield
     current = ndws.current_workspace()
-    ndws._core._set_current(None)
+    ndws._core._clear_scopes()
     mgr.debug_mode = ndws.DebugMode.DISABLED
     mgr.set_default_workspace_configuration(ndws.WorkspaceConfiguration())
     mgr.destroy_all_workspaces_for_current_thread()

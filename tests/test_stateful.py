@@ -6,8 +6,11 @@ dup, leverage_to, arithmetic, reductions, in-place writes, NumPy exports and rea
 small pure-Python model of ND4J's rules, and checks after every step that ndws agrees with it:
 
 * the current-workspace pointer, open state, generation and borrow flag follow
-  nd4j-semantics.md §2.4 (enter, re-entry = tag count, entry of an open non-current workspace =
-  new cycle), §2.5 (close), §2.8 (borrow, scope out, nesting) and §2.11 (destruction);
+  nd4j-semantics.md §2.4 (enter, re-entry = nesting count, entry of an open non-current
+  workspace = new cycle), §2.5 (close), §2.8 (borrow, scope out, nesting) and §2.11
+  (destruction), with ndws' lexical scopes (docs/workspaces.md, "Scopes are lexical"): a
+  workspace stays open while any entry of it is open, leaving a `with` ends exactly its own
+  scope, and the current workspace is always open or None;
 * every array is valid or stale exactly as §3.2 and DESIGN invariant 2 say (kinds "leaked",
   "destroyed", "outdated"; "overwritten"/"destroyed" in the circular workspace), every use of a
   stale array raises ``WorkspaceError`` of that kind with ND4J's message (§3.3, §3.4), repr
@@ -92,9 +95,8 @@ class MWs:
         self.is_open = False
         self.generation = 0
         self.epoch = 0            # destructions
-        self.tag = 0              # tagScope: re-entries of the current workspace
+        self.depth = 0            # open entries (the workspace is open while depth > 0)
         self.borrowed = False
-        self.borrowing = None     # what was current when the borrow began
         self.previous = None      # parent (§2.8)
         self.warned = False       # the once-per-workspace export warning was shown
         # placement, followed for fixed-size workspaces only
@@ -111,6 +113,20 @@ class MWs:
 
     def __repr__(self) -> str:
         return f"<MWs {self.key} open={self.is_open} gen={self.generation}>"
+
+
+class MScope:
+    """Model of one scope on the thread's stack (an entry, a nested re-entry, a borrow or a
+    scope-out) and what was current when it began."""
+
+    def __init__(self, kind: str, w: "MWs | None", restore: "MWs | None"):
+        self.kind = kind
+        self.w = w
+        self.restore = restore
+        self.live = True
+
+    def __repr__(self) -> str:
+        return f"<MScope {self.kind} {self.w.key if self.w else None} live={self.live}>"
 
 
 class MArr:
@@ -191,8 +207,11 @@ class WorkspaceMachine(RuleBasedStateMachine):
         self.map: dict[str, MWs] = {}     # the manager's id -> workspace map, in its order
         self.all_ws: list[MWs] = []       # every workspace object made (destroyed ones too)
         self.cur: MWs | None = None
-        # What the program has opened and not closed yet, innermost last: proposals for
-        # valid-order closes. ("ws", MWs, closer) or ("out", dummy, saved MWs, entered).
+        self.scopes: list[MScope] = []    # the thread's scope stack, innermost last
+        # What the program has opened, innermost last: (how, MScope or None, MWs, end), where
+        # `how` says what `end()` does: "with" (a `with` exit: ends exactly that scope,
+        # lexically), "scope" (a borrow handle's or a dummy's close(): ends that scope),
+        # "close" (Workspace.close(): ends the workspace's innermost scope).
         self.frames: list[tuple] = []
         self.arrays: list[MArr] = []
         self.exports: list[tuple[np.ndarray, MArr]] = []
@@ -223,10 +242,10 @@ class WorkspaceMachine(RuleBasedStateMachine):
             if w.main is not None and m.block == w.main and w.written > m.vpos + w.size:
                 return "overwritten"
             return None
-        if not w.is_open:
-            return "leaked"
         if m.epoch != w.epoch:
             return "destroyed"
+        if not w.is_open:
+            return "leaked"
         if m.gen != w.generation:
             return "outdated"
         return None
@@ -325,65 +344,99 @@ class WorkspaceMachine(RuleBasedStateMachine):
         if len(self.arrays) > self.MAX_ARRAYS:
             del self.arrays[0]
 
-    def model_enter(self, w: MWs) -> str:
+    def push(self, kind: str, w: MWs | None) -> MScope:
+        scope = MScope(kind, w, self.cur)
+        self.scopes.append(scope)
+        self.cur = None if kind == "out" else w
+        return scope
+
+    @staticmethod
+    def usable(w: MWs | None) -> bool:
+        return w is None or w.is_open
+
+    def innermost(self) -> MWs | None:
+        if not self.scopes or self.scopes[-1].kind == "out":
+            return None
+        return self.scopes[-1].w
+
+    def forget(self, scope: MScope) -> None:
+        """`scope` leaves the stack without ending a cycle (its entry stays open)."""
+        scope.live = False
+        if scope.kind == "borrow":
+            scope.w.borrowed = False
+
+    def purge(self, w: MWs) -> None:
+        for scope in [sc for sc in self.scopes if sc.w is w]:
+            self.forget(scope)
+            self.scopes.remove(scope)
+
+    def end_cycle(self, w: MWs) -> None:
+        self.purge(w)
+        w.is_open = False
+        if not w.circular:
+            w.offset = 0
+
+    def model_enter(self, w: MWs) -> tuple[str, MScope]:
         """§2.4 notifyScopeEntered."""
         w.adopt_pending = False
         if self.cur is w and w.is_open:
-            w.tag += 1
-            return "reenter"
+            return "reenter", self.push("nest", w)
         reset = not w.circular and w.is_open
         if reset:
             self.export_check(w)
-        w.previous = self.cur
-        self.cur = w
+        scope = self.push("entry", w)
+        w.previous = scope.restore
+        w.depth += 1
         w.is_open = True
         if not w.circular:
             w.offset = 0
         w.generation += 1
-        return "reset" if reset else "enter"
+        return ("reset" if reset else "enter"), scope
+
+    def end_scope(self, scope: MScope, lexical: bool) -> None:
+        """End `scope` (nothing if it already ended); `lexical`: a `with` exit, which first
+        drops the scopes above it."""
+        if not scope.live:
+            return
+        w = scope.w
+        ends = scope.kind == "entry" and w.depth == 1
+        if ends and not w.circular:
+            self.export_check(w)
+        i = self.scopes.index(scope)
+        if lexical:
+            while len(self.scopes) - 1 > i:
+                self.forget(self.scopes.pop())
+        innermost = i == len(self.scopes) - 1
+        del self.scopes[i]
+        scope.live = False
+        if scope.kind == "entry":
+            w.depth -= 1
+            if ends:
+                self.end_cycle(w)
+        elif scope.kind == "borrow":
+            w.borrowed = False
+        if innermost and self.usable(scope.restore):
+            self.cur = scope.restore
+        elif innermost or not self.usable(self.cur):
+            self.cur = self.innermost()
 
     def model_close(self, w: MWs) -> str:
-        """§2.5 close, steps 1-3 (and the ndws end-of-cycle export hand-over)."""
+        """Workspace.close(): ends w's innermost scope, or an entry no longer on the stack."""
         w.adopt_pending = False
-        if w.borrowed:
-            if w.tag > 0:
-                w.tag -= 1
-                if w.tag == 0:
-                    self.cur = w
-                return "tag"
-            w.borrowed = False
-            self.cur = w.borrowing
-            w.borrowing = None
-            return "unborrow"
-        if w.tag > 0:
-            w.tag -= 1
-            if w.tag == 0:
-                self.cur = w
-            return "tag"
-        if not w.is_open:
+        mine = [sc for sc in self.scopes if sc.w is w]
+        if mine:
+            self.end_scope(mine[-1], False)
+            return "closed"
+        if w.depth == 0:
             return "error"
-        if not w.circular:
+        if w.depth == 1 and not w.circular:
             self.export_check(w)
-            w.offset = 0
-        self.cur = w.previous
-        w.is_open = False
+        w.depth -= 1
+        if w.depth == 0:
+            self.end_cycle(w)
+        if not self.usable(self.cur):
+            self.cur = self.innermost()
         return "closed"
-
-    def stack_target(self) -> MWs | None:
-        """What the still-open frames say should be current (skipping dead frames)."""
-        for f in reversed(self.frames):
-            if f[0] == "out":
-                return None
-            w = f[1]
-            if w.is_open or w.borrowed or w.tag:
-                return w
-        return None
-
-    def dangling(self) -> bool:
-        """The current workspace is closed (ND4J §2.4 hazard: a re-entered outer workspace
-        was closed under an inner one)."""
-        w = self.cur
-        return w is not None and not w.is_open and not w.borrowed and w.tag == 0
 
     # -- checking helpers ----------------------------------------------------------------------
 
@@ -462,8 +515,6 @@ class WorkspaceMachine(RuleBasedStateMachine):
           reset_ok=st.sampled_from((False, False, False, True)))
     def enter(self, key, how, reset_ok):
         w = self.map.get(key)
-        if w is not None and w.borrowed:
-            return  # entering a borrowed workspace mixes two ND4J protocols; not modelled
         if w is not None and w.is_open and self.cur is not w and not reset_ok:
             return  # a new cycle of an open outer workspace: kept rarer than plain nesting
         if how == "with" and w is not None and w.adopt_pending and self.cur is w:
@@ -476,57 +527,61 @@ class WorkspaceMachine(RuleBasedStateMachine):
                 obj = self.mgr.get_and_activate_workspace(CONFS[key], key)
                 w = self.get_ws(key)
                 assert obj is w.obj
+                _, scope = self.model_enter(w)
                 if how == "activate":
                     # `with` on the result manages that entry instead of entering again
                     assert obj.__enter__() is obj
-                    closer = lambda o=obj: o.__exit__(None, None, None)  # noqa: E731
+                    frame = ("with", scope, w, lambda o=obj: o.__exit__(None, None, None))
                 else:
-                    closer = obj.close
+                    frame = ("close", scope, w, obj.close)
             else:
                 w = self.get_ws(key)
                 if how == "with":
                     assert w.obj.__enter__() is w.obj
-                    closer = lambda o=w.obj: o.__exit__(None, None, None)  # noqa: E731
+                    frame = ("with", None, w, lambda o=w.obj: o.__exit__(None, None, None))
                 else:
                     assert w.obj.notify_scope_entered() is w.obj
-                    closer = w.obj.close
-            self.model_enter(w)
+                    frame = ("close", None, w, w.obj.close)
+                _, scope = self.model_enter(w)
+                frame = (frame[0], scope) + frame[2:]
             w.adopt_pending = how == "activate_only"
-        self.frames.append(("ws", w, closer))
+        self.frames.append(frame)
         assert w.obj.parent_workspace is (w.previous.obj if w.previous else None), (
             f"entered {key} ({how}): parent {w.obj.parent_workspace!r}, expected {w.previous}")
 
-    def close_frame(self, fix_parent: bool) -> None:
-        f = self.frames.pop()
-        if f[0] == "out":
-            _, dummy, saved, entered = f
-            with self.step():
-                dummy.close()
-                if entered:
-                    self.cur = saved
-            return
-        _, w, closer = f
-        if (fix_parent and not w.borrowed and w.tag == 0 and w.is_open
-                and w.previous is not None and not w.previous.is_open):
-            # the parent was closed under us (a re-entered outer workspace): re-parent as
-            # DL4J does for non-nested orders, so closing does not make a closed one current
-            target = self.stack_target()
-            w.obj.set_previous_workspace(target.obj if target else None)
-            w.previous = target
+    def end_frame(self, frame) -> None:
+        how, scope, w, end = frame
         with self.step():
-            outcome = self.model_close(w)
-            if outcome == "error":
-                exc = raised(WorkspaceError, lambda: closer())
-                assert exc.kind == "closed", exc.kind
-                assert str(exc) == f"Workspace [{w.key}] can't be closed: it is not open"
-                assert exc.workspace_id == w.key
+            if how == "with":
+                self.end_scope(scope, True)
+                end()
+            elif how == "scope":
+                if scope is not None:
+                    self.end_scope(scope, False)
+                end()
             else:
-                closer()
+                if self.model_close(w) == "error":
+                    exc = raised(WorkspaceError, end)
+                    assert exc.kind == "closed", exc.kind
+                    assert str(exc) == f"Workspace [{w.key}] can't be closed: it is not open"
+                    assert exc.workspace_id == w.key
+                else:
+                    end()
 
     @precondition(lambda self: self.frames)
-    @rule(fix_parent=st.booleans())
-    def close_innermost(self, fix_parent):
-        self.close_frame(fix_parent)
+    @rule()
+    def close_innermost(self):
+        self.end_frame(self.frames.pop())
+
+    @precondition(lambda self: any(w.is_open for w in self.all_ws))
+    @rule(i=st.integers(0, 15))
+    def close_out_of_order(self, i):
+        """Workspace.close() on any open workspace, innermost or not (non-nested orders)."""
+        cands = [w for w in self.all_ws if w.is_open]
+        w = cands[i % len(cands)]
+        with self.step():
+            assert self.model_close(w) == "closed"
+            w.obj.close()
 
     @initialize(key=st.sampled_from(KEYS), how=st.sampled_from(("with", "notify", "activate")))
     def start_inside(self, key, how):
@@ -534,24 +589,26 @@ class WorkspaceMachine(RuleBasedStateMachine):
         self.enter(key, how, False)
 
     @rule(action=st.sampled_from(("borrow", "borrow_scope", "scope_out", "destroy",
-                                  "close_not_open", "repair")),
+                                  "close_not_open", "destroy_all")),
           key=st.sampled_from(KEYS), i=st.integers(0, 15))
     def workspace_misc(self, action, key, i):
         """The rarer workspace operations, in one rule so that array work gets most steps."""
         if action.startswith("borrow"):
             self.borrow(key, action == "borrow_scope")
         elif action == "scope_out":
-            self.scope_out(via_manager=bool(i % 2))
+            self.scope_out(via_manager=bool(i % 2), lexical=i >= 8)
         elif action == "destroy":
             self.destroy(key)
-        elif action == "close_not_open":
+        elif action == "destroy_all":
+            if i == 0:                       # rare: it ends every workspace of the program
+                for k in list(self.map):
+                    self.destroy(k)
+        else:
             self.close_not_open(i)
-        elif self.dangling():
-            self.repair_dangling_current()
 
     def close_not_open(self, i):
         """Closing a workspace that is not open raises kind "closed" and changes nothing."""
-        cands = [w for w in self.all_ws if not w.is_open and not w.borrowed and w.tag == 0]
+        cands = [w for w in self.all_ws if not w.is_open]
         if not cands:
             return
         w = cands[i % len(cands)]
@@ -561,51 +618,47 @@ class WorkspaceMachine(RuleBasedStateMachine):
         assert exc.kind == "closed"
         assert str(exc) == f"Workspace [{w.key}] can't be closed: it is not open"
 
-    def repair_dangling_current(self):
-        """Leave a closed current workspace with public calls: a new cycle re-parented to
-        what the frames say, then closed."""
-        w = self.cur
-        with self.step():
-            w.obj.notify_scope_entered()
-            self.model_enter(w)
-            target = self.stack_target()
-            w.obj.set_previous_workspace(target.obj if target else None)
-            w.previous = target
-            w.obj.close()
-            assert self.model_close(w) == "closed"
-
     def borrow(self, key, scoped):
         w = self.map.get(key)
-        if w is None or not w.is_open:
+        if w is None:
             return
-        if w.borrowed:
+        if not w.is_open or w.borrowed:
             with self.step():
                 exc = raised(WorkspaceError,
                              w.obj.borrow if scoped else w.obj.notify_scope_borrowed)
-            assert str(exc) == f"Workspace [{key}]: Can't borrow from borrowed workspace"
+            if w.borrowed:
+                assert str(exc) == f"Workspace [{key}]: Can't borrow from borrowed workspace"
+            else:
+                assert (exc.kind, str(exc)) == (
+                    "closed", f"Workspace [{key}] can't be borrowed: it is not open")
             return
         with self.step():
             if scoped:
-                scope = w.obj.borrow()
-                closer = scope.close
+                handle = w.obj.borrow()
+                end = handle.close
             else:
                 assert w.obj.notify_scope_borrowed() is w.obj
-                closer = w.obj.close
-            w.borrowing = self.cur
-            w.borrowed = True
+                end = None
             w.adopt_pending = False
-            self.cur = w
-        self.frames.append(("ws", w, closer))
+            w.borrowed = True
+            scope = self.push("borrow", w)
+        self.frames.append(("scope", scope, w, end) if scoped else ("close", scope, w, w.obj.close))
 
-    def scope_out(self, via_manager):
+    def scope_out(self, via_manager, lexical):
         with self.step():
             if via_manager:
                 dummy = self.mgr.scope_out_of_workspaces()
             else:
                 dummy = ndws.scope_out_of_workspaces()
+            scope = self.push("out", None) if self.cur is not None else None
         assert isinstance(dummy, ndws.DummyWorkspace)
-        self.frames.append(("out", dummy, self.cur, self.cur is not None))
-        self.cur = None
+        if lexical and scope is not None:
+            # the dummy entered at the call; a `with` on it manages that scope-out
+            dummy.__enter__()
+            self.frames.append(("with", scope, None,
+                                lambda d=dummy: d.__exit__(None, None, None)))
+        else:
+            self.frames.append(("scope", scope, None, dummy.close))
 
     def destroy(self, key):
         w = self.map.get(key)
@@ -615,6 +668,12 @@ class WorkspaceMachine(RuleBasedStateMachine):
             self.mgr.destroy_workspace(w.obj)
         del self.map[key]
         w.epoch += 1
+        self.purge(w)
+        w.depth = 0
+        w.is_open = False
+        w.borrowed = False
+        if not self.usable(self.cur):
+            self.cur = self.innermost()
         if w.fixed:
             w.main = None
             w.size = 0
@@ -708,6 +767,14 @@ class WorkspaceMachine(RuleBasedStateMachine):
                 exc = raised(WorkspaceError, lambda: call())
                 self.expect_stale(exc, m, op, "a", prefix)
                 return
+            if (how == "leverage_to" and m.ws is not None and target_w is not None
+                    and target_w is not m.ws and not target_w.is_open):
+                # §2.9 does not check the target; ndws refuses a closed one (the copy would
+                # be born stale), changing nothing
+                exc = raised(WorkspaceError, call)
+                assert (exc.kind, exc.workspace_id, str(exc)) == (
+                    "closed", key, f"Workspace [{key}] can't be allocated in: it is not open")
+                return
             res = call()
             if how == "astype":
                 self.new_array(res, m.exp.astype(dtype), self.cur)
@@ -726,7 +793,7 @@ class WorkspaceMachine(RuleBasedStateMachine):
             elif target_w is None or target_w is m.ws:
                 assert res is m.nd            # no such workspace / already there
             else:
-                # copied into the target, open or not (§2.9: the target isn't checked)
+                assert target_w.is_open       # (a closed target raised above)
                 self.new_array(res, m.exp, target_w)
 
     @precondition(lambda self: self.arrays)
@@ -765,9 +832,6 @@ class WorkspaceMachine(RuleBasedStateMachine):
             except ValueError as e:
                 raised(type(e), lambda: run())
                 return
-            if self.out_is_leaked(exp.size):
-                self.expect_leaked_out(raised(WorkspaceError, run), op)
-                return
             self.new_array(run(), exp, self.cur)
 
     def reduce(self, i, how):
@@ -782,31 +846,10 @@ class WorkspaceMachine(RuleBasedStateMachine):
             except ValueError as e:
                 # NumPy refuses (max of nothing) after ndws placed the 0-d result: the bytes
                 # are given back, but a ring wrap the allocation caused stays
-                if self.out_is_leaked(1):
-                    # which of the two errors comes first is not specified
-                    raised((ValueError, WorkspaceError), lambda: getattr(m.nd, how)())
-                    return
                 raised(type(e), lambda: getattr(m.nd, how)())
                 self.alloc(self.cur, m.exp.dtype.itemsize, fail=True)
                 return
-            if self.out_is_leaked(exp.size):
-                self.expect_leaked_out(raised(WorkspaceError, lambda: getattr(m.nd, how)()),
-                                       how)
-                return
             self.new_array(getattr(m.nd, how)(), exp, self.cur)
-
-    def out_is_leaked(self, size: int) -> bool:
-        """An op's new output would be born in a closed scoped workspace (the current one
-        after the §2.4 hazard): ND4J checks every op's Z argument (§3.1), so the op raises."""
-        w = self.cur
-        return size > 0 and w is not None and not w.circular and not w.is_open
-
-    def expect_leaked_out(self, exc: WorkspaceError, op: str) -> None:
-        w = self.cur
-        assert exc.kind == "leaked" and exc.workspace_id == w.key and exc.op == op, (
-            exc.kind, exc.workspace_id, exc.op)
-        assert str(exc).startswith(f"Op [{op}] out argument uses leaked workspace pointer "
-                                   f"from workspace [{w.key}]: "), str(exc)
 
     @precondition(lambda self: self.arrays)
     @rule(i=st.integers(0, 63), j=st.integers(0, 63),
@@ -939,6 +982,13 @@ class WorkspaceMachine(RuleBasedStateMachine):
     # -- invariants ---------------------------------------------------------------------------
 
     @invariant()
+    def current_workspace_is_open_or_none(self):
+        """Scopes never strand the thread: whatever happened, the current workspace is open
+        (so new arrays are usable) or there is none."""
+        cur = ndws.current_workspace()
+        assert cur is None or cur.is_scope_active, cur
+
+    @invariant()
     def ndws_agrees_with_model(self):
         assert ndws.current_workspace() is (self.cur.obj if self.cur else None), (
             ndws.current_workspace(), self.cur)
@@ -975,30 +1025,26 @@ class WorkspaceMachine(RuleBasedStateMachine):
             # a step failed: only clean up, so that the report shows that failure alone
             self.exports.clear()
             self.arrays.clear()
-            ndws._core._set_current(None)
+            ndws._core._clear_scopes()
             self.mgr.destroy_all_workspaces_for_current_thread()
             return
         try:
-            for _ in range(200):
-                if self.frames:
-                    self.close_frame(fix_parent=True)
-                elif self.dangling():
-                    self.repair_dangling_current()
-                elif self.cur is not None:
-                    # open and current but not in the frames: close it directly
-                    w = self.cur
-                    with self.step():
-                        w.obj.close()
-                        self.model_close(w)
-                else:
-                    break
+            while self.frames:
+                self.end_frame(self.frames.pop())
                 self.ndws_agrees_with_model()
+                self.current_workspace_is_open_or_none()
+            for w in self.all_ws:        # entries a `with` left open when it ended
+                while w.is_open:
+                    with self.step():
+                        assert self.model_close(w) == "closed"
+                        w.obj.close()
+                    self.ndws_agrees_with_model()
             assert self.cur is None and ndws.current_workspace() is None
+            assert not self.scopes
         finally:
             self.exports.clear()
             self.arrays.clear()
-            if ndws.current_workspace() is not None:
-                ndws._core._set_current(None)   # keep later examples independent
+            ndws._core._clear_scopes()   # keep later examples independent
             self.mgr.destroy_all_workspaces_for_current_thread()
 
 
@@ -1049,9 +1095,10 @@ def test_ring_result_landing_on_its_own_input():
 
 def test_reentered_outer_workspace_hazard():
     """ND4J §2.4 hazard, pinned: entering an open, non-current workspace starts a new cycle
-    (outer arrays outdated); closing it closes the workspace, so the inner one's close makes
-    a closed workspace current (§2.5 step 3), which can't be closed again; public calls
-    (a new cycle re-parented with set_previous_workspace) leave that state."""
+    (outer arrays outdated). In ND4J its close closes the workspace, so the inner one's close
+    makes a closed workspace current (§2.5 step 3), which can't be closed again. In ndws the
+    workspace stays open while its outer entry is: S2's close makes it current again, usable,
+    and its last close ends the cycle."""
     s1, s2 = ndws.workspace("S1", CONFS["S1"]), ndws.workspace("S2", CONFS["S2"])
     s1.notify_scope_entered()
     a = ndws.arange(3.0)
@@ -1066,18 +1113,17 @@ def test_reentered_outer_workspace_hazard():
         "creation. Array WS iteration: 1. Workspace current iteration: 2\n"
         f"All open workspaces: [S1, S2]\n{ndws.SCOPE_PANIC_MSG}")
     s1.close()
-    assert ndws.current_workspace() is s2 and not s1.is_scope_active
-    assert (a.stale, b.stale) == ("leaked", None)
+    assert ndws.current_workspace() is s2 and s1.is_scope_active
+    assert (a.stale, b.stale) == ("outdated", None)
     s2.close()
-    assert ndws.current_workspace() is s1 and not s1.is_scope_active
-    exc = raised(WorkspaceError, s1.close)
-    assert exc.kind == "closed" and str(exc) == "Workspace [S1] can't be closed: it is not open"
-    assert ndws.current_workspace() is s1
-    s1.notify_scope_entered()
-    s1.set_previous_workspace(None)
+    assert ndws.current_workspace() is s1 and s1.is_scope_active
+    c = ndws.arange(3.0)
+    assert (c + 1).tolist() == [1.0, 2.0, 3.0]
     s1.close()
     assert ndws.current_workspace() is None
-    assert b.stale == "leaked"
+    exc = raised(WorkspaceError, s1.close)
+    assert exc.kind == "closed" and str(exc) == "Workspace [S1] can't be closed: it is not open"
+    assert (a.stale, b.stale, c.stale) == ("leaked", "leaked", "leaked")
 
 
 def test_export_keeps_its_block_across_cycles():
@@ -1169,19 +1215,18 @@ def test_with_on_activated_workspace_from_elsewhere_enters_it():
     with ndws.scope_out_of_workspaces():
         with a:
             current, generation = ndws.current_workspace(), a.generation
-    # the new cycle closed A under the scope-out (the §2.4 hazard): leave it
-    if ndws.current_workspace() is a:
-        a.notify_scope_entered()
-        a.set_previous_workspace(None)
-        a.close()
+        assert ndws.current_workspace() is None      # the scope-out is current again
+    assert ndws.current_workspace() is a and a.is_scope_active
+    a.close()                                       # the activation's entry
+    assert ndws.current_workspace() is None and not a.is_scope_active
     assert current is a
     assert generation == 2
 
 
-def test_op_output_in_closed_current_workspace_raises_for_reductions_too():
-    """ND4J checks every op's output (Z) argument (§3.1; DESIGN invariant 2: every output is
-    validated before memory is touched): with a closed workspace current (the §2.4 hazard),
-    ufuncs raise "out argument uses leaked ..." and reductions must do the same."""
+def test_ops_never_see_a_closed_current_workspace():
+    """The closing sequence that left a closed workspace current in ND4J (§2.4 hazard, then
+    out-of-order closes) now leaves an open one or none, so ufuncs and reductions place their
+    results in usable memory."""
     s1, s2 = ndws.workspace("S1", CONFS["S1"]), ndws.workspace("S2", CONFS["S2"])
     x = ndws.arange(4.0)
     s1.notify_scope_entered()
@@ -1189,22 +1234,10 @@ def test_op_output_in_closed_current_workspace_raises_for_reductions_too():
     s1.notify_scope_entered()
     s1.close()
     s2.close()
-    assert ndws.current_workspace() is s1 and not s1.is_scope_active
-    try:
-        ufunc = raised(WorkspaceError, lambda: x + 1)
-        try:
-            r = x.sum()
-            reduction = None
-        except WorkspaceError as e:
-            r, reduction = None, e
-    finally:
-        s1.notify_scope_entered()
-        s1.set_previous_workspace(None)
-        s1.close()
-    assert (ufunc.kind, ufunc.op, ufunc.workspace_id) == ("leaked", "add", "S1")
-    assert str(ufunc).startswith("Op [add] out argument uses leaked workspace pointer from "
-                                 "workspace [S1]: ")
-    assert reduction is not None, f"x.sum() returned an array born {r.stale}"
-    assert (reduction.kind, reduction.op, reduction.workspace_id) == ("leaked", "sum", "S1")
-    assert str(reduction).startswith("Op [sum] out argument uses leaked workspace pointer "
-                                     "from workspace [S1]: ")
+    assert ndws.current_workspace() is s1 and s1.is_scope_active
+    r1, r2 = x + 1, x.sum()
+    assert (r1.stale, r2.stale, r2.item()) == (None, None, 6.0)
+    s1.close()
+    assert ndws.current_workspace() is None
+    r3, r4 = x + 1, x.sum()
+    assert not r3.is_attached() and not r4.is_attached() and r4.item() == 6.0

@@ -138,7 +138,9 @@ def test_reentry_with_nested_with_blocks():
 
 def test_reentry_of_open_non_current_workspace_resets_it():
     # §2.4 hazard: A -> B -> A is a fresh entry of A: offset 0, generation + 1, so arrays of
-    # the outer A scope are outdated and their memory is handed out again.
+    # the outer A scope are outdated and their memory is handed out again. Unlike ND4J, the
+    # inner entry's close only ends that entry: A stays open (its outer entry is still open)
+    # and becomes current again when B closes, so nothing is stranded.
     a_ws = ndws.workspace("ABA_A", BASIC)
     b_ws = ndws.workspace("ABA_B", BASIC)
     a_ws.notify_scope_entered()
@@ -160,12 +162,17 @@ def test_reentry_of_open_non_current_workspace_resets_it():
     assert ei.value.workspace_id == "ABA_A"
     a_ws.close()
     assert ndws.current_workspace() is b_ws
-    assert not a_ws.is_scope_active
-    # B's parent is the A it was entered from; A is closed now, so point B back at nothing
-    b_ws.set_previous_workspace(None)
+    assert a_ws.is_scope_active and a_ws.cycles_count == 0
     b_ws.close()
+    assert ndws.current_workspace() is a_ws
+    assert (outer.stale, inner.stale) == ("outdated", None)
+    late = ndws.zeros(10)
+    assert a_ws.primary_offset == 256 and late.stale is None
+    a_ws.close()
     assert ndws.current_workspace() is None
+    assert not a_ws.is_scope_active
     assert a_ws.cycles_count == 1
+    assert (outer.stale, inner.stale, late.stale) == ("leaked", "leaked", "leaked")
 
 
 def test_close_of_a_workspace_that_is_not_open_raises():
@@ -345,14 +352,195 @@ def test_set_previous_workspace_overrides_the_parent():
     b_ws = ndws.workspace("PREV_B", BASIC)
     c_ws = ndws.workspace("PREV_C", BASIC)
     a_ws.notify_scope_entered()
+    c_ws.notify_scope_entered()
     b_ws.notify_scope_entered()
-    b_ws.set_previous_workspace(c_ws)
-    assert b_ws.parent_workspace is c_ws
+    b_ws.set_previous_workspace(a_ws)
+    assert b_ws.parent_workspace is a_ws
     b_ws.close()
-    assert ndws.current_workspace() is c_ws             # not A
-    a_ws.set_previous_workspace(None)
-    a_ws.close()
+    assert ndws.current_workspace() is a_ws             # not C
+    a_ws.close()                                        # out of order: C is still open
+    assert ndws.current_workspace() is c_ws
+    c_ws.close()
     assert ndws.current_workspace() is None
+
+
+def test_set_previous_workspace_to_a_closed_one_is_not_honoured():
+    # a closed workspace never becomes current: the innermost open scope decides instead
+    a_ws = ndws.workspace("PREV_OPEN", BASIC)
+    b_ws = ndws.workspace("PREV_NEXT", BASIC)
+    closed = ndws.workspace("PREV_CLOSED", BASIC)
+    with a_ws:
+        b_ws.notify_scope_entered()
+        b_ws.set_previous_workspace(closed)
+        assert b_ws.parent_workspace is closed
+        b_ws.close()
+        assert ndws.current_workspace() is a_ws
+    assert ndws.current_workspace() is None
+
+
+# ------------------------------------------------------------------------------------------------
+# Scopes are lexical and never strand a thread (docs/workspaces.md, "Scopes are lexical")
+
+
+def assert_thread_is_usable():
+    """No workspace is current, and a new array is detached and usable."""
+    assert ndws.current_workspace() is None
+    x = ndws.ones(3)
+    assert not x.is_attached() and x.stale is None
+    assert (x + 1).sum().item() == 6.0
+
+
+def test_nested_with_over_a_reentered_workspace_unwinds_without_error():
+    # A, then B, then A again (ND4J's re-entry hazard) as nested `with` blocks: ND4J raised
+    # "can't be closed: it is not open" at the outermost exit and left the closed A current.
+    a_ws, b_ws = ndws.workspace("LEX_A", BASIC), ndws.workspace("LEX_B", BASIC)
+    with a_ws:
+        outer = ndws.zeros(4)
+        with b_ws:
+            in_b = ndws.zeros(4)
+            with a_ws:
+                assert ndws.current_workspace() is a_ws and a_ws.generation == 2
+                inner = ndws.zeros(4)
+            assert ndws.current_workspace() is b_ws
+            assert (outer.stale, in_b.stale, inner.stale) == ("outdated", None, None)
+        assert ndws.current_workspace() is a_ws and a_ws.is_scope_active
+        with pytest.raises(ndws.WorkspaceError) as ei:
+            outer + 1
+        assert ei.value.kind == "outdated"
+        assert ndws.zeros(4).workspace is a_ws
+    assert not a_ws.is_scope_active and not b_ws.is_scope_active
+    assert (a_ws.cycles_count, b_ws.cycles_count) == (1, 1)
+    assert inner.stale == "leaked"
+    assert_thread_is_usable()
+
+
+def test_out_of_order_manual_closes_do_not_strand_the_thread():
+    a_ws, b_ws = ndws.workspace("OOO_A", BASIC), ndws.workspace("OOO_B", BASIC)
+    a_ws.__enter__()
+    b_ws.__enter__()
+    a_ws.close()                     # A ends; B, entered later, stays current
+    assert not a_ws.is_scope_active
+    assert ndws.current_workspace() is b_ws
+    assert ndws.zeros(2).workspace is b_ws
+    b_ws.close()
+    assert_thread_is_usable()
+    with pytest.raises(ndws.WorkspaceError) as ei:
+        a_ws.close()
+    assert ei.value.kind == "closed"
+    assert_thread_is_usable()
+
+
+def test_with_exit_restores_what_was_current_at_entry():
+    # a scope entered inside a `with` and left open stays open, but leaving the `with`
+    # restores what was current when it was entered; a later close ends the entry
+    a_ws, b_ws = ndws.workspace("RESTORE_A", BASIC), ndws.workspace("RESTORE_B", BASIC)
+    with a_ws:
+        b_ws.notify_scope_entered()
+        kept = ndws.zeros(2)
+    assert ndws.current_workspace() is None
+    assert b_ws.is_scope_active and kept.stale is None
+    b_ws.close()
+    assert kept.stale == "leaked" and b_ws.cycles_count == 1
+    assert_thread_is_usable()
+
+
+def test_with_exit_after_an_inner_close_of_the_same_workspace_does_not_raise():
+    ws = ndws.workspace("EARLY_CLOSE", BASIC)
+    other = ndws.workspace("EARLY_OTHER", BASIC)
+    with other:
+        with ws:
+            ws.close()
+            assert ndws.current_workspace() is other
+        assert ndws.current_workspace() is other
+    assert ws.cycles_count == 1
+    assert_thread_is_usable()
+
+
+def test_exception_in_nested_scopes_unwinds_them_all():
+    a_ws, b_ws = ndws.workspace("EXC_A", BASIC), ndws.workspace("EXC_B", BASIC)
+    with pytest.raises(ZeroDivisionError):
+        with a_ws:
+            with b_ws:
+                with a_ws:
+                    1 / 0
+    assert not a_ws.is_scope_active and not b_ws.is_scope_active
+    assert_thread_is_usable()
+
+
+@pytest.mark.parametrize("inside", ["with", "nested"])
+def test_destroy_all_inside_an_open_with(inside):
+    a_ws, b_ws = ndws.workspace("DALL_A", BASIC), ndws.workspace("DALL_B", BASIC)
+    with a_ws:
+        a = ndws.zeros(3)
+        if inside == "nested":
+            with b_ws:
+                ndws.destroy_all_workspaces_for_current_thread()
+                assert_thread_is_usable()
+        else:
+            ndws.destroy_all_workspaces_for_current_thread()
+        assert_thread_is_usable()
+        assert a.stale == "destroyed"
+    assert_thread_is_usable()
+    assert mgr().get_all_workspaces_ids_for_current_thread() == []
+    with ndws.workspace("DALL_A", BASIC) as fresh:      # a new workspace under the old id
+        assert fresh is not a_ws and ndws.zeros(1).workspace is fresh
+    assert_thread_is_usable()
+
+
+def test_destroy_inside_a_borrow_and_a_scope_out():
+    ws = ndws.workspace("DES_BORROWED", BASIC)
+    other = ndws.workspace("DES_BORROWER", BASIC)
+    with ws, other:
+        with ws.borrow():
+            with ndws.scope_out_of_workspaces():
+                ws.destroy()
+                assert ndws.current_workspace() is None
+            assert ndws.current_workspace() is other
+            assert not ws.is_borrowed
+        assert ndws.current_workspace() is other
+    assert_thread_is_usable()
+
+
+def test_leverage_to_a_closed_workspace_raises_and_changes_nothing():
+    target = ndws.workspace("LEV_CLOSED", BASIC)
+    with target:
+        pass
+    src_ws = ndws.workspace("LEV_SRC", BASIC)
+    with src_ws:
+        a = ndws.arange(4.0)
+        before = (target.statistics(), src_ws.statistics())
+        with pytest.raises(ndws.WorkspaceError) as ei:
+            a.leverage_to("LEV_CLOSED")
+        assert ei.value.kind == "closed" and ei.value.workspace_id == "LEV_CLOSED"
+        assert str(ei.value) == "Workspace [LEV_CLOSED] can't be allocated in: it is not open"
+        assert (target.statistics(), src_ws.statistics()) == before
+        assert ndws.current_workspace() is src_ws
+        # leverage_or_detach detaches instead, as documented
+        d = a.leverage_or_detach("LEV_CLOSED")
+        assert not d.is_attached() and d.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert_thread_is_usable()
+
+
+def test_leverage_into_a_closed_parent_raises():
+    a_ws, b_ws = ndws.workspace("LEVP_A", BASIC), ndws.workspace("LEVP_B", BASIC)
+    a_ws.notify_scope_entered()
+    b_ws.notify_scope_entered()
+    x = ndws.arange(3.0)
+    a_ws.close()                     # B's parent is closed now
+    with pytest.raises(ndws.WorkspaceError) as ei:
+        x.leverage()
+    assert ei.value.kind == "closed"
+    assert a_ws.this_cycle_allocations == 0
+    b_ws.close()
+    assert_thread_is_usable()
+
+
+def test_tag_out_of_scope_use_of_a_closed_workspace_raises():
+    ws = ndws.workspace("TAG_CLOSED", BASIC)
+    with pytest.raises(ndws.WorkspaceError) as ei:
+        ws.tag_out_of_scope_use()
+    assert ei.value.kind == "closed"
+    assert_thread_is_usable()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -460,7 +648,7 @@ def test_borrow_of_an_unsized_workspace_spills_into_it():
 def test_borrowing_a_borrowed_workspace_raises():
     ws = ndws.workspace("BORROW_TWICE", BASIC)
     other = ndws.workspace("BORROW_OTHER", BASIC)
-    with other:
+    with ws, other:
         with ws.borrow():
             with pytest.raises(ndws.WorkspaceError) as ei:
                 ws.borrow()
@@ -476,21 +664,42 @@ def test_borrowing_a_borrowed_workspace_raises():
 
 def test_borrow_with_notify_scope_borrowed():
     ws = ndws.workspace("BORROW_MANUAL", BASIC)
+    inner = ndws.workspace("BORROW_MANUAL_INNER", BASIC)
     with ws:
         ndws.zeros(10)
         gen = ws.generation
-    inner = ndws.workspace("BORROW_MANUAL_INNER", BASIC)
-    with inner:
-        assert ws.notify_scope_borrowed() is ws
+        with inner:
+            assert ws.notify_scope_borrowed() is ws
+            assert ndws.current_workspace() is ws
+            assert ws.generation == gen
+            assert ws.primary_offset == 128
+            a = ndws.zeros(10)
+            assert ws.primary_offset == 256
+            ws.close()                                  # ends the borrow, not a cycle
+            assert ndws.current_workspace() is inner
+            assert ws.cycles_count == 0 and ws.is_scope_active
+            assert a.stale is None
         assert ndws.current_workspace() is ws
-        assert ws.generation == gen
-        assert ws.primary_offset == 0
-        ndws.zeros(10)
-        assert ws.primary_offset == 128
-        ws.close()                                      # ends the borrow, not a cycle
-        assert ndws.current_workspace() is inner
-        assert ws.cycles_count == 1
     assert ndws.current_workspace() is None
+    assert ws.cycles_count == 1
+
+
+def test_borrowing_a_closed_workspace_raises_and_changes_nothing():
+    # ND4J lets a closed workspace be borrowed: its arrays are then born "leaked" and, once the
+    # borrow ends, the thread could be left with it current. ndws refuses up front.
+    ws = ndws.workspace("BORROW_CLOSED", BASIC)
+    with ws:
+        ndws.zeros(10)
+    before = ws.statistics()
+    for borrow in (ws.borrow, ws.notify_scope_borrowed):
+        with pytest.raises(ndws.WorkspaceError) as ei:
+            borrow()
+        assert ei.value.kind == "closed" and ei.value.workspace_id == "BORROW_CLOSED"
+        assert str(ei.value) == "Workspace [BORROW_CLOSED] can't be borrowed: it is not open"
+    assert ws.statistics() == before
+    assert not ws.is_borrowed
+    assert ndws.current_workspace() is None
+    assert ndws.zeros(3).is_attached() is False
 
 
 def test_reentry_and_borrow_of_the_same_workspace_unwind():
@@ -946,17 +1155,24 @@ def test_destroyed_workspace_reused_spills_everything():
 
 
 def test_destroy_of_an_open_workspace():
+    # a destroyed workspace is never current (ND4J keeps it current at size 0): its scopes end,
+    # the workspace current before it is current again, and its `with` exits quietly
+    outer = ndws.workspace("DES_OUTER", BASIC)
     ws = ndws.workspace("DES_OPEN", BASIC)
-    with ws:
-        a = ndws.zeros(10)
-        mgr().destroy_workspace(ws)
-        assert ws.current_size == 0
-        assert a.stale == "destroyed"
-        b = ndws.zeros(10)                              # size 0 now: spilled
-        assert ws.spilled_size == 128
-        assert b.stale is None
-        assert ndws.current_workspace() is ws
+    with outer:
+        with ws:
+            a = ndws.zeros(10)
+            mgr().destroy_workspace(ws)
+            assert ws.current_size == 0
+            assert not ws.is_scope_active
+            assert a.stale == "destroyed"
+            assert ndws.current_workspace() is outer
+            b = ndws.zeros(10)
+            assert b.workspace is outer and b.stale is None
+        assert ndws.current_workspace() is outer
+        assert ws.cycles_count == 0
     assert ndws.current_workspace() is None
+    assert a.stale == "destroyed"
 
 
 def test_workspace_memory_is_accounted_and_released():
