@@ -22,6 +22,7 @@ from ndws._core import (
     empty,
     empty_like,
     eye,
+    from_dlpack,
     from_numpy,
     full,
     full_like,
@@ -64,7 +65,7 @@ from ndws import random
 __all__ = [
     "ALIGNMENT", "SCOPE_PANIC_MSG", "ConfigurationError", "NDArray", "NoSuchWorkspaceError",
     "WorkspaceError", "WorkspaceWarning", "__version__", "arange", "array", "asarray", "empty",
-    "empty_like", "eye", "from_numpy", "full", "full_like", "get_num_threads", "linspace",
+    "empty_like", "eye", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "linspace",
     "num_threads", "ones", "ones_like", "random", "set_num_threads", "show_config", "zeros",
     "zeros_like",
     "MemoryManager", "get_memory_manager",

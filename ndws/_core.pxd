@@ -3,7 +3,8 @@
 from libc.stdint cimport uint64_t
 
 cdef enum:
-    NDWS_MAXDIMS = 32          # NumPy 1's limit; enough for any real workload, keeps NDArray flat
+    NDWS_MAXDIMS = 64          # NumPy 2's limit (NPY_MAXDIMS): every NumPy array fits
+    NDWS_INLINE_DIMS = 4       # shape/strides of up to this many dimensions live in the object
 
 cdef class MemoryBlock:
     # One contiguous piece of memory and the only thing that ever frees it: every NDArray, view,
@@ -14,6 +15,7 @@ cdef class MemoryBlock:
     cdef Py_ssize_t size        # usable bytes from `data`
     cdef Py_ssize_t exports     # live buffer-protocol / __array__ / DLPack exports
     cdef Py_ssize_t pins        # other threads' operations reading it right now (see _Pin)
+    cdef list pinned            # ring blocks: the virtual positions of the pinned arrays
     cdef int kind               # BLOCK_* below
     cdef object keep            # the owner of foreign or mapped memory, kept alive with the block
     cdef Py_buffer view         # held buffer of a mmap (has_view), released in __dealloc__
@@ -96,7 +98,7 @@ cdef class Arena:
 
     cdef int _check_thread(self, str action) except -1
     cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL
-    cdef void _rollback_last(self, char* ptr) noexcept
+    cdef void _rollback(self, char* ptr, Py_ssize_t nbytes) noexcept
     cdef int _reuse_main(self) except -1
     cdef int _fail_if_exported(self, str when) except -1
     cdef int _install_main(self, MemoryBlock block) except -1
@@ -112,8 +114,12 @@ cdef class NDArray:
     cdef int _ndim
     cdef Py_ssize_t _size
     cdef Py_ssize_t _itemsize
-    cdef Py_ssize_t _shape[NDWS_MAXDIMS]
-    cdef Py_ssize_t _strides[NDWS_MAXDIMS]
+    # shape and strides: _dims for up to NDWS_INLINE_DIMS dimensions, else one heap block of
+    # 2 * ndim (freed in __dealloc__). Inline storage keeps the object small, which is what a
+    # hand-out pays for (the allocator zeroes the whole object).
+    cdef Py_ssize_t* _shape
+    cdef Py_ssize_t* _strides
+    cdef Py_ssize_t _dims[2 * NDWS_INLINE_DIMS]
     cdef object _dtype          # numpy.dtype
     cdef MemoryBlock _block     # owner of the memory (never None)
     cdef Arena _arena           # birth workspace; None when detached
@@ -122,6 +128,7 @@ cdef class NDArray:
     cdef long long _vpos        # circular workspaces: virtual ring position at birth
     cdef bint _writeable
     cdef bint _owns             # allocated for this array (NumPy's OWNDATA); False for views
+    cdef bint _initialized      # set up by a constructor: __init__ may not run again
 
 cdef int check_array(NDArray a, object op, object role) except -1
 cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,

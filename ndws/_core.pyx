@@ -25,7 +25,9 @@ For more details, see the ND4J User Guide: https://deeplearning4j.konduit.ai/nd4
 """
 
 cimport cython
-from cpython.ref cimport PyObject, Py_INCREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer,
+                                PyCapsule_SetName)
 from cpython.object cimport PyTypeObject
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_FORMAT,
                              PyBUF_ND, PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS,
@@ -38,7 +40,7 @@ from libc.float cimport FLT_MAX
 from libc.math cimport isinf
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy
-from libc.stdint cimport uint64_t, uintptr_t, int32_t, int64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, int32_t, int64_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 cimport numpy as cnp
 
@@ -59,8 +61,9 @@ cnp.import_ufunc()   # PyUFunc_GiveFloatingpointErrors (the fast paths' errstate
 
 cdef extern from "numpy/arrayobject.h":
     # Cython's numpy.pxd leaves this one out. It steals a reference to `descr`.
+    ctypedef struct _Descr "PyArray_Descr"
     PyTypeObject PyArray_Type
-    object PyArray_NewFromDescr(PyTypeObject* subtype, PyObject* descr, int nd,
+    object PyArray_NewFromDescr(PyTypeObject* subtype, _Descr* descr, int nd,
                                 cnp.npy_intp* dims, cnp.npy_intp* strides, void* data, int flags,
                                 PyObject* obj)
 
@@ -1029,8 +1032,9 @@ cdef class Arena:
                     and req <= self._current_size):
                 # Ring wrap. (ND4J retries unconditionally and recurses forever when a single
                 # request is larger than the whole ring; such a request spills here instead.)
-                self._fail_if_exported("a circular wrap-around")
-                self._reuse_main()
+                if self._main.exports > 0:
+                    self._fail_if_exported("a circular wrap-around")
+                    self._reuse_main()
                 self._prev_lap_end = <Py_ssize_t>(self._main.ring_written_end - self._lap_base)
                 if self._prev_lap_end < 0:
                     self._prev_lap_end = 0
@@ -1038,10 +1042,13 @@ cdef class Arena:
                 self._offset = 0
                 self._reset_planned = True
             if self._offset + req <= self._current_size:
-                if (self._circular and _held(self._main)
-                        and self._offset < self._prev_lap_end):
+                if self._circular and (
+                        (self._main.exports > 0 and self._offset < self._prev_lap_end)
+                        or (self._main.pins > 0 and _ring_pin_overrun(
+                            self._main, self._lap_base + self._offset + req))):
                     # the head is about to write over the previous lap, whose arrays may be
-                    # exported to NumPy: leave that memory to the exports first
+                    # exported to NumPy, or over an array another thread is reading: leave
+                    # that memory to them first
                     self._fail_if_exported("a circular overwrite")
                     self._reuse_main()
                 ptr = self._main.data + self._offset
@@ -1082,32 +1089,40 @@ cdef class Arena:
             self._last_kind = _LAST_SPILL
         return blk.data
 
-    cdef void _rollback_last(self, char* ptr) noexcept:
-        # Undo the most recent allocation when the operation that asked for it failed, so an
-        # error leaves the workspace's counters as they were.
-        cdef int kind = self._last_kind
+    cdef void _rollback(self, char* ptr, Py_ssize_t nbytes) noexcept:
+        # Give back an allocation of `nbytes` at `ptr` when the operation that asked for it
+        # failed, so an error leaves the counters as they were. Allocations are given back
+        # newest first (an op with two outputs discards both), so only the top of the bump
+        # region, the newest spill or the newest pinned block can be given back.
+        cdef Py_ssize_t req = _round_up(nbytes)
+        cdef MemoryBlock m = self._main
+        cdef Py_ssize_t end
+        if (self._last_kind == _LAST_MAIN and m is not None
+                and ptr == m.data + self._last_prev_offset
+                and self._offset == self._last_prev_offset + req):
+            # the newest allocation: restore exactly (including the ring's write mark)
+            self._offset = self._last_prev_offset
+            self._cycle_alloc -= req
+            m.ring_written_end = self._last_prev_written
+        elif (m is not None and m.data <= ptr < m.data + m.size
+                and ptr + req == m.data + self._offset):
+            self._offset -= req
+            self._cycle_alloc -= req
+            end = self._lap_base + self._offset
+            if self._circular and m.ring_written_end > end:
+                m.ring_written_end = end
+        elif len(self._spills) and (<MemoryBlock>self._spills[len(self._spills) - 1]).data == ptr:
+            self._spills.pop()
+            self._spilled_size -= req
+            self._external_count -= 1
+            self._cycle_alloc -= req
+        elif (len(self._pinned)
+                and (<MemoryBlock>self._pinned[len(self._pinned) - 1][2]).data == ptr):
+            self._pinned.pop()
+            self._pinned_size -= req
+            self._pinned_count -= 1
+            self._cycle_alloc -= req
         self._last_kind = _LAST_NONE
-        if kind == _LAST_MAIN:
-            if (self._main is not None
-                    and ptr == self._main.data + self._last_prev_offset
-                    and self._offset == self._last_prev_offset + self._last_bytes):
-                self._offset = self._last_prev_offset
-                self._cycle_alloc -= self._last_bytes
-                self._main.ring_written_end = self._last_prev_written
-        elif kind == _LAST_SPILL:
-            if (len(self._spills)
-                    and (<MemoryBlock>self._spills[len(self._spills) - 1]).data == ptr):
-                self._spills.pop()
-                self._spilled_size -= self._last_bytes
-                self._external_count -= 1
-                self._cycle_alloc -= self._last_bytes
-        elif kind == _LAST_PINNED:
-            if (len(self._pinned)
-                    and (<MemoryBlock>self._pinned[len(self._pinned) - 1][2]).data == ptr):
-                self._pinned.pop()
-                self._pinned_size -= self._last_bytes
-                self._pinned_count -= 1
-                self._cycle_alloc -= self._last_bytes
         self._last_block = None
 
     # -- lifecycle (ND4J §2.4–2.6, 2.8, 2.11) ---------------------------------------------------
@@ -1634,9 +1649,12 @@ cdef object _as_dtype(object obj):
     return dt
 
 
-cdef int _check_dtype(object dt) except -1:
+cdef int _check_dtype(object dt, str what="dtype") except -1:
+    # Every dtype an ndws array is made with passes here before any memory is touched: raw
+    # workspace memory can't hold Python objects, and datetimes, strings or structs have no
+    # kernels. `what` names the argument (or says "<op>: the result") in the message.
     if dt.kind not in "biufc" or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
-        raise TypeError(f"dtype: ndws arrays hold numbers (bool, int, uint, float, complex); "
+        raise TypeError(f"{what}: ndws arrays hold numbers (bool, int, uint, float, complex); "
                         f"got {dt!r}")
     if not dt.isnative:
         raise TypeError(f"dtype: ndws arrays use native byte order; got {dt!r} "
@@ -1645,24 +1663,38 @@ cdef int _check_dtype(object dt) except -1:
 
 
 cdef int _parse_shape(object shape, Py_ssize_t* out) except -1:
+    # NumPy's shape rules and its messages for negative sizes and too many dimensions; the
+    # other errors name the argument instead of surfacing from C.
     cdef int ndim, i
-    cdef Py_ssize_t v
     if isinstance(shape, (tuple, list)):
         ndim = len(shape)
         if ndim > NDWS_MAXDIMS:
             raise ValueError(f"maximum supported dimension for an ndarray is currently "
                              f"{NDWS_MAXDIMS}, found {ndim}")
         for i in range(ndim):
-            v = PyNumber_Index(shape[i])
-            if v < 0:
-                raise ValueError("negative dimensions are not allowed")
-            out[i] = v
+            out[i] = _dimension(shape[i], shape)
         return ndim
-    v = PyNumber_Index(shape)
-    if v < 0:
-        raise ValueError("negative dimensions are not allowed")
-    out[0] = v
+    out[0] = _dimension(shape, shape)
     return 1
+
+
+cdef Py_ssize_t _dimension(object v, object shape) except -1:
+    cdef object n
+    if isinstance(v, (bool, np.bool_)):
+        n = None
+    else:
+        try:
+            n = PyNumber_Index(v)
+        except TypeError:
+            n = None
+    if n is None:
+        raise TypeError(f"shape: expected an int or a sequence of ints, got {shape!r:.60}")
+    if n < 0:
+        raise ValueError("negative dimensions are not allowed")
+    if n > PY_SSIZE_T_MAX:
+        raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger than the "
+                         "maximum possible size.")
+    return n
 
 
 cdef Py_ssize_t _size_of(int ndim, const Py_ssize_t* shape, Py_ssize_t itemsize) except -1:
@@ -1702,15 +1734,34 @@ cdef class _Export:
             self.block.exports -= 1
 
 
+cdef inline int _set_ndim(NDArray a, int ndim) except -1:
+    # Point shape/strides at storage for `ndim` dimensions (see NDArray in _core.pxd).
+    cdef Py_ssize_t* heap
+    if ndim > NDWS_INLINE_DIMS:
+        if ndim > NDWS_MAXDIMS:
+            raise ValueError(f"maximum supported dimension for an ndarray is currently "
+                             f"{NDWS_MAXDIMS}, found {ndim}")
+        heap = <Py_ssize_t*>malloc(2 * ndim * sizeof(Py_ssize_t))
+        if heap == NULL:
+            raise MemoryError()
+        if a._shape != a._dims:
+            free(a._shape)
+        a._shape = heap
+        a._strides = heap + ndim
+    a._ndim = ndim
+    return 0
+
+
 cdef NDArray _make(object dtype, int ndim, const Py_ssize_t* shape, const Py_ssize_t* strides,
                    char* data, MemoryBlock block, Arena arena, long long gen, long long epoch,
                    long long vpos, bint writeable):
     cdef NDArray a = NDArray.__new__(NDArray)
     cdef int i
     cdef Py_ssize_t size = 1
+    _set_ndim(a, ndim)
+    a._initialized = True
     a._dtype = dtype
     a._itemsize = cnp.PyDataType_ELSIZE(<cnp.dtype>dtype)
-    a._ndim = ndim
     for i in range(ndim):
         a._shape[i] = shape[i]
         a._strides[i] = strides[i]
@@ -1775,9 +1826,17 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
             block = arena._last_block
             arena._last_block = None
     a = NDArray.__new__(NDArray)
+    if ndim > NDWS_INLINE_DIMS:
+        try:
+            _set_ndim(a, ndim)
+        except BaseException:
+            if arena is not None:
+                arena._rollback(data, size * itemsize)
+            raise
+    a._ndim = ndim
+    a._initialized = True
     a._dtype = dtype
     a._itemsize = itemsize
-    a._ndim = ndim
     a._size = size
     a._data = data
     a._block = block
@@ -1797,7 +1856,7 @@ cdef void _discard(NDArray a) noexcept:
     # An array made for an operation that then failed: give its bytes back if it was the
     # workspace's last allocation.
     if a is not None and a._arena is not None:
-        a._arena._rollback_last(a._data)
+        a._arena._rollback(a._data, a._size * a._itemsize)
 
 
 cdef NDArray _fill_new(NDArray out, object fill, object op):
@@ -1881,15 +1940,13 @@ cdef NDArray _alloc_like(object dtype, int ndim, const Py_ssize_t* shape,
                          const Py_ssize_t* src_strides, Py_ssize_t src_itemsize, object order,
                          bint c_contig, bint f_contig, Arena target, bint detached):
     # A new array of `shape` laid out per NumPy's `order` relative to a source with the given
-    # strides: 'K' keeps the source's axis order, 'A' is 'F' for Fortran-only sources.
-    cdef NDArray a = new_array(dtype, ndim, shape, False, False, target, detached)
+    # strides: 'K' keeps the source's axis order, 'A' is 'F' for Fortran-only sources. The
+    # order is checked before anything is allocated.
     cdef bint keep = False, fortran = False
     if order is None or order == "K" or order == "k":
-        if c_contig:
-            return a
-        if f_contig:
+        if f_contig and not c_contig:
             fortran = True
-        else:
+        elif not c_contig:
             keep = True
     elif order == "A" or order == "a":
         fortran = f_contig and not c_contig
@@ -1897,6 +1954,7 @@ cdef NDArray _alloc_like(object dtype, int ndim, const Py_ssize_t* shape,
         fortran = True
     elif not (order == "C" or order == "c"):
         raise ValueError(f"order: expected 'C', 'F', 'A' or 'K', got {order!r}")
+    cdef NDArray a = new_array(dtype, ndim, shape, False, False, target, detached)
     if keep or fortran:
         _order_strides(ndim, shape, src_strides, a._itemsize, keep, fortran, a._strides)
     return a
@@ -1908,15 +1966,74 @@ cdef NDArray _array_like(NDArray src, object dtype, object order):
                        _f_contiguous(src), None, False)
 
 
+# -- reads from other threads (docs/workspaces.md, "Threads") ----------------------------------
+# Another thread may read (or write through out=) a valid array of a workspace it does not
+# own, while the owner goes on: its cycle end makes that memory the next cycle's, and a kernel
+# running without the GIL would then read a mix of two cycles. Such an operation pins the
+# block for as long as it runs (the pin is the base of the NumPy views it works on, so it ends
+# when they go), and the owner leaves a pinned block to it exactly as it leaves an exported
+# one, continuing on a fresh block. Native fast paths decline foreign operands (the NumPy path
+# pins them), so the hot path pays one compare.
+
+@cython.final
+@cython.no_gc
+cdef class _Pin:
+    """Keeps one memory block from being reused by its workspace while another thread reads
+    it (the base object of that thread's NumPy views). In a ring only the pinned array's
+    place matters (`vpos`): the ring goes on around it until it would write over it."""
+    cdef MemoryBlock block
+    cdef long long vpos
+
+    def __dealloc__(self):
+        if self.block is not None:
+            self.block.pins -= 1
+            if self.vpos >= 0:
+                self.block.pinned.remove(self.vpos)
+
+
+cdef bint _ring_pin_overrun(MemoryBlock b, long long new_end) except -1:
+    # Would writing up to virtual position `new_end` overwrite a pinned array of this ring
+    # block? (An array at v is overwritten once the ring has written past v + ring_size.)
+    cdef long long v
+    if b.pinned is None:
+        return False
+    for v in b.pinned:
+        if new_end > v + b.ring_size:
+            return True
+    return False
+
+
+cdef inline bint _foreign(NDArray a) noexcept:
+    # an attached array of a workspace that belongs to another thread
+    return a._arena is not None and a._arena._owner_tid != ndws_current_tid()
+
+
 cdef object np_view(NDArray a):
-    """An internal NumPy view of `a`'s memory (not counted as an export; never handed out)."""
+    """An internal NumPy view of `a`'s memory (not counted as an export; never handed out).
+    A view of another thread's array pins its block (see _Pin) and is checked once more after
+    pinning, so it holds the values the array had when the view was made."""
     cdef object descr = a._dtype
     cdef int flags = cnp.NPY_ARRAY_WRITEABLE if a._writeable else 0
+    cdef _Pin pin
     Py_INCREF(descr)  # PyArray_NewFromDescr steals it
-    arr = PyArray_NewFromDescr(&PyArray_Type, <PyObject*>descr, a._ndim,
+    arr = PyArray_NewFromDescr(&PyArray_Type, <_Descr*>descr, a._ndim,
                                <cnp.npy_intp*>a._shape, <cnp.npy_intp*>a._strides, a._data,
                                flags, NULL)
-    cnp.set_array_base(arr, a._block)
+    if _foreign(a):
+        pin = _Pin.__new__(_Pin)
+        pin.block = a._block
+        pin.vpos = a._vpos
+        if a._vpos >= 0:
+            if a._block.pinned is None:
+                a._block.pinned = []
+            a._block.pinned.append(a._vpos)
+        a._block.pins += 1
+        cnp.set_array_base(arr, pin)
+        # the caller validated `a`, but making the view may have let the owner run (a GC
+        # finaliser can switch threads): valid now means its block is ours until the pin goes
+        _assert_valid(a, "Cannot read INDArray of another thread", "read")
+    else:
+        cnp.set_array_base(arr, a._block)
     return arr
 
 
@@ -2025,7 +2142,8 @@ cdef bint _fill_fast(NDArray a, object value) except -1:
     cdef char code
     cdef Py_ssize_t n = a._size
     cdef bint big = n * a._itemsize > _NOGIL_BYTES
-    if n == 0 or not a._writeable or not (_c_contiguous(a) or _f_contiguous(a)):
+    if (n == 0 or not a._writeable or not (_c_contiguous(a) or _f_contiguous(a))
+            or _foreign(a)):
         return False
     code = ord(a._dtype.char)
     t = type(value)
@@ -2087,7 +2205,7 @@ cdef NDArray _copy_array(NDArray a, Arena target, bint detached):
     cdef NDArray out = new_array(a._dtype, a._ndim, a._shape, False, False, target, detached)
     if a._size == 0:
         return out
-    if _c_contiguous(a):
+    if _c_contiguous(a) and not _foreign(a):
         memcpy(out._data, a._data, a._size * a._itemsize)
     else:
         np.copyto(np_view(out), np_view(a))
@@ -2158,6 +2276,216 @@ cdef object _operand(object x, object op, object role):
     return x
 
 
+# -- DLPack (docs/workspaces.md, "NumPy interop") ----------------------------------------------
+# The structs of dlpack.h (v1.0), declared here so the build needs no extra header. A DLPack
+# capsule is an export like a buffer: the block's export count holds it until the consumer's
+# deleter runs, so a cycle end leaves the block to it (DESIGN invariant 6).
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    typedef struct { uint32_t major; uint32_t minor; } ndws_DLPackVersion;
+    typedef struct { int32_t device_type; int32_t device_id; } ndws_DLDevice;
+    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } ndws_DLDataType;
+    typedef struct {
+        void *data; ndws_DLDevice device; int32_t ndim; ndws_DLDataType dtype;
+        int64_t *shape; int64_t *strides; uint64_t byte_offset;
+    } ndws_DLTensor;
+    typedef struct ndws_DLManagedTensor {
+        ndws_DLTensor dl_tensor; void *manager_ctx;
+        void (*deleter)(struct ndws_DLManagedTensor *self);
+    } ndws_DLManagedTensor;
+    typedef struct ndws_DLManagedTensorVersioned {
+        ndws_DLPackVersion version; void *manager_ctx;
+        void (*deleter)(struct ndws_DLManagedTensorVersioned *self);
+        uint64_t flags; ndws_DLTensor dl_tensor;
+    } ndws_DLManagedTensorVersioned;
+    """
+    ctypedef struct DLPackVersion "ndws_DLPackVersion":
+        uint32_t major
+        uint32_t minor
+    ctypedef struct DLDevice "ndws_DLDevice":
+        int32_t device_type
+        int32_t device_id
+    ctypedef struct DLDataType "ndws_DLDataType":
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+    ctypedef struct DLTensor "ndws_DLTensor":
+        void* data
+        DLDevice device
+        int32_t ndim
+        DLDataType dtype
+        int64_t* shape
+        int64_t* strides
+        uint64_t byte_offset
+    ctypedef struct DLManagedTensor "ndws_DLManagedTensor":
+        DLTensor dl_tensor
+        void* manager_ctx
+        void (*deleter)(DLManagedTensor*) noexcept
+    ctypedef struct DLManagedTensorVersioned "ndws_DLManagedTensorVersioned":
+        DLPackVersion version
+        void* manager_ctx
+        void (*deleter)(DLManagedTensorVersioned*) noexcept
+        uint64_t flags
+        DLTensor dl_tensor
+
+cdef enum:
+    _DL_CPU = 1
+    _DL_INT = 0
+    _DL_UINT = 1
+    _DL_FLOAT = 2
+    _DL_COMPLEX = 5
+    _DL_BOOL = 6
+    _DL_READ_ONLY = 1
+    _DL_IS_COPIED = 2
+
+#: the DLPack version ndws produces (and the newest it understands)
+DLPACK_VERSION = (1, 0)
+
+
+cdef void _dl_release(void* ctx) noexcept with gil:
+    # the manager context is an _Export: dropping it gives back the export count
+    Py_DECREF(<object>ctx)
+
+
+cdef void _dl_deleter(DLManagedTensor* t) noexcept with gil:
+    if t != NULL:
+        _dl_release(t.manager_ctx)
+        free(t)
+
+
+cdef void _dl_deleter_versioned(DLManagedTensorVersioned* t) noexcept with gil:
+    if t != NULL:
+        _dl_release(t.manager_ctx)
+        free(t)
+
+
+cdef void _dl_capsule_destructor(object capsule) noexcept:
+    # a capsule the consumer never took (still named "dltensor") frees its tensor
+    cdef DLManagedTensor* t
+    if PyCapsule_IsValid(capsule, b"dltensor"):
+        t = <DLManagedTensor*>PyCapsule_GetPointer(capsule, b"dltensor")
+        t.deleter(t)
+
+
+cdef void _dl_capsule_destructor_versioned(object capsule) noexcept:
+    cdef DLManagedTensorVersioned* t
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        t = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+        t.deleter(t)
+
+
+cdef int _dl_dtype(object dt, DLDataType* out) except -1:
+    cdef str kind = dt.kind
+    out.lanes = 1
+    out.bits = <uint8_t>(dt.itemsize * 8)
+    if kind == "b":
+        out.code = _DL_BOOL
+    elif kind == "i":
+        out.code = _DL_INT
+    elif kind == "u":
+        out.code = _DL_UINT
+    elif kind == "f" and dt.itemsize <= 8:
+        out.code = _DL_FLOAT
+    elif kind == "c" and dt.itemsize <= 16:
+        out.code = _DL_COMPLEX
+    else:
+        raise BufferError(f"DLPack has no type for dtype {dt!r}")
+    return 0
+
+
+cdef object _dlpack_capsule(NDArray a, bint versioned, bint copied):
+    # One malloc holds the managed tensor and its int64 shape and strides (in elements).
+    cdef size_t head = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
+    cdef char* mem
+    cdef DLTensor* t
+    cdef int64_t* dims
+    cdef int i
+    cdef _Export ctx
+    for i in range(a._ndim):
+        if a._strides[i] % a._itemsize:
+            raise BufferError(f"DLPack strides count elements; this array's strides "
+                              f"{a.strides} are not multiples of its itemsize {a._itemsize}")
+    mem = <char*>malloc(head + 2 * (a._ndim + 1) * sizeof(int64_t))
+    if mem == NULL:
+        raise MemoryError()
+    dims = <int64_t*>(mem + head)
+    if versioned:
+        t = &(<DLManagedTensorVersioned*>mem).dl_tensor
+    else:
+        t = &(<DLManagedTensor*>mem).dl_tensor
+    try:
+        _dl_dtype(a._dtype, &t.dtype)
+    except BaseException:
+        free(mem)
+        raise
+    # counted before anything else can run: the owner's cycle end now leaves the block to it
+    ctx = _Export.__new__(_Export)
+    ctx.block = a._block
+    ctx.array = a
+    a._block.exports += 1
+    Py_INCREF(ctx)
+    t.data = a._data
+    t.device.device_type = _DL_CPU
+    t.device.device_id = 0
+    t.ndim = a._ndim
+    t.shape = dims
+    t.strides = dims + a._ndim + 1
+    t.byte_offset = 0
+    for i in range(a._ndim):
+        t.shape[i] = a._shape[i]
+        t.strides[i] = a._strides[i] // a._itemsize
+    if versioned:
+        (<DLManagedTensorVersioned*>mem).version.major = DLPACK_VERSION[0]
+        (<DLManagedTensorVersioned*>mem).version.minor = DLPACK_VERSION[1]
+        (<DLManagedTensorVersioned*>mem).manager_ctx = <void*>ctx
+        (<DLManagedTensorVersioned*>mem).deleter = _dl_deleter_versioned
+        (<DLManagedTensorVersioned*>mem).flags = ((0 if a._writeable else _DL_READ_ONLY)
+                                                  | (_DL_IS_COPIED if copied else 0))
+        return PyCapsule_New(mem, b"dltensor_versioned", _dl_capsule_destructor_versioned)
+    (<DLManagedTensor*>mem).manager_ctx = <void*>ctx
+    (<DLManagedTensor*>mem).deleter = _dl_deleter
+    return PyCapsule_New(mem, b"dltensor", _dl_capsule_destructor)
+
+
+def from_dlpack(x, *, device=None, copy=None):
+    """An NDArray of `x`'s memory, through the DLPack protocol (Array API ``from_dlpack``).
+
+    Parameters
+    ----------
+    x : object with ``__dlpack__`` and ``__dlpack_device__``
+        A CPU tensor: a NumPy array, a PyTorch CPU tensor, an NDArray, ...
+    device : {None, "cpu"}
+    copy : bool or None
+        None or False: share `x`'s memory (the result is detached and keeps `x`'s memory
+        alive, like `from_numpy`); True: a copy, placed like any new array (the current
+        workspace, else detached memory).
+
+    Returns
+    -------
+    NDArray
+
+    Examples
+    --------
+    >>> import numpy as np, ndws
+    >>> a = ndws.from_dlpack(np.arange(3.0))
+    >>> a.tolist(), a.is_attached()
+    ([0.0, 1.0, 2.0], False)
+    """
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"x: expected an object with __dlpack__ (a DLPack tensor), got "
+                        f"{type(x).__name__}")
+    if device not in (None, "cpu"):
+        raise ValueError(f"device: ndws arrays live on the CPU, got {device!r}")
+    if copy not in (None, True, False):
+        raise ValueError(f"copy: expected True, False or None, got {copy!r}")
+    view = np.from_dlpack(x)       # never copies a CPU tensor
+    if copy:
+        return array(view)
+    return from_numpy(view)
+
+
 # Untracked by the cyclic GC, like numpy.ndarray: creating an array in a hot loop must not
 # count toward gen-0 collections. An NDArray refers to its dtype, memory block and birth
 # workspace, none of which refers back to arrays.
@@ -2176,6 +2504,9 @@ cdef class NDArray:
     """
 
     def __cinit__(self):
+        # a valid empty array whatever happens next (NDArray.__new__ from Python included)
+        self._shape = self._dims
+        self._strides = self._dims + NDWS_INLINE_DIMS
         self._data = _EMPTY_BLOCK.data
         self._block = _EMPTY_BLOCK
         self._dtype = _F64
@@ -2186,14 +2517,24 @@ cdef class NDArray:
         self._size = 0
         self._writeable = True
 
+    def __dealloc__(self):
+        if self._shape != self._dims:
+            free(self._shape)
+
     def __init__(self, shape, dtype=None, order="C"):
+        # Runs once: a second call would drop the memory block that live views, exports and
+        # memoryviews of this object still point into.
+        if self._initialized:
+            raise TypeError("NDArray.__init__ can't re-initialise an existing array; create a "
+                            "new one with ndws.empty (or NDArray(shape, dtype))")
         cdef NDArray tmp = empty(shape, dtype, order)
         cdef int i
+        _set_ndim(self, tmp._ndim)
+        self._initialized = True
         self._data = tmp._data
         self._block = tmp._block
         self._dtype = tmp._dtype
         self._itemsize = tmp._itemsize
-        self._ndim = tmp._ndim
         for i in range(tmp._ndim):
             self._shape[i] = tmp._shape[i]
             self._strides[i] = tmp._strides[i]
@@ -2422,15 +2763,53 @@ cdef class NDArray:
         cdef object descr = self._dtype
         cdef int flags = cnp.NPY_ARRAY_WRITEABLE if self._writeable else 0
         cdef _Export base = _Export.__new__(_Export)
-        Py_INCREF(descr)  # PyArray_NewFromDescr steals it
-        arr = PyArray_NewFromDescr(&PyArray_Type, <PyObject*>descr, self._ndim,
-                                   <cnp.npy_intp*>self._shape, <cnp.npy_intp*>self._strides,
-                                   self._data, flags, NULL)
+        # counted first: from here on the owner's cycle end leaves the block to the export
         base.block = self._block
         base.array = self
         self._block.exports += 1
+        Py_INCREF(descr)  # PyArray_NewFromDescr steals it
+        arr = PyArray_NewFromDescr(&PyArray_Type, <_Descr*>descr, self._ndim,
+                                   <cnp.npy_intp*>self._shape, <cnp.npy_intp*>self._strides,
+                                   self._data, flags, NULL)
         cnp.set_array_base(arr, base)
+        if _foreign(self):
+            # another thread's array: still valid after the allocations above (see _Pin)
+            _assert_valid(self, "Cannot read INDArray of another thread", "__array__")
         return arr
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule (the Array API protocol), zero-copy unless `copy`.
+
+        Counted like a NumPy export: if the capsule (or the tensor a consumer made of it) is
+        still alive when the workspace's cycle ends, the workspace leaves this memory to it.
+        `max_version` ``(1, x)`` or later gets a versioned capsule (which can say read-only);
+        older consumers get the legacy one, which can't, so a read-only array refuses it.
+        """
+        check_array(self, "__dlpack__", "a")
+        if stream is not None and stream != -1:
+            raise BufferError(f"stream: ndws arrays live on the CPU, which has no streams; "
+                              f"got {stream!r}")
+        if dl_device is not None and tuple(dl_device) != (_DL_CPU, 0):
+            raise BufferError(f"dl_device: ndws arrays live on the CPU (1, 0), got "
+                              f"{dl_device!r}")
+        if copy not in (None, True, False):
+            raise ValueError(f"copy: expected True, False or None, got {copy!r}")
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        if not versioned and not self._writeable:
+            raise BufferError("a read-only array can only be exported to a DLPack consumer "
+                              "that accepts versioned capsules (max_version >= (1, 0))")
+        src = self
+        if copy:
+            src = _copy_array(self, None, True)
+        capsule = _dlpack_capsule(src, versioned, bool(copy))
+        if _foreign(self) and not copy:
+            # another thread's array: still valid after the allocations above (see _Pin)
+            _assert_valid(self, "Cannot read INDArray of another thread", "__dlpack__")
+        return capsule
+
+    def __dlpack_device__(self):
+        """``(1, 0)``: DLPack's CPU device."""
+        return (_DL_CPU, 0)
 
     def __getbuffer__(self, Py_buffer* buf, int flags):
         check_array(self, "__buffer__", "a")
@@ -2535,6 +2914,9 @@ cdef class NDArray:
         if len(shape) == 1:
             shape = shape[0]
         if copy:
+            # NumPy checks the new shape and order first (on a zero-stride stand-in, which
+            # reshapes without copying), so a bad one allocates nothing
+            np.broadcast_to(np.zeros((), self._dtype), self.shape).reshape(shape, order=order)
             return _copy_array(self, None, False).reshape(shape, order=order)
         res = np_view(self).reshape(shape, order=order, copy=copy)
         return _from_result(self, res)
@@ -2722,19 +3104,19 @@ cdef class NDArray:
 
     def __matmul__(self, other):
         try:
-            return matmul(self, other)
+            return _matmul(self, other, None)
         except _Unsupported:
             return NotImplemented
 
     def __rmatmul__(self, other):
         try:
-            return matmul(other, self)
+            return _matmul(other, self, None)
         except _Unsupported:
             return NotImplemented
 
     def __imatmul__(self, other):
         try:
-            return matmul(self, other, out=self)
+            return _matmul(self, other, self)
         except _Unsupported:
             return NotImplemented
 
@@ -3081,7 +3463,7 @@ cdef bint _out_ok(NDArray o, object dt, NDArray a, NDArray b) noexcept:
     # An `out=` the kernels can write: right dtype, dense, writeable, and either disjoint from
     # each input or that very input (same start, same size: element k of one is element k of
     # the other). Partial overlaps go to NumPy, which copies first.
-    if o._dtype is not dt or not o._writeable or not _c_contiguous(o):
+    if o._dtype is not dt or not o._writeable or not _c_contiguous(o) or _foreign(o):
         return False
     if a is not None and not _disjoint(o, a) and not (o._data == a._data
                                                       and o._size == a._size):
@@ -3148,10 +3530,10 @@ cdef object _fast_binary(int op, object x1, object x2, object out, object name):
         b = <NDArray>x2
     if a is not None:
         dt = a._dtype
-        if not _fast_dtype(dt) or not _c_contiguous(a):
+        if not _fast_dtype(dt) or not _c_contiguous(a) or _foreign(a):
             return None
         if b is not None:
-            if b._dtype is not dt or not _c_contiguous(b):
+            if b._dtype is not dt or not _c_contiguous(b) or _foreign(b):
                 return None
             if _broadcast_layout(a, b, &m, &n, &srs, &svec):
                 a_big = True
@@ -3166,7 +3548,8 @@ cdef object _fast_binary(int op, object x1, object x2, object out, object name):
             n = a._size
     elif b is not None:
         dt = b._dtype
-        if not _fast_dtype(dt) or not _c_contiguous(b) or not _weak_scalar(x1, dt, &sval):
+        if (not _fast_dtype(dt) or not _c_contiguous(b) or _foreign(b)
+                or not _weak_scalar(x1, dt, &sval)):
             return None
         a_big = False
         n = b._size
@@ -3247,7 +3630,7 @@ cdef object _fast_unary(int op, object x, object out, object name):
         return None
     a = <NDArray>x
     dt = a._dtype
-    if not _fast_dtype(dt) or not _c_contiguous(a):
+    if not _fast_dtype(dt) or not _c_contiguous(a) or _foreign(a):
         return None
     if out is not None:
         if not isinstance(out, NDArray):
@@ -3504,7 +3887,7 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
         return None
     arr = <NDArray>a
     dt = arr._dtype
-    if not _fast_dtype(dt) or arr._size == 0 or not _c_contiguous(arr):
+    if not _fast_dtype(dt) or arr._size == 0 or not _c_contiguous(arr) or _foreign(arr):
         return None
     if dtype is not None and (arg or _as_dtype(dtype) is not dt):
         return None
@@ -3547,7 +3930,7 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
             return None
         o = <NDArray>out
         if (o._ndim != nd or o._dtype is not rdt or not o._writeable or not _c_contiguous(o)
-                or not _disjoint(o, arr)):
+                or not _disjoint(o, arr) or _foreign(o)):
             return None
         for i in range(nd):
             if o._shape[i] != shape[i]:
@@ -3746,10 +4129,21 @@ cdef inline object _reduce_entry(int kind, str name, object a, object axis, obje
         return r
     func = getattr(np, name)
     if kw == RKW_DDOF:
+        _check_ddof(ddof)
         return reduce_call(name, func, a, axis, out, keepdims, dtype=dtype, ddof=ddof)
     if kw == RKW_DTYPE:
         return reduce_call(name, func, a, axis, out, keepdims, dtype=dtype)
     return reduce_call(name, func, a, axis, out, keepdims)
+
+
+cdef int _check_ddof(object ddof) except -1:
+    # NumPy takes any real ddof; a huge int would otherwise surface as a C OverflowError
+    if isinstance(ddof, (int, np.integer)):
+        if not -(1 << 63) <= ddof < (1 << 63):
+            raise ValueError(f"ddof: must fit in a 64-bit integer, got {ddof!r}")
+    elif not isinstance(ddof, (float, np.floating)):
+        raise TypeError(f"ddof: expected a number, got {type(ddof).__name__} {ddof!r:.40}")
+    return 0
 
 
 def _reduce_sum(a, axis=None, dtype=None, out=None, keepdims=False):
@@ -3954,6 +4348,9 @@ cdef object _ufunc_call(object ufunc, tuple args, object out, dict kwargs, bint 
             raise ValueError(f"{name}: operands could not be broadcast together")
     dts = _resolve(ufunc, tuple(keys), kwargs.get("dtype"), kwargs.get("casting"),
                    kwargs.get("signature"))
+    for i in range(nout):
+        if outs[i] is None:
+            _check_dtype(dts[nin + i], f"{name}: the result")
     made = []
     try:
         final = []
@@ -3980,10 +4377,20 @@ cdef tuple _normalize_out(object out, int nout, object name):
         if len(out) != nout:
             raise ValueError(f"{name}: 'out' tuple must have exactly {nout} entries, "
                              f"got {len(out)}")
+        for o in out:
+            _check_out(o, name)
         return out
     if nout != 1:
         raise TypeError(f"{name}: 'out' must be a tuple of {nout} arrays")
+    _check_out(out, name)
     return (out,)
+
+
+cdef int _check_out(object o, object name) except -1:
+    if o is None or isinstance(o, NDArray) or isinstance(o, np.ndarray):
+        return 0
+    raise TypeError(f"{name}: out must be an NDArray (or a numpy.ndarray), got "
+                    f"{type(o).__name__} {o!r:.40}")
 
 
 cdef object _binop(object ufunc, object a, object b):
@@ -4085,6 +4492,7 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
         view = np.asarray(a)
     extra = {k: v for k, v in extra.items() if v is not None and not (k == "ddof" and v == 0)}
     if out is not None:
+        _check_out(out, name)
         func(view, axis=axis, out=_operand(out, name, "out"), keepdims=keepdims, **extra)
         return out
     ndim = view.ndim
@@ -4115,6 +4523,7 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
                 shape[nd] = view.shape[i]
                 nd += 1
     rdt = _reduce_dtype(name, func, view.dtype, extra)
+    _check_dtype(rdt, f"{name}: the result")
     return _new_filled(rdt, nd, shape,
                        lambda v: func(view, axis=axis, out=v, keepdims=keepdims, **extra), name)
 
@@ -4123,15 +4532,24 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
 # Linear algebra entry points (NumPy computes for now; the native GEMM replaces the call)
 
 cdef object _as_operand(object x, str name, str role):
+    # _Unsupported (a TypeError) lets the operators return NotImplemented; the public
+    # functions turn it into a plain TypeError (see _public)
     if isinstance(x, NDArray):
         check_array(<NDArray>x, name, role)
         return np_view(<NDArray>x)
     if isinstance(x, np.ndarray):
+        if x.dtype.hasobject or x.dtype.kind not in "biufc":
+            raise _Unsupported(f"{name}: unsupported operand {role} of dtype {x.dtype}")
         return x
     v = np.asarray(x)
     if v.dtype.hasobject or v.dtype.kind not in "biufc":
         raise _Unsupported(f"{name}: unsupported operand {role} of type {type(x).__name__!r}")
     return v
+
+
+cdef inline object _public(object exc):
+    # an internal "not covered" signal as the TypeError a caller of a public function gets
+    return TypeError(exc.args[0] if exc.args else "unsupported operand")
 
 
 # The native matrix product lives in ndws._linalg, which cimports this module and so installs
@@ -4146,9 +4564,16 @@ def _set_native_matmul(fn):
     _native_matmul = fn
 
 
-@cython.wraparound(True)
 def matmul(x1, x2, out=None):
     """Matrix product with NumPy's ``matmul`` rules (1-D promotion, batch broadcasting)."""
+    try:
+        return _matmul(x1, x2, out)
+    except _Unsupported as exc:
+        raise _public(exc) from None
+
+
+cdef object _matmul(object x1, object x2, object out):
+    # raises _Unsupported for operands that are not numeric arrays (the operators' cue)
     if _native_matmul is not None:
         res = _native_matmul(x1, x2, out)
         if res is not NotImplemented:
@@ -4178,14 +4603,18 @@ def _numpy_matmul(x1, x2, out=None):
         raise
     shape = batch + ((an[-2],) if a.ndim > 1 else ()) + ((bn[-1],) if b.ndim > 1 else ())
     dt = np.matmul.resolve_dtypes((a.dtype, b.dtype, None))[2]
+    _check_dtype(dt, "matmul: the result")
     return new_filled(shape, dt, lambda v: np.matmul(a, b, out=v), op="matmul")
 
 
 @cython.wraparound(True)
 def dot(a, b, out=None):
     """Dot product with NumPy's ``dot`` rules."""
-    av = _as_operand(a, "dot", "a")
-    bv = _as_operand(b, "dot", "b")
+    try:
+        av = _as_operand(a, "dot", "a")
+        bv = _as_operand(b, "dot", "b")
+    except _Unsupported as exc:
+        raise _public(exc) from None
     if out is not None:
         np.dot(av, bv, out=_operand(out, "dot", "out"))
         return out
@@ -4196,7 +4625,9 @@ def dot(a, b, out=None):
         np.dot(av, bv)  # raises NumPy's error
         raise ValueError("dot: shapes not aligned")
     shape = av.shape[:-1] + bv.shape[:-2] + (bv.shape[-1:] if bv.ndim > 1 else ())
-    return new_filled(shape, np.result_type(av, bv), lambda v: np.dot(av, bv, out=v), op="dot")
+    dt = np.result_type(av, bv)
+    _check_dtype(dt, "dot: the result")
+    return new_filled(shape, dt, lambda v: np.dot(av, bv, out=v), op="dot")
 
 
 def clip(a, a_min=None, a_max=None, out=None):
@@ -4272,12 +4703,28 @@ def full(shape, fill_value, dtype=None, order="C", *, detached=False):
     """New array filled with `fill_value` (dtype inferred from it, as NumPy does)."""
     cdef Py_ssize_t shp[NDWS_MAXDIMS]
     cdef int nd = _parse_shape(shape, shp)
-    if isinstance(fill_value, NDArray):
-        check_array(<NDArray>fill_value, "full", "fill_value")
-        fill_value = np_view(<NDArray>fill_value)
-    dt = _as_dtype(np.asarray(fill_value).dtype if dtype is None else dtype)
+    fill_value = _fill_operand(fill_value, "full", _shape_tuple(nd, shp))
+    dt = _as_dtype(fill_value.dtype if dtype is None else dtype)
     return _new_filled(dt, nd, shp, lambda v: np.copyto(v, fill_value, casting="unsafe"),
                        "full", _fortran(order), detached)
+
+
+cdef object _fill_operand(object fill_value, str op, tuple shape):
+    # `fill_value` of full/full_like as a NumPy array, checked before anything is allocated:
+    # numeric, and broadcastable to the new array's shape
+    if isinstance(fill_value, NDArray):
+        check_array(<NDArray>fill_value, op, "fill_value")
+        v = np_view(<NDArray>fill_value)
+    else:
+        v = np.asarray(fill_value)
+    if v.dtype.hasobject or v.dtype.kind not in "biufc":
+        raise TypeError(f"fill_value: expected a number or an array of numbers, got "
+                        f"{type(fill_value).__name__} {fill_value!r:.40}")
+    vs = v.shape
+    if len(vs) > len(shape) or any(d != 1 and d != n for d, n in zip(vs[::-1], shape[::-1])):
+        raise ValueError(f"fill_value: shape {vs} can't be broadcast to the array's shape "
+                         f"{shape}")
+    return v
 
 
 cdef NDArray _new_like(object a, object dtype, object order, object shape, bint detached):
@@ -4291,6 +4738,9 @@ cdef NDArray _new_like(object a, object dtype, object order, object shape, bint 
         proto = <NDArray>a
         check_array(proto, "like", "a")
     else:
+        if a is None:
+            raise TypeError("a: expected an array (the prototype of the new array's shape and "
+                            "dtype), got None")
         proto = from_numpy(np.asarray(a))
     dt = proto._dtype if dtype is None else _as_dtype(dtype)
     if shape is not None:
@@ -4322,11 +4772,13 @@ def ones_like(a, dtype=None, order="K", *, shape=None, detached=False):
 
 def full_like(a, fill_value, dtype=None, order="K", *, shape=None, detached=False):
     """`full` with the shape, dtype and layout of `a` (NumPy's ``full_like``)."""
-    if isinstance(fill_value, NDArray):
-        check_array(<NDArray>fill_value, "full_like", "fill_value")
-        fill_value = np_view(<NDArray>fill_value)
-    return _fill_new(_new_like(a, dtype, order, shape, detached),
-                     lambda v: np.copyto(v, fill_value, casting="unsafe"), "full_like")
+    cdef NDArray out = _new_like(a, dtype, order, shape, detached)
+    try:
+        fill_value = _fill_operand(fill_value, "full_like", out.shape)
+    except BaseException:
+        _discard(out)
+        raise
+    return _fill_new(out, lambda v: np.copyto(v, fill_value, casting="unsafe"), "full_like")
 
 
 def arange(start, stop=None, step=None, dtype=None, *, detached=False):
@@ -4334,8 +4786,27 @@ def arange(start, stop=None, step=None, dtype=None, *, detached=False):
     places arrays."""
     args = (start,) if stop is None and step is None else (
         (start, stop) if step is None else (start, stop, step))
+    for name, value in zip(("start", "stop", "step"), (start, stop, step)):
+        if value is not None:
+            _check_bound(value, name)
+    if step is not None and step == 0:
+        raise ValueError("step: must not be zero")
     return _copy_numpy(np.arange(*args, dtype=None if dtype is None else _as_dtype(dtype)),
                        None, detached)
+
+
+cdef int _check_bound(object value, str name) except -1:
+    # a real scalar NumPy computes with: Python ints beyond int64 would make NumPy fall back
+    # to object arithmetic (or a C OverflowError)
+    if isinstance(value, NDArray):
+        value = value.item()
+    if isinstance(value, (int, np.integer)):
+        if not -(1 << 63) <= value < (1 << 63):
+            raise ValueError(f"{name}: must fit in a 64-bit integer, got {value!r}")
+    elif not isinstance(value, (float, np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} "
+                        f"{value!r:.40}")
+    return 0
 
 
 def linspace(start, stop, num=50, endpoint=True, dtype=None, *, detached=False):

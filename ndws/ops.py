@@ -325,17 +325,31 @@ def where(condition: Any, x: Any = None, y: Any = None, *, out: Any = None) -> A
         np.where(c, xv, yv)  # NumPy's own broadcasting message
         raise
 
+    rdt = np.result_type(xv, yv)
+
     def fill(v: np.ndarray) -> None:
         np.copyto(v, yv, casting="unsafe")
         np.copyto(v, xv, casting="unsafe", where=np.asarray(c, dtype=bool))
     if out is not None:
+        if not isinstance(out, (NDArray, np.ndarray)):
+            raise TypeError(f"where: out must be an NDArray (or a numpy.ndarray), got "
+                            f"{type(out).__name__}")
         target = _view(out, "where", "out")
         if np.shape(target) != shape:
             raise ValueError(f"where: out has shape {np.shape(target)}, the result has "
                              f"shape {shape}")
-        fill(target)
+        if not np.can_cast(rdt, target.dtype, casting="same_kind"):
+            # the rule of every other out= (NumPy's ufuncs)
+            raise TypeError(f"where: cannot cast the result from {rdt!r} to out's dtype "
+                            f"{target.dtype!r} with casting rule 'same_kind'")
+        if any(isinstance(v, np.ndarray) and np.may_share_memory(target, v)
+               for v in (c, xv, yv)):
+            # out aliases an input: the two-step fill would read values it already wrote
+            np.copyto(target, np.where(c, xv, yv), casting="same_kind")
+        else:
+            fill(target)
         return out
-    return _core.new_filled(shape, np.result_type(xv, yv), fill, op="where")
+    return _core.new_filled(shape, rdt, fill, op="where")
 
 
 # -- shape and joining --------------------------------------------------------------------------

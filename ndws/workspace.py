@@ -140,6 +140,8 @@ _ENUM_FIELDS = {
     "policy_exports": ExportPolicy,
 }
 _SIZE_FIELDS = ("initial_size", "min_size", "max_size")
+#: more blocks than a C int counts (ND4J's stepsNumber is an int)
+_MAX_RING_BLOCKS = 2**31 - 2
 
 
 def _bad(field: str, message: str) -> ConfigurationError:
@@ -215,6 +217,9 @@ class WorkspaceConfiguration:
             if number < 0:
                 what = "number of bytes" if name in _SIZE_FIELDS else "integer"
                 raise _bad(name, f"must be a non-negative {what}, got {number!r}")
+            if name in _SIZE_FIELDS and number > _core.MAX_BLOCK_BYTES:
+                raise _bad(name, f"must be at most {_core.MAX_BLOCK_BYTES} bytes, got "
+                                 f"{number!r}")
             if number > sys.maxsize:
                 raise _bad(name, f"must be at most {sys.maxsize}, got {number!r}")
             set_(self, name, number)
@@ -251,6 +256,23 @@ class WorkspaceConfiguration:
             raise _bad("overallocation_limit", "For cyclic workspace overallocation should be "
                                                f"positive integral value. Got "
                                                f"{self.overallocation_limit!r}")
+        if self.policy_allocation is AllocationPolicy.OVERALLOCATE:
+            # the sizes the workspace will really ask for (ND4J's arithmetic overflows here
+            # into a negative size that then spills every allocation)
+            if self.policy_reset is ResetPolicy.ENDOFBUFFER_REACHED and \
+                    self.overallocation_limit >= _MAX_RING_BLOCKS:
+                raise _bad("overallocation_limit", f"a ring of more than {_MAX_RING_BLOCKS} "
+                                                   f"blocks can't be built, got "
+                                                   f"{self.overallocation_limit!r}")
+            for name in ("initial_size", "min_size", "a learned cycle"):
+                # (a learned cycle is at least one aligned slot)
+                size = getattr(self, name, _core.ALIGNMENT)
+                grown = size + size * self.overallocation_limit
+                if grown > _core.MAX_BLOCK_BYTES:
+                    raise _bad("overallocation_limit",
+                               f"{name}={size} overallocated by {self.overallocation_limit!r} "
+                               f"is {grown:.4g} bytes, more than the {_core.MAX_BLOCK_BYTES} "
+                               f"a workspace can allocate")
 
     @staticmethod
     def builder() -> "_ConfigurationBuilder":
@@ -699,7 +721,11 @@ class WorkspaceManager(_core.ThreadState):
         return lines
 
     def print_allocation_statistics_for_current_thread(self, file: Any = None) -> None:
-        """Print the workspace table in ND4J's layout (to `file`, default stdout)."""
+        """Print the workspace table in ND4J's layout (to `file`, a text stream with a
+        ``write`` method; default stdout)."""
+        if file is not None and not callable(getattr(file, "write", None)):
+            raise TypeError(f"file: expected a text stream with a write() method, got "
+                            f"{type(file).__name__} {file!r:.40}")
         print("\n".join(self.allocation_statistics_lines()), file=file or sys.stdout)
 
     def __repr__(self) -> str:
