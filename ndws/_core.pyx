@@ -613,14 +613,16 @@ cdef int _end_scope(ThreadState ts, _Scope s, bint lexical) except -1:
     cdef bint innermost = i == len(st) - 1
     del st[i]
     s.live = False
-    if s.kind == _SC_ENTRY:
-        ws._depth -= 1
-        if ends_cycle:
-            _purge(ts, ws)
-            ws._end_cycle()
-    elif s.kind == _SC_BORROW:
-        ws._borrows -= 1
-    _settle(ts, s, innermost)
+    try:
+        if s.kind == _SC_ENTRY:
+            ws._depth -= 1
+            if ends_cycle:
+                _purge(ts, ws)
+                ws._end_cycle()     # may raise (learning can't allocate): it closes first
+        elif s.kind == _SC_BORROW:
+            ws._borrows -= 1
+    finally:
+        _settle(ts, s, innermost)
     return 0
 
 
@@ -1165,15 +1167,15 @@ cdef class Arena:
         cdef bint reuse = self._p_reset == _BLOCK_LEFT and self._is_open
         if reuse:
             # Entering an open, non-current workspace (A -> B -> A) resets it, as in ND4J.
+            # What may fail comes before the scope is pushed: a failed entry changes nothing.
             self._fail_if_exported("re-entry of an open workspace")
+            self._reuse_main()
         cdef _Scope scope = _push_scope(ts, self, _SC_ENTRY)
         self._last_scope = scope
         self._previous = scope.restore
         self._depth += 1
         self._is_open = True
         if self._p_reset == _BLOCK_LEFT:
-            if reuse:
-                self._reuse_main()
             self._offset = 0
         if self._external_count > 0 and (self._p_reset == _BLOCK_LEFT or self._reset_planned):
             self._clear_external()
@@ -1206,11 +1208,13 @@ cdef class Arena:
         if self._depth == 1 and self._p_reset == _BLOCK_LEFT:
             self._fail_if_exported("the end of a cycle")
         self._depth -= 1
-        if self._depth == 0:
-            self._end_cycle()
-        ts._scope_ops += 1
-        if not _usable(ts._current):
-            ts._current = _innermost(ts)
+        try:
+            if self._depth == 0:
+                self._end_cycle()
+        finally:
+            ts._scope_ops += 1
+            if not _usable(ts._current):
+                ts._current = _innermost(ts)
 
     cdef int _end_cycle(self) except -1:
         # ND4J's close(), steps 3-12, once the last open entry has ended (the export check of
@@ -2478,7 +2482,7 @@ def from_dlpack(x, *, device=None, copy=None):
                         f"{type(x).__name__}")
     if device not in (None, "cpu"):
         raise ValueError(f"device: ndws arrays live on the CPU, got {device!r}")
-    if copy not in (None, True, False):
+    if not (copy is None or copy is True or copy is False):
         raise ValueError(f"copy: expected True, False or None, got {copy!r}")
     view = np.from_dlpack(x)       # never copies a CPU tensor
     if copy:
@@ -2792,7 +2796,7 @@ cdef class NDArray:
         if dl_device is not None and tuple(dl_device) != (_DL_CPU, 0):
             raise BufferError(f"dl_device: ndws arrays live on the CPU (1, 0), got "
                               f"{dl_device!r}")
-        if copy not in (None, True, False):
+        if not (copy is None or copy is True or copy is False):
             raise ValueError(f"copy: expected True, False or None, got {copy!r}")
         versioned = max_version is not None and tuple(max_version)[0] >= 1
         if not versioned and not self._writeable:

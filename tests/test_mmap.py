@@ -100,3 +100,74 @@ def test_destroyed_mmap_keeps_arrays_memory_safe(tmp_path):
         assert info.value.kind == "destroyed"
         np.testing.assert_array_equal(exported, np.full(8, 7.0))  # mapping still alive
         del exported
+
+
+def test_a_truncated_file_is_refused_at_the_next_cycle(tmp_path):
+    # touching a mapped page past the end of a truncated file is SIGBUS: refuse before that
+    path = tmp_path / "ws.bin"
+    ws = ndws.workspace("MM_TRUNC", mmap_conf(initial_size=64 * 1024, temp_file_path=path))
+    with ws:
+        ndws.full(1000, 1.0)
+    os.truncate(path, 4096)                          # someone else shortens the file
+    before = (ws.generation, ws.cycles_count, ws.is_scope_active)
+    with pytest.raises(WorkspaceError) as info:
+        with ws:
+            ndws.full(8000, 1.0)                     # would write past the end of the file
+    assert info.value.kind == "mmap" and info.value.workspace_id == "MM_TRUNC"
+    assert str(info.value) == (
+        "Workspace [MM_TRUNC]: its memory-mapped file is now 4096 bytes, shorter than the "
+        "65536 bytes mapped (truncated by another program?); using it would crash the "
+        "process. Destroy this workspace and create a new one.")
+    assert (ws.generation, ws.cycles_count, ws.is_scope_active) == before
+    assert ndws.current_workspace() is None
+    ndws.get_workspace_manager().destroy_workspace(ws)
+    with ndws.workspace("MM_TRUNC", mmap_conf(initial_size=64 * 1024, temp_file_path=path)):
+        assert ndws.full(8000, 1.0).sum().item() == 8000.0
+
+
+def test_crash_reproducer_in_a_child_process(tmp_path):
+    # the sequence that died of SIGBUS, run where a regression can only kill a child
+    import subprocess
+    import sys
+    code = f"""
+import os, ndws
+conf = ndws.WorkspaceConfiguration(policy_location="MMAP", policy_learning="NONE",
+                                   initial_size=1 << 20, temp_file_path={str(tmp_path / 'c.bin')!r})
+ws = ndws.workspace("MM_CHILD", conf)
+with ws:
+    ndws.zeros(1000)
+os.truncate({str(tmp_path / 'c.bin')!r}, 0)
+try:
+    with ws:
+        ndws.full(100_000, 2.0)
+except ndws.WorkspaceError as e:
+    print(e.kind)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "mmap"), proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("user_file", [True, False], ids=["user-file", "temp-file"])
+def test_exports_alive_at_cycle_end_keep_the_workspace_memory_mapped(tmp_path, user_file):
+    # the block is left to the NumPy view, and the workspace goes on in a freshly mapped
+    # temporary file (never silently in RAM), saying so once
+    path = tmp_path / "ws.bin"
+    conf = mmap_conf(initial_size=8192, temp_file_path=path if user_file else None)
+    ws = ndws.workspace("MM_EXPORT", conf)
+    with pytest.warns(ndws.WorkspaceWarning, match=r"continues on a freshly mapped temporary "
+                                                   r"file \(it stays memory-mapped\)"):
+        with ws:
+            a = ndws.full(16, 3.0)
+            kept = np.asarray(a)
+    assert ws.blocks_left_to_exports == 1
+    with ws:
+        b = ndws.full(16, 4.0)
+        assert b.memory_kind == "mmap"
+        assert ws.this_cycle_allocations == 128 and ws.spilled_size == 0
+    np.testing.assert_array_equal(kept, np.full(16, 3.0))    # the export never changed
+    if user_file:
+        # the user's file keeps the first cycle's data; later cycles live in the new mapping
+        assert np.fromfile(path, dtype=np.float64, count=16).tolist() == [3.0] * 16
+    # nothing of the fresh mapping is left on disk
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["ws.bin"] if user_file else [])

@@ -864,6 +864,42 @@ def test_where_one_arg(rng, shape):
         assert all(g.dtype == np.int64 for g in got)
 
 
+@pytest.mark.parametrize("alias", ["x", "y", "condition"])
+def test_where_out_aliasing_an_input_matches_numpy(alias):
+    # the fill writes y then x: an `out` that is one of them must not read what it wrote
+    c = np.array([True, False, False])
+    x, y = np.array([9.0, 9.0, 9.0]), np.array([1.0, 2.0, 3.0])
+    expected = np.where(c, x, y)
+    nc, nx, ny = ndws.array(c.astype(np.float64)), ndws.array(x), ndws.array(y)
+    out = {"x": nx, "y": ny, "condition": nc}[alias]
+    got = ndws.where(nc, nx, ny, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_where_out_aliasing_through_a_view():
+    a = ndws.arange(6.0)
+    got = ndws.where(ndws.array([True, False, True]), a[::2], a[1::2], out=a[1::2])
+    np.testing.assert_array_equal(got.numpy(), [0.0, 3.0, 4.0])
+
+
+@pytest.mark.parametrize("out_dtype, ok", [(np.int8, False), (np.float32, True),
+                                           (np.complex128, True), (np.bool_, False)])
+def test_where_out_casting_is_same_kind_like_every_out(out_dtype, ok):
+    c, x = ndws.array([True, False]), ndws.array([1.5, 2.5])
+    out = ndws.zeros(2, dtype=out_dtype)
+    if ok:
+        ndws.where(c, x, 0.5, out=out)
+        np.testing.assert_array_equal(out.numpy(), np.array([1.5, 0.5]).astype(out_dtype))
+        return
+    with pytest.raises(TypeError, match=r"^where: cannot cast the result from "
+                                        r"dtype\('float64'\) to out's dtype "):
+        ndws.where(c, x, 0.5, out=out)
+    assert not out.numpy().any()        # nothing was written
+    with pytest.raises(TypeError):      # NumPy's rule for a ufunc's out= says the same
+        np.add(x.numpy(), 0.5, out=np.zeros(2, dtype=out_dtype))
+
+
 def test_where_two_args_is_an_error():
     check(lambda: np.where(np.array([True]), 1), lambda: ndws.where(ndws.array([True]), 1))
 

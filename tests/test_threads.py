@@ -228,3 +228,136 @@ def test_omp_num_threads_sets_the_starting_pool_size(env, expected):
         [sys.executable, "-c", "import ndws; print(ndws.get_num_threads())"],
         env={**os.environ, "OMP_NUM_THREADS": env}, capture_output=True, text=True, check=True)
     assert int(out.stdout) == (expected if _openmp() else 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading another thread's array (DESIGN invariant 7): the values it had when the operation
+# started, or an error; never a mix of two cycles
+
+
+def _owner_thread(body):
+    """Run body() on a thread of its own; re-raise what it raised; its workspaces go after."""
+    errors = []
+
+    def run():
+        try:
+            body()
+        except BaseException as exc:  # re-raised in the caller
+            errors.append(exc)
+        finally:
+            ndws.destroy_all_workspaces_for_current_thread()
+
+    t = threading.Thread(target=run, name="ndws-owner")
+    t.start()
+    return t, errors
+
+
+def test_a_foreign_read_pins_the_block_across_the_owner_s_cycle_end():
+    # Deterministic, with Events: the reader holds a view taken while the array was valid; the
+    # owner then ends the cycle and writes the next one; the view still holds the old values,
+    # because the owner left the pinned block to it and went on in a fresh one.
+    made, viewed, rewritten = threading.Event(), threading.Event(), threading.Event()
+    box = {}
+    conf = ndws.WorkspaceConfiguration(initial_size=1 << 16, policy_learning="NONE")
+
+    def owner():
+        ws = ndws.workspace("PINNED_OWNER", conf)
+        with ws:
+            box["a"] = ndws.full(1000, 1.0)
+            made.set()
+            assert viewed.wait(60)
+        with ws:
+            b = ndws.full(1000, 2.0)
+            box["b_kind"] = b.memory_kind
+        box["left"] = ws.blocks_left_to_exports
+        rewritten.set()
+
+    t, errors = _owner_thread(owner)
+    assert made.wait(60)
+    view = ndws._core._np_view(box["a"])    # what every NumPy-path operation works on
+    viewed.set()
+    assert rewritten.wait(60)
+    t.join(60)
+    assert not t.is_alive() and not errors, errors
+    np.testing.assert_array_equal(view, np.ones(1000))
+    assert (box["left"], box["b_kind"]) == (1, "main")
+    with pytest.raises(WorkspaceError) as info:   # the array itself is stale now
+        box["a"].sum()
+    assert info.value.kind in ("leaked", "destroyed")
+
+
+def test_a_foreign_read_of_a_ring_array_lets_the_ring_go_around_it():
+    # In a circular workspace only the pinned array's place matters: the owner keeps writing
+    # the ring without a new block until it would overwrite the pinned array.
+    conf = ndws.WorkspaceConfiguration(initial_size=256, overallocation_limit=2.0,
+                                       policy_reset="ENDOFBUFFER_REACHED",
+                                       policy_learning="NONE")   # a 768-byte ring
+    steps = [threading.Event() for _ in range(4)]
+    box = {}
+
+    def owner():
+        ws = ndws.workspace("RING_OWNER", conf)
+        assert ws.current_size == 768          # 12 slots of 64 bytes
+        with ws:
+            box["a"] = ndws.full(8, 5.0)      # slot 0
+            steps[0].set()
+            assert steps[1].wait(60)
+            for k in range(11):               # slots 1..11: the ring is full, not yet around
+                ndws.full(8, float(k))
+            box["left_before"] = ws.blocks_left_to_exports
+            box["stale_before"] = box["a"].stale
+            ndws.full(8, 99.0)                # wraps: slot 0 would overwrite the pinned array
+            box["left_after"] = ws.blocks_left_to_exports
+            steps[2].set()
+            assert steps[3].wait(60)
+
+    t, errors = _owner_thread(owner)
+    assert steps[0].wait(60)
+    view = ndws._core._np_view(box["a"])
+    steps[1].set()
+    assert steps[2].wait(60)
+    np.testing.assert_array_equal(view, np.full(8, 5.0))
+    steps[3].set()
+    t.join(60)
+    assert not t.is_alive() and not errors, errors
+    assert (box["left_before"], box["stale_before"], box["left_after"]) == (0, None, 1)
+
+
+@pytest.mark.slow
+def test_reading_another_thread_s_array_while_it_cycles_is_never_torn():
+    # The issue's reproducer as a stress test: a reader sums the owner's 4M-element array
+    # while the owner closes the cycle and writes the next one into the same memory. Each
+    # round the reader announces its read, the owner then races it; every sum must be the
+    # whole old array (k * N) or a WorkspaceError.
+    n, rounds = 4_000_000, 40
+    conf = ndws.WorkspaceConfiguration(initial_size=n * 8 * 2, policy_learning="NONE")
+    published, reading = threading.Event(), threading.Event()
+    box, results = {}, []
+
+    def owner():
+        ws = ndws.workspace("TORN_OWNER", conf)
+        for k in range(1, rounds + 1):
+            ws.notify_scope_entered()
+            box["a"] = (ndws.full(n, float(k)), k)
+            published.set()
+            assert reading.wait(60)
+            reading.clear()
+            ws.close()
+            with ws:
+                ndws.full(n, -1.0)
+
+    t, errors = _owner_thread(owner)
+    for _ in range(rounds):
+        assert published.wait(60)
+        published.clear()
+        a, k = box["a"]
+        reading.set()
+        try:
+            results.append((a.sum().item(), k))
+        except WorkspaceError as exc:
+            results.append((exc.kind, k))
+    t.join(120)
+    assert not t.is_alive() and not errors, errors
+    torn = [(s, k) for s, k in results if s != k * n and s not in ("leaked", "outdated")]
+    assert not torn, torn[:5]
+    assert len(results) == rounds

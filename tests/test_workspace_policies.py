@@ -25,6 +25,8 @@ array validation is tested elsewhere).
 """
 from __future__ import annotations
 
+import sys
+
 import dataclasses
 
 import pytest
@@ -152,6 +154,48 @@ def test_circular_limits_that_are_allowed():
     assert ndws.workspace("CFG_CIRC_1", ok1).workspace_type is WorkspaceType.CIRCULAR
     assert ndws.workspace("CFG_CIRC_2", ok2).workspace_type is WorkspaceType.CIRCULAR
     assert ndws.workspace("CFG_SCOPED", conf()).workspace_type is WorkspaceType.SCOPED
+
+
+@pytest.mark.parametrize("kw, field, message", [
+    (dict(initial_size=sys.maxsize), "initial_size",
+     f"initial_size: must be at most {ndws._core.MAX_BLOCK_BYTES} bytes, got {sys.maxsize}"),
+    (dict(max_size=2**63), "max_size",
+     f"max_size: must be at most {ndws._core.MAX_BLOCK_BYTES} bytes, got {2**63}"),
+    (dict(initial_size=10**6, overallocation_limit=1e300), "overallocation_limit",
+     f"overallocation_limit: initial_size=1000000 overallocated by 1e+300 is 1e+306 bytes, "
+     f"more than the {ndws._core.MAX_BLOCK_BYTES} a workspace can allocate"),
+    (dict(overallocation_limit=1e300), "overallocation_limit",
+     f"overallocation_limit: a learned cycle=64 overallocated by 1e+300 is 6.4e+301 bytes, "
+     f"more than the {ndws._core.MAX_BLOCK_BYTES} a workspace can allocate"),
+    (dict(min_size=2**61, overallocation_limit=1.5), "overallocation_limit",
+     f"overallocation_limit: min_size={2**61} overallocated by 1.5 is 5.765e+18 bytes, more "
+     f"than the {ndws._core.MAX_BLOCK_BYTES} a workspace can allocate"),
+    (dict(policy_reset="ENDOFBUFFER_REACHED", overallocation_limit=1e300),
+     "overallocation_limit",
+     "overallocation_limit: a ring of more than 2147483646 blocks can't be built, got 1e+300"),
+])
+def test_sizes_that_would_overflow_are_rejected(kw, field, message):
+    # ND4J's long arithmetic wraps: a negative current size, and every allocation spills
+    with pytest.raises(ndws.ConfigurationError) as ei:
+        conf(**kw)
+    _check_config_error(ei.value, field)
+    assert str(ei.value) == message
+
+
+def test_largest_allowed_sizes_do_not_overflow_at_runtime():
+    # a valid configuration whose buffer the machine can't give raises MemoryError at
+    # construction instead of going negative
+    big = conf(initial_size=ndws._core.MAX_BLOCK_BYTES // 2, overallocation_limit=0.5)
+    with pytest.raises(MemoryError):
+        ndws.get_workspace_manager().create_new_workspace(big, "CFG_HUGE")
+    assert not ndws.get_workspace_manager().check_if_workspace_exists("CFG_HUGE")
+    # learning that would overflow raises MemoryError at the close that learns
+    learner = ndws.workspace("CFG_LEARN", conf(overallocation_limit=2.0**55))
+    with pytest.raises(MemoryError, match=r"^Workspace \[CFG_LEARN\]: 1024 bytes overallocated "
+                                          r"by 3.6\d+e\+16 would exceed "):
+        with learner:
+            ndws.zeros(128)
+    assert ndws.current_workspace() is None and not learner.is_scope_active
 
 
 def test_unknown_enum_name_rejected():

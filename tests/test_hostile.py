@@ -1,0 +1,300 @@
+"""Hostile input to the core (DESIGN invariant 1 and the error rules of docs/workspaces.md):
+inputs that once crashed the interpreter, results ndws can't hold, calls that fail half-way,
+and the errors that must name the argument at fault.
+
+Each reproducer asserts the exact exception and message, and that a failed call left the
+workspace's counters exactly as they were. The crash reproducers also run in a child process,
+so that a regression shows up as a failed test rather than a dead test run.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import ndws
+
+BIG = ndws.WorkspaceConfiguration(initial_size=1 << 20, policy_learning="NONE")
+#: a workspace of size 0 that never learns: every allocation spills
+SPILLING = ndws.WorkspaceConfiguration(initial_size=0, policy_learning="NONE")
+
+
+def counters(ws) -> tuple:
+    return (ws.this_cycle_allocations, ws.primary_offset, ws.spilled_size,
+            ws.number_of_external_allocations, ws.generation)
+
+
+# ------------------------------------------------------------------------------------------------
+# More dimensions than ndws once held (32): NumPy 2's 64 everywhere, a clear error beyond
+
+
+@pytest.mark.parametrize("ndim", [5, 33, 40, 64])
+def test_many_dimensions_on_every_path(ndim):
+    ones = np.ones((1,) * (ndim - 1) + (3,))
+    with ndws.workspace("MANYDIM", BIG):
+        a = ndws.asarray(ones)
+        assert a.shape == ones.shape and a.is_attached()
+        assert ndws.array([1.0, 2.0, 3.0], ndmin=ndim).shape == ones.shape
+        assert ndws.sin(np.zeros(ones.shape)).shape == ones.shape
+        assert (ndws.zeros(3) + ones).shape == ones.shape
+        assert ndws.sum(ones, axis=0).shape == ones.shape[1:]
+        assert a.sum().item() == 3.0
+        np.testing.assert_array_equal(np.asarray(a + a), ones * 2)
+        assert a[(0,) * (ndim - 1)].tolist() == [1.0, 1.0, 1.0]
+        assert a.T.shape == ones.shape[::-1]
+        assert memoryview(a).shape == ones.shape
+        assert ndws.from_numpy(ones).shape == ones.shape
+        assert ndws.zeros((1,) * ndim).ndim == ndim
+        assert ndws.empty_like(a).shape == ones.shape
+        assert a.reshape(3).shape == (3,)
+        assert ndws.asarray(np.ones(3)).reshape((1,) * (ndim - 1) + (3,)).ndim == ndim
+
+
+def test_more_than_64_dimensions_raise_numpy_s_error():
+    msg = "maximum supported dimension for an ndarray is currently 64, found 65"
+    for call in (lambda: ndws.zeros((1,) * 65), lambda: ndws.array([1.0], ndmin=65),
+                 lambda: ndws.ones(3).reshape((1,) * 62 + (3, 1, 1))):
+        with pytest.raises(ValueError, match=msg):
+            call()
+
+
+CRASHERS = """
+import numpy as np, ndws
+ndws.asarray(np.zeros((1,)*33))
+ndws.array([1.0], ndmin=33)
+ndws.sin(np.zeros((1,)*33))
+ndws.zeros(3) + np.ones((1,)*40)
+ndws.sum(np.ones((1,)*34), axis=0)
+with ndws.workspace("CRASH"):
+    for call in (lambda: ndws.zeros(3) + np.array([1, 2, 3], dtype=object),
+                 lambda: ndws.add(ndws.zeros(3), 1, dtype=object),
+                 lambda: ndws.negative(ndws.zeros(3), dtype=object)):
+        try:
+            call()
+        except TypeError:
+            pass
+a = ndws.zeros(3)
+m = memoryview(a)
+try:
+    a.__init__(1000)
+except TypeError:
+    pass
+assert m.tolist() == [0.0, 0.0, 0.0]
+print("survived")
+"""
+
+
+def test_former_crashers_survive_in_a_child_process():
+    # a regression kills only the child: the test then reports its signal
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CRASHERS)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.strip() == "survived"
+
+
+# ------------------------------------------------------------------------------------------------
+# Dtypes ndws does not hold are refused before any memory is touched
+
+
+NON_NUMERIC = [
+    ("add", lambda x, i: ndws.add(x, 1, dtype=object), "add", "dtype('O')"),
+    ("negative", lambda x, i: ndws.negative(x, dtype=object), "negative", "dtype('O')"),
+    ("object operand", lambda x, i: x + np.array([1, 2, 3], dtype=object), "add", "dtype('O')"),
+    ("datetime", lambda x, i: i + np.datetime64("2020-01-01"), "add", "dtype('<M8[D]')"),
+    ("timedelta", lambda x, i: i * np.timedelta64(1, "s"), "multiply", "dtype('<m8[s]')"),
+    ("np.add", lambda x, i: np.add(x, np.array(["a", "b", "c"], dtype=object)), "add",
+     "dtype('O')"),
+]
+
+
+@pytest.mark.parametrize("call, op, dt", [c[1:] for c in NON_NUMERIC],
+                         ids=[c[0] for c in NON_NUMERIC])
+def test_non_numeric_results_are_refused_before_allocating(call, op, dt):
+    with ndws.workspace("NONNUM", BIG) as ws:
+        x, i = ndws.zeros(3), ndws.zeros(3, dtype=np.int64)
+        before = counters(ws)
+        with pytest.raises(TypeError) as info:
+            call(x, i)
+        assert str(info.value) == (f"{op}: the result: ndws arrays hold numbers (bool, int, "
+                                   f"uint, float, complex); got {dt}")
+        assert counters(ws) == before
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ndws.ones(3, dtype="M8[s]"),
+    lambda: ndws.zeros(3).astype(object),
+    lambda: ndws.empty(3, dtype="U3"),
+    lambda: ndws.array(np.array([1, 2], dtype="m8[s]")),
+    lambda: ndws.from_numpy(np.array([b"x"])),
+], ids=["datetime", "astype-object", "str", "timedelta-array", "bytes"])
+def test_non_numeric_dtypes_are_refused(call):
+    with pytest.raises(TypeError, match=r"ndws arrays hold numbers \(bool, int, uint, float, "
+                                        r"complex\); got dtype\("):
+        call()
+
+
+def test_ndarray_init_cannot_run_twice():
+    a = ndws.arange(3.0)
+    m = memoryview(a)
+    with pytest.raises(TypeError) as info:
+        a.__init__(1000)
+    assert str(info.value) == ("NDArray.__init__ can't re-initialise an existing array; create "
+                               "a new one with ndws.empty (or NDArray(shape, dtype))")
+    assert m.tolist() == [0.0, 1.0, 2.0] and a.shape == (3,)
+    b = ndws.NDArray((2, 2))
+    with pytest.raises(TypeError):
+        ndws.NDArray.__init__(b, (7,))
+    assert b.shape == (2, 2)
+    v = a[1:]
+    with pytest.raises(TypeError):
+        v.__init__(4)
+    assert v.tolist() == [1.0, 2.0]
+
+
+# ------------------------------------------------------------------------------------------------
+# A failed call leaves nothing behind
+
+
+def _divmod_by_zero(b):
+    with np.errstate(divide="raise"):
+        divmod(b, 0.0)
+
+
+FAILING = [
+    ("astype-order", lambda b: b.astype(np.float32, order="Z"), ValueError,
+     "order: expected 'C', 'F', 'A' or 'K', got 'Z'"),
+    ("copy-order", lambda b: b.copy(order="Z"), ValueError,
+     "order: expected 'C', 'F', 'A' or 'K', got 'Z'"),
+    ("empty_like-order", lambda b: ndws.empty_like(b, order="Z"), ValueError,
+     "order: expected 'C', 'F', 'A' or 'K', got 'Z'"),
+    ("ones_like-order", lambda b: ndws.ones_like(b, order="Z"), ValueError,
+     "order: expected 'C', 'F', 'A' or 'K', got 'Z'"),
+    ("reshape-copy", lambda b: b.reshape(7, copy=True), ValueError,
+     "cannot reshape array of size 6 into shape (7,)"),
+    ("divmod-errstate", _divmod_by_zero, FloatingPointError,
+     "divide by zero encountered in divmod"),
+    ("astype-safe", lambda b: b.astype(np.int8, casting="safe"), TypeError,
+     "Cannot cast array data from dtype('float64') to dtype('int8') according to the rule "
+     "'safe'"),
+    ("full-None", lambda b: ndws.full(3, None), TypeError,
+     "fill_value: expected a number or an array of numbers, got NoneType None"),
+    ("full_like-None", lambda b: ndws.full_like(b, None), TypeError,
+     "fill_value: expected a number or an array of numbers, got NoneType None"),
+    ("full-shape", lambda b: ndws.full(3, [1.0, 2.0]), ValueError,
+     "fill_value: shape (2,) can't be broadcast to the array's shape (3,)"),
+    ("add-out", lambda b: ndws.add(b, 1, out="str"), TypeError,
+     "add: out must be an NDArray (or a numpy.ndarray), got str 'str'"),
+    ("where-cast", lambda b: ndws.where(np.arange(6) > 2, b, 0.5, out=np.zeros(6, np.int8)),
+     TypeError, "where: cannot cast the result from dtype('float64') to out's dtype "
+     "dtype('int8') with casting rule 'same_kind'"),
+]
+
+
+@pytest.mark.parametrize("conf", [BIG, SPILLING], ids=["main-block", "spills"])
+@pytest.mark.parametrize("call, exc, msg", [c[1:] for c in FAILING], ids=[c[0] for c in FAILING])
+def test_a_failed_call_keeps_no_workspace_bytes(conf, call, exc, msg):
+    with ndws.workspace("FAILING", conf) as ws:
+        b = ndws.arange(6.0)
+        before = counters(ws)
+        with pytest.raises(exc) as info:
+            call(b)
+        assert str(info.value) == msg
+        assert counters(ws) == before
+        assert b.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_two_outputs_are_both_given_back():
+    # rollback works newest first, so an op with two new outputs returns both
+    with ndws.workspace("TWO_OUT", BIG) as ws:
+        b = ndws.arange(1.0, 7.0)
+        before = counters(ws)
+        with np.errstate(divide="raise", invalid="raise"):
+            for call in (lambda: np.divmod(b, 0.0), lambda: divmod(b, 0.0),
+                         lambda: np.modf(b / 0.0)):
+                with pytest.raises(FloatingPointError):
+                    call()
+                assert counters(ws) == before
+        q, r = divmod(b, 2.0)                 # and the bytes are reused
+        assert (q.tolist(), r.tolist()) == ([0.0, 1.0, 1.0, 2.0, 2.0, 3.0],
+                                             [1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+        assert ws.this_cycle_allocations == before[0] + 2 * ndws.ALIGNMENT
+
+
+# ------------------------------------------------------------------------------------------------
+# Clear errors that name the argument
+
+
+CLEAR = [
+    ("out", lambda: ndws.add(ndws.zeros(3), 1, out="str"), TypeError,
+     "add: out must be an NDArray (or a numpy.ndarray), got str 'str'"),
+    ("out-tuple", lambda: ndws.add(ndws.zeros(3), 1, out=(3,)), TypeError,
+     "add: out must be an NDArray (or a numpy.ndarray), got int 3"),
+    ("reduce-out", lambda: ndws.zeros(3).prod(out=[1]), TypeError,
+     "prod: out must be an NDArray (or a numpy.ndarray), got list [1]"),
+    ("ddof-str", lambda: ndws.zeros(3).var(ddof="x"), TypeError,
+     "ddof: expected a number, got str 'x'"),
+    ("ddof-huge", lambda: ndws.zeros(3).std(ddof=10**30), ValueError,
+     "ddof: must fit in a 64-bit integer, got 1000000000000000000000000000000"),
+    ("ddof-huge-fn", lambda: ndws.var(np.zeros(3), ddof=-10**30), ValueError,
+     "ddof: must fit in a 64-bit integer, got -1000000000000000000000000000000"),
+    ("arange-step", lambda: ndws.arange(0, 10, 10**30), ValueError,
+     "step: must fit in a 64-bit integer, got 1000000000000000000000000000000"),
+    ("arange-stop", lambda: ndws.arange(0, "10"), TypeError,
+     "stop: expected a real number, got str '10'"),
+    ("arange-zero-step", lambda: ndws.arange(0, 10, 0), ValueError, "step: must not be zero"),
+    ("full-None", lambda: ndws.full(3, None), TypeError,
+     "fill_value: expected a number or an array of numbers, got NoneType None"),
+    ("empty_like-None", lambda: ndws.empty_like(None), TypeError,
+     "a: expected an array (the prototype of the new array's shape and dtype), got None"),
+    ("dot-str", lambda: ndws.zeros(3).dot("x"), TypeError,
+     "dot: unsupported operand b of type 'str'"),
+    ("matmul-str", lambda: ndws.matmul(ndws.zeros((2, 2)), "x"), TypeError,
+     "matmul: unsupported operand x2 of type 'str'"),
+    ("matmul-object", lambda: ndws.matmul(ndws.zeros((2, 2)), np.ones((2, 2), dtype=object)),
+     TypeError, "matmul: unsupported operand x2 of dtype object"),
+    ("shape-None", lambda: ndws.zeros(None), TypeError,
+     "shape: expected an int or a sequence of ints, got None"),
+    ("shape-str", lambda: ndws.empty((2, "a")), TypeError,
+     "shape: expected an int or a sequence of ints, got (2, 'a')"),
+    ("shape-bool", lambda: ndws.ones(True), TypeError,
+     "shape: expected an int or a sequence of ints, got True"),
+    ("shape-huge", lambda: ndws.zeros(10**30), ValueError,
+     "array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible "
+     "size."),
+    ("statistics-file", lambda: ndws.get_workspace_manager()
+     .print_allocation_statistics_for_current_thread(file="notafile"), TypeError,
+     "file: expected a text stream with a write() method, got str 'notafile'"),
+]
+
+
+@pytest.mark.parametrize("call, exc, msg", [c[1:] for c in CLEAR], ids=[c[0] for c in CLEAR])
+def test_errors_name_the_argument(call, exc, msg):
+    with pytest.raises(exc) as info:
+        call()
+    assert type(info.value) is exc
+    assert str(info.value) == msg
+
+
+def test_the_matmul_operator_defers_to_the_other_operand():
+    # the operators still return NotImplemented, so Python's own message (and the other
+    # operand's __rmatmul__) apply
+    with pytest.raises(TypeError, match=r"unsupported operand type\(s\) for @: "
+                                        r"'ndws._core.NDArray' and 'str'"):
+        ndws.zeros((2, 2)) @ "x"
+
+    class Other:
+        def __rmatmul__(self, left):
+            return "other"
+
+    assert ndws.zeros((2, 2)) @ Other() == "other"
+
+
+def test_private_exception_classes_do_not_escape():
+    for call in (lambda: ndws.zeros(3).dot("x"), lambda: ndws.dot("x", ndws.zeros(3)),
+                 lambda: ndws.matmul("x", ndws.zeros(3))):
+        with pytest.raises(TypeError) as info:
+            call()
+        assert type(info.value) is TypeError
