@@ -1634,22 +1634,30 @@ cdef dict _format_cache = {}
 _PEP3118 = {"F": b"Zf", "D": b"Zd", "G": b"Zg"}
 
 
+cdef object _last_dtype_key = None     # the last dtype argument seen, and its dtype:
+cdef object _last_dtype = None         # a loop asks for the same one every time
+
+
 cdef object _as_dtype(object obj):
+    global _last_dtype_key, _last_dtype
     cdef object dt
     if obj is None:
         return _F64
+    if obj is _last_dtype_key:
+        return _last_dtype
     try:
         dt = _dtype_cache.get(obj)
     except TypeError:  # unhashable
         dt = None
-    if dt is not None:
-        return dt
-    dt = np.dtype(obj)
-    _check_dtype(dt)
-    try:
-        _dtype_cache[obj] = dt
-    except TypeError:
-        pass
+    if dt is None:
+        dt = np.dtype(obj)
+        _check_dtype(dt)
+        try:
+            _dtype_cache[obj] = dt
+        except TypeError:
+            return dt                  # unhashable: not remembered either
+    _last_dtype_key = obj
+    _last_dtype = dt
     return dt
 
 
@@ -1682,7 +1690,18 @@ cdef int _parse_shape(object shape, Py_ssize_t* out) except -1:
     return 1
 
 
-cdef Py_ssize_t _dimension(object v, object shape) except -1:
+cdef inline Py_ssize_t _dimension(object v, object shape) except -1:
+    cdef Py_ssize_t d
+    cdef int overflow = 0
+    if type(v) is int:
+        # the common case, in C: every array-producing call with a shape passes here
+        d = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if overflow == 0 and d >= 0:
+            return d
+    return _dimension_slow(v, shape)
+
+
+cdef Py_ssize_t _dimension_slow(object v, object shape) except -1:
     cdef object n
     if isinstance(v, (bool, np.bool_)):
         n = None
@@ -1701,7 +1720,8 @@ cdef Py_ssize_t _dimension(object v, object shape) except -1:
     return n
 
 
-cdef Py_ssize_t _size_of(int ndim, const Py_ssize_t* shape, Py_ssize_t itemsize) except -1:
+cdef inline Py_ssize_t _size_of(int ndim, const Py_ssize_t* shape,
+                                Py_ssize_t itemsize) except -1:
     # Element count, refusing sizes whose byte count overflows Py_ssize_t (NumPy's message).
     # Overflow builtins, not divisions: this runs for every array created.
     cdef Py_ssize_t size = 1, nbytes
@@ -1795,6 +1815,13 @@ cdef inline void _contiguous_strides(int ndim, const Py_ssize_t* shape, Py_ssize
             s *= shape[i] if shape[i] > 0 else 1
 
 
+cdef inline bint _plain_bump(Arena w, Py_ssize_t req) noexcept:
+    # Whether Arena._alloc would simply bump the offset of the main block (see new_array)
+    return (not w._circular and w._is_used and not w._trimmed_mode and not w._debug
+            and _g_debug_mode != _DBG_SPILL and w._main is not None
+            and w._offset + req <= w._current_size)
+
+
 cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,
                        Arena target, bint detached):
     """Allocate an array: in `target`, else (unless `detached`) the current workspace, else
@@ -1808,6 +1835,8 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
     cdef char* data
     cdef NDArray a
     cdef int i
+    cdef Py_ssize_t req
+    cdef long long vpos = -1
     if size == 0:
         block = _EMPTY_BLOCK
         data = block.data
@@ -1825,10 +1854,25 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
         if arena is None:
             block = _allocate_block(size * itemsize, zero, BLOCK_DETACHED)
             data = block.data
+        elif _plain_bump(arena, _round_up(size * itemsize)):
+            # the steady state of a scoped workspace, inlined: Arena._alloc's main-block
+            # branch without the ring, spill, trim and debug cases it has ruled out
+            req = _round_up(size * itemsize)
+            block = arena._main
+            data = block.data + arena._offset
+            arena._last_kind = _LAST_MAIN
+            arena._last_bytes = req
+            arena._last_prev_offset = arena._offset
+            arena._last_prev_written = block.ring_written_end
+            arena._offset += req
+            arena._cycle_alloc += req
+            if zero:
+                memset(data, 0, req)
         else:
             data = arena._alloc(size * itemsize, zero)
             block = arena._last_block
             arena._last_block = None
+            vpos = arena._last_vpos
     a = NDArray.__new__(NDArray)
     if ndim > NDWS_INLINE_DIMS:
         try:
@@ -1848,11 +1892,11 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
     for i in range(ndim):
         a._shape[i] = shape[i]
     _contiguous_strides(ndim, shape, itemsize, fortran, a._strides)
+    a._vpos = vpos
     if arena is not None:
         a._arena = arena
         a._gen = arena._generation
         a._epoch = arena._epoch
-        a._vpos = arena._last_vpos
     return a
 
 
@@ -2026,11 +2070,11 @@ cdef object np_view(NDArray a):
     if _foreign(a):
         pin = _Pin.__new__(_Pin)
         pin.block = a._block
-        pin.vpos = a._vpos
-        if a._vpos >= 0:
+        pin.vpos = a._vpos if a._arena._circular else -1
+        if pin.vpos >= 0:
             if a._block.pinned is None:
                 a._block.pinned = []
-            a._block.pinned.append(a._vpos)
+            a._block.pinned.append(pin.vpos)
         a._block.pins += 1
         cnp.set_array_base(arr, pin)
         # the caller validated `a`, but making the view may have let the owner run (a GC
@@ -2509,6 +2553,7 @@ cdef class NDArray:
 
     def __cinit__(self):
         # a valid empty array whatever happens next (NDArray.__new__ from Python included)
+        # (the allocator zeroed the object: the size and the one dimension are 0 already)
         self._shape = self._dims
         self._strides = self._dims + NDWS_INLINE_DIMS
         self._data = _EMPTY_BLOCK.data
@@ -2516,9 +2561,7 @@ cdef class NDArray:
         self._dtype = _F64
         self._itemsize = 8
         self._ndim = 1
-        self._shape[0] = 0
         self._strides[0] = 8
-        self._size = 0
         self._writeable = True
 
     def __dealloc__(self):
