@@ -4,11 +4,14 @@ Environment switches:
   NDWS_NO_OPENMP=1      build without OpenMP even where the compiler supports it
   NDWS_CYTHON_DEBUG=1   turn Cython's bounds/wraparound/initialization checks back on
   NDWS_MARCH_NATIVE=1   add -march=native (opt-in: the wheel then only runs on this CPU type)
+  NDWS_SANITIZE=1       AddressSanitizer + UndefinedBehaviorSanitizer build, OpenMP kept (see
+                        docs/kernels.md, "Sanitizer builds", for running the suite under it)
   NDWS_BUILD_ONLY=a,b   development: build only these modules (e.g. ndws._linalg), so parallel
                         builds of different modules (with separate --build-temp) do not collide
 """
 import os
 import platform
+import shlex
 import shutil
 import sys
 import tempfile
@@ -20,6 +23,10 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 DEBUG = os.environ.get("NDWS_CYTHON_DEBUG") == "1"
+SANITIZE = os.environ.get("NDWS_SANITIZE") == "1"
+#: compile and link flags of NDWS_SANITIZE=1 (gcc and clang spell them alike); -O1 keeps the
+#: reports' stacks readable at a bearable speed
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g"]
 
 # Cython directives, set once for every module.
 DIRECTIVES = {
@@ -85,15 +92,21 @@ class BuildExt(build_ext):
             candidates = [(["/openmp"], [])]
         else:
             candidates = [(["-fopenmp"], ["-fopenmp"])]
+        # The probe links like the extensions will: with LDFLAGS (distutils only adds them to
+        # shared-library links) and the sanitizer runtime, or a sanitized CFLAGS would make the
+        # probe fail to link and OpenMP silently switch off.
+        probe_cflags = list(SANITIZE_FLAGS) if SANITIZE else []
+        probe_lflags = shlex.split(os.environ.get("LDFLAGS", "")) + probe_cflags
         for cflags, lflags in candidates:
             tmp = tempfile.mkdtemp(prefix="ndws-omp-")
             try:
                 src = os.path.join(tmp, "probe.c")
                 with open(src, "w") as f:
                     f.write(OPENMP_PROBE)
-                objs = self.compiler.compile([src], output_dir=tmp, extra_postargs=cflags)
+                objs = self.compiler.compile([src], output_dir=tmp,
+                                             extra_postargs=probe_cflags + cflags)
                 self.compiler.link_executable(objs, "probe", output_dir=tmp,
-                                              extra_postargs=lflags)
+                                              extra_postargs=probe_lflags + lflags)
                 return cflags, lflags
             except Exception:  # any compile/link failure means: no OpenMP here
                 continue
@@ -103,13 +116,18 @@ class BuildExt(build_ext):
 
     def build_extensions(self):
         omp = self._openmp_flags()
+        lflags = []
         if self.compiler.compiler_type == "msvc":
             cflags = ["/O2"]
+        elif SANITIZE:
+            cflags = ["-O1"] + SANITIZE_FLAGS
+            lflags = list(SANITIZE_FLAGS)
         else:
-            cflags = ["-O3"]
+            # an optimisation level the user chose in CFLAGS wins (ours would come after it)
+            user = shlex.split(os.environ.get("CFLAGS", ""))
+            cflags = [] if any(f.startswith("-O") for f in user) else ["-O3"]
             if os.environ.get("NDWS_MARCH_NATIVE") == "1":
                 cflags.append("-march=native")
-        lflags = []
         if omp is not None:
             cflags += omp[0]
             lflags += omp[1]

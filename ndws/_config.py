@@ -35,6 +35,7 @@ def _facts() -> dict[str, Any]:
         "cython (build)": build["cython"],
         "compiler flags": build["cflags"],
         "openmp": "on" if build["openmp"] else "off",
+        "address sanitizer": "on" if build["sanitized"] else "off",
         "threads": build["max_threads"],
         "gemm kernel": _gemm_kernel(_linalg),
         "gemm kernels this cpu can run": ", ".join(_linalg.available_isas()),

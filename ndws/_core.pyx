@@ -102,6 +102,26 @@ cdef extern from *:
         return 0;
     #endif
     }
+    /* AddressSanitizer builds (NDWS_SANITIZE=1, docs/kernels.md "Sanitizer builds"): the
+       bytes of a workspace block that no live array owns are poisoned, so an overflow inside
+       a shared block is caught too; elsewhere the macros compile to nothing. */
+    #if defined(__SANITIZE_ADDRESS__)
+    #  define NDWS_ASAN 1
+    #elif defined(__has_feature)
+    #  if __has_feature(address_sanitizer)
+    #    define NDWS_ASAN 1
+    #  endif
+    #endif
+    #ifdef NDWS_ASAN
+    #  include <sanitizer/asan_interface.h>
+    #  define ndws_poison(p, n) ASAN_POISON_MEMORY_REGION((p), (size_t)(n))
+    #  define ndws_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (size_t)(n))
+    #  define NDWS_SANITIZED 1
+    #else
+    #  define ndws_poison(p, n) ((void)(p), (void)(n))
+    #  define ndws_unpoison(p, n) ((void)(p), (void)(n))
+    #  define NDWS_SANITIZED 0
+    #endif
     /* 64 bytes of always-valid memory for zero-size arrays, so no array ever holds NULL. */
     static union { char bytes[64]; double align; } ndws_empty_storage;
     #define NDWS_TRACE_DOMAIN 0x6e647773u  /* 'ndws': tracemalloc domain of array data */
@@ -112,6 +132,9 @@ cdef extern from *:
     void ndws_tls_forget(PyObject* o) noexcept
     char ndws_empty_storage_bytes "ndws_empty_storage.bytes"[64]
     unsigned int NDWS_TRACE_DOMAIN
+    void ndws_poison(const void* p, Py_ssize_t n) noexcept nogil
+    void ndws_unpoison(const void* p, Py_ssize_t n) noexcept nogil
+    const int NDWS_SANITIZED
     bint ndws_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept
     int PyTraceMalloc_Track(unsigned int domain, uintptr_t ptr, size_t size) noexcept
     int PyTraceMalloc_Untrack(unsigned int domain, uintptr_t ptr) noexcept
@@ -334,6 +357,8 @@ cdef MemoryBlock _allocate_block(Py_ssize_t nbytes, bint zero, int kind):
         raise MemoryError(f"ndws: unable to allocate {nbytes} bytes for array data")
     b.raw = raw
     b.data = <char*>((<uintptr_t>raw + <uintptr_t>(_ALIGN - 1)) & ~(<uintptr_t>(_ALIGN - 1)))
+    ndws_poison(raw, b.data - <char*>raw)                       # the alignment slack, both
+    ndws_poison(b.data + nbytes, (<char*>raw + total) - (b.data + nbytes))  # ends
     b.size = nbytes
     b.kind = kind
     PyTraceMalloc_Track(NDWS_TRACE_DOMAIN, <uintptr_t>raw, total)
@@ -896,6 +921,7 @@ cdef class Arena:
         return 0
 
     cdef int _install_main(self, MemoryBlock block) except -1:
+        ndws_poison(block.data, block.size)     # no array owns any of it yet
         self._main = block
         block.ring_size = self._current_size
         block.ring_written_end = 0
@@ -926,7 +952,13 @@ cdef class Arena:
 
     cdef void _clear_external(self) noexcept:
         # "Freeing" spills drops the workspace's references; arrays still on them keep the
-        # memory alive (they are stale and raise on use).
+        # memory alive (in a scoped workspace they are stale and raise on use, so a sanitizer
+        # build poisons what no export or reader holds).
+        cdef MemoryBlock b
+        if NDWS_SANITIZED and not self._circular:
+            for b in self._spills:
+                if not _held(b):
+                    ndws_poison(b.data, b.size)
         self._spills.clear()
         self._external_count = 0
         self._spilled_size = 0
@@ -992,6 +1024,7 @@ cdef class Arena:
             fresh = _allocate_block(old.size, True, BLOCK_MAIN)
         self._blocks_left += 1
         self._bytes_left += old.size
+        ndws_poison(fresh.data, fresh.size)
         fresh.ring_size = old.ring_size
         self._main = fresh
         # the old block keeps its ring position: what it had overwritten stays overwritten,
@@ -1064,8 +1097,9 @@ cdef class Arena:
                 self._offset += req
                 if self._circular:
                     self._main.ring_written_end = self._lap_base + self._offset
+                ndws_unpoison(ptr, nbytes)         # the alignment slack stays poisoned
                 if zero:
-                    memset(ptr, 0, req)
+                    memset(ptr, 0, nbytes)
                 if self._debug:
                     _log.info("Workspace [%s]: Allocating array of %d bytes, prevOffset: %d; "
                               "currentOffset: %d", self._id, req, self._last_prev_offset,
@@ -1075,6 +1109,7 @@ cdef class Arena:
         if self._p_spill == _FAIL:
             raise WorkspaceError("Can't allocate memory: Workspace is full", "full", self._id)
         blk = _allocate_block(req, zero, BLOCK_PINNED if trimmer else BLOCK_SPILL)
+        ndws_poison(blk.data + nbytes, req - nbytes)
         self._cycle_alloc += req
         self._last_bytes = req
         self._last_block = blk
@@ -1106,10 +1141,12 @@ cdef class Arena:
             self._offset = self._last_prev_offset
             self._cycle_alloc -= req
             m.ring_written_end = self._last_prev_written
+            ndws_poison(ptr, req)
         elif (m is not None and m.data <= ptr < m.data + m.size
                 and ptr + req == m.data + self._offset):
             self._offset -= req
             self._cycle_alloc -= req
+            ndws_poison(ptr, req)
             end = self._lap_base + self._offset
             if self._circular and m.ring_written_end > end:
                 m.ring_written_end = end
@@ -1260,6 +1297,8 @@ cdef class Arena:
                     # learning replaced the block; the exports alone keep the old one alive
                     self._blocks_left += 1
                     self._bytes_left += cycle_block.size
+            elif self._main is not None:
+                ndws_poison(self._main.data, self._main.size)   # every array of it is stale
             self._offset = 0
         elif self._circular and self._current_size > 0:
             # each cycle occupies whole blocks of the ring
@@ -1866,8 +1905,9 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
             arena._last_prev_written = block.ring_written_end
             arena._offset += req
             arena._cycle_alloc += req
+            ndws_unpoison(data, size * itemsize)
             if zero:
-                memset(data, 0, req)
+                memset(data, 0, size * itemsize)
         else:
             data = arena._alloc(size * itemsize, zero)
             block = arena._last_block
@@ -4958,6 +4998,7 @@ def _wrap_result(NDArray base, res):
 def _build_info():
     """Build facts for `ndws.show_config()`."""
     return {"openmp": bool(NDWS_OPENMP), "max_threads": thread_limit(),
+            "sanitized": bool(NDWS_SANITIZED),
             "cython": NDWS_BUILD_CYTHON_VERSION.decode(),
             "numpy_headers": NDWS_BUILD_NUMPY_VERSION.decode(),
             "cflags": NDWS_BUILD_CFLAGS.decode()}
