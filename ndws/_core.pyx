@@ -313,11 +313,15 @@ cdef class MemoryBlock:
         global _n_live, _bytes_live
         if self.raw != NULL:
             PyTraceMalloc_Untrack(NDWS_TRACE_DOMAIN, <uintptr_t>self.raw)
+            # a sanitizer build poisoned parts of it: the allocator (or a later mmap at the
+            # same address) must get it back clean
+            ndws_unpoison(self.raw, self.size + _ALIGN - 1)
             free(self.raw)
             self.raw = NULL
             _n_live -= 1
             _bytes_live -= self.size
         if self.has_view:
+            ndws_unpoison(self.data, self.size)
             PyBuffer_Release(&self.view)
             self.has_view = False
 
