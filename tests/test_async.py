@@ -214,7 +214,11 @@ def test_two_iterators_have_their_own_rings():
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    (dict(base=[1, 2]), TypeError, "base: expected a DataSetIterator, got list"),
+    (dict(base=5), TypeError, "base: expected a DataSetIterator, an object with has_next() and "
+                              "next(), or an iterable of DataSets, got int"),
+    (dict(base="batches.csv"), TypeError, "base: expected a DataSetIterator, an object with "
+                                          "has_next() and next(), or an iterable of DataSets, "
+                                          "got str"),
     (dict(queue_size=2.5), TypeError, "queue_size: expected an integer, got 2.5"),
     (dict(queue_size=True), TypeError, "queue_size: expected an integer, got True"),
     (dict(use_workspace=1), TypeError, "use_workspace: expected a bool, got 1"),
@@ -230,7 +234,8 @@ def test_bad_arguments(kwargs, error, message):
 def test_multi_rejects_a_dataset_iterator():
     with pytest.raises(TypeError) as info:
         AsyncMultiDataSetIterator(Source())
-    assert str(info.value) == "base: expected a MultiDataSetIterator, got Source"
+    assert str(info.value) == ("base: expected a MultiDataSetIterator, an object with has_next() "
+                               "and next(), or an iterable of MultiDataSets, got Source")
 
 
 def test_pre_processor_runs_in_the_producer_inside_the_ring():
@@ -561,3 +566,129 @@ def test_bypass_debug_mode_gives_detached_batches():
             check(b, src, i)
     finally:
         mgr.debug_mode = None
+
+
+# -- several consumers, any source ----------------------------------------------------------
+
+class GatedEnd(Source):
+    """A Source whose end of the epoch is held back until `end_gate` is set."""
+
+    def __init__(self, end_gate, **kw):
+        super().__init__(**kw)
+        self.end_gate = end_gate
+
+    def has_next(self):
+        if self.pos >= self.n:
+            self.end_gate.wait()
+            return False
+        return True
+
+
+def _in_threads(fn, n):
+    results, threads = [None] * n, []
+    for i in range(n):
+        def body(i=i):
+            try:
+                results[i] = fn()
+            except BaseException as exc:  # collected for the assertion
+                results[i] = exc
+        threads.append(threading.Thread(target=body, name=f"consumer-{i}"))
+    return results, threads
+
+
+def test_every_waiting_consumer_gets_the_end_of_the_epoch():
+    end = threading.Event()
+    with AsyncDataSetIterator(GatedEnd(end, n=2)) as it:
+        it.next(), it.next()
+        results, threads = _in_threads(it.has_next, 2)
+        threads[0].start()
+        wait_until_blocked(it)           # consumer 0 waits on the queue, consumer 1 behind it
+        threads[1].start()
+        end.set()                        # the source ends: one END reaches the queue
+        for t in threads:
+            t.join(30)
+            assert not t.is_alive(), "a consumer was left waiting"
+        assert results == [False, False]
+        assert not it.has_next()
+
+
+def test_every_waiting_consumer_gets_the_producer_s_error():
+    go = threading.Event()
+    boom = KeyError("broken batch")
+    with AsyncDataSetIterator(Source(n=5, fail_at=0, exc=boom, gate={0: go})) as it:
+        results, threads = _in_threads(it.has_next, 2)
+        threads[0].start()
+        wait_until_blocked(it)
+        threads[1].start()
+        go.set()
+        for t in threads:
+            t.join(30)
+            assert not t.is_alive(), "a consumer was left waiting"
+        assert results == [boom, boom]
+
+
+class Duck:
+    """The iterator protocol's methods, without ndws' base class."""
+
+    def __init__(self, n):
+        self.n, self.pos = n, 0
+
+    def has_next(self):
+        return self.pos < self.n
+
+    def next(self):
+        self.pos += 1
+        return DataSet(np.full((2, 3), self.pos - 1, np.float32), np.zeros((2, 1), np.float32))
+
+    def reset(self):
+        self.pos = 0
+
+
+def _firsts(it):
+    return [float(ds.features.numpy()[0, 0]) for ds in it]
+
+
+def test_any_object_with_the_protocol_s_methods_is_a_source():
+    with AsyncDataSetIterator(Duck(3)) as it:
+        assert _firsts(it) == [0.0, 1.0, 2.0]
+        assert it.reset_supported()
+        it.reset()
+        assert _firsts(it) == [0.0, 1.0, 2.0]
+
+
+def test_a_generator_of_datasets_is_a_source():
+    gen = (DataSet(np.full((2, 3), i, np.float32), np.zeros((2, 1), np.float32))
+           for i in range(4))
+    with AsyncDataSetIterator(gen) as it:
+        assert _firsts(it) == [0.0, 1.0, 2.0, 3.0]
+        assert not it.reset_supported()
+        with pytest.raises(NotImplementedError, match="does not support reset"):
+            it.reset()
+
+
+def test_a_source_that_yields_none_gets_a_clear_error():
+    class YieldsNone(Duck):
+        def next(self):
+            self.pos += 1
+            return None
+
+    with AsyncDataSetIterator(YieldsNone(3)) as it:
+        with pytest.raises(TypeError) as info:
+            it.has_next()
+        assert str(info.value) == ("_AdaptedDataSetIterator produced NoneType None where a "
+                                   "DataSet was expected")
+        with pytest.raises(TypeError):    # and says so again, instead of a bare StopIteration
+            it.next()
+    with AsyncDataSetIterator([DataSet(np.ones((1, 1)), np.ones((1, 1))), 7]) as it:
+        it.next()
+        with pytest.raises(TypeError, match=r"^item 1 of iterable must be a DataSet, got int$"):
+            it.next()
+
+
+def test_repr_of_a_half_constructed_iterator():
+    with pytest.raises(TypeError):
+        AsyncDataSetIterator(Source(), queue_size="8")
+    it = AsyncDataSetIterator.__new__(AsyncDataSetIterator)
+    assert repr(it) == ("<AsyncDataSetIterator queue_size=None use_workspace=None closed "
+                        "base=None>")
+    it.shutdown()                       # nothing to stop, no error

@@ -412,8 +412,11 @@ def test_async_shield_is_a_pass_through(xy):
     base.reset()
     base.next()                                           # partly consumed directly ...
     assert len(_epoch(shield)) == 3                       # ... the shield still resets it
-    with pytest.raises(TypeError, match=r"^base must be a DataSetIterator, got list$"):
-        AsyncShieldDataSetIterator([])
+    with pytest.raises(TypeError, match=r"^base: expected a DataSetIterator, an object with "
+                                        r"has_next\(\) and next\(\), or an iterable of "
+                                        r"DataSets, got int$"):
+        AsyncShieldDataSetIterator(3)
+    assert list(AsyncShieldDataSetIterator([])) == []     # any iterable of DataSets
 
 
 def test_async_shield_multi(rng):
@@ -423,8 +426,9 @@ def test_async_shield_multi(rng):
     assert not shield.async_supported()
     assert [m.num_examples() for m in shield] == [2, 2, 1]
     assert [m.num_examples() for m in shield] == [2, 2, 1]
-    with pytest.raises(TypeError, match=r"^base must be a MultiDataSetIterator, got "
-                                        r"ArrayDataSetIterator$"):
+    with pytest.raises(TypeError, match=r"^base: expected a MultiDataSetIterator, an object "
+                                        r"with has_next\(\) and next\(\), or an iterable of "
+                                        r"MultiDataSets, got ArrayDataSetIterator$"):
         AsyncShieldMultiDataSetIterator(ArrayDataSetIterator(np.ones((2, 1)),
                                                              np.ones((2, 1)), 1))
 
@@ -502,3 +506,112 @@ def test_workspaces_shield_leaves_detached_batches(xy):
     assert [g.num_examples() for g in got] == [10, 10, 3]
     assert all(g.features.memory_kind == "detached" for g in got)
     assert (shield.batch(), shield.input_columns(), shield.total_outcomes()) == (10, 4, 3)
+
+
+# -- after an error, and any iterable as an iterator -------------------------------------------
+
+class FailsOnce:
+    """A pre-processor that raises on its k-th call only (a transient failure)."""
+
+    def __init__(self, k):
+        self.k, self.calls = k, 0
+
+    def pre_process(self, ds):
+        self.calls += 1
+        if self.calls == self.k:
+            raise OSError("network hiccup")
+
+
+def test_after_a_failed_batch_the_iterator_refuses_until_reset(xy):
+    x, y = xy
+    it = ArrayDataSetIterator(x, y, 10)
+    it.pre_processor = FailsOnce(2)
+    first = it.next()
+    with pytest.raises(OSError, match="network hiccup"):
+        it.next()                          # batch 1 was read, then its pre-processor failed
+    for _ in range(2):                     # no silent skip to batch 2
+        with pytest.raises(RuntimeError) as info:
+            it.next()
+        assert str(info.value) == (
+            "ArrayDataSetIterator stopped at an error in an earlier batch (OSError: network "
+            "hiccup); that batch is lost, so it does not go on: call reset() to start the "
+            "epoch again")
+        assert isinstance(info.value.__cause__, OSError)
+    it.reset()
+    again = [ds.features.numpy() for ds in it]
+    assert len(again) == 3
+    np.testing.assert_array_equal(again[0], first.features.numpy())
+    np.testing.assert_array_equal(again[1], x[10:20])   # batch 1 is delivered after all
+
+
+def test_a_subclass_that_returns_the_wrong_type_gets_a_clear_error():
+    class Broken(CountingIterator):
+        def _next(self):
+            super()._next()
+            return None
+
+    it = Broken(3)
+    with pytest.raises(TypeError) as info:
+        it.next()
+    assert str(info.value) == "Broken produced NoneType None where a DataSet was expected"
+    with pytest.raises(RuntimeError, match="^Broken stopped at an error"):
+        it.next()
+
+
+def _dataset(i):
+    return DataSet(np.full((2, 3), i, np.float32), np.zeros((2, 1), np.float32))
+
+
+def test_as_data_set_iterator():
+    from ndws.data import as_data_set_iterator
+    base = ArrayDataSetIterator(np.ones((4, 1)), np.ones((4, 1)), 2)
+    assert as_data_set_iterator(base) is base
+    listed = as_data_set_iterator([_dataset(0), _dataset(1)])
+    assert isinstance(listed, ExistingDataSetIterator) and listed.reset_supported()
+    assert [d.features.numpy()[0, 0] for d in listed] == [0.0, 1.0]
+    single = as_data_set_iterator(_dataset(5))
+    assert [d.features.numpy()[0, 0] for d in single] == [5.0]
+    gen = as_data_set_iterator(_dataset(i) for i in range(3))
+    assert not gen.reset_supported()
+    assert [d.features.numpy()[0, 0] for d in gen] == [0.0, 1.0, 2.0]
+
+    class Duck:
+        def __init__(self):
+            self.pos = 0
+
+        def has_next(self):
+            return self.pos < 2
+
+        def next(self):
+            self.pos += 1
+            return _dataset(self.pos)
+
+    duck = as_data_set_iterator(Duck())
+    assert isinstance(duck, DataSetIterator) and not duck.reset_supported()
+    assert (duck.batch(), duck.input_columns(), duck.async_supported()) == (0, 0, True)
+    duck.pre_processor = AddOne()
+    assert [d.features.numpy()[0, 0] for d in duck] == [2.0, 3.0]
+    assert repr(duck).startswith("<_AdaptedDataSetIterator of <")
+
+
+@pytest.mark.parametrize("bad, kind", [(3, "int"), ("batches.csv", "str"), (None, "NoneType"),
+                                       (np.ones(3), "ndarray"), (ndws.ones(3), "NDArray")])
+def test_as_data_set_iterator_refuses_what_is_no_iterator(bad, kind):
+    from ndws.data import as_data_set_iterator
+    with pytest.raises(TypeError) as info:
+        as_data_set_iterator(bad, "data")
+    assert str(info.value) == (f"data: expected a DataSetIterator, an object with has_next() "
+                               f"and next(), or an iterable of DataSets, got {kind}")
+
+
+def test_as_multi_data_set_iterator():
+    from ndws.data import as_multi_data_set_iterator
+    mds = MultiDataSet([np.ones((2, 1))], [np.ones((2, 1))])
+    assert [m.num_examples() for m in as_multi_data_set_iterator([mds, mds])] == [2, 2]
+    with pytest.raises(TypeError, match=r"^iterator: expected a MultiDataSetIterator, .* got "
+                                        r"ArrayDataSetIterator$"):
+        as_multi_data_set_iterator(ArrayDataSetIterator(np.ones((2, 1)), np.ones((2, 1)), 1))
+    it = as_multi_data_set_iterator([_dataset(0)])
+    with pytest.raises(TypeError, match=r"^item 0 of iterable must be a MultiDataSet, got "
+                                        r"DataSet$"):
+        it.next()

@@ -299,3 +299,75 @@ def test_errors(tab, rng):
 def test_docstring_examples():
     result = doctest.testmod(ndws.data.normalizers)
     assert result.failed == 0 and result.attempted >= 10
+
+
+# -- all or nothing ----------------------------------------------------------------------------
+
+def _read_only(a):
+    a = np.array(a)
+    a.flags.writeable = False
+    return ndws.from_numpy(a)
+
+
+@pytest.mark.parametrize("make", [lambda: NormalizerStandardize(fit_label=True),
+                                  lambda: NormalizerMinMaxScaler(fit_label=True)],
+                         ids=["standardize", "minmax"])
+@pytest.mark.parametrize("method", ["transform", "revert"])
+def test_a_failure_on_the_labels_leaves_the_features_untouched(tab, make, method):
+    x, y = tab
+    norm = make()
+    norm.fit(DataSet(x, y))
+    ds = DataSet(ndws.array(x), _read_only(y))
+    with pytest.raises(ValueError) as info:
+        getattr(norm, method)(ds)
+    assert str(info.value) == ("labels: the array is read-only, and the normalizer works in "
+                               "place; pass a writable copy (e.g. ds.labels = ds.labels.copy())")
+    np.testing.assert_array_equal(ds.features.numpy(), x)
+    wrong = DataSet(ndws.array(x), ndws.array(y[:, :1]))      # labels of another width
+    with pytest.raises(ValueError, match="^labels has 1 features"):
+        getattr(norm, method)(wrong)
+    np.testing.assert_array_equal(wrong.features.numpy(), x)
+
+
+def test_a_stale_label_array_leaves_the_features_untouched(tab):
+    x, y = tab
+    norm = NormalizerStandardize(fit_label=True)
+    norm.fit(DataSet(x, y))
+    with ndws.workspace("NORM_STALE"):
+        labels = ndws.array(y)
+    ds = DataSet(ndws.array(x), labels)
+    with pytest.raises(ndws.WorkspaceError) as info:
+        norm.transform(ds)
+    assert info.value.kind == "leaked" and info.value.op == "transform"
+    np.testing.assert_array_equal(ds.features.numpy(), x)
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"", "is not an ndws normalizer file, or not a complete one"),
+    (b"PK\x03\x04 truncated zip", "is not an ndws normalizer file, or not a complete one"),
+    (b"\x00\x01\x02 binary", "is not an ndws normalizer file, or not a complete one"),
+])
+def test_load_of_files_that_are_not_normalizers(tmp_path, content, fragment):
+    path = tmp_path / "norm.npz"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=fragment):
+        NormalizerStandardize.load(path)
+
+
+def test_load_of_a_truncated_normalizer_file_and_of_paths_that_are_not_files(tmp_path, tab):
+    x, y = tab
+    norm = NormalizerStandardize()
+    norm.fit(DataSet(x, y))
+    good = tmp_path / "good.npz"
+    norm.save(good)
+    data = good.read_bytes()
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut.npz' is not an ndws normalizer file, or not a "
+                                         r"complete one"):
+        NormalizerStandardize.load(cut)
+    with pytest.raises(IsADirectoryError, match="is a directory, not a normalizer file"):
+        NormalizerStandardize.load(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        NormalizerStandardize.load(tmp_path / "missing.npz")
+    assert NormalizerStandardize.load(good).mean.tolist() == norm.mean.tolist()

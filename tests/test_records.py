@@ -413,3 +413,100 @@ def test_normalized_csv_through_async_prefetch(tmp_path, cls_table):
             got = [b.detach() for b in prefetch]
             assert len(got) == len(expected) == 6
             assert all(g == e for g, e in zip(got, expected))
+
+
+# -- after an error, encodings, paths that are not CSV files ---------------------------------
+
+def test_a_record_that_fails_mid_batch_loses_nothing_silently(tmp_path):
+    path = write(tmp_path, "mid.csv", "1,0\n2,1\nx,0\n4,1\n5,0\n")
+    it = RecordReaderDataSetIterator(CSVRecordReader(path), batch_size=4, label_index=1,
+                                     num_classes=2)
+    with pytest.raises(ValueError, match=r"mid.csv:3: column index 0: cannot parse 'x' as a "
+                                         r"number$"):
+        it.next()
+    for call in (it.next, it.next):        # records 1-2 are not skipped: the epoch stops
+        with pytest.raises(RuntimeError, match=r"^RecordReaderDataSetIterator stopped at an "
+                                               r"error in an earlier batch \(ValueError: "):
+            call()
+    it.reset()
+    with pytest.raises(ValueError, match="mid.csv:3"):
+        it.next()                           # the same batch fails again: the data is bad
+
+
+def test_the_reader_itself_refuses_after_an_error_until_reset(tmp_path):
+    path = write(tmp_path, "r.csv", "1,2\n3\n5,6\n")
+    reader = CSVRecordReader(path)
+    assert reader.next() == [1.0, 2.0]
+    with pytest.raises(ValueError, match=r"r.csv:2: expected 2 fields, got 1$"):
+        reader.next()
+    for call in (reader.has_next, reader.next):
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert str(info.value).startswith("CSVRecordReader stopped at an error (ValueError: ")
+        assert str(info.value).endswith("it does not skip to the next record: call reset() to "
+                                        "read again from the start")
+    reader.reset()
+    assert reader.next() == [1.0, 2.0]
+
+
+def test_undecodable_bytes_name_the_file_line_and_encoding(tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("a,b\n1,2\n3,4\n5,6\ncaf\u00e9,7\n".encode("latin-1"))
+    with pytest.raises(ValueError) as info:
+        list(CSVRecordReader(path, skip_num_lines=1))
+    assert str(info.value) == (
+        f"{path}:5: can't decode byte 0xe9 (byte 4 of the line) as 'utf-8' (invalid "
+        f"continuation byte); pass the file's encoding, e.g. CSVRecordReader(..., "
+        f"encoding='latin-1')")
+    # with the right encoding the field decodes, and is then reported as not a number
+    with pytest.raises(ValueError, match=r"latin.csv:5: column index 0: cannot parse 'caf\u00e9' "
+                                         r"as a number$"):
+        list(CSVRecordReader(path, skip_num_lines=1, encoding="latin-1"))
+
+
+def test_other_encodings_and_the_byte_order_mark(tmp_path):
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf1,2\n3,4\n")
+    assert list(CSVRecordReader(tmp_path / "bom.csv")) == [[1.0, 2.0], [3.0, 4.0]]
+    (tmp_path / "u16.csv").write_bytes("1,2\n3,4\n".encode("utf-16"))
+    assert list(CSVRecordReader(tmp_path / "u16.csv", encoding="utf-16")) == [[1.0, 2.0],
+                                                                             [3.0, 4.0]]
+    assert "encoding='utf-16'" in repr(CSVRecordReader(tmp_path / "u16.csv", encoding="utf-16"))
+
+
+def test_a_binary_file_is_reported_not_parsed(tmp_path):
+    path = tmp_path / "blob.csv"
+    path.write_bytes(b"1,2\n" + bytes(range(128, 256)))
+    with pytest.raises(ValueError, match=r"blob.csv:2: can't decode byte 0x80 \(byte 1 of the "
+                                         r"line\) as 'utf-8' \(invalid start byte\)"):
+        list(CSVRecordReader(path))
+
+
+@pytest.mark.parametrize("kw, exc, msg", [
+    (dict(encoding="klingon"), ValueError, "encoding: unknown encoding 'klingon'"),
+    (dict(encoding=8), TypeError, "encoding must be a str, got int 8"),
+])
+def test_bad_encoding_arguments(tmp_path, kw, exc, msg):
+    path = write(tmp_path, "ok.csv", "1\n")
+    with pytest.raises(exc) as info:
+        CSVRecordReader(path, **kw)
+    assert str(info.value) == msg
+
+
+def test_a_directory_or_a_missing_file(tmp_path):
+    with pytest.raises(IsADirectoryError) as info:
+        CSVRecordReader(tmp_path)
+    assert str(info.value) == f"path_or_paths: {str(tmp_path)!r} is a directory, not a CSV file"
+    with pytest.raises(FileNotFoundError) as info:
+        CSVRecordReader(tmp_path / "nope.csv")
+    assert str(info.value) == f"path_or_paths: no such file {str(tmp_path / 'nope.csv')!r}"
+
+
+def test_an_empty_or_truncated_file(tmp_path):
+    empty = write(tmp_path, "empty.csv", "")
+    assert list(CSVRecordReader(empty)) == []
+    with pytest.raises(ValueError, match="reader has no records"):
+        RecordReaderDataSetIterator(CSVRecordReader(empty), 2, label_index=0,
+                                    num_classes=2).input_columns()
+    cut = write(tmp_path, "cut.csv", "1,2,3\n4,5,6\n7,8")     # the last row was cut short
+    with pytest.raises(ValueError, match=r"cut.csv:3: expected 3 fields, got 2$"):
+        list(CSVRecordReader(cut))

@@ -16,6 +16,8 @@ from ndws.data.iterators import (
     ListMultiDataSetIterator,
     MultiDataSetIterator,
     WorkspacesShieldDataSetIterator,
+    as_data_set_iterator,
+    as_multi_data_set_iterator,
 )
 from ndws.data.normalizers import (
     ImagePreProcessingScaler,
@@ -35,6 +37,7 @@ __all__ = [
     "ListDataSetIterator", "ListMultiDataSetIterator", "ExistingDataSetIterator",
     "ExistingMultiDataSetIterator", "AsyncShieldDataSetIterator",
     "AsyncShieldMultiDataSetIterator", "WorkspacesShieldDataSetIterator",
+    "as_data_set_iterator", "as_multi_data_set_iterator",
     "AsyncDataSetIterator", "AsyncMultiDataSetIterator",
     "CSVRecordReader", "RecordReaderDataSetIterator", "RecordReaderMultiDataSetIterator", "OneHot",
     "NormalizerStandardize", "NormalizerMinMaxScaler", "ImagePreProcessingScaler",

@@ -11,7 +11,8 @@ Differences from ND4J (DESIGN.md):
   (kind ``"overwritten"``) on use instead of silently changing value; ``detach()`` keeps one.
 * A producer exception is always delivered to the consumer (the same exception object), even
   to a consumer already blocked waiting for the next batch: the producer enqueues an error
-  marker. Nothing hangs.
+  marker. Nothing hangs: consumers on several threads take turns (a lock), and each of them
+  gets the end of the epoch or the error.
 * The thread holds no reference to the iterator, so an abandoned iterator is shut down (its
   thread joined and its ring destroyed) when it is garbage collected.
 """
@@ -26,8 +27,8 @@ import weakref
 from typing import Any
 
 import ndws
-from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _Delegating,
-                                 _DelegatingShapes)
+from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _adapt, _check_item,
+                                 _Delegating, _DelegatingShapes)
 
 __all__ = ["AsyncDataSetIterator", "AsyncMultiDataSetIterator"]
 
@@ -136,6 +137,7 @@ def _produce(state: _ProducerState) -> None:
                         item = base.next()
                 else:
                     item = base.next()
+                _check_item(base, item)     # a source that yields None, say: a clear error
                 if not _put(state, item):
                     break
             else:
@@ -168,12 +170,15 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
     _thread_name = ""
     _extra_blocks = 0
 
+    # set before __init__ can fail, so repr() and the finaliser work on any instance
+    _closed = True
+    _depleted = False
+    _state: Any = None
+
     def __init__(self, base: Any, queue_size: int = DEFAULT_QUEUE_SIZE,
                  use_workspace: bool = True):
         name = type(self).__name__
-        if not isinstance(base, self._base_type):
-            raise TypeError(f"base: expected a {self._base_type.__name__}, "
-                            f"got {type(base).__name__}")
+        base = _adapt(base, "base", self._base_type)
         if isinstance(queue_size, bool):
             raise TypeError(f"queue_size: expected an integer, got {queue_size!r}")
         try:
@@ -202,6 +207,7 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         self._error: BaseException | None = None
         self._started = False
         self._closed = False
+        self._lock = threading.RLock()    # one consumer at a time: see has_next
         self.last_etl_time_ms = 0.0
         self._state = _ProducerState(base, queue_size, conf, self._ws_prefix, self._thread_name)
         self._state.start()
@@ -237,33 +243,40 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
 
     def has_next(self) -> bool:
         """True when another batch is available; waits for the producer. Re-raises a producer
-        exception (the same object)."""
-        self._check_open()
-        if self._error is not None:
-            raise self._error
-        if self._cached is not None:
+        exception (the same object), to every consumer that asks, until ``reset()``.
+
+        Consumers on several threads are served one at a time: the end of the epoch (or the
+        error) that one of them takes from the queue is remembered, so every waiting consumer
+        gets the answer instead of blocking on the emptied queue.
+        """
+        with self._lock:
+            self._check_open()
+            if self._error is not None:
+                raise self._error
+            if self._cached is not None:
+                return True
+            if self._depleted:
+                return False
+            start = time.perf_counter()
+            item = self._state.queue.get()
+            self.last_etl_time_ms = (time.perf_counter() - start) * 1000.0
+            if item is _END:
+                self._depleted = True    # (also the END that shutdown() puts in)
+                return False
+            if isinstance(item, _Failure):
+                self._error = item.exc
+                raise item.exc
+            self._cached = item
             return True
-        if self._depleted:
-            return False
-        start = time.perf_counter()
-        item = self._state.queue.get()
-        self.last_etl_time_ms = (time.perf_counter() - start) * 1000.0
-        if item is _END:
-            self._depleted = True
-            return False
-        if isinstance(item, _Failure):
-            self._error = item.exc
-            raise item.exc
-        self._cached = item
-        return True
 
     def next(self) -> Any:
         """The next batch; StopIteration when the epoch is over."""
-        if not self.has_next():
-            raise StopIteration
-        item, self._cached = self._cached, None
-        self._started = True         # Python iteration resets a started iterator first
-        return item
+        with self._lock:
+            if not self.has_next():
+                raise StopIteration
+            item, self._cached = self._cached, None
+            self._started = True         # Python iteration resets a started iterator first
+            return item
 
     def reset(self) -> None:
         """Stop the producer, destroy its ring, reset the source and prefetch a fresh epoch.
@@ -303,9 +316,11 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         self.shutdown()
 
     def __repr__(self) -> str:
+        # safe on an instance whose __init__ failed (the class defaults above)
         state = "closed" if self._closed else ("depleted" if self._depleted else "running")
-        return (f"<{self._name} queue_size={self._queue_size} "
-                f"use_workspace={self._use_workspace} {state} base={self._base!r}>")
+        return (f"<{type(self).__name__} queue_size={getattr(self, '_queue_size', None)} "
+                f"use_workspace={getattr(self, '_use_workspace', None)} {state} "
+                f"base={getattr(self, '_base', None)!r}>")
 
 
 class AsyncDataSetIterator(_AsyncBase, DataSetIterator):

@@ -10,6 +10,14 @@ applies ``pre_processor``; ``reset()`` calls ``_reset()`` and clears the started
 subclass that overrides ``next()`` or ``reset()`` itself (an async iterator does) must set
 ``self._started`` the same way, because Python iteration (``__iter__``) resets first only when
 the iterator has been (partly) consumed.
+
+After an error in ``next()`` (a bad record, a pre-processor that raises, a source that fails)
+the batch being read is lost, so the iterator does not go on as if nothing happened: every
+later ``next()`` raises ``RuntimeError`` (from the original error) until ``reset()`` starts the
+epoch again (docs/data.md, "When a batch fails").
+
+Anything that takes an iterator also takes any object with the protocol's methods and any
+Python iterable of DataSets: `as_data_set_iterator` / `as_multi_data_set_iterator` adapt them.
 """
 from __future__ import annotations
 
@@ -24,7 +32,8 @@ from ndws import NDArray
 from ndws.data.dataset import DataSet, MultiDataSet
 
 __all__ = [
-    "DataSetIterator", "MultiDataSetIterator",
+    "DataSetIterator", "MultiDataSetIterator", "as_data_set_iterator",
+    "as_multi_data_set_iterator",
     "ArrayDataSetIterator", "ListDataSetIterator", "ExistingDataSetIterator",
     "ArrayMultiDataSetIterator", "ListMultiDataSetIterator", "ExistingMultiDataSetIterator",
     "AsyncShieldDataSetIterator", "AsyncShieldMultiDataSetIterator",
@@ -37,6 +46,8 @@ class _BaseIterator:
 
     _pre_processor: Any = None
     _started: bool = False
+    _failure: BaseException | None = None     # the error that stopped the epoch
+    _item_type: type = object                 # what next() returns
 
     # -- to implement ----------------------------------------------------------------------
     def has_next(self) -> bool:
@@ -72,14 +83,23 @@ class _BaseIterator:
 
     def next(self) -> Any:
         """The next batch, with ``pre_processor`` applied. Raises StopIteration when the
-        iterator is exhausted."""
+        iterator is exhausted, and ``RuntimeError`` after an earlier batch failed, until
+        ``reset()``."""
+        _refuse_after_failure(self)
         if not self.has_next():
             raise StopIteration
-        item = self._next()
-        self._started = True
-        pp = self.pre_processor
-        if pp is not None:
-            pp.pre_process(item)
+        try:
+            item = self._next()
+            self._started = True
+            _check_item(self, item)
+            pp = self.pre_processor
+            if pp is not None:
+                pp.pre_process(item)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self._failure = exc
+            raise
         return item
 
     def reset(self) -> None:
@@ -88,6 +108,7 @@ class _BaseIterator:
             raise NotImplementedError(f"{type(self).__name__} does not support reset()")
         self._reset()
         self._started = False
+        self._failure = None
 
     def __iter__(self) -> Iterator[Any]:
         if self._started and self.reset_supported():
@@ -99,8 +120,26 @@ class _BaseIterator:
         return self.next()
 
 
+def _refuse_after_failure(it: Any) -> None:
+    exc = it._failure
+    if exc is not None:
+        raise RuntimeError(
+            f"{type(it).__name__} stopped at an error in an earlier batch ({type(exc).__name__}: "
+            f"{exc}); that batch is lost, so it does not go on: call reset() to start the epoch "
+            f"again") from exc
+
+
+def _check_item(it: Any, item: Any) -> None:
+    expected = it._item_type
+    if not isinstance(item, expected):
+        raise TypeError(f"{type(it).__name__} produced {type(item).__name__} {item!r:.40} "
+                        f"where a {expected.__name__} was expected")
+
+
 class DataSetIterator(_BaseIterator):
     """Abstract base of iterators over DataSet batches (DL4J's DataSetIterator)."""
+
+    _item_type = DataSet
 
     def input_columns(self) -> int:
         raise NotImplementedError
@@ -111,6 +150,8 @@ class DataSetIterator(_BaseIterator):
 
 class MultiDataSetIterator(_BaseIterator):
     """Abstract base of iterators over MultiDataSet batches (DL4J's MultiDataSetIterator)."""
+
+    _item_type = MultiDataSet
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,10 +626,7 @@ class _Shield(_Delegating):
     _base_type: type = DataSetIterator
 
     def _init_shield(self, base: Any) -> None:
-        if not isinstance(base, self._base_type):
-            raise TypeError(f"base must be a {self._base_type.__name__}, got "
-                            f"{type(base).__name__}")
-        self._base = base
+        self._base = _adapt(base, "base", self._base_type)
 
     @property  # type: ignore[override]
     def _started(self) -> bool:
@@ -654,3 +692,124 @@ class WorkspacesShieldDataSetIterator(_Shield, _DelegatingShapes, DataSetIterato
             else:
                 ds.migrate()
         return ds
+
+
+# --------------------------------------------------------------------------------------------
+# any object with the protocol's methods, or any iterable of DataSets (DESIGN's "deliberate
+# differences": a Python user hands over a generator as readily as an iterator class)
+
+class _Adapted:
+    """An object with ``has_next()`` and ``next()`` that is not one of ndws' iterator classes,
+    seen through the protocol; the methods it lacks get the protocol's defaults."""
+
+    _base: Any
+
+    def __init__(self, obj: Any) -> None:
+        self._base = obj
+
+    @property
+    def base(self) -> Any:
+        """The adapted object."""
+        return self._base
+
+    def has_next(self) -> bool:
+        return bool(self._base.has_next())
+
+    def _next(self) -> Any:
+        return self._base.next()
+
+    def _optional(self, method: str, default: Any) -> Any:
+        f = getattr(self._base, method, None)
+        return f() if callable(f) else default
+
+    def reset_supported(self) -> bool:
+        return bool(self._optional("reset_supported",
+                                   callable(getattr(self._base, "reset", None))))
+
+    def async_supported(self) -> bool:
+        return bool(self._optional("async_supported", True))
+
+    def _reset(self) -> None:
+        self._base.reset()
+
+    def batch(self) -> int:
+        return int(self._optional("batch", 0))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {getattr(self, '_base', None)!r}>"
+
+
+class _AdaptedDataSetIterator(_Adapted, DataSetIterator):
+    def input_columns(self) -> int:
+        return int(self._optional("input_columns", 0))
+
+    def total_outcomes(self) -> int:
+        return int(self._optional("total_outcomes", 0))
+
+
+class _AdaptedMultiDataSetIterator(_Adapted, MultiDataSetIterator):
+    pass
+
+
+_ADAPTERS = {
+    DataSetIterator: (MultiDataSetIterator, _AdaptedDataSetIterator, ExistingDataSetIterator),
+    MultiDataSetIterator: (DataSetIterator, _AdaptedMultiDataSetIterator,
+                           ExistingMultiDataSetIterator),
+}
+
+
+def _adapt(obj: Any, name: str, kind: type) -> Any:
+    other, adapted, existing = _ADAPTERS[kind]
+    item = kind._item_type
+    if isinstance(obj, kind):
+        return obj
+    what = (f"a {kind.__name__}, an object with has_next() and next(), or an iterable of "
+            f"{item.__name__}s")
+    if isinstance(obj, other) or isinstance(obj, (str, bytes, NDArray, np.ndarray)):
+        raise TypeError(f"{name}: expected {what}, got {type(obj).__name__}")
+    if isinstance(obj, item):
+        return existing([obj])
+    if callable(getattr(obj, "has_next", None)) and callable(getattr(obj, "next", None)):
+        return adapted(obj)
+    try:
+        iter(obj)
+    except TypeError:
+        raise TypeError(f"{name}: expected {what}, got {type(obj).__name__}") from None
+    return existing(obj)
+
+
+def as_data_set_iterator(obj: Any, name: str = "iterator") -> DataSetIterator:
+    """`obj` as a `DataSetIterator`.
+
+    Parameters
+    ----------
+    obj : DataSetIterator, object with ``has_next()`` and ``next()``, DataSet, or iterable
+        An ndws iterator is returned as it is; an object with the protocol's methods is
+        adapted (``reset``, ``reset_supported``, ``batch``, ... are used when it has them); a
+        single DataSet is a one-batch epoch; any other iterable of DataSets (a list, a
+        generator) is wrapped in an `ExistingDataSetIterator`, which can reset only when the
+        iterable can be iterated again (a generator can't).
+    name : str
+        The argument name used in error messages.
+
+    Raises
+    ------
+    TypeError
+        `obj` is none of these; items that are not DataSets raise when they are reached.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ndws.data import DataSet, as_data_set_iterator
+    >>> batches = (DataSet(np.full((2, 3), i, np.float32), np.zeros((2, 1), np.float32))
+    ...            for i in range(3))
+    >>> it = as_data_set_iterator(batches)
+    >>> [float(ds.features.numpy()[0, 0]) for ds in it], it.reset_supported()
+    ([0.0, 1.0, 2.0], False)
+    """
+    return _adapt(obj, name, DataSetIterator)
+
+
+def as_multi_data_set_iterator(obj: Any, name: str = "iterator") -> MultiDataSetIterator:
+    """`obj` as a `MultiDataSetIterator` (the MultiDataSet twin of `as_data_set_iterator`)."""
+    return _adapt(obj, name, MultiDataSetIterator)

@@ -101,6 +101,22 @@ def _apply(ds: DataSet, attr: str, mask_attr: str, fn: Any) -> None:
         arr *= (mask.numpy() != 0).astype(arr.dtype).reshape(arr.shape[0], 1, arr.shape[2])
 
 
+def _check_target(ds: DataSet, attr: str, mask_attr: str, width: int | None, op: str) -> None:
+    """Raise unless ``ds.<attr>`` (and its mask) can be transformed in place by `_apply`."""
+    arr = getattr(ds, attr)
+    if arr is None:
+        return
+    ndws._core.check(arr, op, attr)
+    mask = getattr(ds, mask_attr)
+    if mask is not None:
+        ndws._core.check(mask, op, mask_attr)
+    if width is not None:
+        _bshape(arr, width, attr, "features")
+    if arr.dtype.kind == "f" and not arr.flags.writeable:
+        raise ValueError(f"{attr}: the array is read-only, and the normalizer works in place; "
+                         f"pass a writable copy (e.g. ds.{attr} = ds.{attr}.copy())")
+
+
 def _check_dataset(ds: Any, name: str = "ds") -> DataSet:
     if not isinstance(ds, DataSet):
         raise TypeError(f"{name} must be a DataSet, got {type(ds).__name__}")
@@ -188,25 +204,37 @@ class _Normalizer:
     def _inverse(self, arr: Any, stats: dict[str, np.ndarray], name: str) -> None:
         raise NotImplementedError
 
-    def transform(self, ds: DataSet) -> None:
-        """Normalize `ds` in place (features, and labels when ``fit_label``)."""
+    def _in_place(self, ds: DataSet, fn: Any, op: str) -> None:
+        # Check every array the transform will write (shape, writable, not stale) before
+        # writing any: a failure on the labels must not leave the features transformed.
         _check_dataset(ds)
         feats, labs = self._stats()
-        _apply(ds, "features", "features_mask", lambda a: self._forward(a, feats, "features"))
+        parts = [("features", "features_mask", feats)]
         if labs is not None:
-            _apply(ds, "labels", "labels_mask", lambda a: self._forward(a, labs, "labels"))
+            parts.append(("labels", "labels_mask", labs))
+        for attr, mask_attr, stats in parts:
+            _check_target(ds, attr, mask_attr, self._width(stats), op)
+        for attr, mask_attr, stats in parts:
+            _apply(ds, attr, mask_attr, lambda a, st=stats, name=attr: fn(a, st, name))
+
+    @staticmethod
+    def _width(stats: dict[str, np.ndarray]) -> int | None:
+        # the number of features the statistics describe (None: no statistics)
+        return next(iter(stats.values())).shape[0] if stats else None
+
+    def transform(self, ds: DataSet) -> None:
+        """Normalize `ds` in place (features, and labels when ``fit_label``). Every array is
+        checked before any is written: an error leaves `ds` as it was."""
+        self._in_place(ds, self._forward, "transform")
 
     def pre_process(self, ds: DataSet) -> None:
         """The DataSetPreProcessor hook: ``transform(ds)``."""
         self.transform(ds)
 
     def revert(self, ds: DataSet) -> None:
-        """Undo ``transform`` on `ds` in place (features, and labels when ``fit_label``)."""
-        _check_dataset(ds)
-        feats, labs = self._stats()
-        _apply(ds, "features", "features_mask", lambda a: self._inverse(a, feats, "features"))
-        if labs is not None:
-            _apply(ds, "labels", "labels_mask", lambda a: self._inverse(a, labs, "labels"))
+        """Undo ``transform`` on `ds` in place (features, and labels when ``fit_label``); like
+        `transform`, all or nothing."""
+        self._in_place(ds, self._inverse, "revert")
 
     def revert_features(self, features: Any) -> None:
         """Undo the transform on a features NDArray in place."""
@@ -240,18 +268,37 @@ class _Normalizer:
 
     @classmethod
     def load(cls, path: Any) -> "_Normalizer":
-        """A normalizer restored from a file written by ``save`` (of this class)."""
-        with np.load(os.fspath(path), allow_pickle=False) as z:
-            if "meta" not in z.files:
-                raise ValueError(f"{os.fspath(path)!r} is not an ndws normalizer file")
-            meta = json.loads(str(z["meta"]))
-            if meta.get("format") != _FORMAT or meta.get("kind") != cls._kind:
-                raise ValueError(f"{os.fspath(path)!r} holds a {meta.get('kind')!r} normalizer, "
-                                 f"not {cls._kind!r}")
-            obj = cls(**meta["params"])
-            obj._features = {k: z[f"features_{k}"] for k in cls._stat_names}
-            if obj.fit_label:
-                obj._labels = {k: z[f"labels_{k}"] for k in cls._stat_names}
+        """A normalizer restored from a file written by ``save`` (of this class).
+
+        Raises ``FileNotFoundError`` / ``IsADirectoryError`` for a path that is not a file, and
+        ``ValueError`` naming the file for anything that is not a complete normalizer file of
+        this class (truncated, another format, missing or mis-shaped statistics). Loading never
+        runs code (no pickle)."""
+        name = os.fspath(path)
+        if os.path.isdir(name):
+            raise IsADirectoryError(f"path: {name!r} is a directory, not a normalizer file")
+        try:
+            # our own file object: np.load leaks its handle when a zip turns out corrupt
+            with open(name, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+                if not hasattr(z, "files") or "meta" not in z.files:
+                    raise ValueError("no 'meta' entry")
+                meta = json.loads(str(z["meta"]))
+                if meta.get("format") != _FORMAT or meta.get("kind") != cls._kind:
+                    raise _WrongKind(f"{name!r} holds a {meta.get('kind')!r} normalizer, not "
+                                     f"{cls._kind!r}")
+                obj = cls(**meta["params"])
+                obj._features = {k: z[f"features_{k}"] for k in cls._stat_names}
+                if obj.fit_label:
+                    obj._labels = {k: z[f"labels_{k}"] for k in cls._stat_names}
+        except (FileNotFoundError, _WrongKind):
+            raise
+        except Exception as exc:    # zip, JSON, missing key, bad params: all "not ours"
+            raise ValueError(f"{name!r} is not an ndws normalizer file, or not a complete "
+                             f"one ({type(exc).__name__}: {exc})") from exc
+        for stats in (obj._features, obj._labels):
+            widths = {v.shape for v in (stats or {}).values()}
+            if len(widths) > 1 or any(len(w) != 1 for w in widths):
+                raise ValueError(f"{name!r}: the statistics have inconsistent shapes {widths}")
         return obj
 
 
@@ -392,6 +439,10 @@ class NormalizerMinMaxScaler(_Normalizer):
             arr -= arr.dtype.type(self.min_range)
         arr /= self._scale(stats).astype(arr.dtype).reshape(shape)
         arr += stats["min"].astype(arr.dtype).reshape(shape)
+
+
+class _WrongKind(ValueError):
+    pass
 
 
 def _check_range(min_range: Any, max_range: Any) -> tuple[float, float]:

@@ -20,6 +20,7 @@ A record is one CSV row parsed to a list of floats. Errors in the data name the 
 """
 from __future__ import annotations
 
+import codecs
 import csv
 import os
 from typing import Any, Iterator, Sequence
@@ -59,6 +60,10 @@ class CSVRecordReader:
     quote : str
         One-character quote character; quoted fields may contain the delimiter (Python's
         ``csv`` module rules, ``""`` is an escaped quote).
+    encoding : str
+        The files' text encoding (any Python codec); UTF-8 by default, with a leading
+        byte-order mark dropped. Bytes the encoding can't decode raise
+        ``ValueError("<file>:<line>: can't decode byte ... as <encoding> ...")``.
 
     Notes
     -----
@@ -70,11 +75,13 @@ class CSVRecordReader:
     of the file (a record spanning lines is reported at its first line).
 
     The reader is its own iterator protocol in DataVec's style (``has_next()``, ``next()``,
-    ``reset()``) and a Python iterable (each ``iter()`` starts from the beginning).
+    ``reset()``) and a Python iterable (each ``iter()`` starts from the beginning). After an
+    error it does not skip to the next record: ``has_next()`` and ``next()`` raise
+    ``RuntimeError`` (from the original error) until ``reset()``.
     """
 
     def __init__(self, path_or_paths: Any, skip_num_lines: int = 0, delimiter: str = ",",
-                 quote: str = '"') -> None:
+                 quote: str = '"', encoding: str = "utf-8") -> None:
         if isinstance(path_or_paths, (str, os.PathLike)):
             paths = [path_or_paths]
         elif isinstance(path_or_paths, Sequence) and not isinstance(path_or_paths, bytes):
@@ -91,8 +98,20 @@ class CSVRecordReader:
                                 f"got {type(p).__name__} {p!r}")
         self.paths: list[str] = [os.fspath(p) for p in paths]
         for p in self.paths:
+            if os.path.isdir(p):
+                raise IsADirectoryError(f"path_or_paths: {p!r} is a directory, not a CSV file")
             if not os.path.isfile(p):
                 raise FileNotFoundError(f"path_or_paths: no such file {p!r}")
+        if not isinstance(encoding, str):
+            raise TypeError(f"encoding must be a str, got {type(encoding).__name__} "
+                            f"{encoding!r}")
+        try:
+            codec = codecs.lookup(encoding).name
+        except LookupError:
+            raise ValueError(f"encoding: unknown encoding {encoding!r}") from None
+        self.encoding = encoding
+        # utf-8-sig drops the byte-order mark some spreadsheet exports put first
+        self._codec = "utf-8-sig" if codec == "utf-8" else codec
         self.skip_num_lines = _check_int("skip_num_lines", skip_num_lines, 0)
         for name, value in (("delimiter", delimiter), ("quote", quote)):
             if not isinstance(value, str) or len(value) != 1:
@@ -107,35 +126,42 @@ class CSVRecordReader:
         self.location: tuple[str, int] | None = None
         self._gen: Iterator[tuple[list[float], str, int]] | None = None
         self._peeked: tuple[list[float], str, int] | None = None
+        self._failure: BaseException | None = None
 
     def __repr__(self) -> str:
         return (f"CSVRecordReader({self.paths!r}, skip_num_lines={self.skip_num_lines}, "
-                f"delimiter={self.delimiter!r}, quote={self.quote!r})")
+                f"delimiter={self.delimiter!r}, quote={self.quote!r}, "
+                f"encoding={self.encoding!r})")
 
     def _records(self) -> Iterator[tuple[list[float], str, int]]:
         for path in self.paths:
-            # newline="" is what the csv module needs for quoted fields with line breaks;
-            # utf-8-sig drops the byte-order mark some spreadsheet exports put first
-            with open(path, newline="", encoding="utf-8-sig") as f:
-                for _ in range(self.skip_num_lines):
-                    if not f.readline():
-                        break
-                reader = csv.reader(f, delimiter=self.delimiter, quotechar=self.quote,
-                                    strict=True)
-                line_end = self.skip_num_lines
-                while True:
-                    start = line_end + 1
-                    try:
-                        row = next(reader)
-                    except StopIteration:
-                        break
-                    except csv.Error as exc:
-                        raise ValueError(f"{path}:{reader.line_num + self.skip_num_lines}: "
-                                         f"malformed CSV: {exc}") from None
-                    line_end = reader.line_num + self.skip_num_lines
-                    if not row or (len(row) == 1 and not row[0].strip()):
-                        continue
-                    yield self._parse(row, path, start), path, start
+            try:
+                yield from self._file_records(path)
+            except UnicodeDecodeError as exc:
+                raise self._decode_error(path, exc) from None
+
+    def _file_records(self, path: str) -> Iterator[tuple[list[float], str, int]]:
+        # newline="" is what the csv module needs for quoted fields with line breaks
+        with open(path, newline="", encoding=self._codec) as f:
+            for _ in range(self.skip_num_lines):
+                if not f.readline():
+                    break
+            reader = csv.reader(f, delimiter=self.delimiter, quotechar=self.quote,
+                                strict=True)
+            line_end = self.skip_num_lines
+            while True:
+                start = line_end + 1
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as exc:
+                    raise ValueError(f"{path}:{reader.line_num + self.skip_num_lines}: "
+                                     f"malformed CSV: {exc}") from None
+                line_end = reader.line_num + self.skip_num_lines
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                yield self._parse(row, path, start), path, start
 
     def _parse(self, row: list[str], path: str, line: int) -> list[float]:
         if self.num_fields is None:
@@ -152,11 +178,38 @@ class CSVRecordReader:
                                  f"{field!r} as a number") from None
         return values
 
+    def _decode_error(self, path: str, exc: UnicodeDecodeError) -> ValueError:
+        # The text layer decodes ahead in chunks, so find the line of the first bad byte by
+        # decoding the raw lines again (only on this error path).
+        line, where = 0, ""
+        decoder = codecs.getincrementaldecoder(self._codec)()
+        with open(path, "rb") as raw:
+            for line, data in enumerate(raw, 1):
+                try:
+                    decoder.decode(data)
+                except UnicodeDecodeError as bad:
+                    byte = data[bad.start:bad.start + 1]
+                    where = f"byte 0x{byte.hex()} (byte {bad.start + 1} of the line)" if byte else \
+                        "a truncated character"
+                    break
+        return ValueError(f"{path}:{line}: can't decode {where or 'the text'} as "
+                          f"{self.encoding!r} ({exc.reason}); pass the file's encoding, e.g. "
+                          f"CSVRecordReader(..., encoding='latin-1')")
+
     def _fill(self) -> bool:
+        if self._failure is not None:
+            raise RuntimeError(
+                f"CSVRecordReader stopped at an error ({type(self._failure).__name__}: "
+                f"{self._failure}); it does not skip to the next record: call reset() to read "
+                f"again from the start") from self._failure
         if self._peeked is None:
             if self._gen is None:
                 self._gen = self._records()
-            self._peeked = next(self._gen, None)
+            try:
+                self._peeked = next(self._gen, None)
+            except BaseException as exc:
+                self._failure = exc
+                raise
         return self._peeked is not None
 
     def has_next(self) -> bool:
@@ -179,6 +232,7 @@ class CSVRecordReader:
         self._gen = None
         self._peeked = None
         self.location = None
+        self._failure = None
 
     def reset_supported(self) -> bool:
         return True
