@@ -564,6 +564,9 @@ cdef NDArray _convert(object x, str op, str role, object dtype):
 cdef NDArray _arg(object x, str op, str role, object dtype=None):
     """A checked float32/float64 operand (TypeError naming `role` otherwise)."""
     cdef NDArray a
+    if x is None:
+        raise TypeError(f"{op}: {role} is required: an NDArray or array_like of float32 or "
+                        f"float64, got None")
     if isinstance(x, NDArray):
         a = <NDArray>x
     else:
@@ -628,6 +631,19 @@ cdef inline void _extent(NDArray a, char** lo, char** hi) noexcept:
     hi[0] += a._itemsize
 
 
+cdef bint _overlap(NDArray o, NDArray a) noexcept:
+    """True when the byte ranges of o and a intersect."""
+    cdef char* olo
+    cdef char* ohi
+    cdef char* alo
+    cdef char* ahi
+    if a._size == 0 or o._size == 0:
+        return False
+    _extent(o, &olo, &ohi)
+    _extent(a, &alo, &ahi)
+    return not (ohi <= alo or ahi <= olo)
+
+
 cdef bint _clash(NDArray o, NDArray a) noexcept:
     """True when o and input a share memory other than element for element (then a kernel
     writing o could overwrite elements of a it has yet to read)."""
@@ -669,13 +685,14 @@ cdef inline int _grain(int code) noexcept:
     return GRAIN_TRANSC
 
 
-cdef object _elementwise(str op, int code, double alpha, object x, object g, object out):
-    """Forward (g is None) or backward of an elementwise activation: validate, place, run."""
+cdef object _elementwise(str op, int code, double alpha, object x, object g, object out,
+                         bint bwd):
+    """Forward or (bwd) backward of an elementwise activation: validate, place, run. A
+    backward call needs `g` (grad_output): None is an error, never a silent forward."""
     cdef NDArray a = _arg(x, op, "x")
     cdef NDArray b = None, y, o = None
     cdef Plan p
     cdef int nt
-    cdef bint bwd = g is not None
     if bwd:
         b = _arg(g, op, "grad_output", a._dtype)
         _same(a, b, op, "grad_output", "x")
@@ -738,13 +755,13 @@ cdef void _sm_dispatch(bint bwd, bint log_, const Plan* p, intp_t rows, intp_t L
                 <float64_t*>y._data, nt)
 
 
-cdef object _softmax_call(str op, bint log_, object x, object g, object axis, object out):
+cdef object _softmax_call(str op, bint log_, object x, object g, object axis, object out,
+                          bint bwd):
     cdef NDArray a = _arg(x, op, "x")
     cdef NDArray b = None, y, o = None
     cdef Plan p
     cdef int nt, ax
     cdef intp_t L, rows, isz = a._itemsize
-    cdef bint bwd = g is not None
     if a._ndim == 0:
         raise ValueError(f"{op}: x must have at least one dimension, got a 0-d array")
     ax = _axis(axis, a._ndim, op)
@@ -855,7 +872,7 @@ def identity(x, out=None):
     (...) NDArray of x's dtype
         A new array in the current workspace, or `out`.
     """
-    return _elementwise("identity", ACT_IDENTITY, 0.0, x, None, out)
+    return _elementwise("identity", ACT_IDENTITY, 0.0, x, None, out, False)
 
 
 def relu(x, out=None):
@@ -878,7 +895,7 @@ def relu(x, out=None):
     >>> F.relu(ndws.array([-1.0, 0.5])).tolist()
     [0.0, 0.5]
     """
-    return _elementwise("relu", ACT_RELU, 0.0, x, None, out)
+    return _elementwise("relu", ACT_RELU, 0.0, x, None, out, False)
 
 
 def leaky_relu(x, alpha=0.01, out=None):
@@ -897,7 +914,7 @@ def leaky_relu(x, alpha=0.01, out=None):
     (...) NDArray of x's dtype
     """
     return _elementwise("leaky_relu", ACT_LEAKY_RELU, _real(alpha, "leaky_relu", "alpha"), x,
-                        None, out)
+                        None, out, False)
 
 
 def elu(x, alpha=1.0, out=None):
@@ -915,7 +932,8 @@ def elu(x, alpha=1.0, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("elu", ACT_ELU, _real(alpha, "elu", "alpha"), x, None, out)
+    return _elementwise("elu", ACT_ELU, _real(alpha, "elu", "alpha"), x, None, out,
+                        False)
 
 
 def sigmoid(x, out=None):
@@ -931,7 +949,7 @@ def sigmoid(x, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("sigmoid", ACT_SIGMOID, 0.0, x, None, out)
+    return _elementwise("sigmoid", ACT_SIGMOID, 0.0, x, None, out, False)
 
 
 def tanh(x, out=None):
@@ -947,7 +965,7 @@ def tanh(x, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("tanh", ACT_TANH, 0.0, x, None, out)
+    return _elementwise("tanh", ACT_TANH, 0.0, x, None, out, False)
 
 
 def softplus(x, out=None):
@@ -966,7 +984,7 @@ def softplus(x, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("softplus", ACT_SOFTPLUS, 0.0, x, None, out)
+    return _elementwise("softplus", ACT_SOFTPLUS, 0.0, x, None, out, False)
 
 
 cdef int _gelu_code(object approximate, str op) except -1:
@@ -994,7 +1012,8 @@ def gelu(x, approximate="none", out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("gelu", _gelu_code(approximate, "gelu"), 0.0, x, None, out)
+    return _elementwise("gelu", _gelu_code(approximate, "gelu"), 0.0, x, None, out,
+                        False)
 
 
 def softmax(x, axis=-1, out=None):
@@ -1013,7 +1032,7 @@ def softmax(x, axis=-1, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _softmax_call("softmax", False, x, None, axis, out)
+    return _softmax_call("softmax", False, x, None, axis, out, False)
 
 
 def log_softmax(x, axis=-1, out=None):
@@ -1031,7 +1050,7 @@ def log_softmax(x, axis=-1, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _softmax_call("log_softmax", True, x, None, axis, out)
+    return _softmax_call("log_softmax", True, x, None, axis, out, False)
 
 
 def identity_backward(x, grad_output, out=None):
@@ -1050,7 +1069,7 @@ def identity_backward(x, grad_output, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("identity_backward", ACT_IDENTITY, 0.0, x, grad_output, out)
+    return _elementwise("identity_backward", ACT_IDENTITY, 0.0, x, grad_output, out, True)
 
 
 def relu_backward(x, grad_output, out=None):
@@ -1066,7 +1085,7 @@ def relu_backward(x, grad_output, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("relu_backward", ACT_RELU, 0.0, x, grad_output, out)
+    return _elementwise("relu_backward", ACT_RELU, 0.0, x, grad_output, out, True)
 
 
 def leaky_relu_backward(x, grad_output, alpha=0.01, out=None):
@@ -1083,7 +1102,8 @@ def leaky_relu_backward(x, grad_output, alpha=0.01, out=None):
     (...) NDArray of x's dtype
     """
     return _elementwise("leaky_relu_backward", ACT_LEAKY_RELU,
-                        _real(alpha, "leaky_relu_backward", "alpha"), x, grad_output, out)
+                        _real(alpha, "leaky_relu_backward", "alpha"), x, grad_output, out,
+                        True)
 
 
 def elu_backward(x, grad_output, alpha=1.0, out=None):
@@ -1100,7 +1120,7 @@ def elu_backward(x, grad_output, alpha=1.0, out=None):
     (...) NDArray of x's dtype
     """
     return _elementwise("elu_backward", ACT_ELU, _real(alpha, "elu_backward", "alpha"), x,
-                        grad_output, out)
+                        grad_output, out, True)
 
 
 def sigmoid_backward(x, grad_output, out=None):
@@ -1115,7 +1135,7 @@ def sigmoid_backward(x, grad_output, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("sigmoid_backward", ACT_SIGMOID, 0.0, x, grad_output, out)
+    return _elementwise("sigmoid_backward", ACT_SIGMOID, 0.0, x, grad_output, out, True)
 
 
 def tanh_backward(x, grad_output, out=None):
@@ -1130,7 +1150,7 @@ def tanh_backward(x, grad_output, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("tanh_backward", ACT_TANH, 0.0, x, grad_output, out)
+    return _elementwise("tanh_backward", ACT_TANH, 0.0, x, grad_output, out, True)
 
 
 def softplus_backward(x, grad_output, out=None):
@@ -1145,7 +1165,7 @@ def softplus_backward(x, grad_output, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("softplus_backward", ACT_SOFTPLUS, 0.0, x, grad_output, out)
+    return _elementwise("softplus_backward", ACT_SOFTPLUS, 0.0, x, grad_output, out, True)
 
 
 def gelu_backward(x, grad_output, approximate="none", out=None):
@@ -1163,7 +1183,7 @@ def gelu_backward(x, grad_output, approximate="none", out=None):
     (...) NDArray of x's dtype
     """
     return _elementwise("gelu_backward", _gelu_code(approximate, "gelu_backward"), 0.0, x,
-                        grad_output, out)
+                        grad_output, out, True)
 
 
 def softmax_backward(x, grad_output, axis=-1, out=None):
@@ -1181,7 +1201,7 @@ def softmax_backward(x, grad_output, axis=-1, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _softmax_call("softmax_backward", False, x, grad_output, axis, out)
+    return _softmax_call("softmax_backward", False, x, grad_output, axis, out, True)
 
 
 def log_softmax_backward(x, grad_output, axis=-1, out=None):
@@ -1198,7 +1218,7 @@ def log_softmax_backward(x, grad_output, axis=-1, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _softmax_call("log_softmax_backward", True, x, grad_output, axis, out)
+    return _softmax_call("log_softmax_backward", True, x, grad_output, axis, out, True)
 
 
 def activation(name, x, out=None, **params):
@@ -1230,8 +1250,8 @@ def activation(name, x, out=None, **params):
     cdef int code = _lookup(name, params, &alpha, ax, "activation")
     axis = ax[0]
     if code == ACT_SOFTMAX or code == ACT_LOG_SOFTMAX:
-        return _softmax_call("activation", code == ACT_LOG_SOFTMAX, x, None, axis, out)
-    return _elementwise("activation", code, alpha, x, None, out)
+        return _softmax_call("activation", code == ACT_LOG_SOFTMAX, x, None, axis, out, False)
+    return _elementwise("activation", code, alpha, x, None, out, False)
 
 
 def activation_backward(name, x, grad_output, out=None, **params):
@@ -1255,8 +1275,8 @@ def activation_backward(name, x, grad_output, out=None, **params):
     axis = ax[0]
     if code == ACT_SOFTMAX or code == ACT_LOG_SOFTMAX:
         return _softmax_call("activation_backward", code == ACT_LOG_SOFTMAX, x, grad_output,
-                             axis, out)
-    return _elementwise("activation_backward", code, alpha, x, grad_output, out)
+                             axis, out, True)
+    return _elementwise("activation_backward", code, alpha, x, grad_output, out, True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1786,6 +1806,12 @@ cdef NDArray _upd_arg(object x, str op, str role, NDArray like, bint write):
     if write and not isinstance(x, (NDArray, np.ndarray)):
         raise TypeError(f"{op}: {role} must be an NDArray or numpy.ndarray (updated in place), "
                         f"got {type(x).__name__}")
+    if write and not (x.flags.c_contiguous if isinstance(x, np.ndarray)
+                      else _strides_ok(<NDArray>x) and _c_contiguous(<NDArray>x)):
+        # checked before _arg, which would make a contiguous copy: the update would then go
+        # to the copy and the caller's array would never change
+        raise ValueError(f"{op}: {role} must be C-contiguous to be updated in place, got "
+                         f"strides {x.strides}")
     a = _arg(x, op, role, like._dtype if like is not None else None)
     if like is not None:
         _same(like, a, op, role, "param")
@@ -1808,11 +1834,23 @@ cdef object _update(str op, Hyper* h, object param, object grad, object s1, obje
     cdef NDArray p = _upd_arg(param, op, "param", None, True)
     cdef NDArray g = _upd_arg(grad, op, "grad", p, False)
     cdef NDArray a = None, b = None
-    cdef int nt
+    cdef int nt, i, j
     if s1 is not None:
         a = _upd_arg(s1[1], op, s1[0], p, True)
     if s2 is not None:
         b = _upd_arg(s2[1], op, s2[0], p, True)
+    # the kernel updates param and the state in one pass: arrays that share memory would read
+    # values it has already written (adam_update(p, g, m, m, ...)), so refuse them all
+    cdef list args = [("param", p), ("grad", g)]
+    if a is not None:
+        args.append((s1[0], a))
+    if b is not None:
+        args.append((s2[0], b))
+    for i in range(len(args)):
+        for j in range(i + 1, len(args)):
+            if _overlap(<NDArray>args[i][1], <NDArray>args[j][1]):
+                raise ValueError(f"{op}: {args[i][0]} and {args[j][0]} share memory; each must "
+                                 f"be an array of its own")
     nt = threads_for(p._size, GRAIN_CHEAP if h.kind <= UPD_MOMENTUM else GRAIN_UPDATE)
     if p._itemsize == 4:
         if nt > 1 or p._size >= NOGIL_MIN:

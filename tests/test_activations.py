@@ -365,8 +365,8 @@ def test_argument_errors():
     with pytest.raises(TypeError, match=r"relu: x must be a float32 or float64 array, got "
                                         r"dtype <U1"):
         F.relu(["a"])
-    with pytest.raises(TypeError, match=r"relu: x must be a float32 or float64 array, got "
-                                        r"dtype object"):
+    with pytest.raises(TypeError, match=r"^relu: x is required: an NDArray or array_like of "
+                                        r"float32 or float64, got None$"):
         F.relu(None)
     with pytest.raises(TypeError, match=r"tanh_backward: grad_output has dtype float32, "
                                         r"expected float64 \(the dtype of x\)"):
@@ -518,3 +518,29 @@ def test_stub_lists_every_public_kernel():
     assert not missing, f"_kernels.pyi lacks {missing}"
     # F is _kernels' public surface plus the fused linear layer of _linalg
     assert sorted(F.__all__) == sorted(public + ["linear"])
+
+
+# the backward functions never fall back to the forward when grad_output is missing
+@pytest.mark.parametrize("call, op", [
+    (lambda x: F.relu_backward(x, None), "relu_backward"),
+    (lambda x: F.leaky_relu_backward(x, None), "leaky_relu_backward"),
+    (lambda x: F.elu_backward(x, None), "elu_backward"),
+    (lambda x: F.sigmoid_backward(x, None), "sigmoid_backward"),
+    (lambda x: F.tanh_backward(x, None), "tanh_backward"),
+    (lambda x: F.softplus_backward(x, None), "softplus_backward"),
+    (lambda x: F.gelu_backward(x, None), "gelu_backward"),
+    (lambda x: F.identity_backward(x, None), "identity_backward"),
+    (lambda x: F.softmax_backward(x, None), "softmax_backward"),
+    (lambda x: F.log_softmax_backward(x, None), "log_softmax_backward"),
+    (lambda x: F.activation_backward("relu", x, None), "activation_backward"),
+    (lambda x: F.activation_backward("softmax", x, None), "activation_backward"),
+], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_missing_grad_output_raises(call, op, dtype):
+    x = ndws.array(np.array([[1.0, -2.0, 0.5]], dtype=dtype))
+    out = ndws.zeros((1, 3), dtype=dtype)
+    with pytest.raises(TypeError) as info:
+        call(x)
+    assert str(info.value) == (f"{op}: grad_output is required: an NDArray or array_like of "
+                               f"float32 or float64, got None")
+    assert out.numpy().tolist() == [[0.0, 0.0, 0.0]]

@@ -195,3 +195,59 @@ def test_gil_released_during_long_update():
     p, g, m, v = (np.zeros(n) for _ in range(4))
     with ndws.num_threads(1):
         assert _progress_during(lambda: F.adam_update(p, g, m, v, 1)) > 0
+
+
+# -- in-place means in place --------------------------------------------------------------------
+
+def _odd_strides(dtype):
+    # a view whose strides are not whole elements (an itemsize and a half)
+    raw = np.zeros(64, dtype=np.uint8)
+    isz = np.dtype(dtype).itemsize
+    return np.lib.stride_tricks.as_strided(raw.view(dtype), shape=(4,), strides=(isz + isz // 2,))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("make", [lambda a: a[::2], lambda a: a.reshape(2, 4).T,
+                                  lambda a: ndws.from_numpy(a.copy())[::2]],
+                         ids=["strided", "transposed", "ndarray-strided"])
+def test_a_strided_param_or_state_is_refused_not_copied(dtype, make):
+    p = make(np.zeros(8, dtype))
+    g = np.ones(p.shape, dtype)
+    with pytest.raises(ValueError, match=r"^sgd_update: param must be C-contiguous to be "
+                                         r"updated in place, got strides "):
+        F.sgd_update(p, g, 0.1)
+    m = make(np.zeros(8, dtype))
+    with pytest.raises(ValueError, match=r"^momentum_update: velocity must be C-contiguous to "
+                                         r"be updated in place"):
+        F.momentum_update(np.zeros(p.shape, dtype), g, m, 0.1)
+    assert not np.asarray(p).any() and not np.asarray(m).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_non_element_strides_are_refused(dtype):
+    p = _odd_strides(dtype)
+    with pytest.raises(ValueError, match="param must be C-contiguous to be updated in place"):
+        F.sgd_update(p, np.ones(4, dtype), 0.1)
+    with pytest.raises(ValueError, match="param must be C-contiguous to be updated in place"):
+        F.sgd_update(ndws.from_numpy(p), np.ones(4, dtype), 0.1)
+
+
+@pytest.mark.parametrize("call, a, b", [
+    (lambda p, g, m, v: F.adam_update(p, g, m, m, 1), "m", "v"),
+    (lambda p, g, m, v: F.adam_update(m, g, m, v, 1), "param", "m"),
+    (lambda p, g, m, v: F.adamw_update(p, g, v, v, 1), "m", "v"),
+    (lambda p, g, m, v: F.rmsprop_update(p, g, p), "param", "sq"),
+    (lambda p, g, m, v: F.adagrad_update(p, p, m), "param", "grad"),
+    (lambda p, g, m, v: F.momentum_update(p, g, g, 0.1), "grad", "velocity"),
+    (lambda p, g, m, v: F.sgd_update(p[1:], p[:-1], 0.1), "param", "grad"),
+])
+def test_arguments_that_share_memory_are_refused(call, a, b):
+    base = np.arange(1.0, 5.0)
+    p, g, m, v = base.copy(), np.ones(4), np.zeros(4), np.zeros(4)
+    before = [x.copy() for x in (p, g, m, v)]
+    with pytest.raises(ValueError) as info:
+        call(p, g, m, v)
+    assert str(info.value).endswith(f": {a} and {b} share memory; each must be an array of its "
+                                    f"own")
+    for x, y in zip((p, g, m, v), before):
+        np.testing.assert_array_equal(x, y)
