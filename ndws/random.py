@@ -29,10 +29,40 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
-    dt = np.dtype(dtype)
-    if dt not in _FLOATS:
-        raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt not in _FLOATS:     # (None == float64 for NumPy's dtype compare)
+        raise TypeError(f"dtype: expected float32 or float64, got {dtype!r}")
     return dt
+
+
+def _real(value: Any, name: str, minimum: float | None = None) -> float:
+    """A finite real parameter (loc, scale, low, high), or an error naming it."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                     np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} "
+                        f"{value!r:.40}")
+    f = float(value)
+    if not np.isfinite(f):
+        raise ValueError(f"{name}: must be finite, got {value!r}")
+    if minimum is not None and f < minimum:
+        raise ValueError(f"{name}: must be non-negative, got {value!r}")
+    return f
+
+
+def _size(size: Any) -> Any:
+    # NumPy's `size`: None (a 0-d result), an int or a sequence of ints
+    if size is None:
+        return ()
+    items = size if isinstance(size, (tuple, list)) else (size,)
+    for n in items:
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"size: expected None, an int or a tuple of ints, got {size!r:.60}")
+        if n < 0:
+            raise ValueError(f"size: negative dimensions are not allowed, got {size!r}")
+    return size
 
 
 class Generator:
@@ -56,7 +86,7 @@ class Generator:
         return self._gen
 
     def _filled(self, size: Any, dtype: Any, fill: Any) -> NDArray:
-        return _core.new_filled(() if size is None else size, dtype, fill, op="random")
+        return _core.new_filled(_size(size), dtype, fill, op="random")
 
     def random(self, size: Any = None, dtype: Any = np.float64) -> NDArray:
         """Uniform floats in [0, 1).
@@ -87,7 +117,8 @@ class Generator:
                 dtype: Any = np.float64) -> NDArray:
         """Uniform floats in [low, high): ``low + (high - low) * random()``, NumPy's formula."""
         dt = _float_dtype(dtype)
-        span = float(high) - float(low)
+        low, high = _real(low, "low"), _real(high, "high")
+        span = high - low
         if span < 0:
             raise ValueError("high - low < 0")
         if not np.isfinite(span):
@@ -102,8 +133,7 @@ class Generator:
     def normal(self, loc: float = 0.0, scale: float = 1.0, size: Any = None,
                dtype: Any = np.float64) -> NDArray:
         """Normal samples: ``loc + scale * standard_normal()``, NumPy's formula."""
-        if scale < 0:
-            raise ValueError(f"scale: must be non-negative, got {scale!r}")
+        loc, scale = _real(loc, "loc"), _real(scale, "scale", 0.0)
         dt = _float_dtype(dtype)
 
         def fill(v: np.ndarray) -> None:
@@ -116,8 +146,8 @@ class Generator:
                  dtype: Any = np.int64, endpoint: bool = False) -> NDArray:
         """Random integers in [low, high) (or [low, high] with `endpoint`), as NumPy's."""
         # NumPy's integers() has no out=; the draw is copied into place.
-        values = self._gen.integers(low, high, size=() if size is None else size,
-                                    dtype=dtype, endpoint=endpoint)
+        values = self._gen.integers(low, high, size=_size(size), dtype=dtype,
+                                    endpoint=endpoint)
         return _core._np_result(values)
 
     def permutation(self, x: Any) -> NDArray:

@@ -598,3 +598,83 @@ def test_plot_confusion_matrix(tmp_path):
     plt.close(fig)
     with pytest.raises(RuntimeError, match="no evaluation has been performed"):
         Evaluation().plot_confusion_matrix()
+
+
+# -- nothing half-counted, and arguments named ----------------------------------------------------
+
+def _state(ev):
+    if isinstance(ev, Evaluation):
+        return (None if ev._confusion is None else ev._confusion.copy(), ev.num_row_counter)
+    if isinstance(ev, ndws.evaluation.RegressionEvaluation):
+        return None if ev._state is None else ev._state.copy()
+    return tuple((ev.count_actual_positive(i), ev.count_actual_negative(i))
+                 for i in range(ev.num_labels()))
+
+
+@pytest.mark.parametrize("first", ["regression", "roc", "multiclass", "evaluation"])
+def test_evaluate_counts_a_batch_in_all_evaluations_or_in_none(first):
+    from ndws.evaluation import (ROCBinary, ROCMultiClass, RegressionEvaluation, evaluate)
+    make = {"regression": RegressionEvaluation, "roc": lambda: ROCBinary(10),
+            "multiclass": ROCMultiClass, "evaluation": lambda: Evaluation(5)}
+    good = (np.eye(5)[[0, 1]], np.eye(5)[[0, 1]] * 0.8 + 0.04)
+    nan_preds = good[1].copy()
+    nan_preds[1, 3] = np.nan
+    evs = (make[first](), Evaluation(5))
+    evaluate(lambda f: f, [(good[1], good[0])], *evs)       # one good batch counted by both
+    before = [_state(e) for e in evs]
+    with pytest.raises(ValueError, match="NaN"):
+        evaluate(lambda f: nan_preds, [(good[1], good[0])], *evs)
+    after = [_state(e) for e in evs]
+    for b, a in zip(before, after):
+        if isinstance(b, tuple) and b and isinstance(b[0], np.ndarray):
+            assert np.array_equal(b[0], a[0]) and b[1] == a[1]
+        else:
+            assert np.array_equal(b, a)
+    # the second evaluation refuses a batch the first accepts: the first counts nothing either
+    reg, ev = RegressionEvaluation(), Evaluation(5)
+    with pytest.raises(ValueError, match="labels have 3 columns but this Evaluation has 5"):
+        evaluate(lambda f: f, [(np.ones((2, 3)), np.ones((2, 3)))], reg, ev)
+    assert reg._state is None and ev.num_row_counter == 0
+
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda: Evaluation(num_classes="a"), TypeError, "num_classes must be an int, got str 'a'"),
+    (lambda: Evaluation(num_classes=10**30), ValueError,
+     "num_classes must be in [2, 2147483647], got 1000000000000000000000000000000"),
+    (lambda: Evaluation(top_n=2.5), TypeError, "top_n must be an int, got float 2.5"),
+    (lambda: ndws.evaluation.ROC("a"), TypeError, "threshold_steps must be an int, got str 'a'"),
+    (lambda: ndws.evaluation.ROC(-1), ValueError, "threshold_steps must be in [0, 2147483647], "
+                                                  "got -1"),
+    (lambda: ndws.evaluation.ROCBinary(exact_alloc_block_size=0), ValueError,
+     "exact_alloc_block_size must be in [1, 2147483647], got 0"),
+    (lambda: Evaluation(3).eval_index("a", 0), TypeError, "predicted must be an int, got str 'a'"),
+    (lambda: Evaluation(3).eval_index(0, 10**40), ValueError,
+     "actual=10000000000000000000000000000000000000000 is not a class index in [0, 3)"),
+    (lambda: ndws.evaluation.RegressionEvaluation(columns=10**30), ValueError,
+     "columns must be in [1, 16777216], got 1000000000000000000000000000000"),
+])
+def test_constructor_and_index_arguments_are_named(call, exc, msg):
+    with pytest.raises(exc) as info:
+        call()
+    assert str(info.value) == msg
+
+
+def test_column_and_class_indices_are_checked():
+    roc = ndws.evaluation.ROCMultiClass()
+    roc.eval(np.eye(3), np.eye(3) * 0.8 + 0.1)
+    for bad, exc, msg in ((7, ValueError, "column=7 is not a class index in [0, 3)"),
+                          (-1, ValueError, "column=-1 is not a class index in [0, 3)"),
+                          ("a", TypeError, "column must be an int, got str 'a'")):
+        for call in (roc.calculate_auc, roc.calculate_auprc, roc.roc_curve):
+            with pytest.raises(exc) as info:
+                call(bad)
+            assert str(info.value) == msg
+    binary = ndws.evaluation.ROCBinary()
+    binary.eval(np.eye(2), np.eye(2) * 0.5 + 0.25)
+    with pytest.raises(ValueError, match=r"^column=2 is not a column index in \[0, 2\)$"):
+        binary.count_actual_positive(2)
+    ev = Evaluation(3)
+    ev.eval(np.eye(3), np.eye(3))
+    for call in (ev.precision, ev.recall, ev.f1, ev.class_count, ev.false_positive_rate):
+        with pytest.raises(ValueError, match=r"^cls=5 is not a class index in \[0, 3\)$"):
+            call(5)

@@ -331,3 +331,35 @@ def test_module_level_functions_draw_from_one_seeded_generator():
     assert_matches(x, expected)
     with ndws.workspace("RND_MOD") as ws:
         assert ndws.random.rand(3).workspace is ws
+
+
+# -- parameters that are not numbers ------------------------------------------------------------
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda g: g.normal(0, None, 3), TypeError, "scale: expected a real number, got NoneType None"),
+    (lambda g: g.normal("a"), TypeError, "loc: expected a real number, got str 'a'"),
+    (lambda g: g.normal(0, np.nan, 3), ValueError, "scale: must be finite, got nan"),
+    (lambda g: g.normal(0, -1.0, 3), ValueError, "scale: must be non-negative, got -1.0"),
+    (lambda g: g.normal(True, 1.0), TypeError, "loc: expected a real number, got bool True"),
+    (lambda g: g.uniform(0, np.inf, 2), ValueError, "high: must be finite, got inf"),
+    (lambda g: g.uniform([0], 1, 2), TypeError, "low: expected a real number, got list [0]"),
+    (lambda g: g.random("a"), TypeError, "size: expected None, an int or a tuple of ints, got "
+                                         "'a'"),
+    (lambda g: g.standard_normal((2, -1)), ValueError, "size: negative dimensions are not "
+                                                       "allowed, got (2, -1)"),
+    (lambda g: g.random(3, dtype="abc"), TypeError, "dtype: expected float32 or float64, got "
+                                                    "'abc'"),
+    (lambda g: g.random(3, dtype=object), TypeError, "dtype: expected float32 or float64, got "
+                                                     "<class 'object'>"),
+    (lambda g: g.integers(0, 5, size=2.5), TypeError, "size: expected None, an int or a tuple "
+                                                      "of ints, got 2.5"),
+])
+def test_hostile_parameters_name_the_argument(call, exc, msg):
+    g = ndws.random.Generator(0)
+    state = g.numpy_generator.bit_generator.state
+    with ndws.workspace("RANDOM_HOSTILE", ndws.WorkspaceConfiguration(initial_size=4096)) as ws:
+        with pytest.raises(exc) as info:
+            call(g)
+        assert ws.this_cycle_allocations == 0
+    assert str(info.value) == msg
+    assert g.numpy_generator.bit_generator.state == state    # no draw was made

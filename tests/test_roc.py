@@ -173,12 +173,12 @@ def test_histogram_close_to_exact_for_fine_steps(seed):
 @pytest.mark.parametrize("k", [1, 3, 10, 37])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_histogram_counts_match_numpy_oracle(seed, k, dtype):
-    # probabilities on and around the thresholds i/k, plus values outside [0, 1]; float32
+    # probabilities on and around the thresholds i/k, and the ends of [0, 1]; float32
     # predictions are compared with the thresholds in float32 (so float32(0.7) >= 0.7 holds)
     rng = np.random.default_rng(seed)
     n = 500
     p = np.concatenate([rng.integers(0, k + 1, n) / k, rng.random(n),
-                        [-0.5, 1.5, 0.0, 1.0, -np.inf, np.inf]]).astype(dtype)
+                        [0.0, 1.0, np.nextafter(1.0, 0), 5e-324]]).astype(dtype)
     y = rng.integers(0, 2, len(p))
     roc = ROC(k)
     roc.eval(y, p)
@@ -631,3 +631,35 @@ def test_rank_3_masks_are_checked_and_nan_rejects_the_whole_batch():
     with pytest.raises(ValueError, match="NaNs present in predictions"):
         roc.eval(labels, preds)
     assert roc.num_examples == 0
+
+
+@pytest.mark.parametrize("bad", [-0.5, 1.5, -np.inf, np.inf, 1.0000001])
+@pytest.mark.parametrize("make, op", [(lambda: ROC(10), "ROC.eval"),
+                                      (lambda: ROCBinary(10), "ROCBinary.eval"),
+                                      (lambda: ROCMultiClass(10), "ROCMultiClass.eval")])
+def test_histogram_mode_refuses_scores_outside_0_1(make, op, bad):
+    # they used to fall outside every bin: an AUC of 0.0 where exact mode gives 1.0
+    roc = make()
+    labels = np.array([[1, 0], [0, 1], [1, 0]])
+    preds = np.array([[0.9, 0.1], [0.2, bad], [0.7, 0.3]])
+    column = 1
+    if op == "ROC.eval":
+        labels, preds, column = labels[:, 1], preds[:, 1], 0   # one column
+    with pytest.raises(ValueError) as info:
+        roc.eval(labels, preds)
+    assert str(info.value) == (f"{op}: histogram mode (threshold_steps=10) counts probabilities "
+                               f"in [0, 1], got {float(bad)!r} in column {column}; use exact mode "
+                               f"(threshold_steps=0) for scores outside [0, 1]")
+    if op == "ROC.eval":
+        assert roc.num_examples == 0
+    else:
+        assert roc.num_labels() == 0
+    exact = ROC(0)                            # exact mode ranks any score, as scikit-learn
+    exact.eval(np.array([0, 1, 0]), np.array([-3.0, 7.5, 0.2]))
+    assert exact.calculate_auc() == 1.0
+
+
+def test_histogram_range_check_ignores_masked_rows():
+    roc = ROC(4)
+    roc.eval(np.array([1, 0, 1]), np.array([0.9, 42.0, 0.6]), mask=np.array([1, 0, 1]))
+    assert roc.num_examples == 2

@@ -43,6 +43,11 @@ def evaluate(predict: Callable[[Any], Any], iterator: Iterable, *evaluations: An
     -------
     The evaluation when one was given, else the tuple of evaluations (the same objects).
 
+    Each batch is checked by every evaluation before any of them counts it, so a batch that
+    one refuses (shapes, NaNs, ...) is counted by none: the evaluations stay consistent.
+    (An evaluation object other than ndws' own is asked to ``eval`` after ndws' checks and
+    before ndws' counts.)
+
     Raises
     ------
     ValueError
@@ -62,6 +67,14 @@ def evaluate(predict: Callable[[Any], Any], iterator: Iterable, *evaluations: An
     for index, item in enumerate(iterator):
         features, labels, mask = _batch(item, index)
         predictions = predict(features)
+        # every evaluation checks the batch before any counts it: a batch one of them
+        # refuses is counted by none (ndws' evaluations check in `_prepare`; any other object
+        # can only be asked to eval, after ndws' own checks have passed)
+        commits = [ev._prepare(labels, predictions, mask) for ev in evaluations
+                   if hasattr(ev, "_prepare")]
         for ev in evaluations:
-            ev.eval(labels, predictions, mask)
+            if not hasattr(ev, "_prepare"):
+                ev.eval(labels, predictions, mask)
+        for commit in commits:
+            commit()
     return evaluations[0] if len(evaluations) == 1 else evaluations

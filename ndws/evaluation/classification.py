@@ -20,6 +20,7 @@ import numpy as np
 
 from ndws._core import NDArray, check as _check
 from ndws.evaluation import _counting
+from ndws.evaluation._args import index_arg, int_arg
 
 __all__ = ["Evaluation", "Metric"]
 
@@ -121,11 +122,8 @@ class Evaluation:
                                  f"{len(labels)} labels given")
             num_classes = len(labels)
         if num_classes is not None:
-            num_classes = int(num_classes)
-            if num_classes < 2:
-                raise ValueError(f"num_classes must be at least 2, got {num_classes}")
-        if int(top_n) < 1:
-            raise ValueError(f"top_n must be at least 1, got {top_n}")
+            num_classes = int_arg(num_classes, "num_classes", 2)
+        top_n = int_arg(top_n, "top_n", 1)
         if binary_decision_threshold is not None:
             binary_decision_threshold = float(binary_decision_threshold)
             if not 0.0 < binary_decision_threshold < 1.0:
@@ -158,7 +156,8 @@ class Evaluation:
 
     # -- accumulation -------------------------------------------------------------------------
 
-    def _ensure_classes(self, n_cols: int) -> int:
+    def _classes_for(self, n_cols: int) -> int:
+        # the class count a batch of n_cols columns implies, checked against what is known
         n = 2 if n_cols == 1 else n_cols
         if self._n is None:
             if n < 2:
@@ -166,8 +165,6 @@ class Evaluation:
             if self.cost_array is not None and self.cost_array.size != n:
                 raise ValueError(f"cost_array has {self.cost_array.size} entries for "
                                  f"{n} classes")
-            self._n = n
-            self._confusion = np.zeros((n, n), dtype=np.int64)
         elif n != self._n:
             raise ValueError(f"labels have {n_cols} columns but this Evaluation has "
                              f"{self._n} classes")
@@ -194,6 +191,12 @@ class Evaluation:
         ndws.WorkspaceError
             An NDArray argument is stale.
         """
+        self._prepare(labels, predictions, mask)()
+
+    def _prepare(self, labels: Any, predictions: Any, mask: Any = None):
+        """Check and count a batch into the scratch without changing the evaluation; returns
+        the commit that adds the counts (which can't fail). `eval` is both; `evaluate` checks
+        every evaluation before committing any."""
         L = _as_numpy(labels, "labels")
         P = _as_numpy(predictions, "predictions")
         M = None if mask is None else _as_numpy(mask, "mask")
@@ -204,7 +207,7 @@ class Evaluation:
         if L.ndim not in (2, 3, 4):
             raise ValueError(f"labels must be rank 2, 3 or 4, got shape {L.shape}")
         n_cols = L.shape[1]
-        self._ensure_classes(n_cols)
+        n = self._classes_for(n_cols)
         # class axis (1) last, rows on the three leading axes: views only, never copies
         if L.ndim == 2:
             P4, L4 = P[:, None, None, :], L[:, None, None, :]
@@ -237,20 +240,27 @@ class Evaluation:
         else:
             mode, threshold = 0, 0.5
         if self._scratch is None:
-            self._scratch = np.zeros((_counting.max_threads(self._n),
-                                      _counting.scratch_len(self._n)), dtype=np.int64)
+            # allocated once: a per-thread scratch the kernel counts a batch into
+            self._scratch = np.zeros((_counting.max_threads(n), _counting.scratch_len(n)),
+                                     dtype=np.int64)
+        scratch = self._scratch
         used = _counting.count(P4, L4, M3, mode, threshold, self.cost_array, self.top_n,
-                               self._scratch)
-        cells = self._n * self._n
-        nans = _counting.batch_slot(self._scratch, used, cells, 1)
+                               scratch)
+        nans = _counting.batch_slot(scratch, used, n * n, 1)
         if nans:
             raise ValueError(f"Cannot perform evaluation with NaNs present in predictions: "
                              f"{nans} NaNs present in predictions INDArray")
-        # committed only now: a rejected batch leaves every count as it was
-        _counting.reduce_into(self._scratch, used, self._confusion, self._counters)
-        self.num_row_counter = int(self._counters[0])
-        self.top_n_correct_count = int(self._counters[2])
-        self.top_n_total_count = int(self._counters[3])
+
+        def commit() -> None:
+            # a rejected batch never gets here: every count stays as it was
+            if self._n is None:
+                self._n = n
+                self._confusion = np.zeros((n, n), dtype=np.int64)
+            _counting.reduce_into(scratch, used, self._confusion, self._counters)
+            self.num_row_counter = int(self._counters[0])
+            self.top_n_correct_count = int(self._counters[2])
+            self.top_n_total_count = int(self._counters[3])
+        return commit
 
     @staticmethod
     def _mask_view(M: np.ndarray, shape: tuple) -> np.ndarray:
@@ -287,10 +297,9 @@ class Evaluation:
         if self._n is None:
             raise RuntimeError("Cannot evaluate single example without initializing confusion "
                                "matrix first")
-        for name, v in (("predicted", predicted), ("actual", actual)):
-            if not 0 <= int(v) < self._n:
-                raise ValueError(f"{name}={v} is not a class index in [0, {self._n})")
-        self._confusion[int(actual), int(predicted)] += 1
+        predicted = index_arg(predicted, "predicted", self._n, "class")
+        actual = index_arg(actual, "actual", self._n, "class")
+        self._confusion[actual, predicted] += 1
         self._counters[0] += 1
         self.num_row_counter = int(self._counters[0])
 
@@ -345,10 +354,8 @@ class Evaluation:
         return tp, fp, fn, tn
 
     def _class(self, cls: int) -> tuple[int, int, int, int]:
-        if not 0 <= int(cls) < self._n:
-            raise ValueError(f"class index {cls} is not in [0, {self._n})")
+        c = index_arg(cls, "cls", self._n, "class")
         tp, fp, fn, tn = self._counts()
-        c = int(cls)
         return int(tp[c]), int(fp[c]), int(fn[c]), int(tn[c])
 
     def _sums(self) -> tuple[int, int, int, int]:
@@ -377,7 +384,7 @@ class Evaluation:
     def class_count(self, cls: int) -> int:
         """How many evaluated rows have true class `cls`."""
         self._need("class count")
-        return int(self._confusion[int(cls)].sum())
+        return int(self._confusion[index_arg(cls, "cls", self._n, "class")].sum())
 
     def get_confusion_matrix(self) -> np.ndarray:
         """(num_classes, num_classes) ndarray of int64: [actual, predicted] counts (a copy)."""
@@ -411,7 +418,7 @@ class Evaluation:
                           micro) -> float:
         self._need(what)
         if cls is not None:
-            return per_class(int(cls), edge_case)
+            return per_class(index_arg(cls, "cls", self._n, "class"), edge_case)
         if averaging is None:
             pos = self._binary_default()
             if pos is not None:
@@ -513,7 +520,8 @@ class Evaluation:
         self._need("fBeta")
         beta = float(beta)
         if cls is not None:
-            return self._f_beta_c(beta, int(cls), edge_case)
+            return self._f_beta_c(beta, index_arg(cls, "cls", self._n, "class"),
+                                 edge_case)
         if averaging is not None:
             averaging = _averaging(averaging)
             if self._n == 2:
@@ -540,7 +548,8 @@ class Evaluation:
         """sqrt(precision * recall) per class; macro is the plain mean, micro from sums."""
         self._need("gMeasure")
         if cls is not None:
-            return math.sqrt(self._precision_c(int(cls), 0.0) * self._recall_c(int(cls), 0.0))
+            c = index_arg(cls, "cls", self._n, "class")
+            return math.sqrt(self._precision_c(c, 0.0) * self._recall_c(c, 0.0))
         if _averaging(averaging) == "micro":
             tp, fp, fn, _ = self._sums()
             return math.sqrt(_ratio(tp, tp + fp, 0.0) * _ratio(tp, tp + fn, 0.0))
@@ -555,7 +564,7 @@ class Evaluation:
         """
         self._need("matthewsCorrelation")
         if cls is not None:
-            return _mcc(*self._class(int(cls)))
+            return _mcc(*self._class(cls))
         if _averaging(averaging) == "micro":
             return _mcc(*self._sums())
         return sum(_mcc(*self._class(i)) for i in range(self._n)) / self._n

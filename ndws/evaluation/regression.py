@@ -25,6 +25,7 @@ import numpy as np
 
 from ndws._core import NDArray, check
 from ndws.evaluation import _regression_kernels as _k
+from ndws.evaluation._args import int_arg
 
 __all__ = ["RegressionEvaluation", "RegressionMetric"]
 
@@ -32,6 +33,9 @@ __all__ = ["RegressionEvaluation", "RegressionMetric"]
 #: reported as +inf (DL4J's rule, kept so the figures agree)
 EPS_THRESHOLD = 1e-5
 DEFAULT_PRECISION = 5
+
+#: the most columns a RegressionEvaluation takes (its state is a few float64 rows per column)
+MAX_COLUMNS = 2**24
 
 # rows of the kernel's (8, k) state (see _regression_kernels.pyx)
 _COUNT, _MEAN_Y, _MEAN_P, _M2_Y, _M2_P, _C_YP, _SSE, _SAE = range(8)
@@ -124,18 +128,20 @@ class RegressionEvaluation:
             raise TypeError(f"columns must be None, an int or a sequence of column names, got "
                             f"{columns!r}")
         if isinstance(columns, (int, np.integer)):
-            if columns < 1:
-                raise ValueError(f"columns must be at least 1, got {columns}")
-            names: list[str] | None = [f"col_{i}" for i in range(int(columns))]
+            # a cap, so a typo can't make the state (and the names) eat the machine
+            columns = int_arg(columns, "columns", 1, MAX_COLUMNS)
+            names: list[str] | None = [f"col_{i}" for i in range(columns)]
         elif columns is None or len(columns) == 0:
             names = None
         else:
             names = [str(c) for c in columns]
         if isinstance(precision, bool) or not isinstance(precision, (int, np.integer)) \
-                or precision < 0:
-            raise ValueError(f"precision must be a non-negative int, got {precision!r}")
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or axis < 1:
-            raise ValueError(f"axis must be a positive int (the column axis), got {axis!r}")
+                or not 0 <= precision <= 100:
+            raise ValueError(f"precision must be a non-negative int (at most 100), got "
+                             f"{precision!r}")
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not 1 <= axis <= 3:
+            raise ValueError(f"axis must be a positive int (the column axis, 1 to 3), got "
+                             f"{axis!r}")
         self._given_names = names
         self.precision = int(precision)
         self.axis = int(axis)
@@ -201,6 +207,12 @@ class RegressionEvaluation:
         TypeError
             A non-numeric dtype.
         """
+        self._prepare(labels, predictions, mask)()
+
+    def _prepare(self, labels: Any, predictions: Any, mask: Any = None):
+        """Check and reduce a batch without changing the evaluation; returns the commit that
+        adds it (which can't fail). `eval` is both; `evaluate` checks every evaluation
+        before committing any."""
         y = _as_view(labels, "labels")
         p = _as_view(predictions, "predictions")
         if y.shape != p.shape:
@@ -229,13 +241,20 @@ class RegressionEvaluation:
         if mask is not None:
             m = self._mask(mask, y.shape, axis, labels)
             code = _k.mask_kind(m.dtype)
-        if self._state is None:
-            self._initialize(k)
-        nan_count = _k.batch_moments(y, p, m, code, axis, self._scratch)
+        # the batch's moments go to a scratch of its own (the state's is reused once the
+        # evaluation has one); only the commit touches the state
+        scratch = self._scratch if self._state is not None else np.zeros(
+            (_k.N_STATE_ROWS, k), dtype=np.float64)
+        nan_count = _k.batch_moments(y, p, m, code, axis, scratch)
         if nan_count:
             raise ValueError(f"Cannot perform evaluation with NaNs present in predictions: "
                              f"{nan_count} NaNs present in predictions INDArray")
-        _k.combine(self._state, self._scratch)
+
+        def commit() -> None:
+            if self._state is None:
+                self._initialize(k)
+            _k.combine(self._state, scratch)
+        return commit
 
     @staticmethod
     def _mask(mask: Any, shape: tuple, axis: int, labels: Any) -> np.ndarray:

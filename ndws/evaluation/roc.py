@@ -38,6 +38,7 @@ import numpy as np
 
 from ndws._core import NDArray, check
 from ndws.evaluation import _roc_kernels as _k
+from ndws.evaluation._args import index_arg, int_arg
 
 __all__ = ["ROC", "ROCBinary", "ROCMultiClass", "RocCurve", "PrecisionRecallCurve",
            "ROCMetric"]
@@ -106,6 +107,26 @@ def _check_nans(predictions: np.ndarray) -> None:
     if n:
         raise ValueError(f"Cannot perform evaluation with NaNs present in predictions: {n} NaNs "
                          f"present in predictions INDArray")
+
+
+def _check_histogram_range(batches: list, steps: int, op: str, columns: Any,
+                           per_output: bool) -> None:
+    """Histogram mode bins probabilities of [0, 1]; anything else would be dropped without a
+    word (an AUC of 0 where exact mode gives 1), so refuse it, pointing to exact mode.
+    Masked-out entries are not looked at."""
+    if steps == 0:
+        return
+    for lab, pred, m in batches:
+        for j in columns:
+            vals = pred[:, j]
+            if m is not None:
+                vals = vals[m[:, j if per_output else 0] != 0]
+            if vals.size and not (vals.min() >= 0.0 and vals.max() <= 1.0):
+                bad = vals[(vals < 0.0) | (vals > 1.0)][0]
+                raise ValueError(
+                    f"{op}: histogram mode (threshold_steps={steps}) counts probabilities in "
+                    f"[0, 1], got {float(bad)!r} in column {j}; use exact mode "
+                    f"(threshold_steps=0) for scores outside [0, 1]")
 
 
 def _inputs(labels: Any, predictions: Any, mask: Any, op: str):
@@ -247,14 +268,13 @@ class ROC:
 
     def __init__(self, threshold_steps: int = 0, remove_redundant_points: bool = True,
                  exact_alloc_block_size: int = _DEFAULT_BLOCK):
-        threshold_steps = int(threshold_steps)
-        if threshold_steps < 0:
-            raise ValueError(f"threshold_steps must be >= 0, got {threshold_steps}")
-        if int(exact_alloc_block_size) < 1:
-            raise ValueError(f"exact_alloc_block_size must be >= 1, got {exact_alloc_block_size}")
-        self._steps = threshold_steps
+        self._steps = int_arg(threshold_steps, "threshold_steps", 0)
+        if not isinstance(remove_redundant_points, (bool, np.bool_)):
+            raise TypeError(f"remove_redundant_points must be a bool, got "
+                            f"{remove_redundant_points!r}")
         self.remove_redundant_points = bool(remove_redundant_points)
-        self.exact_alloc_block_size = int(exact_alloc_block_size)
+        self.exact_alloc_block_size = int_arg(exact_alloc_block_size, "exact_alloc_block_size",
+                                              1)
         self.reset()
 
     # -------------------------------------------------------------------------------------------
@@ -348,6 +368,11 @@ class ROC:
         ndws.WorkspaceError
             A stale NDArray argument.
         """
+        self._prepare(labels, predictions, mask)()
+
+    def _prepare(self, labels: Any, predictions: Any, mask: Any = None):
+        """Check a batch without changing the ROC; returns the commit that counts it. `eval`
+        is both; `evaluate` checks every evaluation before committing any."""
         batches = _inputs(labels, predictions, mask, "ROC.eval")
         lab, _, m = batches[0]
         if lab.shape[1] > 2:
@@ -355,8 +380,13 @@ class ROC:
                              f"is binary (1 or 2 columns): use ROCMultiClass or ROCBinary")
         if m is not None and m.shape[1] != 1:
             raise ValueError("Per-output masking for ROC is not supported")
-        for lab, pred, m in batches:
-            self._eval_column(lab, pred, m, lab.shape[1] - 1, 0)
+        col = lab.shape[1] - 1
+        _check_histogram_range(batches, self._steps, "ROC.eval", [col], False)
+
+        def commit() -> None:
+            for lab, pred, m in batches:
+                self._eval_column(lab, pred, m, col, 0)
+        return commit
 
     def merge(self, other: "ROC") -> None:
         """Add the examples of `other` (same threshold_steps) to this ROC."""
@@ -593,9 +623,9 @@ class _PerColumn:
 
     def __init__(self, threshold_steps: int = 0, remove_redundant_points: bool = True,
                  exact_alloc_block_size: int = _DEFAULT_BLOCK):
+        ROC(threshold_steps, remove_redundant_points, exact_alloc_block_size)   # validates
         self._args = (int(threshold_steps), bool(remove_redundant_points),
                       int(exact_alloc_block_size))
-        ROC(*self._args)   # validates the arguments
         self._rocs: Optional[list[ROC]] = None
         self.label_names: Optional[list[str]] = None
 
@@ -604,13 +634,16 @@ class _PerColumn:
         """0 in exact mode, else the number of histogram steps."""
         return self._args[0]
 
-    def _columns(self, n_columns: int) -> list:
-        if self._rocs is None:
-            self._rocs = [ROC(*self._args) for _ in range(n_columns)]
-        elif len(self._rocs) != n_columns:
+    def _check_columns(self, n_columns: int) -> None:
+        if self._rocs is not None and len(self._rocs) != n_columns:
             raise ValueError(f"Labels array does not match stored state size. Expected labels "
                              f"array with size {len(self._rocs)}, got labels array with size "
                              f"{n_columns}")
+
+    def _columns(self, n_columns: int) -> list:
+        self._check_columns(n_columns)
+        if self._rocs is None:
+            self._rocs = [ROC(*self._args) for _ in range(n_columns)]
         return self._rocs
 
     def num_labels(self) -> int:
@@ -624,7 +657,7 @@ class _PerColumn:
     def _roc(self, column: int) -> ROC:
         if self._rocs is None:
             raise _no_examples(f"Unable to get ROC for column {column}")
-        return self._rocs[column]
+        return self._rocs[index_arg(column, "column", len(self._rocs), self._what)]
 
     def roc(self, column: int) -> ROC:
         """The `ROC` of one column."""
@@ -734,6 +767,7 @@ class ROCBinary(_PerColumn):
     """
 
     _name = "ROCBinary"
+    _what = "column"
 
     def eval(self, labels: Any, predictions: Any, mask: Any = None) -> None:
         """Add a batch.
@@ -747,13 +781,24 @@ class ROCBinary(_PerColumn):
         mask : (n_samples,), (n_samples, 1) or (n_samples, n_columns), optional
             Per-example or per-output mask; masked (0) entries are skipped, per column.
         """
+        self._prepare(labels, predictions, mask)()
+
+    def _prepare(self, labels: Any, predictions: Any, mask: Any = None):
+        """Check a batch without changing anything; returns the commit that counts it."""
         batches = _inputs(labels, predictions, mask, "ROCBinary.eval")
         lab, _, m = batches[0]
-        rocs = self._columns(lab.shape[1])
-        per_output = m is not None and m.shape[1] == lab.shape[1] and lab.shape[1] > 1
-        for lab, pred, m in batches:
-            for j, r in enumerate(rocs):
-                r._eval_column(lab, pred, m, j, j if per_output else 0)
+        n_cols = lab.shape[1]
+        self._check_columns(n_cols)
+        per_output = m is not None and m.shape[1] == n_cols and n_cols > 1
+        _check_histogram_range(batches, self.threshold_steps, "ROCBinary.eval",
+                               range(n_cols), per_output)
+
+        def commit() -> None:
+            rocs = self._columns(n_cols)
+            for lab, pred, m in batches:
+                for j, r in enumerate(rocs):
+                    r._eval_column(lab, pred, m, j, j if per_output else 0)
+        return commit
 
 
 class ROCMultiClass(_PerColumn):
@@ -766,6 +811,7 @@ class ROCMultiClass(_PerColumn):
     """
 
     _name = "ROCMultiClass"
+    _what = "class"
 
     def eval(self, labels: Any, predictions: Any, mask: Any = None) -> None:
         """Add a batch.
@@ -779,15 +825,26 @@ class ROCMultiClass(_PerColumn):
         mask : (n_samples,) or (n_samples, 1), optional
             Per-example mask (per-output masks are rejected).
         """
+        self._prepare(labels, predictions, mask)()
+
+    def _prepare(self, labels: Any, predictions: Any, mask: Any = None):
+        """Check a batch without changing anything; returns the commit that counts it."""
         batches = _inputs(labels, predictions, mask, "ROCMultiClass.eval")
         lab, _, m = batches[0]
         if m is not None and m.shape[1] != 1:
             raise ValueError("Per-output masking for ROCMultiClass is not supported")
-        if lab.shape[1] < 2:
-            raise ValueError(f"ROCMultiClass.eval: labels have {lab.shape[1]} column; "
+        n_cols = lab.shape[1]
+        if n_cols < 2:
+            raise ValueError(f"ROCMultiClass.eval: labels have {n_cols} column; "
                              f"ROCMultiClass needs one column per class (>= 2): use ROC for a "
                              f"single-column binary problem")
-        rocs = self._columns(lab.shape[1])
-        for lab, pred, m in batches:
-            for j, r in enumerate(rocs):
-                r._eval_column(lab, pred, m, j, 0)
+        self._check_columns(n_cols)
+        _check_histogram_range(batches, self.threshold_steps, "ROCMultiClass.eval",
+                               range(n_cols), False)
+
+        def commit() -> None:
+            rocs = self._columns(n_cols)
+            for lab, pred, m in batches:
+                for j, r in enumerate(rocs):
+                    r._eval_column(lab, pred, m, j, 0)
+        return commit
