@@ -134,6 +134,10 @@ cdef int check_array(NDArray a, object op, object role) except -1
 cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,
                        Arena target, bint detached)
 cdef object np_view(NDArray a)
+# Another thread's NDArray as a detached NDArray over a pinned view (its block stays out of the
+# owner's reuse while the result lives); anything else as it is. For kernels that read raw
+# pointers without the GIL (docs/workspaces.md, "Threads").
+cdef object pin_foreign(object x, object op, object role)
 # For native kernels: a checked, C-contiguous result placed like every op's result, and the
 # rollback that gives its bytes back when the op fails before returning it.
 cdef NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object op)

@@ -2129,6 +2129,19 @@ cdef object np_view(NDArray a):
     return arr
 
 
+cdef object pin_foreign(object x, object op, object role):
+    """`x` itself, unless it is another thread's NDArray: then (checked like any operand) a
+    detached NDArray over a pinned view of it, which a kernel may read or write without the
+    GIL while the owner goes on (see _Pin). The caller keeps the result until the kernel is
+    done."""
+    cdef NDArray a
+    if not isinstance(x, NDArray) or not _foreign(<NDArray>x):
+        return x
+    a = <NDArray>x
+    check_array(a, op, role)
+    return from_numpy(np_view(a))
+
+
 def _np_view(NDArray a, op="op", role="a"):
     """Validated internal NumPy view, for ndws' own Python modules (valid during the call)."""
     check_array(a, op, role)

@@ -21,6 +21,7 @@ from libc.math cimport tanh as c_tanh   # `tanh` is the public activation below
 import numpy as np
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, discard_result,
+                         pin_foreign,
                          new_result, threads_for)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws._core import from_numpy as _from_numpy
@@ -567,6 +568,7 @@ cdef NDArray _arg(object x, str op, str role, object dtype=None):
     if x is None:
         raise TypeError(f"{op}: {role} is required: an NDArray or array_like of float32 or "
                         f"float64, got None")
+    x = pin_foreign(x, op, role)       # another thread's array: read through a pinned view
     if isinstance(x, NDArray):
         a = <NDArray>x
     else:
@@ -603,6 +605,7 @@ cdef tuple _shape(NDArray a):
 cdef NDArray _out_arg(object out, NDArray like, str op, str role="out"):
     """A checked, writeable output of like's dtype and shape."""
     cdef NDArray o
+    out = pin_foreign(out, op, role)
     if isinstance(out, NDArray):
         o = <NDArray>out
     elif isinstance(out, np.ndarray):

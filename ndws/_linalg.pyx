@@ -23,6 +23,7 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, new_result, discard_result,
+                         pin_foreign,
                          threads_for)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
@@ -548,11 +549,14 @@ def matmul(x1, x2, out=None):
     cdef intp_t shape[NDWS_MAXDIMS]
     cdef int ok1, ok2, ok3 = 1, ndim, d
     cdef bint vec_a, vec_b
+    # another thread's arrays are read (and written) through pinned views, kept until return
+    cdef object p1 = pin_foreign(x1, "matmul", "x1"), p2 = pin_foreign(x2, "matmul", "x2")
+    cdef object pout = pin_foreign(out, "matmul", "out")
     # validate every NDArray argument before anything touches memory
-    ok1 = _operand(x1, "matmul", "x1", &A, False)
-    ok2 = _operand(x2, "matmul", "x2", &B, False)
+    ok1 = _operand(p1, "matmul", "x1", &A, False)
+    ok2 = _operand(p2, "matmul", "x2", &B, False)
     if out is not None:
-        ok3 = _operand(out, "matmul", "out", &C, True)
+        ok3 = _operand(pout, "matmul", "out", &C, True)
     if not (ok1 and ok2 and ok3) or A.f64 != B.f64 or A.ndim == 0 or B.ndim == 0:
         return NotImplemented
     if out is not None and (C.f64 != A.f64 or _self_overlapping(&C)):
@@ -621,10 +625,13 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     cdef intp_t shape[NDWS_MAXDIMS]
     cdef int ndim, d
     cdef double al, be
-    _gemm_operand(a, "a", &A, False)
-    _gemm_operand(b, "b", &B, False)
+    # another thread's arrays are read (and written) through pinned views, kept until return
+    cdef object pa = pin_foreign(a, "gemm", "a"), pb = pin_foreign(b, "gemm", "b")
+    cdef object pout = pin_foreign(out, "gemm", "out")
+    _gemm_operand(pa, "a", &A, False)
+    _gemm_operand(pb, "b", &B, False)
     if out is not None:
-        _gemm_operand(out, "out", &C, True)
+        _gemm_operand(pout, "out", &C, True)
     al = _scalar(alpha, "alpha")
     be = _scalar(beta, "beta")
     if A.ndim < 2:
@@ -758,8 +765,9 @@ cdef void _linear_epilogue(const void* ctx, void* c, intp_t i0, intp_t j0, intp_
 
 
 cdef NDArray _linear_arg(object x, str role, Operand* o, bint write):
-    # NDArrays as they are, NumPy arrays wrapped without a copy; dtype, stride and staleness
-    # checks are _gemm_operand's.
+    # NDArrays as they are (another thread's through a pinned view), NumPy arrays wrapped
+    # without a copy; dtype, stride and staleness checks are _gemm_operand's.
+    x = pin_foreign(x, "linear", role)
     _gemm_operand(x, role, o, write, "linear")
     return <NDArray>x if isinstance(x, NDArray) else _core.from_numpy(x)
 

@@ -323,13 +323,36 @@ def test_a_foreign_read_of_a_ring_array_lets_the_ring_go_around_it():
     assert (box["left_before"], box["stale_before"], box["left_after"]) == (0, None, 1)
 
 
+def _read_sum(a):
+    return a.sum().item()
+
+
+_ONES = {}
+
+
+def _read_matmul(a):
+    # (1, n) @ (n, 1): the native GEMM's matrix-vector path, without the GIL (the ones are
+    # made once, so the product starts right after the read is announced)
+    ones = _ONES.get(a.size)
+    if ones is None:
+        ones = _ONES[a.size] = ndws.ones((a.size, 1), detached=True)
+    return ndws.matmul(a.reshape(1, -1), ones).item()
+
+
+def _read_relu(a):
+    import ndws.nn.functional as F
+    return float(np.asarray(F.relu(a)).sum())
+
+
 @pytest.mark.slow
-def test_reading_another_thread_s_array_while_it_cycles_is_never_torn():
-    # The reproducer as a stress test: a reader sums the owner's 4M-element array
-    # while the owner closes the cycle and writes the next one into the same memory. Each
-    # round the reader announces its read, the owner then races it; every sum must be the
-    # whole old array (k * N) or a WorkspaceError.
-    n, rounds = 4_000_000, 40
+@pytest.mark.parametrize("read", [_read_sum, _read_matmul, _read_relu],
+                         ids=["sum", "matmul", "nn-relu"])
+def test_reading_another_thread_s_array_while_it_cycles_is_never_torn(read):
+    # A reader reduces the owner's 4M-element array (a NumPy reduction, the native GEMM, an
+    # nn.functional kernel) while the owner closes the cycle and writes the next one into the
+    # same memory. Each round the reader announces its read, the owner then races it; every
+    # result must be the whole old array (k * N) or a WorkspaceError.
+    n, rounds = 4_000_000, 20
     conf = ndws.WorkspaceConfiguration(initial_size=n * 8 * 2, policy_learning="NONE")
     published, reading = threading.Event(), threading.Event()
     box, results = {}, []
@@ -353,11 +376,12 @@ def test_reading_another_thread_s_array_while_it_cycles_is_never_torn():
         a, k = box["a"]
         reading.set()
         try:
-            results.append((a.sum().item(), k))
+            results.append((read(a), k))
         except WorkspaceError as exc:
             results.append((exc.kind, k))
     t.join(120)
     assert not t.is_alive() and not errors, errors
-    torn = [(s, k) for s, k in results if s != k * n and s not in ("leaked", "outdated")]
+    torn = [(s, k) for s, k in results
+            if s != k * n and s not in ("leaked", "outdated", "destroyed")]
     assert not torn, torn[:5]
     assert len(results) == rounds
