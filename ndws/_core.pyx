@@ -3999,11 +3999,10 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
         return None
     ndim = arr._ndim
     if axis is not None:
-        if type(axis) is not int:
+        # out of range (however large): the generic path raises NumPy's AxisError
+        if type(axis) is not int or not (<object>(-ndim) <= axis < <object>ndim):
             return None
-        ax = axis if -ndim <= axis < ndim else ndim   # out of range: NumPy's AxisError
-        if ax >= ndim:
-            return None
+        ax = axis
         if ax < 0:
             ax += ndim
     r = arr._size
@@ -4555,7 +4554,10 @@ cdef tuple _reduce_axes(object axis, int ndim, bint single):
     items = (axis,) if single or not isinstance(axis, tuple) else axis
     out = []
     for item in items:
-        i = PyNumber_Index(item)
+        big = PyNumber_Index(item)
+        if not -ndim <= big < ndim:          # before the C conversion: no OverflowError
+            raise np.exceptions.AxisError(big, ndim)
+        i = big
         if i < -ndim or i >= ndim:
             raise np.exceptions.AxisError(i, ndim)
         if i < 0:
@@ -4594,6 +4596,10 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
         view = np_view(arr)
     else:
         view = np.asarray(a)
+        if view.dtype.hasobject or view.dtype.kind not in "biufc":
+            raise TypeError(f"{name}: a must be an array of numbers, got "
+                            f"{type(a).__name__} {a!r:.40}" if view.dtype.hasobject else
+                            f"{name}: a must be an array of numbers, got dtype {view.dtype}")
     extra = {k: v for k, v in extra.items() if v is not None and not (k == "ddof" and v == 0)}
     if out is not None:
         _check_out(out, name)
@@ -4607,6 +4613,8 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
         return _copy_numpy(np.asarray(res), None, False)
     try:
         axes = _reduce_axes(axis, ndim, name in ("argmax", "argmin"))
+    except np.exceptions.AxisError:
+        raise                   # NumPy's own words (NumPy itself overflows on a huge axis)
     except (TypeError, ValueError):
         # each NumPy reduction words its axis errors its own way: let it raise on a dummy of
         # the same rank (one element per axis, so the check costs nothing)

@@ -737,9 +737,9 @@ cdef int _axis(object axis, int ndim, str op) except -100:
     cdef long ax
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"{op}: axis must be an int, got {axis!r}")
-    ax = axis
-    if ax < -ndim or ax >= ndim:
+    if not -ndim <= axis < ndim:          # compared as Python ints: no OverflowError
         raise ValueError(f"{op}: axis {axis} is out of bounds for an array of dimension {ndim}")
+    ax = axis
     return ax + ndim if ax < 0 else ax
 
 

@@ -342,7 +342,7 @@ def where(condition: Any, x: Any = None, y: Any = None, *, out: Any = None) -> A
             # the rule of every other out= (NumPy's ufuncs)
             raise TypeError(f"where: cannot cast the result from {rdt!r} to out's dtype "
                             f"{target.dtype!r} with casting rule 'same_kind'")
-        if any(isinstance(v, np.ndarray) and np.may_share_memory(target, v)
+        if builtins.any(isinstance(v, np.ndarray) and np.may_share_memory(target, v)
                for v in (c, xv, yv)):
             # out aliases an input: the two-step fill would read values it already wrote
             np.copyto(target, np.where(c, xv, yv), casting="same_kind")

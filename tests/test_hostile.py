@@ -298,3 +298,31 @@ def test_private_exception_classes_do_not_escape():
         with pytest.raises(TypeError) as info:
             call()
         assert type(info.value) is TypeError
+
+
+# found by probing every public entry with hostile arguments (each in a child process)
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda: ndws.sum(10**30), TypeError,
+     "sum: a must be an array of numbers, got int 1000000000000000000000000000000"),
+    (lambda: ndws.argmax(np.array([1, None], dtype=object)), TypeError,
+     "argmax: a must be an array of numbers, got ndarray array([1, None], dtype=object)"),
+    (lambda: ndws.max(np.array(["a", "b"])), TypeError,
+     "max: a must be an array of numbers, got dtype <U1"),
+    (lambda: ndws.ones((3, 3)).sum(axis=10**30), np.exceptions.AxisError,
+     "axis 1000000000000000000000000000000 is out of bounds for array of dimension 2"),
+    (lambda: ndws.ones((3, 3)).max(axis=-10**30), np.exceptions.AxisError,
+     "axis -1000000000000000000000000000000 is out of bounds for array of dimension 2"),
+    (lambda: ndws.nn.functional.softmax(ndws.ones((2, 2)), axis=10**30), ValueError,
+     "softmax: axis 1000000000000000000000000000000 is out of bounds for an array of "
+     "dimension 2"),
+    (lambda: ndws.data.ArrayDataSetIterator(ndws.array(3.0), ndws.ones(1), 2), ValueError,
+     "features must have at least one dimension (examples), got a 0-d array"),
+])
+def test_probe_findings(call, exc, msg):
+    import ndws.data            # noqa: F401  (the submodules the calls use)
+    import ndws.nn.functional   # noqa: F401
+    with pytest.raises(exc) as info:
+        call()
+    assert type(info.value) is exc
+    assert str(info.value) == msg

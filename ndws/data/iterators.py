@@ -174,7 +174,11 @@ def _source(value: Any, name: str, allow_none: bool = False) -> np.ndarray | Non
             return None
         raise TypeError(f"{name} must be an NDArray or array_like, got None")
     if isinstance(value, NDArray):
-        return value.numpy()
+        arr = value.numpy()
+        if arr.ndim == 0:
+            raise ValueError(f"{name} must have at least one dimension (examples), got a 0-d "
+                             f"array")
+        return arr
     try:
         arr = np.asarray(value)
     except Exception as exc:
