@@ -23,13 +23,15 @@
 # padding or contiguous rows; matrix-vector products (n == 1 or m == 1) take a packing-free
 # dot/axpy path.
 #
-# Threads: one OpenMP parallel region; C is cut into `nthreads` fixed slices of whole tiles
-# (along N, or along M when that duplicates less packing), each slice computed by one thread
-# with its own packing scratch (per OS thread, allocated once and reused; see _simd.h). Only
-# KC decides where partial sums are rounded, and it depends on k alone: 1 and 2 threads give
-# bit-identical C.
+# Threads: C is cut into chunks of whole tiles (along N, or along M when that duplicates less
+# packing), a few per thread, that the calling thread and the helpers of a small pool
+# (ndws/_pool.h) claim one at a time through an atomic counter, each with its own packing
+# scratch (per OS thread, allocated once and reused; see _simd.h). Nobody waits for a thread
+# that has not started: on a busy machine a descheduled helper only costs its help, where a
+# static split in a parallel region waited for it at the closing barrier. Only KC decides
+# where partial sums are rounded, and it depends on k alone: any thread count and any claiming
+# order give bit-identical C.
 from cpython.pycapsule cimport PyCapsule_New
-from cython.parallel cimport parallel
 from libc.string cimport memcpy, memset
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
@@ -77,15 +79,18 @@ cdef extern from "_simd.h" nogil:
                         intp_t ldd)
     void ndws_tpack_f64(const float64_t* src, intp_t lds, intp_t R, intp_t P, float64_t* dst,
                         intp_t ldd)
-    int ndws_team_thread()
-    int ndws_team_size()
-    void ndws_team_barrier()
     char* ndws_scratch_get(size_t nbytes)
     long long ndws_scratch_allocations()
     long long ndws_scratch_buffers()
 
 
-# Everything a thread of the team needs, shared read-only (except `failed`) by the team.
+cdef extern from "_pool.h" nogil:
+    ctypedef void (*ndws_job_fn)(void* ctx) noexcept nogil
+    void ndws_pool_run(ndws_job_fn fn, void* ctx, int helpers)
+    long long ndws_claim(long long* next)
+
+
+# Everything a thread needs, shared read-only (except the chunk counter `next`) by the threads.
 ctypedef struct Problem:
     intp_t m, n, k
     double alpha, beta                 # exact for float32 callers too
@@ -99,13 +104,17 @@ ctypedef struct Problem:
     const void* ep_ctx
     bint ep_swap                       # C was transposed (see _gemm): swap back for `ep`
     bint is_f64
-    int nslices                        # fixed slices of C (= requested threads)
-    bint split_n                       # slices cut N (else M)
-    bint gemv                          # n == 1: matrix-vector path (slices cut M)
+    bint split_n                       # chunks cut N (else M)
+    bint gemv                          # n == 1: matrix-vector path (chunks cut M)
     intp_t kc                          # K block actually used (<= KC, balanced over K)
-    intp_t nc_max                      # widest packed B panel of any slice
+    intp_t nc_max                      # widest packed B panel of any chunk
+    bint keep_a                        # each thread packs all of A once and keeps it
+    intp_t a_elems                     # scratch elements for packed A
     size_t scratch_bytes
-    int failed                         # set by any thread whose scratch allocation failed
+    intp_t extent                      # n when split_n, else m
+    intp_t chunk                       # chunk width along `extent`: whole tiles
+    long long nchunks
+    long long next                     # the next chunk to claim (atomic)
 
 
 cdef inline intp_t _round_up(intp_t x, intp_t q) noexcept nogil:
@@ -273,7 +282,11 @@ cdef void _pack_b(intp_t kc, intp_t nc, intp_t NR,
 # One thread's slice of C: rows [i0, i1), columns [j0, j1), the full GotoBLAS loop nest.
 
 cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
-                 floating_t* scratch) noexcept nogil:
+                 floating_t* scratch, bint a_packed) noexcept nogil:
+    # With P.keep_a (chunks that cut N, A small enough), the scratch holds all of A packed,
+    # K block after K block: the first chunk a thread computes packs it (a_packed false), the
+    # thread's later chunks of the same call reuse it. Several narrow chunks per thread then
+    # cost no more packing than one wide one.
     cdef const floating_t* A = <const floating_t*>P.a
     cdef const floating_t* B = <const floating_t*>P.b
     cdef floating_t* C = <floating_t*>P.c
@@ -287,6 +300,7 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
     cdef intp_t jc_b, pc_b, ic_b, jr_b, ir_b
     cdef bint load_c, last, direct_b
     cdef floating_t* Ap
+    cdef floating_t* Ablk
     cdef floating_t* Bp
     cdef floating_t* Be
     cdef floating_t* Ct
@@ -307,7 +321,7 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
     # scratch layout (each part 64-byte aligned): A block | B panel | B edge panel | C tile
     align = 64 // sizeof(floating_t)
     Ap = scratch
-    Bp = Ap + _round_up(MC * KC, align)
+    Bp = Ap + _round_up(P.a_elems, align)
     Be = Bp + _round_up(KC * P.nc_max, align)
     Ct = Be + _round_up(KC * NR, align)
     # Balanced M blocks: MC + 8 rows become two blocks of ~MC/2, not MC and a sliver of 8.
@@ -334,7 +348,14 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
             for ic_b in range((i1 - i0 + mcb - 1) // mcb):
                 ic = i0 + ic_b * mcb
                 mc = _min(mcb, i1 - ic)
-                _pack_a(mc, kc, MR, A + ic * rs_a + pc * cs_a, rs_a, cs_a, Ap)
+                if P.keep_a:
+                    # K blocks before this one hold P.kc * round_up(m, MR) values each
+                    Ablk = Ap + pc * _round_up(P.m, MR) + (ic - i0) * kc
+                    if not a_packed:
+                        _pack_a(mc, kc, MR, A + ic * rs_a + pc * cs_a, rs_a, cs_a, Ablk)
+                else:
+                    Ablk = Ap
+                    _pack_a(mc, kc, MR, A + ic * rs_a + pc * cs_a, rs_a, cs_a, Ablk)
                 for jr_b in range((nc + NR - 1) // NR):
                     jr = jr_b * NR
                     nr = _min(NR, nc - jr)
@@ -352,7 +373,7 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                         mr = _min(MR, mc - ir)
                         cij = C + (ic + ir) * rs_c + (jc + jr) * cs_c
                         if mr == MR and nr == NR and cs_c == 1:
-                            _ukr(kc, Ap + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c)
+                            _ukr(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c)
                         else:
                             # same micro-kernel on a tile buffer, so edge elements are
                             # computed exactly like interior ones
@@ -360,7 +381,7 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                                 for r in range(mr):
                                     for j in range(nr):
                                         Ct[r * NR + j] = cij[r * rs_c + j * cs_c]
-                            _ukr(kc, Ap + ir * kc, bp, ldb, Ct, NR, alpha, beta, load_c)
+                            _ukr(kc, Ablk + ir * kc, bp, ldb, Ct, NR, alpha, beta, load_c)
                             for r in range(mr):
                                 for j in range(nr):
                                     cij[r * rs_c + j * cs_c] = Ct[r * NR + j]
@@ -532,29 +553,28 @@ cdef void _gemv_slice(const Problem* P, intp_t i0, intp_t i1, floating_t* scratc
             P.ep(P.ep_ctx, C + i0 * rs_c, i0, 0, i1 - i0, 1, rs_c, P.cs_c)
 
 
-cdef void _team_body(Problem* P) noexcept nogil:
-    # Runs on every thread of the team (or alone on the caller for one thread).
-    cdef int tid = ndws_team_thread(), nt = ndws_team_size(), s
-    cdef intp_t tiles, q, t0, t1, T = P.nslices
+cdef enum:
+    CHUNKS_PER_THREAD = 4   # finer: a late or slowed thread's share is picked up by the others
+    KEEP_A_BYTES = 8 << 20  # largest packed A a thread keeps for all its chunks
+
+
+cdef void _run_chunks(void* ctx) noexcept nogil:
+    # Runs on the caller and on each helper that joins: claim chunks until none is left.
+    # A helper that cannot get its scratch does not claim anything; the caller got its own
+    # before the job started, so every chunk is always done.
+    cdef Problem* P = <Problem*>ctx
     cdef char* scratch = ndws_scratch_get(P.scratch_bytes)
+    cdef long long c
+    cdef intp_t t0, t1
+    cdef bint a_packed = False
     if scratch == NULL:
-        P.failed = 1        # every failing thread writes the same value
-    # nobody touches C until every thread holds its scratch: a failure leaves C as it was
-    ndws_team_barrier()
-    if P.failed:
         return
-    if P.gemv:
-        q = GEMV_ROWS
-    elif P.split_n:
-        q = NDWS_NR_F64 if P.is_f64 else NDWS_NR_F32
-    else:
-        q = NDWS_MR_F64 if P.is_f64 else NDWS_MR_F32
-    tiles = ((P.n if P.split_n else P.m) + q - 1) // q
-    # the team may be smaller than asked for: each thread takes every nt-th slice
-    s = tid
-    while s < T:
-        t0 = _min((tiles * s // T) * q, P.n if P.split_n else P.m)
-        t1 = _min((tiles * (s + 1) // T) * q, P.n if P.split_n else P.m)
+    while True:
+        c = ndws_claim(&P.next)
+        if c >= P.nchunks:
+            return
+        t0 = <intp_t>c * P.chunk
+        t1 = _min(t0 + P.chunk, P.extent)
         if P.gemv:
             if P.is_f64:
                 _gemv_slice(P, t0, t1, <float64_t*>scratch)
@@ -562,15 +582,35 @@ cdef void _team_body(Problem* P) noexcept nogil:
                 _gemv_slice(P, t0, t1, <float32_t*>scratch)
         elif P.split_n:
             if P.is_f64:
-                _slice(P, 0, P.m, t0, t1, <float64_t*>scratch)
+                _slice(P, 0, P.m, t0, t1, <float64_t*>scratch, a_packed)
             else:
-                _slice(P, 0, P.m, t0, t1, <float32_t*>scratch)
+                _slice(P, 0, P.m, t0, t1, <float32_t*>scratch, a_packed)
+            a_packed = P.keep_a
         else:
             if P.is_f64:
-                _slice(P, t0, t1, 0, P.n, <float64_t*>scratch)
+                _slice(P, t0, t1, 0, P.n, <float64_t*>scratch, False)
             else:
-                _slice(P, t0, t1, 0, P.n, <float32_t*>scratch)
-        s += nt
+                _slice(P, t0, t1, 0, P.n, <float32_t*>scratch, False)
+
+
+cdef inline void _cut(Problem* P, intp_t q, int t, int per_thread) noexcept nogil:
+    # chunks of whole q-wide tiles along P.extent: one alone, else `per_thread` per thread
+    cdef intp_t tiles = (P.extent + q - 1) // q
+    cdef intp_t want = 1 if t <= 1 else _min(tiles, <intp_t>t * per_thread)
+    P.chunk = (tiles + want - 1) // want * q
+    P.nchunks = (P.extent + P.chunk - 1) // P.chunk
+    P.next = 0
+
+
+cdef int _launch(Problem* P, int t) noexcept nogil:
+    # The caller reserves its scratch first: a failure leaves C untouched.
+    if ndws_scratch_get(P.scratch_bytes) == NULL:
+        return -1
+    if t <= 1 or P.nchunks <= 1:
+        _run_chunks(P)
+    else:
+        ndws_pool_run(_run_chunks, P, <int>_min(t, P.nchunks) - 1)
+    return 0
 
 
 cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
@@ -580,7 +620,8 @@ cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
                epilogue_fn ep, const void* ep_ctx) noexcept nogil:
     cdef Problem P
     cdef Problem* pp = &P
-    cdef intp_t i, j, t, MR, NR, MC, KC, NC, nkb, tiles_m, tiles_n, width
+    cdef intp_t i, j, MR, NR, MC, KC, NC, nkb, tiles_m, tiles_n, width
+    cdef int t
     cdef floating_t* cij
     if m <= 0 or n <= 0:
         return 0
@@ -642,24 +683,19 @@ cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
     P.ep = ep
     P.ep_ctx = ep_ctx
     P.is_f64 = floating_t is float64_t
-    P.failed = 0
     # K blocks of equal size (784 -> 3 x 262, not 3 x 256 + 16): depends on k only, never on
     # the thread count, so every thread count rounds the same partial sums.
     nkb = (k + KC - 1) // KC
     P.kc = (k + nkb - 1) // nkb
-    # Slices: whole tiles per thread. Cutting N makes every thread pack all of A, cutting M
-    # all of B: cut the dimension whose cut duplicates less, when it has a tile per thread.
+    # Chunks: whole tiles. Cutting N makes every chunk pack all of A, cutting M all of B: cut
+    # the dimension whose cut duplicates less, when it has a tile per thread.
     t = nthreads if nthreads > 1 else 1
     if P.gemv:
         P.split_n = False
-        P.nslices = <int>_min(t, (m + GEMV_ROWS - 1) // GEMV_ROWS)
+        P.extent = m
         P.scratch_bytes = <size_t>(_round_up(k, 16) + GEMV_ROWS + 64) * sizeof(floating_t)
-        if P.nslices == 1:
-            _team_body(pp)
-        else:
-            with parallel(num_threads=P.nslices):
-                _team_body(pp)
-        return -1 if P.failed else 0
+        _cut(pp, GEMV_ROWS, t, CHUNKS_PER_THREAD)
+        return _launch(pp, t)
     tiles_m = (m + MR - 1) // MR
     tiles_n = (n + NR - 1) // NR
     if t == 1:
@@ -670,23 +706,24 @@ cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
         P.split_n = False
     else:
         P.split_n = tiles_n >= tiles_m
+    # Several chunks per thread when each thread can keep all of A packed (see _slice);
+    # otherwise one per thread, so that A is not packed again for every chunk.
+    P.keep_a = P.split_n and t > 1 and \
+        _round_up(m, MR) * k * <intp_t>sizeof(floating_t) <= KEEP_A_BYTES
+    P.a_elems = _round_up(m, MR) * k if P.keep_a else MC * P.kc
     if P.split_n:
-        t = <int>_min(t, tiles_n)
-        width = _round_up((tiles_n + t - 1) // t * NR, NR)
+        P.extent = n
+        _cut(pp, NR, t, CHUNKS_PER_THREAD if P.keep_a else 1)
+        width = P.chunk
     else:
-        t = <int>_min(t, tiles_m)
+        P.extent = m
+        _cut(pp, MR, t, 1)
         width = _round_up(n, NR)
-    P.nslices = t
     P.nc_max = _min(width, NC)
-    P.scratch_bytes = <size_t>(_round_up(MC * P.kc, 64) + _round_up(P.kc * P.nc_max, 64)
+    P.scratch_bytes = <size_t>(_round_up(P.a_elems, 64) + _round_up(P.kc * P.nc_max, 64)
                                + _round_up(P.kc * NR, 64) + _round_up(MR * NR, 64) + 64) \
         * sizeof(floating_t)
-    if t == 1:
-        _team_body(pp)
-    else:
-        with parallel(num_threads=t):
-            _team_body(pp)
-    return -1 if P.failed else 0
+    return _launch(pp, t)
 
 
 cdef int _sgemm(intp_t m, intp_t n, intp_t k, float32_t alpha,

@@ -1,5 +1,5 @@
 /* A small vector abstraction for ndws' GEMM micro-kernel (ndws/_gemm_kernel.pxi), plus the
- * per-OS-thread packing scratch and the OpenMP team helpers the kernel needs.
+ * per-OS-thread packing scratch the kernel needs.
  *
  * The same Cython source is compiled once per instruction set (setup.py: GEMM_ISAS); the macros
  * the compiler defines for those flags pick one branch below, so each module gets the widest
@@ -189,8 +189,12 @@ static inline double ndws_fma_f64(double a, double b, double c) { return ndws_vf
 #endif
 #define NDWS_MC_F32 ((NDWS_MC_BYTES / (NDWS_KC_F32 * 4)) / NDWS_MR_F32 * NDWS_MR_F32)
 #define NDWS_MC_F64 ((NDWS_MC_BYTES / (NDWS_KC_F64 * 8)) / NDWS_MR_F64 * NDWS_MR_F64)
+#ifndef NDWS_NC_F32
 #define NDWS_NC_F32 4096
+#endif
+#ifndef NDWS_NC_F64
 #define NDWS_NC_F64 2048
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Transposing pack: dst[p*ldd + r] = src[r*lds + p] for r < R, p < P. Packing a row-major A
@@ -300,27 +304,9 @@ static inline void ndws_tpack_f64(const double* src, ptrdiff_t lds, ptrdiff_t R,
 }
 
 /* ---------------------------------------------------------------------------------------------
- * OpenMP team helpers. The GEMM runs one `parallel` region whose threads first reserve their
- * scratch, then meet at a barrier, so a failed allocation in any thread leaves C untouched.
- * An orphaned `omp barrier` binds to the innermost enclosing parallel region (OpenMP 5.x,
- * 2.19): legal here because it is never inside a worksharing loop. */
-#ifdef _OPENMP
-#include <omp.h>
-static inline int ndws_team_thread(void) { return omp_get_thread_num(); }
-static inline int ndws_team_size(void) { return omp_get_num_threads(); }
-static inline void ndws_team_barrier(void) {
-    _Pragma("omp barrier")
-}
-#else
-static inline int ndws_team_thread(void) { return 0; }
-static inline int ndws_team_size(void) { return 1; }
-static inline void ndws_team_barrier(void) { }
-#endif
-
-/* ---------------------------------------------------------------------------------------------
- * Per-OS-thread packing scratch: one 64-byte aligned buffer per thread (OpenMP workers are
- * pooled threads, so they keep theirs across calls), grown when a call needs more and never
- * shrunk; freed by the pthread key's destructor when the thread exits. Each GEMM module has its
+ * Per-OS-thread packing scratch: one 64-byte aligned buffer per thread (the GEMM's helper
+ * threads live for the process, so they keep theirs across calls), grown when a call needs
+ * more and never shrunk; freed by the pthread key's destructor when the thread exits. Each GEMM module has its
  * own key and its own counter (the header is compiled into each one). The counter counts
  * (re)allocations, so tests can assert the steady state allocates nothing.
  * Windows has no pthread keys: there the buffer is a thread-local that a thread's exit leaks
@@ -331,6 +317,28 @@ typedef struct {
     size_t cap;     /* usable bytes at data */
 } ndws_scratch_t;
 
+/* the counters are touched by whichever threads run the GEMM */
+#if defined(__GNUC__) || defined(__clang__)
+#define NDWS_ATOMIC_ADD(x, d) __atomic_add_fetch(&(x), (d), __ATOMIC_RELAXED)
+#define NDWS_ATOMIC_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#else
+#define NDWS_ATOMIC_ADD(x, d) ((x) += (d))
+#define NDWS_ATOMIC_LOAD(x) (x)
+#endif
+
+/* Sanitizer builds (NDWS_SANITIZE=1): the part of the buffer beyond what this call asked for
+ * is poisoned, so a kernel that packs past its panel is caught even inside the buffer. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define NDWS_SCRATCH_FIT(s, bytes) do { \
+        ASAN_UNPOISON_MEMORY_REGION((s)->data, (bytes)); \
+        ASAN_POISON_MEMORY_REGION((s)->data + (bytes), (s)->cap + 64 - (bytes) \
+                                  - (size_t)((s)->data - (char*)(s)->raw)); \
+    } while (0)
+#else
+#define NDWS_SCRATCH_FIT(s, bytes) ((void)0)
+#endif
+
 static long long ndws_scratch_count = 0;   /* (re)allocations, ever */
 static long long ndws_scratch_live = 0;    /* threads holding a buffer now */
 
@@ -338,10 +346,7 @@ static void ndws_scratch_release(void* p) {
     ndws_scratch_t* s = (ndws_scratch_t*)p;
     if (s != NULL) {
         if (s->raw != NULL) {
-#ifdef _OPENMP
-            #pragma omp atomic
-#endif
-            ndws_scratch_live -= 1;
+            NDWS_ATOMIC_ADD(ndws_scratch_live, -1);
         }
         free(s->raw);
         free(s);
@@ -387,44 +392,31 @@ static inline char* ndws_scratch_get(size_t bytes) {
     void* raw;
     if (s == NULL)
         return NULL;
-    if (s->cap >= bytes && s->data != NULL)
+    if (s->cap >= bytes && s->data != NULL) {
+        NDWS_SCRATCH_FIT(s, bytes);
         return s->data;
+    }
     raw = malloc(bytes + 64);
     if (raw == NULL)
         return NULL;
     if (s->raw == NULL) {
-#ifdef _OPENMP
-        #pragma omp atomic
-#endif
-        ndws_scratch_live += 1;
+        NDWS_ATOMIC_ADD(ndws_scratch_live, 1);
     }
     free(s->raw);
     s->raw = raw;
     s->data = (char*)(((size_t)raw + 63) & ~(size_t)63);
     s->cap = bytes;
-#ifdef _OPENMP
-    #pragma omp atomic
-#endif
-    ndws_scratch_count += 1;
+    NDWS_ATOMIC_ADD(ndws_scratch_count, 1);
+    NDWS_SCRATCH_FIT(s, bytes);
     return s->data;
 }
 
 static inline long long ndws_scratch_buffers(void) {
-    long long n;
-#ifdef _OPENMP
-    #pragma omp atomic read
-#endif
-    n = ndws_scratch_live;
-    return n;
+    return NDWS_ATOMIC_LOAD(ndws_scratch_live);
 }
 
 static inline long long ndws_scratch_allocations(void) {
-    long long n;
-#ifdef _OPENMP
-    #pragma omp atomic read
-#endif
-    n = ndws_scratch_count;
-    return n;
+    return NDWS_ATOMIC_LOAD(ndws_scratch_count);
 }
 
 #endif /* NDWS_SIMD_H */

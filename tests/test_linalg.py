@@ -6,6 +6,7 @@ import doctest
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -443,6 +444,69 @@ def test_one_and_two_threads_bit_identical(isa, rng, dtype):
             # use a dot or an axpy form by A's layout, each thread-count independent)
             np.testing.assert_array_equal(one, one_t)
         check_close(two, a, b)
+
+
+def test_threads_bit_identical_when_a_is_too_big_to_keep_packed(rng):
+    # 600 x 1800 float64 is over the 8 MiB of packed A a thread keeps for all its chunks: the
+    # chunks then pack their own A blocks (one chunk per thread), with the same bits
+    a, b = rand(rng, (600, 1800), np.float64), rand(rng, (1800, 640), np.float64)
+    A, B = ndws.asarray(a), ndws.asarray(b)
+    with ndws.num_threads(1):
+        one = la.matmul(A, B).numpy()
+    with ndws.num_threads(2):
+        two = la.matmul(A, B).numpy()
+    np.testing.assert_array_equal(one, two)
+    check_close(two, a, b)
+
+
+def test_gemms_from_two_python_threads_at_once(rng):
+    # Both threads ask for 2 kernel threads; whichever finds the helper pool busy computes
+    # alone. Every result must be the one-thread result, bit for bit.
+    a, b = rand(rng, (256, 384), np.float32), rand(rng, (384, 320), np.float32)
+    A, B = ndws.asarray(a), ndws.asarray(b)
+    with ndws.num_threads(1):
+        want = la.matmul(A, B).numpy()
+    start = threading.Barrier(2)
+    bad = []
+
+    def work():
+        with ndws.num_threads(2):
+            start.wait()
+            for _ in range(40):
+                got = la.matmul(A, B).numpy()
+                if not np.array_equal(got, want):
+                    bad.append(got)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_gemm_threads_work_in_a_forked_child():
+    # the helper threads do not survive fork(): the child must start its own, not wait for
+    # the parent's
+    script = textwrap.dedent("""
+        import os, sys
+        import numpy as np, ndws
+        import ndws._linalg as la
+        a = ndws.asarray(np.arange(512 * 512, dtype=np.float32).reshape(512, 512) % 7)
+        with ndws.num_threads(2):
+            want = la.matmul(a, a).numpy()
+        pid = os.fork()
+        if pid == 0:
+            with ndws.num_threads(2):
+                ok = np.array_equal(la.matmul(a, a).numpy(), want)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
 
 
 def test_gil_is_released_during_gemm(rng):
