@@ -424,6 +424,15 @@ def test_results_land_in_the_current_workspace(rng):
         np.testing.assert_array_equal(r.numpy(), detached.numpy())
 
 
+def matmul_on_one_and_two_threads(a, b):
+    A, B = ndws.asarray(a), ndws.asarray(b)
+    with ndws.num_threads(1):
+        one = la.matmul(A, B).numpy()
+    with ndws.num_threads(2):
+        two = la.matmul(A, B).numpy()
+    return one, two
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_one_and_two_threads_bit_identical(isa, rng, dtype):
     # all far above the 2-thread grain; slices cut N, cut M, and the transposed orientation
@@ -450,11 +459,7 @@ def test_threads_bit_identical_when_a_is_too_big_to_keep_packed(rng):
     # 600 x 1800 float64 is over the 8 MiB of packed A a thread keeps for all its chunks: the
     # chunks then pack their own A blocks (one chunk per thread), with the same bits
     a, b = rand(rng, (600, 1800), np.float64), rand(rng, (1800, 640), np.float64)
-    A, B = ndws.asarray(a), ndws.asarray(b)
-    with ndws.num_threads(1):
-        one = la.matmul(A, B).numpy()
-    with ndws.num_threads(2):
-        two = la.matmul(A, B).numpy()
+    one, two = matmul_on_one_and_two_threads(a, b)
     np.testing.assert_array_equal(one, two)
     check_close(two, a, b)
 
@@ -464,8 +469,7 @@ def test_gemms_from_two_python_threads_at_once(rng):
     # alone. Every result must be the one-thread result, bit for bit.
     a, b = rand(rng, (256, 384), np.float32), rand(rng, (384, 320), np.float32)
     A, B = ndws.asarray(a), ndws.asarray(b)
-    with ndws.num_threads(1):
-        want = la.matmul(A, B).numpy()
+    want, _ = matmul_on_one_and_two_threads(a, b)
     start = threading.Barrier(2)
     bad = []
 
