@@ -155,7 +155,7 @@ class BuildExt(build_ext):
 
 #: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h", "ndws/_pool.h"]
-DEPENDS = {"ndws._core": ["ndws/_loops.pxi"]}
+DEPENDS = {"ndws._core": ["ndws/_loops.pxi", "ndws/_cmath.h"]}
 
 
 def extension(name):
