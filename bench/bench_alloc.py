@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Allocation benchmark: what a workspace saves, measured rather than assumed (DESIGN invariant 4).
+"""Allocation benchmark: what a workspace saves, measured rather than assumed (docs/architecture.md,
+invariant 4).
 
 Part A times the hand-out of one array (ns per array, median of repeats) from a pre-sized
 workspace against ``numpy.empty`` (and ``torch.empty`` when torch is importable), alone and with

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Async prefetch: does AsyncDataSetIterator overlap loading with compute, and what does its
-machinery cost per batch (issue 4's bench_async)?
+machinery cost per batch?
 
 1. Overlap. A source costs T_load per batch and the consumer T_compute (both ``time.sleep``,
    which releases the GIL as real I/O or a nogil kernel does). An epoch of N batches through

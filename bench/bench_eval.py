@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Evaluation throughput: ndws.evaluation against scikit-learn on the same data (issue 5).
+"""Evaluation throughput: ndws.evaluation against scikit-learn on the same data.
 
 On 10^6 rows x 10 classes (float32 network outputs, one-hot float32 labels) it prints rows per
 second, the median of several repeats, for:
@@ -126,7 +126,7 @@ def bench_classification(d: dict, repeats: int) -> None:
     try:
         t_one = _median_s(one_shot, repeats)
         t_stream = _median_s(_stream(Evaluation, d["labels"], d["probs"], metrics), repeats)
-    except (AttributeError, TypeError) as e:       # the class is being written (issue 5)
+    except (AttributeError, TypeError) as e:
         print(f"{'Evaluation.eval + P/R/F1':40s} skipped ({type(e).__name__}: {e})")
         return
     t_idx = _median_s(sk_idx, repeats)

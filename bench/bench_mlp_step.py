@@ -20,7 +20,7 @@ Usage::
     python bench/bench_mlp_step.py            # batch 32 and 128, 1 and 2 threads
     python bench/bench_mlp_step.py --quick    # fewer steps, noisier numbers
 
-Targets (issue 3): ndws at least 2x faster than PyTorch eager at batch 32 and 1.4x at batch 128.
+Targets: ndws at least 2x faster than PyTorch eager at batch 32 and 1.4x at batch 128.
 A miss is printed, never hidden, and does not change the exit status.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-call cost of small ops: ndws' native fast paths against NumPy (issue 3's bench_ops).
+"""Per-call cost of small ops: ndws' native fast paths against NumPy.
 
 For each op and size (16, 1,024 and 1,048,576 elements, float32) it prints the median ns per
 call of ndws inside a workspace (warmed up, so the workspace has learned its size and a cycle

@@ -9,7 +9,7 @@ cdef enum:
 cdef class MemoryBlock:
     # One contiguous piece of memory and the only thing that ever frees it: every NDArray, view,
     # NumPy export and workspace that uses the memory holds a reference, so the memory outlives
-    # all of them (DESIGN invariant 1).
+    # all of them (docs/architecture.md, invariant 1).
     cdef char* data             # aligned to ALIGNMENT
     cdef void* raw              # what malloc returned (NULL for memory owned by `keep`)
     cdef Py_ssize_t size        # usable bytes from `data`
@@ -87,7 +87,7 @@ cdef class Arena:
     cdef long long _lap_base
     cdef Py_ssize_t _prev_lap_end
 
-    # exports left behind at the end of a cycle (DESIGN invariant 6)
+    # exports left behind at the end of a cycle (docs/architecture.md, invariant 6)
     cdef Py_ssize_t _blocks_left, _bytes_left
 
     # the last allocation, for handing its block to the new array and for rollback on error

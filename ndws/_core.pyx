@@ -1578,8 +1578,8 @@ cdef class Arena:
 
 
 # ------------------------------------------------------------------------------------------------
-# The validity check (DESIGN invariant 2). The fast path is a handful of compares; everything
-# else runs only when an array is stale.
+# The validity check (docs/architecture.md, invariant 2). The fast path is a handful of compares;
+# everything else runs only when an array is stale.
 
 cdef str _stale_kind(NDArray a):
     cdef Arena w = a._arena
@@ -1952,10 +1952,11 @@ cdef void _discard(NDArray a) noexcept:
 
 
 cdef NDArray _fill_new(NDArray out, object fill, object op):
-    # The one way results are made: check the freshly allocated `out` like any op output (a
-    # closed current workspace yields a dead array: refuse to write it), let `fill(view)` write
-    # the values (NumPy computes into `out=` for now; native kernels later), and give the
-    # memory back on error so a failed op leaves the workspace as it was.
+    # How the NumPy fallback and the creation functions fill a fresh result: check the newly
+    # allocated `out` like any op output (a closed current workspace yields a dead array: refuse
+    # to write it), let `fill(view)` write the values through a NumPy view, and give the memory
+    # back on error so a failed op leaves the workspace as it was. (Native kernels fill the
+    # results of `new_result` themselves.)
     try:
         check_array(out, op, "out")
         fill(np_view(out))
@@ -2215,7 +2216,7 @@ cdef NDArray _copy_numpy(object src, Arena target, bint detached):
 # -- fill: the one element-wise loop the core owns -------------------------------------------------
 # Dense arrays of the common dtypes are filled here; anything where NumPy's conversion rules
 # could differ from a C cast (big ints into floats, floats into ints, other dtypes) goes
-# through NumPy. Above 64 KiB the loop runs without the GIL (DESIGN invariant 5).
+# through NumPy. Above 64 KiB the loop runs without the GIL (docs/architecture.md, invariant 5).
 
 cdef Py_ssize_t _NOGIL_BYTES = 1 << 16
 cdef object _EXACT_INT_IN_DOUBLE = 1 << 53
@@ -2384,7 +2385,7 @@ cdef object _operand(object x, object op, object role):
 # -- DLPack (docs/workspaces.md, "NumPy interop") ----------------------------------------------
 # The structs of dlpack.h (v1.0), declared here so the build needs no extra header. A DLPack
 # capsule is an export like a buffer: the block's export count holds it until the consumer's
-# deleter runs, so a cycle end leaves the block to it (DESIGN invariant 6).
+# deleter runs, so a cycle end leaves the block to it (docs/architecture.md, invariant 6).
 
 cdef extern from *:
     """
@@ -3383,7 +3384,7 @@ def _unpickle(data):
 
 
 # ------------------------------------------------------------------------------------------------
-# Native fast paths (issue 3): element-wise ops and reductions for float32/float64
+# Native fast paths: element-wise ops and reductions for float32/float64
 #
 # Tried before any generic machinery (no kwargs dict, no tuples, no NumPy views, no dtype
 # resolution): each returns the result, or None when the case is not covered, and the caller
@@ -4302,9 +4303,9 @@ def _set_grains(elementwise=None, reduce=None):
 
 
 # ------------------------------------------------------------------------------------------------
-# Op dispatch: the one place every element-wise op and reduction goes through. Operands are
-# validated and viewed, the output is allocated in the current workspace (or `out=` is used),
-# and NumPy computes into it. Native kernels slot in here.
+# Op dispatch, the fallback of the native fast paths above: operands are validated and viewed,
+# the output is allocated in the current workspace (or `out=` is used), and NumPy computes into
+# it.
 
 class _Unsupported(TypeError):
     pass
@@ -4641,7 +4642,8 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
 
 
 # ------------------------------------------------------------------------------------------------
-# Linear algebra entry points (NumPy computes for now; the native GEMM replaces the call)
+# Linear algebra entry points: the native GEMM of ndws._linalg first, NumPy for what it does not
+# cover (integer and mixed dtypes)
 
 cdef object _as_operand(object x, str name, str role):
     # _Unsupported (a TypeError) lets the operators return NotImplemented; the public

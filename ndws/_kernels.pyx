@@ -1,4 +1,4 @@
-"""Native activation, softmax, loss and updater kernels (issue 3).
+"""Native activation, softmax, loss and updater kernels.
 
 Two layers, as everywhere in ndws: ``cdef ... noexcept nogil`` kernels over raw pointers,
 lengths and element strides (fused float32/float64), and thin ``def`` wrappers that validate
@@ -43,8 +43,8 @@ cdef enum:
     GRAIN_TRANSC = 2048
     GRAIN_UPDATE = 2048
 # Below this many elements a kernel runs with the GIL held: releasing and re-taking it costs
-# ~100 ns, a large part of a 16-element call, and DESIGN invariant 5 asks for nogil only for
-# kernels over "a few KiB". Above it, every kernel releases the GIL.
+# ~100 ns, a large part of a 16-element call, and docs/architecture.md's invariant 5 asks for nogil
+# only for kernels over "a few KiB". Above it, every kernel releases the GIL.
 cdef enum:
     NOGIL_MIN = 1024
 # Losses reduce in a fixed number of row chunks that depends only on the row count, summed in

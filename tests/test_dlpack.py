@@ -1,6 +1,6 @@
 """DLPack: NDArray.__dlpack__ / __dlpack_device__ and ndws.from_dlpack, with NumPy (and
 PyTorch where it is installed) on the other side. A DLPack export is counted like a buffer
-export (DESIGN invariant 6)."""
+export (docs/architecture.md, invariant 6)."""
 from __future__ import annotations
 
 import gc

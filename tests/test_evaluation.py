@@ -231,7 +231,7 @@ def test_rates_g_measure_and_averages():
     assert ev.false_positive_rate(averaging="macro") == pytest.approx(fpr.mean())
     assert ev.false_negative_rate(averaging="macro") == pytest.approx(fnr.mean())
     assert ev.false_positive_rate(averaging="micro") == pytest.approx(fp.sum() / (fp + tn).sum())
-    # DESIGN: micro FNR uses (fn, tp), not ND4J's (fn, tn)
+    # docs/porting-from-dl4j.md: micro FNR uses (fn, tp), not ND4J's (fn, tn)
     assert ev.false_negative_rate(averaging="micro") == pytest.approx(fn.sum() / (fn + tp).sum())
     assert ev.g_measure() == pytest.approx(np.sqrt(prec * rec).mean())
     micro_p = tp.sum() / (tp + fp).sum()

@@ -1,6 +1,6 @@
-"""Hostile input to the core (DESIGN invariant 1 and the error rules of docs/workspaces.md):
-inputs that once crashed the interpreter, results ndws can't hold, calls that fail half-way,
-and the errors that must name the argument at fault.
+"""Hostile input to the core (docs/architecture.md's invariant 1 and the error rules of
+docs/workspaces.md): inputs that once crashed the interpreter, results ndws can't hold, calls that
+fail half-way, and the errors that must name the argument at fault.
 
 Each reproducer asserts the exact exception and message, and that a failed call left the
 workspace's counters exactly as they were. The crash reproducers also run in a child process,

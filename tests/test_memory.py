@@ -1,5 +1,6 @@
 """Tests for ndws.memory: the process-wide memory manager's GC controls (reference §8.3, with
-DESIGN's deliberate difference that periodic GC really runs) and its allocation statistics.
+the deliberate difference (docs/porting-from-dl4j.md) that periodic GC really runs) and its
+allocation statistics.
 
 Collections are observed two ways: `MemoryManager.collections` (what ndws says it ran) and
 ``gc.callbacks`` counting "start" events of generation 2 (what actually ran). While observing,

@@ -1,5 +1,5 @@
 """NDArray with NumPy as the oracle: creation, attributes, indexing, conversions, NumPy interop
-and placement (DESIGN.md "Arrays", invariants 3 and 6)."""
+and placement (docs/architecture.md, invariants 3 and 6)."""
 from __future__ import annotations
 
 import gc

@@ -1,6 +1,6 @@
 """Operators, reductions and the ndws.ops functions, with NumPy as the oracle for every value,
-dtype, shape and error; placement of every result (DESIGN.md invariant 3) and failed operations
-leaving the workspace as it was."""
+dtype, shape and error; placement of every result (docs/architecture.md's invariant 3) and failed
+operations leaving the workspace as it was."""
 from __future__ import annotations
 
 import operator

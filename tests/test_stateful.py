@@ -11,14 +11,14 @@ small pure-Python model of ND4J's rules, and checks after every step that ndws a
   (destruction), with ndws' lexical scopes (docs/workspaces.md, "Scopes are lexical"): a
   workspace stays open while any entry of it is open, leaving a `with` ends exactly its own
   scope, and the current workspace is always open or None;
-* every array is valid or stale exactly as §3.2 and DESIGN invariant 2 say (kinds "leaked",
-  "destroyed", "outdated"; "overwritten"/"destroyed" in the circular workspace), every use of a
-  stale array raises ``WorkspaceError`` of that kind with ND4J's message (§3.3, §3.4), repr
-  never raises;
+* every array is valid or stale exactly as §3.2 and invariant 2 of docs/architecture.md say
+  (kinds "leaked", "destroyed", "outdated"; "overwritten"/"destroyed" in the circular
+  workspace), every use of a stale array raises ``WorkspaceError`` of that kind with ND4J's
+  message (§3.3, §3.4), repr never raises;
 * valid arrays always hold exactly the values NumPy computes on the model (the oracle);
-* NumPy exports are never silently overwritten (DESIGN invariant 6) and a cycle that ends while
-  they live warns once per workspace;
-* nothing crashes (DESIGN invariant 1).
+* NumPy exports are never silently overwritten (invariant 6) and a cycle that ends while they
+  live warns once per workspace;
+* nothing crashes (invariant 1).
 
 The model tracks placement (main block vs spill, ring position) exactly for the two
 workspaces with a fixed size ("S1": scoped, no learning; "C": circular, no learning), which is
@@ -220,7 +220,7 @@ class WorkspaceMachine(RuleBasedStateMachine):
     # -- the model ------------------------------------------------------------------------------
 
     def kind(self, m: MArr) -> str | None:
-        """Expected staleness of `m` (None: valid), per §3.2 and DESIGN invariant 2."""
+        """Expected staleness of `m` (None: valid), per §3.2 and invariant 2."""
         w = m.ws
         if w is None:
             return None
@@ -908,7 +908,7 @@ class WorkspaceMachine(RuleBasedStateMachine):
             assert not e.flags.owndata    # zero-copy
             if (w.circular and w.fixed and not w.uncertain and w.main is not None
                     and m.block == w.main):
-                # Exported ring memory must not be reused (DESIGN invariant 6), but when the
+                # Exported ring memory must not be reused (invariant 6), but when the
                 # ring leaves its block to the export (at the latest before it would write
                 # over the exported bytes, at the earliest now) is ndws' choice: from here on
                 # the model accepts either answer for arrays on this ring, and checks values.
@@ -1127,7 +1127,7 @@ def test_reentered_outer_workspace_hazard():
 
 
 def test_export_keeps_its_block_across_cycles():
-    """DESIGN invariant 6 with the default policy: the cycle end leaves the exported block to
+    """Invariant 6 with the default policy: the cycle end leaves the exported block to
     the NumPy view (counted, warned once per workspace), later cycles don't touch it."""
     ws = ndws.workspace("S1", CONFS["S1"])
     with pytest.warns(WorkspaceWarning, match=r"^Workspace \[S1\]: a cycle ended while 1 "):
@@ -1149,7 +1149,7 @@ def test_export_keeps_its_block_across_cycles():
 
 
 def test_ring_export_of_previous_lap_array_is_not_overwritten():
-    """DESIGN invariant 6 in a ring: an array of the previous lap that the ring has not
+    """Invariant 6 in a ring: an array of the previous lap that the ring has not
     reached yet may be exported; the ring must not then write over the exported memory."""
     with _ring():
         ndws.full((), 1.0)                   # slot 0
@@ -1167,7 +1167,7 @@ def test_ring_export_of_previous_lap_array_is_not_overwritten():
 
 
 def test_overwritten_ring_array_stays_overwritten_after_fresh_block():
-    """DESIGN invariant 2: once the ring has passed an array it stays stale; a wrap that
+    """Invariant 2: once the ring has passed an array it stays stale; a wrap that
     leaves the block to a live export must not make it valid again (its memory holds another
     array's data)."""
     with _ring():

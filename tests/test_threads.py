@@ -1,5 +1,5 @@
-"""Workspaces belong to one thread (DESIGN invariant 7); threads cycling their own workspaces
-run side by side without interference."""
+"""Workspaces belong to one thread (docs/architecture.md, invariant 7); threads cycling their own
+workspaces run side by side without interference."""
 from __future__ import annotations
 
 import os
@@ -231,8 +231,8 @@ def test_omp_num_threads_sets_the_starting_pool_size(env, expected):
 
 
 # ------------------------------------------------------------------------------------------------
-# Reading another thread's array (DESIGN invariant 7): the values it had when the operation
-# started, or an error; never a mix of two cycles
+# Reading another thread's array (docs/architecture.md, invariant 7): the values it had when the
+# operation started, or an error; never a mix of two cycles
 
 
 def _owner_thread(body):

@@ -1,5 +1,5 @@
-"""The validity check (DESIGN invariant 2), NumPy exports (invariant 6) and memory safety
-(invariant 1): every stale use raises with ND4J's message, nothing a user holds is silently
+"""The validity check (docs/architecture.md, invariant 2), NumPy exports (invariant 6) and memory
+safety (invariant 1): every stale use raises with ND4J's message, nothing a user holds is silently
 overwritten, and no sequence of calls crashes."""
 from __future__ import annotations
 

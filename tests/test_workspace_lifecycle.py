@@ -266,7 +266,7 @@ def test_scoped_step_number():
 
 
 def test_workspace_of_another_thread_cannot_be_entered(threaded):
-    # DESIGN invariant 7: workspaces belong to the thread that created them.
+    # docs/architecture.md's invariant 7: workspaces belong to the thread that created them.
     ws = ndws.workspace("THREAD_OWNED", BASIC)
 
     def body(i):

@@ -5,7 +5,7 @@ the batches into a bounded queue. With ``use_workspace`` (the default) every bat
 a per-iterator *circular* workspace (a ring) owned by the producer thread, so a steady epoch
 does no heap allocation for batch data.
 
-Differences from ND4J (DESIGN.md):
+Differences from ND4J (docs/porting-from-dl4j.md):
 
 * A batch kept after the ring has come round to its memory raises ``ndws.WorkspaceError``
   (kind ``"overwritten"``) on use instead of silently changing value; ``detach()`` keeps one.

@@ -1,9 +1,10 @@
 """DL4J's DataSet and MultiDataSet: features, labels and their masks as ndws NDArrays.
 
-Placement follows the engine's rule (DESIGN invariant 3): every array a DataSet creates (from
-NumPy input, ``copy()``, ``split_test_and_train``, ``batch_by``, ``merge``) is allocated in the
-calling thread's current workspace, or detached when none is current. That is how an async
-producer builds its batches inside its ring; ``detach()`` takes a DataSet out of any workspace.
+Placement follows the engine's rule (docs/architecture.md, invariant 3): every array a DataSet
+creates (from NumPy input, ``copy()``, ``split_test_and_train``, ``batch_by``, ``merge``) is
+allocated in the calling thread's current workspace, or detached when none is current. That is how
+an async producer builds its batches inside its ring; ``detach()`` takes a DataSet out of any
+workspace.
 
 Shapes: features are ``(n_examples, n_features)`` (tabular), ``(n_examples, n_features,
 time)`` (time series) or ``(n_examples, channels, height, width)`` (images); labels are

@@ -699,8 +699,8 @@ class WorkspacesShieldDataSetIterator(_Shield, _DelegatingShapes, DataSetIterato
 
 
 # --------------------------------------------------------------------------------------------
-# any object with the protocol's methods, or any iterable of DataSets (DESIGN's "deliberate
-# differences": a Python user hands over a generator as readily as an iterator class)
+# any object with the protocol's methods, or any iterable of DataSets (docs/porting-from-dl4j.md's
+# "deliberate differences": a Python user hands over a generator as readily as an iterator class)
 
 class _Adapted:
     """An object with ``has_next()`` and ``next()`` that is not one of ndws' iterator classes,

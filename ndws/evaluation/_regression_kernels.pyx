@@ -1,4 +1,4 @@
-"""Accumulation kernels of `ndws.evaluation.regression.RegressionEvaluation` (issue 5).
+"""Accumulation kernels of `ndws.evaluation.regression.RegressionEvaluation`.
 
 Two layers, as everywhere in ndws: ``cdef ... noexcept nogil`` kernels over raw pointers and
 byte strides (labels and predictions each float32 or float64, independently), and thin ``def``

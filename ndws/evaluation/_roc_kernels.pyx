@@ -1,4 +1,4 @@
-"""Counting kernels of `ROC`, `ROCBinary` and `ROCMultiClass` (issue 5).
+"""Counting kernels of `ROC`, `ROCBinary` and `ROCMultiClass`.
 
 Two layers, as everywhere in ndws: ``cdef ... noexcept nogil`` kernels over raw pointers and
 byte strides, and thin ``def`` wrappers that validate their arguments and run the kernel

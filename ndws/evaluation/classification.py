@@ -6,8 +6,8 @@ false positive / negative / alarm rates from it, per class or averaged (referenc
 
 Counting runs in the nogil kernels of `ndws.evaluation._counting` directly over each batch's
 memory (NumPy arrays or ndws NDArrays, any strides): no temporary the size of the batch is made.
-The one deliberate difference from ND4J (DESIGN.md): the micro-averaged false negative rate uses
-(fn, tp), not ND4J's (fn, tn).
+The one deliberate difference from ND4J (docs/porting-from-dl4j.md): the micro-averaged false
+negative rate uses (fn, tp), not ND4J's (fn, tn).
 """
 from __future__ import annotations
 
@@ -495,7 +495,8 @@ class Evaluation:
                             edge_case: float = 0.0) -> float:
         """fn / (fn + tp) for class `cls`; macro is the plain mean (edge value 0).
 
-        Micro uses the summed (fn, tp) -- ND4J's (fn, tn) is a bug this port fixes (DESIGN).
+        Micro uses the summed (fn, tp) -- ND4J's (fn, tn) is a bug this port fixes
+        (docs/porting-from-dl4j.md).
         """
         def micro() -> float:
             tp, _, fn, _ = self._sums()

@@ -1,4 +1,4 @@
-"""Regression metrics accumulated over batches: DL4J's ``RegressionEvaluation`` (issue 5).
+"""Regression metrics accumulated over batches: DL4J's ``RegressionEvaluation``.
 
 Per output column: mean squared error, mean absolute error, root mean squared error, relative
 squared error, R² (coefficient of determination) and the Pearson correlation of labels and
