@@ -1,4 +1,5 @@
 # Typing stub for the Python surface of ndws._core (the Cython core).
+from enum import IntEnum
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -8,23 +9,39 @@ MAXDIMS: int
 MAX_BLOCK_BYTES: int
 DLPACK_VERSION: tuple[int, int]
 SCOPE_PANIC_MSG: str
-ALLOC_STRICT: int
-ALLOC_OVERALLOCATE: int
-LEARN_FIRST_LOOP: int
-LEARN_OVER_TIME: int
-LEARN_NONE: int
-SPILL_EXTERNAL: int
-SPILL_FAIL: int
-SPILL_REALLOCATE: int
-RESET_BLOCK_LEFT: int
-RESET_ENDOFBUFFER_REACHED: int
-LOCATION_RAM: int
-LOCATION_MMAP: int
-EXPORTS_FRESH_BLOCK: int
-EXPORTS_FAIL: int
-DEBUG_DISABLED: int
-DEBUG_SPILL_EVERYTHING: int
-DEBUG_BYPASS_EVERYTHING: int
+
+# The workspace policies (ndws.workspace re-exports them under DL4J's member names)
+class AllocationPolicyCode(IntEnum):
+    ALLOC_STRICT = 0
+    ALLOC_OVERALLOCATE = 1
+
+class LearningPolicyCode(IntEnum):
+    LEARN_FIRST_LOOP = 0
+    LEARN_OVER_TIME = 1
+    LEARN_NONE = 2
+
+class SpillPolicyCode(IntEnum):
+    SPILL_EXTERNAL = 0
+    SPILL_FAIL = 1
+    SPILL_REALLOCATE = 2
+
+class ResetPolicyCode(IntEnum):
+    RESET_BLOCK_LEFT = 0
+    RESET_ENDOFBUFFER_REACHED = 1
+
+class LocationPolicyCode(IntEnum):
+    LOCATION_RAM = 0
+    LOCATION_MMAP = 1
+
+class ExportPolicyCode(IntEnum):
+    EXPORTS_FRESH_BLOCK = 0
+    EXPORTS_FAIL = 1
+
+class DebugModeCode(IntEnum):
+    DEBUG_DISABLED = 0
+    DEBUG_SPILL_EVERYTHING = 1
+    DEBUG_BYPASS_EVERYTHING = 2
+
 
 _Shape = int | Sequence[int]
 _DType = Any

@@ -156,32 +156,39 @@ ALIGNMENT = 64
 cdef Py_ssize_t _ALIGN = 64
 MAXDIMS = NDWS_MAXDIMS
 
-# Policy codes shared with ndws.workspace (whose enums take their values from here).
-ALLOC_STRICT, ALLOC_OVERALLOCATE = 0, 1
-LEARN_FIRST_LOOP, LEARN_OVER_TIME, LEARN_NONE = 0, 1, 2
-SPILL_EXTERNAL, SPILL_FAIL, SPILL_REALLOCATE = 0, 1, 2
-RESET_BLOCK_LEFT, RESET_ENDOFBUFFER_REACHED = 0, 1
-LOCATION_RAM, LOCATION_MMAP = 0, 1
-EXPORTS_FRESH_BLOCK, EXPORTS_FAIL = 0, 1
-DEBUG_DISABLED, DEBUG_SPILL_EVERYTHING, DEBUG_BYPASS_EVERYTHING = 0, 1, 2
+# The workspace policies, declared once. C code uses the member names as constants; Python sees
+# each as an IntEnum here, and ndws.workspace re-exports them under DL4J's member names (the
+# prefix dropped: SpillPolicy.FAIL and ExportPolicy.FAIL can't share a C name).
+cpdef enum AllocationPolicyCode:
+    ALLOC_STRICT = 0
+    ALLOC_OVERALLOCATE = 1
 
-cdef enum:
-    _STRICT = 0
-    _OVERALLOCATE = 1
-    _FIRST_LOOP = 0
-    _OVER_TIME = 1
-    _LEARN_NONE = 2
-    _EXTERNAL = 0
-    _FAIL = 1
-    _REALLOCATE = 2
-    _BLOCK_LEFT = 0
-    _ENDOFBUFFER = 1
-    _RAM = 0
-    _MMAP = 1
-    _EXP_FRESH = 0
-    _EXP_FAIL = 1
-    _DBG_DISABLED = 0
-    _DBG_SPILL = 1
+cpdef enum LearningPolicyCode:
+    LEARN_FIRST_LOOP = 0
+    LEARN_OVER_TIME = 1
+    LEARN_NONE = 2
+
+cpdef enum SpillPolicyCode:
+    SPILL_EXTERNAL = 0
+    SPILL_FAIL = 1
+    SPILL_REALLOCATE = 2
+
+cpdef enum ResetPolicyCode:
+    RESET_BLOCK_LEFT = 0
+    RESET_ENDOFBUFFER_REACHED = 1
+
+cpdef enum LocationPolicyCode:
+    LOCATION_RAM = 0
+    LOCATION_MMAP = 1
+
+cpdef enum ExportPolicyCode:
+    EXPORTS_FRESH_BLOCK = 0
+    EXPORTS_FAIL = 1
+
+cpdef enum DebugModeCode:
+    DEBUG_DISABLED = 0
+    DEBUG_SPILL_EVERYTHING = 1
+    DEBUG_BYPASS_EVERYTHING = 2
 
 # MemoryBlock kinds
 cdef enum:
@@ -633,7 +640,7 @@ cdef int _end_scope(ThreadState ts, _Scope s, bint lexical) except -1:
     if i < 0:
         return 0
     ends_cycle = s.kind == _SC_ENTRY and ws._depth == 1
-    if ends_cycle and ws._p_reset == _BLOCK_LEFT:
+    if ends_cycle and ws._p_reset == RESET_BLOCK_LEFT:
         # the one check that may refuse a close (policy_exports=FAIL): before anything changes
         ws._fail_if_exported("the end of a cycle")
     if lexical:
@@ -856,7 +863,8 @@ cdef class Arena:
                    double overallocation_limit, int policy_allocation, int policy_learning,
                    int policy_spill, int policy_reset, int policy_location, int policy_exports,
                    temp_file_path, long long cycles_before_initialization):
-        """Construct as ND4J's workspace constructor does (sizes in bytes)."""
+        """Construct as ND4J's workspace constructor does (sizes in bytes), from a
+        configuration `WorkspaceConfiguration` has validated (the one place it is checked)."""
         if self._id is not None:
             raise WorkspaceError(f"Workspace [{self._id}] is already configured", "configuration",
                                  self._id)
@@ -873,19 +881,11 @@ cdef class Arena:
         self._p_exports = policy_exports
         self._cycles_before_init = cycles_before_initialization
         self._current_size = initial_size
-        self._circular = policy_reset == _ENDOFBUFFER
-        if self._circular and policy_allocation == _OVERALLOCATE:
-            if overallocation_limit < 1.0:
-                raise ConfigurationError(
-                    "For cyclic workspace overallocation should be positive integral value.",
-                    "overallocation_limit", id)
-            # the number of blocks in the ring
+        self._circular = policy_reset == RESET_ENDOFBUFFER_REACHED
+        if self._circular and policy_allocation == ALLOC_OVERALLOCATE:
+            # the number of blocks in the ring (the configuration has made the limit >= 1)
             self._steps_number = <int>(overallocation_limit + 1)
-        if policy_location == _MMAP:
-            if policy_learning != _LEARN_NONE:
-                raise ConfigurationError(
-                    "Workspace backed by memory-mapped file can't have LearningPolicy defined",
-                    "policy_learning", id)
+        if policy_location == LOCATION_MMAP:
             self._prepare_mmap_file(temp_file_path)
         self._init_buffer()
 
@@ -906,13 +906,10 @@ cdef class Arena:
                 self._current_size = flen
             self._mmap_path = path
             self._mmap_temp = False
-        elif self._initial_size > 0:
+        else:
+            # no file given: a temporary one (the configuration has made initial_size > 0)
             self._mmap_path = None
             self._mmap_temp = True
-        else:
-            raise ConfigurationError(
-                "MMAP target file path should be non-null or workspace initialSize should be >0 "
-                "for temp file", "initial_size", self._id)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -937,13 +934,13 @@ cdef class Arena:
     cdef int _init_buffer(self) except -1:
         # ND4J's init(): overallocate once, cap at max size, then allocate (or map) the buffer.
         cdef MemoryBlock block
-        if self._current_size > 0 and self._p_location != _MMAP:
-            if not self._is_over and self._p_alloc == _OVERALLOCATE and self._overalloc > 0:
+        if self._current_size > 0 and self._p_location != LOCATION_MMAP:
+            if not self._is_over and self._p_alloc == ALLOC_OVERALLOCATE and self._overalloc > 0:
                 self._current_size = _grown(self._current_size, self._overalloc, self._id)
                 self._is_over = True
             if self._max_size > 0 and self._current_size > self._max_size:
                 self._current_size = self._max_size
-        if self._p_location == _RAM:
+        if self._p_location == LOCATION_RAM:
             if self._current_size > 0:
                 self._is_init = True
                 block = _allocate_block(self._current_size, True, BLOCK_MAIN)
@@ -993,7 +990,7 @@ cdef class Arena:
         # turned into an error leaves the workspace as it was).
         if self._main is None or self._main.exports == 0:
             return 0
-        if self._p_exports == _EXP_FAIL:
+        if self._p_exports == EXPORTS_FAIL:
             raise WorkspaceError(
                 f"Workspace [{self._id}]: {self._main.exports} NumPy export(s) of this workspace's "
                 f"memory are still alive at {when}, and policy_exports=FAIL forbids leaving the "
@@ -1002,7 +999,7 @@ cdef class Arena:
                 "exported", self._id)
         if not self._export_warned:
             fresh = ("a freshly mapped temporary file (it stays memory-mapped)"
-                     if self._p_location == _MMAP else "a fresh block")
+                     if self._p_location == LOCATION_MMAP else "a fresh block")
             warnings.warn(
                 f"Workspace [{self._id}]: a cycle ended while {self._main.exports} NumPy export(s) "
                 f"of its memory were alive; the old block ({self._main.size} bytes) is left to "
@@ -1061,10 +1058,10 @@ cdef class Arena:
         trimmer = self._trimmed_mode or (
             self._circular and self._initial_block_size > 0
             and req + self._cycle_alloc > self._initial_block_size)
-        if trimmer and self._p_spill == _REALLOCATE and not self._trimmed_mode:
+        if trimmer and self._p_spill == SPILL_REALLOCATE and not self._trimmed_mode:
             self._trimmed_mode = True
             self._trimmed_step = self._steps_count
-        spill_all = _g_debug_mode == _DBG_SPILL
+        spill_all = _g_debug_mode == DEBUG_SPILL_EVERYTHING
 
         if not trimmer and not spill_all and self._main is not None:
             if (self._circular and self._offset + req > self._current_size
@@ -1110,7 +1107,7 @@ cdef class Arena:
                               self._offset)
                 return ptr
 
-        if self._p_spill == _FAIL:
+        if self._p_spill == SPILL_FAIL:
             raise WorkspaceError("Can't allocate memory: Workspace is full", "full", self._id)
         blk = _allocate_block(req, zero, BLOCK_PINNED if trimmer else BLOCK_SPILL)
         ndws_poison(blk.data + nbytes, req - nbytes)
@@ -1205,7 +1202,7 @@ cdef class Arena:
         if ts._current is self and self._is_open:
             self._last_scope = _push_scope(ts, self, _SC_NEST)
             return self
-        cdef bint reuse = self._p_reset == _BLOCK_LEFT and self._is_open
+        cdef bint reuse = self._p_reset == RESET_BLOCK_LEFT and self._is_open
         if reuse:
             # Entering an open, non-current workspace (A -> B -> A) resets it, as in ND4J.
             # What may fail comes before the scope is pushed: a failed entry changes nothing.
@@ -1216,9 +1213,9 @@ cdef class Arena:
         self._previous = scope.restore
         self._depth += 1
         self._is_open = True
-        if self._p_reset == _BLOCK_LEFT:
+        if self._p_reset == RESET_BLOCK_LEFT:
             self._offset = 0
-        if self._external_count > 0 and (self._p_reset == _BLOCK_LEFT or self._reset_planned):
+        if self._external_count > 0 and (self._p_reset == RESET_BLOCK_LEFT or self._reset_planned):
             self._clear_external()
             self._reset_planned = False
         self._cycle_alloc = 0
@@ -1246,7 +1243,7 @@ cdef class Arena:
             raise WorkspaceError(f"Workspace [{self._id}] can't be closed: it is not open",
                                  "closed", self._id)
         # an entry a `with` left open when it ended (see "Scopes"): no longer on the stack
-        if self._depth == 1 and self._p_reset == _BLOCK_LEFT:
+        if self._depth == 1 and self._p_reset == RESET_BLOCK_LEFT:
             self._fail_if_exported("the end of a cycle")
         self._depth -= 1
         try:
@@ -1260,7 +1257,7 @@ cdef class Arena:
     cdef int _end_cycle(self) except -1:
         # ND4J's close(), steps 3-12, once the last open entry has ended (the export check of
         # step 3 ran before anything changed).
-        cdef bint scoped = self._p_reset == _BLOCK_LEFT
+        cdef bint scoped = self._p_reset == RESET_BLOCK_LEFT
         cdef MemoryBlock cycle_block = self._main
         self._is_open = False
         self._cycles_count += 1
@@ -1271,17 +1268,17 @@ cdef class Arena:
             self._is_used = True
         if self._cycle_alloc > self._max_cycle:
             self._max_cycle = self._cycle_alloc
-        if self._p_learning != _LEARN_NONE and self._max_cycle > 0:
+        if self._p_learning != LEARN_NONE and self._max_cycle > 0:
             if self._external_count > 0 and (scoped or self._reset_planned):
                 self._clear_external()
                 self._reset_planned = False
-            if ((self._p_learning == _OVER_TIME and self._cycles_before_init == self._cycles_count)
-                    or (self._p_learning == _FIRST_LOOP and self._current_size == 0)):
-                if _g_debug_mode != _DBG_SPILL:
+            if ((self._p_learning == LEARN_OVER_TIME and self._cycles_before_init == self._cycles_count)
+                    or (self._p_learning == LEARN_FIRST_LOOP and self._current_size == 0)):
+                if _g_debug_mode != DEBUG_SPILL_EVERYTHING:
                     self.initialize_workspace()
             elif (self._current_size > 0 and self._cycle_alloc > 0
-                  and self._p_spill == _REALLOCATE and not self._circular):
-                if _g_debug_mode != _DBG_SPILL:
+                  and self._p_spill == SPILL_REALLOCATE and not self._circular):
+                if _g_debug_mode != DEBUG_SPILL_EVERYTHING:
                     self.initialize_workspace()
         if self._pinned_count > 0:
             self._clear_pinned(False)
@@ -1371,7 +1368,7 @@ cdef class Arena:
         """Size the workspace from what it has learned (ND4J ``initializeWorkspace``)."""
         self._check_thread("initialized")
         if ((self._current_size < self._max_cycle or self._current_size < self._cycle_alloc)
-                and self._p_spill == _REALLOCATE
+                and self._p_spill == SPILL_REALLOCATE
                 and (self._max_size == 0 or self._max_cycle < self._max_size)):
             if not self._circular:
                 self._destroy_buffers(True)
@@ -1380,7 +1377,7 @@ cdef class Arena:
             self._destroy_buffers(False)
             self._is_init = False
             self._is_over = False
-        if not self._is_init and self._p_learning != _LEARN_NONE:
+        if not self._is_init and self._p_learning != LEARN_NONE:
             if self._max_size > 0:
                 self._current_size = min(self._max_cycle, self._max_size)
             else:
@@ -1397,13 +1394,13 @@ cdef class Arena:
                 self._max_cycle = self._current_size
             self._initial_block_size = self._current_size
             if not self._is_over:
-                if (self._p_alloc == _OVERALLOCATE and self._overalloc > 0
+                if (self._p_alloc == ALLOC_OVERALLOCATE and self._overalloc > 0
                         and self._current_size > 0):
                     self._current_size = _grown(self._current_size, self._overalloc, self._id)
                     self._is_over = True
             if self._min_size > 0 and self._current_size < self._min_size:
                 self._current_size = self._min_size
-            if self._external_count > 0 and (self._p_reset == _BLOCK_LEFT or self._reset_planned):
+            if self._external_count > 0 and (self._p_reset == RESET_BLOCK_LEFT or self._reset_planned):
                 self._clear_external()
                 self._reset_planned = False
             self._init_buffer()
@@ -1861,7 +1858,7 @@ cdef inline void _contiguous_strides(int ndim, const Py_ssize_t* shape, Py_ssize
 cdef inline bint _plain_bump(Arena w, Py_ssize_t req) noexcept:
     # Whether Arena._alloc would simply bump the offset of the main block (see new_array)
     return (not w._circular and w._is_used and not w._trimmed_mode and not w._debug
-            and _g_debug_mode != _DBG_SPILL and w._main is not None
+            and _g_debug_mode != DEBUG_SPILL_EVERYTHING and w._main is not None
             and w._offset + req <= w._current_size)
 
 

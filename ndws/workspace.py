@@ -58,68 +58,43 @@ __all__ = [
 DEFAULT_ID = "DefaultWorkspace"
 
 
-class AllocationPolicy(enum.Enum):
-    """Whether headroom is added on top of the initial or learned size."""
-
-    STRICT = _core.ALLOC_STRICT
-    OVERALLOCATE = _core.ALLOC_OVERALLOCATE
-
-
-class LearningPolicy(enum.Enum):
-    """How and when a workspace learns its size."""
-
-    FIRST_LOOP = _core.LEARN_FIRST_LOOP
-    OVER_TIME = _core.LEARN_OVER_TIME
-    NONE = _core.LEARN_NONE
+def _policy(name: str, codes: type, prefix: str, doc: str) -> type:
+    """DL4J's enum `name` over the core's policy codes (declared once, in the core): the same
+    values, the members named without the C prefix."""
+    cls = enum.Enum(name, [(m.name[len(prefix):], int(m)) for m in codes], module=__name__,
+                    qualname=name)
+    cls.__doc__ = doc
+    return cls
 
 
-class SpillPolicy(enum.Enum):
-    """What happens to an allocation that does not fit."""
+AllocationPolicy = _policy("AllocationPolicy", _core.AllocationPolicyCode, "ALLOC_",
+                           "Whether headroom is added on top of the initial or learned size.")
+LearningPolicy = _policy("LearningPolicy", _core.LearningPolicyCode, "LEARN_",
+                         "How and when a workspace learns its size.")
+SpillPolicy = _policy("SpillPolicy", _core.SpillPolicyCode, "SPILL_",
+                      "What happens to an allocation that does not fit.")
+ResetPolicy = _policy("ResetPolicy", _core.ResetPolicyCode, "RESET_",
+                      "BLOCK_LEFT: scoped workspace; ENDOFBUFFER_REACHED: circular workspace "
+                      "(a ring).")
+LocationPolicy = _policy("LocationPolicy", _core.LocationPolicyCode, "LOCATION_",
+                         "RAM, or a memory-mapped file.")
+ExportPolicy = _policy("ExportPolicy", _core.ExportPolicyCode, "EXPORTS_", """What a cycle end \
+does when NumPy views of the workspace's memory are still alive.
 
-    EXTERNAL = _core.SPILL_EXTERNAL
-    FAIL = _core.SPILL_FAIL
-    REALLOCATE = _core.SPILL_REALLOCATE
-
-
-class ResetPolicy(enum.Enum):
-    """BLOCK_LEFT: scoped workspace; ENDOFBUFFER_REACHED: circular workspace (a ring)."""
-
-    BLOCK_LEFT = _core.RESET_BLOCK_LEFT
-    ENDOFBUFFER_REACHED = _core.RESET_ENDOFBUFFER_REACHED
-
-
-class LocationPolicy(enum.Enum):
-    """RAM, or a memory-mapped file."""
-
-    RAM = _core.LOCATION_RAM
-    MMAP = _core.LOCATION_MMAP
+FRESH_BLOCK (default) leaves the old block to the views and continues on a new one (counted in
+`Workspace.blocks_left_to_exports`, warned once per workspace); FAIL raises ``WorkspaceError``
+(kind ``"exported"``) instead and changes nothing. An ndws addition.
+""")
+DebugMode = _policy("DebugMode", _core.DebugModeCode, "DEBUG_",
+                    "Process-wide workspace debug switch (ND4J ``DebugMode``).")
 
 
 class MirroringPolicy(enum.Enum):
-    """Host/device mirroring; only meaningful on GPUs, kept for configuration parity."""
+    """Host/device mirroring; only meaningful on GPUs, kept for configuration parity (no core
+    code reads it)."""
 
     FULL = 0
     HOST_ONLY = 1
-
-
-class ExportPolicy(enum.Enum):
-    """What a cycle end does when NumPy views of the workspace's memory are still alive.
-
-    FRESH_BLOCK (default) leaves the old block to the views and continues on a new one
-    (counted in `Workspace.blocks_left_to_exports`, warned once per workspace); FAIL raises
-    ``WorkspaceError`` (kind ``"exported"``) instead and changes nothing. An ndws addition.
-    """
-
-    FRESH_BLOCK = _core.EXPORTS_FRESH_BLOCK
-    FAIL = _core.EXPORTS_FAIL
-
-
-class DebugMode(enum.Enum):
-    """Process-wide workspace debug switch (ND4J ``DebugMode``)."""
-
-    DISABLED = _core.DEBUG_DISABLED
-    SPILL_EVERYTHING = _core.DEBUG_SPILL_EVERYTHING
-    BYPASS_EVERYTHING = _core.DEBUG_BYPASS_EVERYTHING
 
 
 class WorkspaceType(enum.Enum):
