@@ -155,7 +155,7 @@ def grain_sweep(quick: bool) -> None:
     if ndws.get_num_threads() < 2:
         print("thread thresholds: fewer than 2 kernel threads available; sweep skipped")
         return
-    saved = _core._set_grains(1, 1)
+    saved = _core._set_grains(elementwise=1, reduce=1)
     try:
         sizes = [1 << k for k in range(12, 22)]
         samples = 10 if quick else 40
@@ -183,8 +183,8 @@ def grain_sweep(quick: bool) -> None:
             print(f"  {label:22s} 2 threads win (>10%) from n = {threshold}")
             print("    " + ", ".join(row))
     finally:
-        _core._set_grains(*saved)
-    print(f"  grains in use (elementwise, reduce): {_core._set_grains()}")
+        _core._set_grains(**saved)
+    print(f"  grains in use: {_core._set_grains()}")
 
 
 def main() -> None:

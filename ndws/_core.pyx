@@ -715,15 +715,60 @@ cdef int thread_limit() noexcept:
     return n if n > 0 else _pool_threads
 
 
-cdef int threads_for(Py_ssize_t work, Py_ssize_t grain) noexcept:
-    cdef int n = thread_limit()
+# The grains: the work per kernel thread below which a second thread does not pay (a call uses
+# 2 threads from 2 * grain on). Each was measured on the 2-core Zen 4 (1 vs 2 threads, medians):
+# - elementwise, reduce (`python bench/bench_ops.py --grain`, float32, us per call):
+#     add (out=):     32768: 2.6 / 2.5   65536: 5.0 / 4.1   131072: 10.3 / 7.4
+#     sum (flat):     65536: 3.3 / 4.5  131072: 6.5 / 9.2   262144: 13.9 / 13.1  1M: 55 / 50
+#     sum(axis=0):    65536: 4.9 / 4.6  131072: 9.7 / 7.2   262144: 20.3 / 11.8
+#   i.e. two threads win from ~64K elements for streaming loops and 128K-256K for reductions
+#   (a parallel region costs ~2 us; a sum runs at ~5 elements/ns);
+# - gemm (flops; squares 32-160, 32 x 256 x n, 128 x 256 x 10): float32 breaks even at ~0.55
+#   Mflop (64^3: 0.87-1.01x, 80^3: 1.13x, 128x256x10 = 0.66 Mflop: 1.45x), float64 at ~0.3
+#   Mflop (48^3: 0.92x, 64^3: 1.3x);
+# - nn (ndws.nn.functional, float32, 21 repeats): relu/relu backward/sgd/momentum (memory
+#   bound, under 1 ns/element) gain from 128K-256K elements (relu 262144: 22.5 vs 17.7 us; sgd
+#   131072: 10.8 vs 7.9 us; at 65536 two threads still lose: 6.4 vs 8.6 us); exp/erf/tanh
+#   activations, softmax rows, the losses and the sqrt-based updaters (2-10 ns/element) gain
+#   from 4096 elements (gelu 29.3 vs 17.2 us, softmax 29.1 vs 18.9, cross-entropy 58.0 vs 35.9,
+#   adam 13.2 vs 9.7) and lose or tie at 1024.
+cdef Py_ssize_t _grains[N_GRAINS]
+_grains[:] = [1 << 15, 1 << 16, 300000, 150000, 65536, 2048, 2048]
+_GRAIN_NAMES = ("elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap", "nn_transc",
+                "nn_update")
+
+
+cdef int threads_for(Py_ssize_t work, int grain) noexcept:
+    cdef Py_ssize_t g = _grains[grain]
+    cdef int n
     cdef Py_ssize_t useful
-    if n <= 1 or grain <= 0:
+    if g <= 0 or work < 2 * g:
+        return 1                   # before the thread-local lookup: most calls are small
+    n = thread_limit()
+    if n <= 1:
         return 1
-    useful = work // grain
+    useful = work // g
     if useful < n:
         return <int>useful if useful > 1 else 1
     return n
+
+
+def _set_grains(**grains):
+    """Set thread grains by name (elementwise, reduce, gemm_f32, gemm_f64, nn_cheap,
+    nn_transc, nn_update); returns all of them as they were. For the benchmarks' threshold
+    measurements and the tests."""
+    prev = {name: _grains[i] for i, name in enumerate(_GRAIN_NAMES)}
+    new = []
+    for name, value in grains.items():  # all checked before any is set
+        if name not in _GRAIN_NAMES:
+            raise TypeError(f"_set_grains: unknown grain {name!r}; expected one of "
+                            f"{', '.join(_GRAIN_NAMES)}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 62:
+            raise ValueError(f"_set_grains: {name} must be an int in [0, 2**62), got {value!r}")
+        new.append((_GRAIN_NAMES.index(name), value))
+    for i, value in new:
+        _grains[i] = value
+    return prev
 
 
 cdef int _thread_count(object n, str name) except -1:
@@ -1668,7 +1713,15 @@ def check(NDArray a, op="check", role="a"):
 # ------------------------------------------------------------------------------------------------
 # dtypes and shapes
 
+# The two float dtypes the native kernels cover, compared by identity (NumPy's builtin dtypes are
+# singletons); ndws._linalg takes the same objects from `_float_dtypes`.
+cdef object _F32 = np.dtype(np.float32)
 cdef object _F64 = np.dtype(np.float64)
+
+
+def _float_dtypes():
+    """(float32, float64): the dtype objects the kernels compare by identity."""
+    return _F32, _F64
 cdef dict _dtype_cache = {}
 cdef dict _format_cache = {}
 _PEP3118 = {"F": b"Zf", "D": b"Zd", "G": b"Zg"}
@@ -2213,9 +2266,9 @@ cdef NDArray _copy_numpy(object src, Arena target, bint detached):
 # -- fill: the one element-wise loop the core owns -------------------------------------------------
 # Dense arrays of the common dtypes are filled here; anything where NumPy's conversion rules
 # could differ from a C cast (big ints into floats, floats into ints, other dtypes) goes
-# through NumPy. Above 64 KiB the loop runs without the GIL (docs/architecture.md, invariant 5).
+# through NumPy. Above NOGIL_BYTES the loop runs without the GIL (docs/architecture.md,
+# invariant 5).
 
-cdef Py_ssize_t _NOGIL_BYTES = 1 << 16
 cdef object _EXACT_INT_IN_DOUBLE = 1 << 53
 
 
@@ -2244,7 +2297,7 @@ cdef void _fill_run(_fill_t* p, Py_ssize_t n, _fill_t v, bint big) noexcept:
 cdef bint _fill_fast(NDArray a, object value) except -1:
     cdef char code
     cdef Py_ssize_t n = a._size
-    cdef bint big = n * a._itemsize > _NOGIL_BYTES
+    cdef bint big = release_gil(n * a._itemsize, 1)
     if (n == 0 or not a._writeable or not (_c_contiguous(a) or _f_contiguous(a))
             or _foreign(a)):
         return False
@@ -3394,25 +3447,11 @@ def _unpickle(data):
 
 include "_loops.pxi"
 
-cdef object _F32 = np.dtype(np.float32)
 cdef object _INTP = np.dtype(np.intp)
 cdef object _SAME_KIND = "same_kind"
 cdef object _ORDER_K = "K"
 
-# Below this many bytes a kernel keeps the GIL: releasing and re-taking it costs about as much
-# as the loop itself (a 16 KiB add is ~0.3 us here).
-cdef Py_ssize_t _NOGIL_FAST = 1 << 14
 
-# Elements per kernel thread below which a second thread does not pay (threads_for; a call
-# uses 2 threads from 2 * GRAIN elements). Measured with `python bench/bench_ops.py --grain`
-# on this machine (2 cores, Zen 4, float32, us per call with 1 / 2 threads):
-#   add (out=):         32768: 2.6 / 2.5   65536: 5.0 / 4.1   131072: 10.3 / 7.4
-#   sum (flat):         65536: 3.3 / 4.5  131072: 6.5 / 9.2   262144: 13.9 / 13.1  1M: 55 / 50
-#   sum(axis=0):        65536: 4.9 / 4.6  131072: 9.7 / 7.2   262144: 20.3 / 11.8
-# i.e. two threads start to win at ~64K elements for streaming element-wise loops and at
-# 128K-256K for reductions (a parallel region costs ~2 us here; a sum runs at ~5 elements/ns).
-cdef Py_ssize_t GRAIN_ELEMENTWISE = 1 << 15
-cdef Py_ssize_t GRAIN_REDUCE = 1 << 16
 # Column-chunk width of reductions along a non-last axis: each task owns these many output
 # columns (and a private scratch), so chunks never share a cache line between threads.
 cdef Py_ssize_t _COL_CHUNK = 512
@@ -3697,9 +3736,9 @@ cdef object _fast_binary(int op, object x1, object x2, object out, object name):
         xp = <char*>&s32 if dt is _F32 else <char*>&s64
         xrs, xvec = 0, False
         yp, yrs, yvec = b._data, n, True
-    nt = threads_for(m * n, GRAIN_ELEMENTWISE) if m * n >= 2 * GRAIN_ELEMENTWISE else 1
+    nt = threads_for(m * n, GRAIN_ELEMENTWISE)
     if dt is _F32:
-        if nt > 1 or m * n * 4 > _NOGIL_FAST:
+        if release_gil(m * n * 4, nt):
             with nogil:
                 fl = binary_kernel(op, <float32_t*>o._data, <const float32_t*>xp, xrs, xvec,
                                    <const float32_t*>yp, yrs, yvec, m, n, nt)
@@ -3707,7 +3746,7 @@ cdef object _fast_binary(int op, object x1, object x2, object out, object name):
             fl = binary_kernel(op, <float32_t*>o._data, <const float32_t*>xp, xrs, xvec,
                                <const float32_t*>yp, yrs, yvec, m, n, 1)
     else:
-        if nt > 1 or m * n * 8 > _NOGIL_FAST:
+        if release_gil(m * n * 8, nt):
             with nogil:
                 fl = binary_kernel(op, <float64_t*>o._data, <const float64_t*>xp, xrs, xvec,
                                    <const float64_t*>yp, yrs, yvec, m, n, nt)
@@ -3765,15 +3804,15 @@ cdef object _fast_unary(int op, object x, object out, object name):
             raise
         _native_hits[3][dt is _F64] += 1
         return o
-    nt = threads_for(n, GRAIN_ELEMENTWISE) if n >= 2 * GRAIN_ELEMENTWISE else 1
+    nt = threads_for(n, GRAIN_ELEMENTWISE)
     if dt is _F32:
-        if nt > 1 or n * 4 > _NOGIL_FAST:
+        if release_gil(n * 4, nt):
             with nogil:
                 fl = unary_kernel(op, <float32_t*>o._data, <const float32_t*>a._data, n, nt)
         else:
             fl = unary_kernel(op, <float32_t*>o._data, <const float32_t*>a._data, n, 1)
     else:
-        if nt > 1 or n * 8 > _NOGIL_FAST:
+        if release_gil(n * 8, nt):
             with nogil:
                 fl = unary_kernel(op, <float64_t*>o._data, <const float64_t*>a._data, n, nt)
         else:
@@ -4045,7 +4084,7 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
             check_array(o, name, "out")
     else:
         check_array(o, name, "out")
-    nt = threads_for(arr._size, GRAIN_REDUCE) if arr._size >= 2 * GRAIN_REDUCE else 1
+    nt = threads_for(arr._size, GRAIN_REDUCE)
     if inner > 1 and not (kind == RED_MAX or kind == RED_MIN):
         levels = rows_levels(r)
         per_thread = (levels + 1) * _chunk_width(inner)
@@ -4059,7 +4098,7 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
                 raise MemoryError()
     try:
         if dt is _F32:
-            if nt > 1 or arr._size * 4 > _NOGIL_FAST:
+            if release_gil(arr._size * 4, nt):
                 with nogil:
                     fl = _reduce_dispatch(kind, <const float32_t*>arr._data, outer, r, inner,
                                           den, <float32_t*>o._data, <int64_t*>o._data,
@@ -4069,7 +4108,7 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
                                       <float32_t*>o._data, <int64_t*>o._data,
                                       <float32_t*>scratch, per_thread, 1)
         else:
-            if nt > 1 or arr._size * 8 > _NOGIL_FAST:
+            if release_gil(arr._size * 8, nt):
                 with nogil:
                     fl = _reduce_dispatch(kind, <const float64_t*>arr._data, outer, r, inner,
                                           den, <float64_t*>o._data, <int64_t*>o._data,
@@ -4285,18 +4324,6 @@ def _reduce_var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
 def _reduce_std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     return _reduce_entry(RED_STD, "std", a, axis, dtype, out, keepdims,
                          ddof, RKW_DDOF)
-
-
-def _set_grains(elementwise=None, reduce=None):
-    """Set the thread grains (elements per kernel thread; None keeps one); returns the previous
-    pair. For bench/bench_ops.py's threshold measurement and the tests."""
-    global GRAIN_ELEMENTWISE, GRAIN_REDUCE
-    prev = (GRAIN_ELEMENTWISE, GRAIN_REDUCE)
-    if elementwise is not None:
-        GRAIN_ELEMENTWISE = elementwise
-    if reduce is not None:
-        GRAIN_REDUCE = reduce
-    return prev
 
 
 # ------------------------------------------------------------------------------------------------

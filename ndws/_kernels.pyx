@@ -21,32 +21,13 @@ from libc.math cimport tanh as c_tanh   # `tanh` is the public activation below
 import numpy as np
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, discard_result,
-                         pin_foreign,
-                         new_result, threads_for)
+                         pin_foreign, new_result, threads_for, release_gil, GRAIN_NN_CHEAP,
+                         GRAIN_NN_TRANSC, GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
 
-# ------------------------------------------------------------------------------------------------
-# Thread grains: each thread of a prange must get at least this many elements (work units) or
-# the call stays on one thread (`threads_for`). Measured on the 2-core EPYC (Zen 4, shared and
-# loaded), float32, ndws.num_threads(1) vs (2), medians and minima of 21 repeats: relu/relu
-# backward/sgd/momentum (memory bound, well under 1 ns/element) first gain from 2 threads at
-# 128K-256K elements (relu 262144: 22.5 vs 17.7 us; sgd 131072: 10.8 vs 7.9 us; at 65536 two
-# threads still lose: 6.4 vs 8.6 us); the exp/erf/tanh activations, softmax rows, the losses
-# and the sqrt-based updaters (adam/rmsprop/adagrad, 2-10 ns/element) gain from 4096 elements
-# (gelu 29.3 vs 17.2 us, softmax 29.1 vs 18.9, cross-entropy 58.0 vs 35.9, adam 13.2 vs 9.7)
-# and lose or tie at 1024. Below the grain, OpenMP's fork/join costs more than a core saves.
-cdef enum:
-    GRAIN_CHEAP = 65536
-    GRAIN_TRANSC = 2048
-    GRAIN_UPDATE = 2048
-# Below this many elements a kernel runs with the GIL held: releasing and re-taking it costs
-# ~100 ns, a large part of a 16-element call, and docs/architecture.md's invariant 5 asks for nogil
-# only for kernels over "a few KiB". Above it, every kernel releases the GIL.
-cdef enum:
-    NOGIL_MIN = 1024
 # Losses reduce in a fixed number of row chunks that depends only on the row count, summed in
 # order afterwards: the loss is bit-identical whatever the thread count.
 cdef enum:
@@ -684,8 +665,8 @@ cdef void _copy_into(NDArray src, NDArray dst) noexcept:
 
 cdef inline int _grain(int code) noexcept:
     if code <= ACT_LEAKY_RELU:
-        return GRAIN_CHEAP
-    return GRAIN_TRANSC
+        return GRAIN_NN_CHEAP
+    return GRAIN_NN_TRANSC
 
 
 cdef object _elementwise(str op, int code, double alpha, object x, object g, object out,
@@ -710,7 +691,7 @@ cdef object _elementwise(str op, int code, double alpha, object x, object g, obj
         _plan(&p, a, b, y, -1)
         nt = threads_for(a._size, _grain(code))
         if a._itemsize == 4:
-            if nt > 1 or a._size >= NOGIL_MIN:
+            if release_gil(a._size * a._itemsize, nt):
                 with nogil:
                     _ew_run(bwd, code, <float32_t>alpha, &p, <float32_t*>a._data,
                             <float32_t*>(b._data if bwd else NULL), <float32_t*>y._data, nt)
@@ -718,7 +699,7 @@ cdef object _elementwise(str op, int code, double alpha, object x, object g, obj
                 _ew_run(bwd, code, <float32_t>alpha, &p, <float32_t*>a._data,
                         <float32_t*>(b._data if bwd else NULL), <float32_t*>y._data, nt)
         else:
-            if nt > 1 or a._size >= NOGIL_MIN:
+            if release_gil(a._size * a._itemsize, nt):
                 with nogil:
                     _ew_run(bwd, code, alpha, &p, <float64_t*>a._data,
                             <float64_t*>(b._data if bwd else NULL), <float64_t*>y._data, nt)
@@ -782,8 +763,8 @@ cdef object _softmax_call(str op, bint log_, object x, object g, object axis, ob
         _plan(&p, a, b, y, ax)
         L = a._shape[ax]
         rows = a._size // L
-        nt = threads_for(a._size, GRAIN_TRANSC)
-        if nt > 1 or a._size >= NOGIL_MIN:
+        nt = threads_for(a._size, GRAIN_NN_TRANSC)
+        if release_gil(a._size * a._itemsize, nt):
             with nogil:
                 _sm_dispatch(bwd, log_, &p, rows, L, ax, a, b, y, nt)
         else:
@@ -1583,7 +1564,7 @@ cdef object _loss_call(str op, int kind, object pred, object target, object weig
             A.m_out = True
             A.mc = 0
         A.gscale = 1.0
-        nt = threads_for(n * c, GRAIN_TRANSC) if n >= 2 else 1
+        nt = threads_for(n * c, GRAIN_NN_TRANSC) if n >= 2 else 1
         with nogil:
             if mean:
                 if A.m == NULL:
@@ -1854,9 +1835,9 @@ cdef object _update(str op, Hyper* h, object param, object grad, object s1, obje
             if _overlap(<NDArray>args[i][1], <NDArray>args[j][1]):
                 raise ValueError(f"{op}: {args[i][0]} and {args[j][0]} share memory; each must "
                                  f"be an array of its own")
-    nt = threads_for(p._size, GRAIN_CHEAP if h.kind <= UPD_MOMENTUM else GRAIN_UPDATE)
+    nt = threads_for(p._size, GRAIN_NN_CHEAP if h.kind <= UPD_MOMENTUM else GRAIN_NN_UPDATE)
     if p._itemsize == 4:
-        if nt > 1 or p._size >= NOGIL_MIN:
+        if release_gil(p._size * p._itemsize, nt):
             with nogil:
                 _upd_run(h, <float32_t*>p._data, <float32_t*>g._data,
                          <float32_t*>(a._data if a is not None else NULL),
@@ -1866,7 +1847,7 @@ cdef object _update(str op, Hyper* h, object param, object grad, object s1, obje
                      <float32_t*>(a._data if a is not None else NULL),
                      <float32_t*>(b._data if b is not None else NULL), p._size, nt)
     else:
-        if nt > 1 or p._size >= NOGIL_MIN:
+        if release_gil(p._size * p._itemsize, nt):
             with nogil:
                 _upd_run(h, <float64_t*>p._data, <float64_t*>g._data,
                          <float64_t*>(a._data if a is not None else NULL),

@@ -23,8 +23,7 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, new_result, discard_result,
-                         pin_foreign,
-                         threads_for)
+                         pin_foreign, threads_for, GRAIN_GEMM_F32, GRAIN_GEMM_F64)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
 from ndws._kernels cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, ACT_LOG_SOFTMAX, activation_code,
@@ -37,6 +36,7 @@ import os
 import numpy as np
 
 from ndws import _core
+from ndws._core import _float_dtypes as _core_float_dtypes
 
 cnp.import_array()
 
@@ -65,31 +65,13 @@ cdef extern from *:
     int ndws_cpu_supports(const char* isa) nogil
 
 
-# Flops per thread below which a second thread costs more (fork/join, its own packing of the
-# shared operand) than it saves: threads_for(flops, GRAIN) gives 2 threads from 2 * GRAIN on.
-# Measured on the 2-core Zen 4 (1 vs 2 threads, medians, squares 32-160 and 32 x 256 x n,
-# 128 x 256 x 10): float32 breaks even at ~0.55 Mflop (64^3: 0.87-1.01x, 80^3: 1.13x,
-# 128x256x10 = 0.66 Mflop: 1.45x), float64 at ~0.3 Mflop (48^3: 0.92x, 64^3: 1.3x).
-cdef Py_ssize_t GRAIN_F32 = 300000
-cdef Py_ssize_t GRAIN_F64 = 150000
-
-
-def _set_grain(Py_ssize_t f32, Py_ssize_t f64):
-    """Set the flops-per-thread grains (to measure them); returns the old (f32, f64)."""
-    global GRAIN_F32, GRAIN_F64
-    old = (GRAIN_F32, GRAIN_F64)
-    GRAIN_F32 = f32
-    GRAIN_F64 = f64
-    return old
-
-
 # best first
 ISAS = ("avx512", "avx2", "baseline")
 
 cdef const GemmTable* _T = NULL
 cdef object _table_module = None       # keeps the chosen module (and its table) alive
-cdef object _F32 = np.dtype(np.float32)
-cdef object _F64 = np.dtype(np.float64)
+cdef object _F32, _F64
+_F32, _F64 = _core_float_dtypes()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -307,7 +289,7 @@ cdef int _run(Batch* p, double alpha, double beta, epilogue_fn ep, const void* e
         idx[d] = 0
     if count == 0 or p.m == 0 or p.n == 0:
         return 0
-    nt = threads_for(2 * p.m * p.n * p.k, GRAIN_F64 if p.f64 else GRAIN_F32)
+    nt = threads_for(2 * p.m * p.n * p.k, GRAIN_GEMM_F64 if p.f64 else GRAIN_GEMM_F32)
     with nogil:
         for it in range(count):
             if p.f64:

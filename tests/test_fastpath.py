@@ -519,8 +519,24 @@ def test_unsupported_operand_type_still_returns_notimplemented():
         "text" + stale          # the operand is rejected before the stale array is looked at
 
 
+def test_grains_are_set_by_name_and_an_unknown_name_changes_nothing():
+    before = _core._set_grains()
+    assert set(before) == {"elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap",
+                           "nn_transc", "nn_update"}
+    with pytest.raises(TypeError, match=r"^_set_grains: unknown grain 'bogus'; expected one of "
+                                        r"elementwise, reduce, "):
+        _core._set_grains(elementwise=5, bogus=1)
+    try:
+        assert _core._set_grains() == before          # checked before anything was set
+        assert _core._set_grains(reduce=7)["reduce"] == before["reduce"]
+        assert _core._set_grains()["reduce"] == 7
+    finally:
+        _core._set_grains(**before)
+
+
 def test_one_and_two_threads_give_identical_bits(rng):
-    e_grain, r_grain = _core._set_grains()
+    grains = _core._set_grains()
+    e_grain, r_grain = grains["elementwise"], grains["reduce"]
     n = 1 << 19
     assert n >= 2 * max(e_grain, r_grain), "inputs too small for 2 threads"
     a = rng.standard_normal(n).astype(np.float32)
