@@ -169,3 +169,41 @@ cdef int threads_for(Py_ssize_t work, int grain) noexcept
 cdef inline bint release_gil(Py_ssize_t nbytes, int nthreads) noexcept:
     return nthreads > 1 or nbytes > NOGIL_BYTES
 cdef int thread_limit() noexcept
+
+
+# Memory overlap, the one definition every kernel entry uses (an `out=` that shares memory with
+# an input is computed through a temporary, or refused, by each entry's own rule).
+cdef inline void byte_extent(char* data, int ndim, const Py_ssize_t* shape,
+                             const Py_ssize_t* strides, Py_ssize_t unit, Py_ssize_t itemsize,
+                             char** lo, char** hi) noexcept nogil:
+    # [lo, hi): the bytes a strided view's elements occupy, strides counted in `unit` bytes
+    # (1 for an NDArray's byte strides, the itemsize for element strides); empty (lo == hi)
+    # when any dimension is 0
+    cdef Py_ssize_t a = 0, b = 0, span
+    cdef int i
+    for i in range(ndim):
+        if shape[i] == 0:
+            lo[0] = hi[0] = data
+            return
+        span = (shape[i] - 1) * strides[i] * unit
+        if span < 0:
+            a += span
+        else:
+            b += span
+    lo[0] = data + a
+    hi[0] = data + b + itemsize
+
+
+cdef inline bint ranges_overlap(char* alo, char* ahi, char* blo, char* bhi) noexcept nogil:
+    return alo < ahi and blo < bhi and alo < bhi and blo < ahi
+
+
+cdef inline bint arrays_overlap(NDArray a, NDArray b) noexcept:
+    """True when the bytes of a and b intersect (never for an empty array)."""
+    cdef char* alo
+    cdef char* ahi
+    cdef char* blo
+    cdef char* bhi
+    byte_extent(a._data, a._ndim, a._shape, a._strides, 1, a._itemsize, &alo, &ahi)
+    byte_extent(b._data, b._ndim, b._shape, b._strides, 1, b._itemsize, &blo, &bhi)
+    return ranges_overlap(alo, ahi, blo, bhi)

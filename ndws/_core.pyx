@@ -3582,14 +3582,6 @@ cdef bint _broadcast_layout(NDArray big, NDArray small, Py_ssize_t* m, Py_ssize_
     return False
 
 
-cdef inline bint _disjoint(NDArray o, NDArray p) noexcept:
-    # dense (C-contiguous) arrays: byte ranges do not intersect
-    if o._size == 0 or p._size == 0:
-        return True
-    return (o._data + o._size * o._itemsize <= p._data
-            or p._data + p._size * p._itemsize <= o._data)
-
-
 cdef inline bint _same_shape(NDArray a, NDArray b) noexcept:
     cdef int i
     if a._ndim != b._ndim:
@@ -3606,10 +3598,10 @@ cdef bint _out_ok(NDArray o, object dt, NDArray a, NDArray b) noexcept:
     # the other). Partial overlaps go to NumPy, which copies first.
     if o._dtype is not dt or not o._writeable or not _c_contiguous(o) or _foreign(o):
         return False
-    if a is not None and not _disjoint(o, a) and not (o._data == a._data
+    if a is not None and arrays_overlap(o, a) and not (o._data == a._data
                                                       and o._size == a._size):
         return False
-    if b is not None and not _disjoint(o, b) and not (o._data == b._data
+    if b is not None and arrays_overlap(o, b) and not (o._data == b._data
                                                       and o._size == b._size):
         return False
     return True
@@ -4070,7 +4062,7 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
             return None
         o = <NDArray>out
         if (o._ndim != nd or o._dtype is not rdt or not o._writeable or not _c_contiguous(o)
-                or not _disjoint(o, arr) or _foreign(o)):
+                or arrays_overlap(o, arr) or _foreign(o)):
             return None
         for i in range(nd):
             if o._shape[i] != shape[i]:

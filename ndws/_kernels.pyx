@@ -21,8 +21,8 @@ from libc.math cimport tanh as c_tanh   # `tanh` is the public activation below
 import numpy as np
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, discard_result,
-                         pin_foreign, new_result, threads_for, release_gil, GRAIN_NN_CHEAP,
-                         GRAIN_NN_TRANSC, GRAIN_NN_UPDATE)
+                         pin_foreign, new_result, threads_for, release_gil, arrays_overlap,
+                         GRAIN_NN_CHEAP, GRAIN_NN_TRANSC, GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws._core import from_numpy as _from_numpy
 
@@ -604,43 +604,11 @@ cdef NDArray _out_arg(object out, NDArray like, str op, str role="out"):
     return o
 
 
-cdef inline void _extent(NDArray a, char** lo, char** hi) noexcept:
-    cdef int d
-    lo[0] = hi[0] = a._data
-    for d in range(a._ndim):
-        if a._strides[d] >= 0:
-            hi[0] += a._strides[d] * (a._shape[d] - 1)
-        else:
-            lo[0] += a._strides[d] * (a._shape[d] - 1)
-    hi[0] += a._itemsize
-
-
-cdef bint _overlap(NDArray o, NDArray a) noexcept:
-    """True when the byte ranges of o and a intersect."""
-    cdef char* olo
-    cdef char* ohi
-    cdef char* alo
-    cdef char* ahi
-    if a._size == 0 or o._size == 0:
-        return False
-    _extent(o, &olo, &ohi)
-    _extent(a, &alo, &ahi)
-    return not (ohi <= alo or ahi <= olo)
-
-
 cdef bint _clash(NDArray o, NDArray a) noexcept:
     """True when o and input a share memory other than element for element (then a kernel
     writing o could overwrite elements of a it has yet to read)."""
-    cdef char* olo
-    cdef char* ohi
-    cdef char* alo
-    cdef char* ahi
     cdef int d
-    if a is None or a._size == 0:
-        return False
-    _extent(o, &olo, &ohi)
-    _extent(a, &alo, &ahi)
-    if ohi <= alo or ahi <= olo:
+    if a is None or not arrays_overlap(o, a):
         return False
     if o._data == a._data:
         for d in range(o._ndim):
@@ -648,7 +616,6 @@ cdef bint _clash(NDArray o, NDArray a) noexcept:
                 return True
         return False
     return True
-
 
 
 cdef void _copy_into(NDArray src, NDArray dst) noexcept:
@@ -1832,7 +1799,7 @@ cdef object _update(str op, Hyper* h, object param, object grad, object s1, obje
         args.append((s2[0], b))
     for i in range(len(args)):
         for j in range(i + 1, len(args)):
-            if _overlap(<NDArray>args[i][1], <NDArray>args[j][1]):
+            if arrays_overlap(<NDArray>args[i][1], <NDArray>args[j][1]):
                 raise ValueError(f"{op}: {args[i][0]} and {args[j][0]} share memory; each must "
                                  f"be an array of its own")
     nt = threads_for(p._size, GRAIN_NN_CHEAP if h.kind <= UPD_MOMENTUM else GRAIN_NN_UPDATE)

@@ -23,7 +23,8 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, new_result, discard_result,
-                         pin_foreign, threads_for, GRAIN_GEMM_F32, GRAIN_GEMM_F64)
+                         pin_foreign, threads_for, GRAIN_GEMM_F32, GRAIN_GEMM_F64,
+                         byte_extent, ranges_overlap)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
 from ndws._kernels cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, ACT_LOG_SOFTMAX, activation_code,
@@ -222,32 +223,15 @@ cdef int _operand(object x, str op, str role, Operand* o, bint write) except -1:
     return 0
 
 
-cdef void _extent(const Operand* o, char** lo, char** hi) noexcept:
-    # [lo, hi): the bytes an operand's elements occupy (empty when any dimension is 0)
-    cdef intp_t item = 8 if o.f64 else 4, a = 0, b = 0, span
-    cdef int i
-    for i in range(o.ndim):
-        if o.shape[i] == 0:
-            lo[0] = o.data
-            hi[0] = o.data
-            return
-        span = (o.shape[i] - 1) * o.strides[i] * item
-        if span < 0:
-            a += span
-        else:
-            b += span
-    lo[0] = o.data + a
-    hi[0] = o.data + b + item
-
-
 cdef bint _overlap(const Operand* x, const Operand* y) noexcept:
     cdef char* xl
     cdef char* xh
     cdef char* yl
     cdef char* yh
-    _extent(x, &xl, &xh)
-    _extent(y, &yl, &yh)
-    return xl < xh and yl < yh and xl < yh and yl < xh
+    cdef intp_t xi = 8 if x.f64 else 4, yi = 8 if y.f64 else 4
+    byte_extent(x.data, x.ndim, x.shape, x.strides, xi, xi, &xl, &xh)
+    byte_extent(y.data, y.ndim, y.shape, y.strides, yi, yi, &yl, &yh)
+    return ranges_overlap(xl, xh, yl, yh)
 
 
 cdef bint _self_overlapping(const Operand* o) noexcept:
