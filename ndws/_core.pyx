@@ -3150,73 +3150,73 @@ cdef class NDArray:
 
     def __add__(self, other):
         r = _fast_binary(OP_ADD, self, other, None, "add")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _binop(np.add, self, other)
 
     def __radd__(self, other):
         r = _fast_binary(OP_ADD, other, self, None, "add")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _binop(np.add, other, self)
 
     def __iadd__(self, other):
         r = _fast_binary(OP_ADD, self, other, self, "add")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _inplace(np.add, self, other)
 
     def __sub__(self, other):
         r = _fast_binary(OP_SUB, self, other, None, "subtract")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _binop(np.subtract, self, other)
 
     def __rsub__(self, other):
         r = _fast_binary(OP_SUB, other, self, None, "subtract")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _binop(np.subtract, other, self)
 
     def __isub__(self, other):
         r = _fast_binary(OP_SUB, self, other, self, "subtract")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _inplace(np.subtract, self, other)
 
     def __mul__(self, other):
         r = _fast_binary(OP_MUL, self, other, None, "multiply")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _binop(np.multiply, self, other)
 
     def __rmul__(self, other):
         r = _fast_binary(OP_MUL, other, self, None, "multiply")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _binop(np.multiply, other, self)
 
     def __imul__(self, other):
         r = _fast_binary(OP_MUL, self, other, self, "multiply")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _inplace(np.multiply, self, other)
 
     def __truediv__(self, other):
         r = _fast_binary(OP_DIV, self, other, None, "divide")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _binop(np.true_divide, self, other)
 
     def __rtruediv__(self, other):
         r = _fast_binary(OP_DIV, other, self, None, "divide")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _binop(np.true_divide, other, self)
 
     def __itruediv__(self, other):
         r = _fast_binary(OP_DIV, self, other, self, "divide")
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return _inplace(np.true_divide, self, other)
 
@@ -3258,22 +3258,13 @@ cdef class NDArray:
         return _inplace(np.power, self, other)
 
     def __matmul__(self, other):
-        try:
-            return _matmul(self, other, None)
-        except _Unsupported:
-            return NotImplemented
+        return _matmul(self, other, None)
 
     def __rmatmul__(self, other):
-        try:
-            return _matmul(other, self, None)
-        except _Unsupported:
-            return NotImplemented
+        return _matmul(other, self, None)
 
     def __imatmul__(self, other):
-        try:
-            return _matmul(self, other, self)
-        except _Unsupported:
-            return NotImplemented
+        return _matmul(self, other, self)
 
     def __and__(self, other):
         return _binop(np.bitwise_and, self, other)
@@ -3322,18 +3313,18 @@ cdef class NDArray:
 
     def __neg__(self):
         r = _fast_unary(OP_NEG, self, None, "negative")
-        if r is not None:
+        if r is not NotImplemented:
             return r
-        return ufunc_call(np.negative, (self,))
+        return _ufunc_call(np.negative, (self,), None, {}, False, False)
 
     def __pos__(self):
         return ufunc_call(np.positive, (self,))
 
     def __abs__(self):
         r = _fast_unary(OP_ABS, self, None, "absolute")
-        if r is not None:
+        if r is not NotImplemented:
             return r
-        return ufunc_call(np.absolute, (self,))
+        return _ufunc_call(np.absolute, (self,), None, {}, False, False)
 
     def __invert__(self):
         return ufunc_call(np.invert, (self,))
@@ -3437,7 +3428,8 @@ def _unpickle(data):
 # Native fast paths: element-wise ops and reductions for float32/float64
 #
 # Tried before any generic machinery (no kwargs dict, no tuples, no NumPy views, no dtype
-# resolution): each returns the result, or None when the case is not covered, and the caller
+# resolution): each returns the result, or NotImplemented when the case is not covered (the
+# one "not covered" signal of every native path, the GEMM's included), and the caller
 # then takes the NumPy path of "Op dispatch" below, which stays the reference oracle. Covered:
 # C-contiguous operands of one float dtype, same shape or a scalar (Python int/float with
 # NEP 50's weak promotion, or a one-element array of the same dtype) or a row (n,) / column
@@ -3645,7 +3637,7 @@ def _py_give_fpe(name, int flags):
 
 
 cdef object _fast_binary(int op, object x1, object x2, object out, object name):
-    """x1 op x2 natively, or None when the case is not covered (see the section comment)."""
+    """x1 op x2 natively, or NotImplemented when the case is not covered (see the section comment)."""
     cdef NDArray a = None, b = None, big, o
     cdef NDArray made = None
     cdef object dt
@@ -3664,18 +3656,18 @@ cdef object _fast_binary(int op, object x1, object x2, object out, object name):
     if a is not None:
         dt = a._dtype
         if not _fast_dtype(dt) or not _c_contiguous(a) or _foreign(a):
-            return None
+            return NotImplemented
         if b is not None:
             if b._dtype is not dt or not _c_contiguous(b) or _foreign(b):
-                return None
+                return NotImplemented
             if _broadcast_layout(a, b, &m, &n, &srs, &svec):
                 a_big = True
             elif _broadcast_layout(b, a, &m, &n, &srs, &svec):
                 a_big = False
             else:
-                return None
+                return NotImplemented
         elif not _weak_scalar(x2, dt, &sval):
-            return None
+            return NotImplemented
         else:
             a_big = True
             n = a._size
@@ -3683,18 +3675,18 @@ cdef object _fast_binary(int op, object x1, object x2, object out, object name):
         dt = b._dtype
         if (not _fast_dtype(dt) or not _c_contiguous(b) or _foreign(b)
                 or not _weak_scalar(x1, dt, &sval)):
-            return None
+            return NotImplemented
         a_big = False
         n = b._size
     else:
-        return None
+        return NotImplemented
     big = a if a_big else b
     if out is not None:
         if not isinstance(out, NDArray):
-            return None
+            return NotImplemented
         o = <NDArray>out
         if not _same_shape(o, big) or not _out_ok(o, dt, a, b):
-            return None
+            return NotImplemented
     if a is not None:
         check_array(a, name, "x1")
     if b is not None:
@@ -3753,24 +3745,24 @@ cdef object _fast_binary(int op, object x1, object x2, object out, object name):
 
 
 cdef object _fast_unary(int op, object x, object out, object name):
-    """f(x) natively, or None when the case is not covered."""
+    """f(x) natively, or NotImplemented when the case is not covered."""
     cdef NDArray a, o
     cdef NDArray made = None
     cdef object dt
     cdef Py_ssize_t n
     cdef int nt, fl
     if not isinstance(x, NDArray):
-        return None
+        return NotImplemented
     a = <NDArray>x
     dt = a._dtype
     if not _fast_dtype(dt) or not _c_contiguous(a) or _foreign(a):
-        return None
+        return NotImplemented
     if out is not None:
         if not isinstance(out, NDArray):
-            return None
+            return NotImplemented
         o = <NDArray>out
         if not _same_shape(o, a) or not _out_ok(o, dt, a, None):
-            return None
+            return NotImplemented
     check_array(a, name, "x")
     if out is None:
         o = new_array(dt, a._ndim, a._shape, False, False, None, False)
@@ -4017,20 +4009,20 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
     cdef void* scratch = NULL
     cdef double small_scratch[256]
     if not isinstance(a, NDArray):
-        return None
+        return NotImplemented
     arr = <NDArray>a
     dt = arr._dtype
     if not _fast_dtype(dt) or arr._size == 0 or not _c_contiguous(arr) or _foreign(arr):
-        return None
+        return NotImplemented
     if dtype is not None and (arg or _as_dtype(dtype) is not dt):
-        return None
+        return NotImplemented
     if keepdims is not True and keepdims is not False:
-        return None
+        return NotImplemented
     ndim = arr._ndim
     if axis is not None:
         # out of range (however large): the generic path raises NumPy's AxisError
         if type(axis) is not int or not (<object>(-ndim) <= axis < <object>ndim):
-            return None
+            return NotImplemented
         ax = axis
         if ax < 0:
             ax += ndim
@@ -4054,19 +4046,19 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
         nd = ndim
     if kind == RED_VAR or kind == RED_STD:
         if type(ddof) is not int or ddof >= r:
-            return None   # NumPy warns "Degrees of freedom <= 0"
+            return NotImplemented   # NumPy warns "Degrees of freedom <= 0"
         den = r - <Py_ssize_t>ddof
     rdt = _INTP if arg else dt
     if out is not None:
         if not isinstance(out, NDArray):
-            return None
+            return NotImplemented
         o = <NDArray>out
         if (o._ndim != nd or o._dtype is not rdt or not o._writeable or not _c_contiguous(o)
                 or arrays_overlap(o, arr) or _foreign(o)):
-            return None
+            return NotImplemented
         for i in range(nd):
             if o._shape[i] != shape[i]:
-                return None
+                return NotImplemented
     check_array(arr, name, "a")
     if out is None:
         o = new_array(rdt, nd, shape, False, False, None, False)
@@ -4116,7 +4108,7 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
         # inf - inf, overflow, ...: NumPy recomputes and reports in its own words
         if made is not None:
             _discard(made)
-        return None
+        return NotImplemented
     _native_hits[2][dt is _F64] += 1
     return o
 
@@ -4140,12 +4132,14 @@ cdef inline object _binary_entry(int op, str name, object x1, object x2, object 
     # The body of every binary entry point: the native path when only out= is given, else
     # NumPy's full ufunc machinery. The ufunc is looked up by name only on that fallback: an
     # `np.<name>` lookup per call would cost the fast path ~15 ns.
-    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+    cdef bint plain = _default_ufunc_kw(where, casting, order, dtype, subok, signature)
+    if plain:
         r = _fast_binary(op, x1, x2, out, name)
-        if r is not None:
+        if r is not NotImplemented:
             return r
     return _ufunc_call(getattr(np, name), (x1, x2), out,
-                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False,
+                       not plain)
 
 
 def _ufunc_add(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
@@ -4188,12 +4182,14 @@ cdef inline object _unary_entry(int op, str name, object x, object out, object w
                                 object casting, object order, object dtype, object subok,
                                 object signature):
     # As _binary_entry, for one operand.
-    if _default_ufunc_kw(where, casting, order, dtype, subok, signature):
+    cdef bint plain = _default_ufunc_kw(where, casting, order, dtype, subok, signature)
+    if plain:
         r = _fast_unary(op, x, out, name)
-        if r is not None:
+        if r is not NotImplemented:
             return r
     return _ufunc_call(getattr(np, name), (x,), out,
-                       _ufunc_kw(where, casting, order, dtype, subok, signature), False)
+                       _ufunc_kw(where, casting, order, dtype, subok, signature), False,
+                       not plain)
 
 
 def _ufunc_negative(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
@@ -4257,7 +4253,7 @@ cdef inline object _reduce_entry(int kind, str name, object a, object axis, obje
     # The body of every reduction entry point (the ndws.* functions and NDArray's methods):
     # the native path first, else NumPy's reduction (`np.<name>`, looked up only here) on views.
     r = _fast_reduce(kind, a, axis, dtype, out, keepdims, ddof, name)
-    if r is not None:
+    if r is not NotImplemented:
         return r
     func = getattr(np, name)
     if kw == RKW_DDOF:
@@ -4322,10 +4318,6 @@ def _reduce_std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
 # Op dispatch, the fallback of the native fast paths above: operands are validated and viewed,
 # the output is allocated in the current workspace (or `out=` is used), and NumPy computes into
 # it.
-
-class _Unsupported(TypeError):
-    pass
-
 
 cdef object _ROLES = {1: ("x",), 2: ("x1", "x2"), 3: ("x1", "x2", "x3")}
 cdef dict _resolve_cache = {}
@@ -4407,23 +4399,26 @@ def ufunc_call(ufunc, tuple args, out=None, **kwargs):
     return _ufunc_call(ufunc, args, out, kwargs, False)
 
 
-cdef object _ufunc_call(object ufunc, tuple args, object out, dict kwargs, bint dunder):
+cdef object _ufunc_call(object ufunc, tuple args, object out, dict kwargs, bint dunder,
+                        bint try_native=True):
+    # `dunder`: an operand NumPy can only see as an object makes the call NotImplemented (the
+    # operators' cue) instead of a TypeError. `try_native=False` from callers that have just
+    # tried the native path themselves.
     cdef int nin = ufunc.nin, nout = ufunc.nout, i
     cdef int nd = 0
     cdef Py_ssize_t shape[NDWS_MAXDIMS]
     cdef NDArray o
     name = ufunc.__name__
-    if not kwargs:
+    if try_native and not kwargs:
         # np.add(a, b) on NDArrays, ndws.ufunc_call, clip, ...: the native path when it applies
         op = _FAST_UFUNCS.get(ufunc)
         if op is not None:
+            res = NotImplemented
             if nin == 2 and len(args) == 2:
                 res = _fast_binary(op, args[0], args[1], out, name)
             elif nin == 1 and len(args) == 1:
                 res = _fast_unary(op, args[0], out, name)
-            else:
-                res = None
-            if res is not None:
+            if res is not NotImplemented:
                 return res
     if len(args) != nin:
         raise TypeError(f"{name}() takes from {nin} to {nin + nout} positional arguments but "
@@ -4444,7 +4439,7 @@ cdef object _ufunc_call(object ufunc, tuple args, object out, dict kwargs, bint 
             v = np.asarray(x)
             if v.dtype.hasobject or v.dtype.kind not in "biufc":
                 if dunder:
-                    raise _Unsupported(x)
+                    return NotImplemented
                 raise TypeError(f"{name}: unsupported operand {roles[i]} of type "
                                 f"{type(x).__name__!r}")
         views.append(v)
@@ -4514,28 +4509,24 @@ cdef int _check_out(object o, object name) except -1:
 
 
 cdef object _binop(object ufunc, object a, object b):
-    try:
-        return _ufunc_call(ufunc, (a, b), None, {}, True)
-    except _Unsupported:
-        return NotImplemented
+    # the operators' fallback: they have tried the native path already
+    return _ufunc_call(ufunc, (a, b), None, {}, True, False)
 
 
 cdef object _compare(object ufunc, NDArray a, object b):
     # == and != with an operand NumPy can only see as an object (None, a string, ...): NumPy
     # compares element-wise through object loops; so does ndws, into a bool result.
-    try:
-        return _ufunc_call(ufunc, (a, b), None, {}, True)
-    except _Unsupported:
+    r = _ufunc_call(ufunc, (a, b), None, {}, True)
+    if r is NotImplemented:
         check_array(a, ufunc.__name__, "x1")
         res = ufunc(np_view(a), np.asarray(b, dtype=object))
         return _copy_numpy(np.asarray(res, dtype=np.bool_), None, False)
+    return r
 
 
 cdef object _inplace(object ufunc, NDArray a, object b):
-    try:
-        return _ufunc_call(ufunc, (a, b), a, {}, True)
-    except _Unsupported:
-        return NotImplemented
+    # the in-place operators' fallback: they have tried the native path already
+    return _ufunc_call(ufunc, (a, b), a, {}, True, False)
 
 
 cdef object _array_ufunc(object ufunc, str method, tuple inputs, dict kwargs):
@@ -4662,24 +4653,30 @@ def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra)
 # cover (integer and mixed dtypes)
 
 cdef object _as_operand(object x, str name, str role):
-    # _Unsupported (a TypeError) lets the operators return NotImplemented; the public
-    # functions turn it into a plain TypeError (see _public)
+    # A NumPy view of an operand, or NotImplemented for one that is not a numeric array (the
+    # operators then return NotImplemented; the public functions raise `_operand_error`).
     if isinstance(x, NDArray):
         check_array(<NDArray>x, name, role)
         return np_view(<NDArray>x)
     if isinstance(x, np.ndarray):
         if x.dtype.hasobject or x.dtype.kind not in "biufc":
-            raise _Unsupported(f"{name}: unsupported operand {role} of dtype {x.dtype}")
+            return NotImplemented
         return x
     v = np.asarray(x)
     if v.dtype.hasobject or v.dtype.kind not in "biufc":
-        raise _Unsupported(f"{name}: unsupported operand {role} of type {type(x).__name__!r}")
+        return NotImplemented
     return v
 
 
-cdef inline object _public(object exc):
-    # an internal "not covered" signal as the TypeError a caller of a public function gets
-    return TypeError(exc.args[0] if exc.args else "unsupported operand")
+cdef object _operand_error(str name, tuple operands, tuple roles):
+    # the TypeError a public function raises for the first operand _as_operand refuses
+    for x, role in zip(operands, roles):
+        if _as_operand(x, name, role) is NotImplemented:
+            if isinstance(x, np.ndarray):
+                return TypeError(f"{name}: unsupported operand {role} of dtype {x.dtype}")
+            return TypeError(f"{name}: unsupported operand {role} of type "
+                             f"{type(x).__name__!r}")
+    return TypeError(f"{name}: unsupported operands")
 
 
 # The native matrix product lives in ndws._linalg, which cimports this module and so installs
@@ -4696,14 +4693,14 @@ def _set_native_matmul(fn):
 
 def matmul(x1, x2, out=None):
     """Matrix product with NumPy's ``matmul`` rules (1-D promotion, batch broadcasting)."""
-    try:
-        return _matmul(x1, x2, out)
-    except _Unsupported as exc:
-        raise _public(exc) from None
+    r = _matmul(x1, x2, out)
+    if r is NotImplemented:
+        raise _operand_error("matmul", (x1, x2), ("x1", "x2"))
+    return r
 
 
 cdef object _matmul(object x1, object x2, object out):
-    # raises _Unsupported for operands that are not numeric arrays (the operators' cue)
+    # NotImplemented for operands that are not numeric arrays (the operators' cue)
     if _native_matmul is not None:
         res = _native_matmul(x1, x2, out)
         if res is not NotImplemented:
@@ -4716,6 +4713,8 @@ def _numpy_matmul(x1, x2, out=None):
     """`matmul` computed by NumPy on views (the reference for the native kernel)."""
     a = _as_operand(x1, "matmul", "x1")
     b = _as_operand(x2, "matmul", "x2")
+    if a is NotImplemented or b is NotImplemented:
+        return NotImplemented
     if out is not None:
         np.matmul(a, b, out=_operand(out, "matmul", "out"))
         return out
@@ -4740,11 +4739,10 @@ def _numpy_matmul(x1, x2, out=None):
 @cython.wraparound(True)
 def dot(a, b, out=None):
     """Dot product with NumPy's ``dot`` rules."""
-    try:
-        av = _as_operand(a, "dot", "a")
-        bv = _as_operand(b, "dot", "b")
-    except _Unsupported as exc:
-        raise _public(exc) from None
+    av = _as_operand(a, "dot", "a")
+    bv = _as_operand(b, "dot", "b")
+    if av is NotImplemented or bv is NotImplemented:
+        raise _operand_error("dot", (a, b), ("a", "b"))
     if out is not None:
         np.dot(av, bv, out=_operand(out, "dot", "out"))
         return out
