@@ -27,8 +27,6 @@ from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, new_result, discard
                          byte_extent, ranges_overlap)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
-from ndws._kernels cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, ACT_LOG_SOFTMAX, activation_code,
-                            act_tile_f32, act_tile_f64, softmax_rows_f32, softmax_rows_f64)
 
 import importlib
 import importlib.util
@@ -41,7 +39,7 @@ from ndws._core import _float_dtypes as _core_float_dtypes
 
 cnp.import_array()
 
-__all__ = ["matmul", "gemm", "linear", "gemm_isa", "available_isas"]
+__all__ = ["matmul", "gemm", "gemm_isa", "available_isas"]
 
 cdef extern from *:
     """
@@ -152,14 +150,6 @@ def _scratch_buffers():
 # Operands: pointer, shape and element strides of an NDArray or a NumPy array, read directly
 # (no memoryview, no buffer export per call).
 
-ctypedef struct Operand:
-    char* data
-    int ndim
-    int f64                       # 0 float32, 1 float64
-    intp_t shape[NDWS_MAXDIMS]
-    intp_t strides[NDWS_MAXDIMS]  # in elements
-
-
 cdef int _dtype_code(object dt) noexcept:
     # 0 float32, 1 float64 (native byte order), -1 anything else
     if dt is _F32:
@@ -223,7 +213,7 @@ cdef int _operand(object x, str op, str role, Operand* o, bint write) except -1:
     return 0
 
 
-cdef bint _overlap(const Operand* x, const Operand* y) noexcept:
+cdef bint operands_overlap(const Operand* x, const Operand* y) noexcept:
     cdef char* xl
     cdef char* xh
     cdef char* yl
@@ -234,7 +224,7 @@ cdef bint _overlap(const Operand* x, const Operand* y) noexcept:
     return ranges_overlap(xl, xh, yl, yh)
 
 
-cdef bint _self_overlapping(const Operand* o) noexcept:
+cdef bint self_overlapping(const Operand* o) noexcept:
     # a zero stride on a dimension longer than 1 writes one element twice
     cdef int i
     for i in range(o.ndim):
@@ -468,7 +458,7 @@ cdef object _compute(Batch* p, object x_out, Operand* C, const Operand* A, const
             discard_result(res)
             raise
         return res
-    if not (_overlap(C, A) or _overlap(C, B)):
+    if not (operands_overlap(C, A) or operands_overlap(C, B)):
         _place_c(p, C, vec_a, vec_b)
         _run(p, alpha, beta, NULL, NULL)
         return x_out
@@ -525,7 +515,7 @@ def matmul(x1, x2, out=None):
         ok3 = _operand(pout, "matmul", "out", &C, True)
     if not (ok1 and ok2 and ok3) or A.f64 != B.f64 or A.ndim == 0 or B.ndim == 0:
         return NotImplemented
-    if out is not None and (C.f64 != A.f64 or _self_overlapping(&C)):
+    if out is not None and (C.f64 != A.f64 or self_overlapping(&C)):
         return NotImplemented
     vec_a = A.ndim == 1
     vec_b = B.ndim == 1
@@ -541,7 +531,7 @@ def matmul(x1, x2, out=None):
     return _compute(&p, out, &C, &A, &B, ndim, shape, vec_a, vec_b, 1.0, 0.0, "matmul")
 
 
-cdef int _gemm_operand(object x, str role, Operand* o, bint write, str op="gemm") except -1:
+cdef int gemm_operand(object x, str role, Operand* o, bint write, str op) except -1:
     if not _operand(x, op, role, o, write):
         if (write and isinstance(x, (NDArray, np.ndarray)) and _dtype_code(x.dtype) >= 0
                 and not x.flags.writeable):
@@ -594,10 +584,10 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     # another thread's arrays are read (and written) through pinned views, kept until return
     cdef object pa = pin_foreign(a, "gemm", "a"), pb = pin_foreign(b, "gemm", "b")
     cdef object pout = pin_foreign(out, "gemm", "out")
-    _gemm_operand(pa, "a", &A, False)
-    _gemm_operand(pb, "b", &B, False)
+    gemm_operand(pa, "a", &A, False, "gemm")
+    gemm_operand(pb, "b", &B, False, "gemm")
     if out is not None:
-        _gemm_operand(pout, "out", &C, True)
+        gemm_operand(pout, "out", &C, True, "gemm")
     al = _scalar(alpha, "alpha")
     be = _scalar(beta, "beta")
     if A.ndim < 2:
@@ -623,7 +613,7 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
         if C.ndim != ndim or any(C.shape[d] != shape[d] for d in range(ndim)):
             raise ValueError(f"gemm: out has shape {out.shape}, expected "
                              f"{_shape_tuple(shape, ndim)}")
-        if _self_overlapping(&C):
+        if self_overlapping(&C):
             raise ValueError(f"gemm: out has a zero stride (strides {out.strides}): "
                              f"elements would overlap")
     return _compute(&p, out, &C, &A, &B, ndim, shape, False, False, al, be, "gemm")
@@ -649,7 +639,7 @@ cdef int gemm_arrays(NDArray a, NDArray b, NDArray c, double alpha, double beta,
     if ndim < 0 or C.shape[0] != shape[0] or C.shape[1] != shape[1]:
         raise ValueError(f"{op}: shapes do not fit: {a.shape}{'.T' if trans_a else ''} @ "
                          f"{b.shape}{'.T' if trans_b else ''} into {c.shape}")
-    if _overlap(&C, &A) or _overlap(&C, &B) or _self_overlapping(&C):
+    if operands_overlap(&C, &A) or operands_overlap(&C, &B) or self_overlapping(&C):
         raise ValueError(f"{op}: out overlaps an input or itself")
     _place_c(&p, &C, False, False)
     return _run(&p, alpha, beta, ep, ep_ctx)
@@ -687,163 +677,6 @@ def _gemm_traced(NDArray a, NDArray b, NDArray out, double alpha=1.0, double bet
     t.hits = &h[0, 0] if hits.size else NULL
     gemm_arrays(a, b, out, alpha, beta, trans_a, trans_b, _trace_epilogue, &t, "gemm")
     return hits
-
-
-# ------------------------------------------------------------------------------------------------
-# Fused linear layer: GEMM + bias + activation in one pass over the output
-
-ctypedef struct _LinearCtx:
-    const char* bias            # NULL: no bias
-    intp_t bias_stride          # in elements
-    int code                    # activation code of ndws._kernels (ACT_*)
-    double alpha
-    int f64
-
-
-cdef inline void _add_bias(floating_t* y, const floating_t* b, intp_t bs, intp_t m, intp_t n,
-                           intp_t rs, intp_t cs) noexcept nogil:
-    # y[i, j] += b[j] over an m x n tile (element strides rs/cs; b's stride bs)
-    cdef intp_t i, j
-    for i in range(m):
-        for j in range(n):
-            y[i * rs + j * cs] += b[j * bs]
-
-
-cdef void _linear_epilogue(const void* ctx, void* c, intp_t i0, intp_t j0, intp_t m, intp_t n,
-                           intp_t rs_c, intp_t cs_c) noexcept nogil:
-    # Runs on each finished tile of Y while it is still in cache, inside the GEMM's threads:
-    # tiles are disjoint and the bias is only read, so no two threads touch the same element.
-    # Row activations (softmax) need whole rows, so for them only the bias is added here.
-    cdef const _LinearCtx* t = <const _LinearCtx*>ctx
-    cdef bint act = t.code != ACT_IDENTITY and t.code < ACT_N_ELEMENTWISE
-    if t.f64:
-        if t.bias != NULL:
-            _add_bias(<float64_t*>c, <const float64_t*>t.bias + j0 * t.bias_stride,
-                      t.bias_stride, m, n, rs_c, cs_c)
-        if act:
-            act_tile_f64(t.code, t.alpha, <float64_t*>c, m, n, rs_c, cs_c)
-    else:
-        if t.bias != NULL:
-            _add_bias(<float32_t*>c, <const float32_t*>t.bias + j0 * t.bias_stride,
-                      t.bias_stride, m, n, rs_c, cs_c)
-        if act:
-            act_tile_f32(t.code, <float32_t>t.alpha, <float32_t*>c, m, n, rs_c, cs_c)
-
-
-cdef NDArray _linear_arg(object x, str role, Operand* o, bint write):
-    # NDArrays as they are (another thread's through a pinned view), NumPy arrays wrapped
-    # without a copy; dtype, stride and staleness checks are _gemm_operand's.
-    x = pin_foreign(x, "linear", role)
-    _gemm_operand(x, role, o, write, "linear")
-    return <NDArray>x if isinstance(x, NDArray) else _core.from_numpy(x)
-
-
-def linear(x, w, b=None, activation="identity", out=None, **params):
-    """Fused dense layer, ``Y := f(X @ W + b)``, in one pass over the output.
-
-    The bias and an elementwise activation are applied to each tile of Y by the GEMM itself,
-    right after the tile's last block of the product, while it is still in cache; softmax and
-    log-softmax (which need whole rows) run on the rows afterwards.
-
-    Parameters
-    ----------
-    x : (n_samples, n_in) NDArray of float32 or float64
-    w : (n_in, n_out) NDArray of the same dtype
-        DL4J's DenseLayer layout (PyTorch's ``weight`` is its transpose: pass ``weight.T``).
-    b : (n_out,) NDArray of the same dtype, optional
-    activation : str, optional
-        A name of `ndws.nn.functional.activation` ("identity", "relu", "leakyrelu", "elu",
-        "sigmoid", "tanh", "softplus", "gelu", "softmax", "logsoftmax", ...); None is identity.
-    out : (n_samples, n_out) NDArray, optional
-        Where to write Y; may be `x`, `w` or `b` (the product then goes through a temporary).
-    **params
-        The activation's parameters (``alpha=`` for leaky relu and elu, ``approximate=`` for
-        gelu).
-
-    Returns
-    -------
-    (n_samples, n_out) NDArray
-        `out`, or a new array placed in the current workspace.
-
-    Examples
-    --------
-    >>> import ndws, ndws.nn.functional as F
-    >>> x = ndws.array([[1.0, -2.0]])
-    >>> w = ndws.array([[1.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
-    >>> F.linear(x, w, ndws.array([0.5, 0.0, 1.0]), "relu").tolist()
-    [[0.0, 2.0, 0.0]]
-    """
-    cdef _LinearCtx ctx
-    cdef double alpha = 0.0
-    cdef Operand ox, ow, ob, oy
-    cdef NDArray X = _linear_arg(x, "x", &ox, False)
-    cdef NDArray W = _linear_arg(w, "w", &ow, False)
-    cdef NDArray B = None, Y, target = None
-    cdef Py_ssize_t shape[2]
-    cdef bint temp
-    cdef epilogue_fn ep = _linear_epilogue
-    ctx.code = ACT_IDENTITY if activation is None else activation_code(activation, params, &alpha)
-    if X._ndim != 2:
-        raise ValueError(f"linear: x must be 2-D (n_samples, n_in), got shape {x.shape}")
-    if W._ndim != 2:
-        raise ValueError(f"linear: w must be 2-D (n_in, n_out), got shape {w.shape}")
-    if ow.f64 != ox.f64:
-        raise TypeError(f"linear: w must have x's dtype {x.dtype}, got {w.dtype}")
-    if W._shape[0] != X._shape[1]:
-        raise ValueError(f"linear: x has {X._shape[1]} features but w has shape {w.shape} "
-                         f"(expected ({X._shape[1]}, n_out))")
-    shape[0] = X._shape[0]
-    shape[1] = W._shape[1]
-    ctx.bias = NULL
-    ctx.bias_stride = 0
-    if b is not None:
-        B = _linear_arg(b, "b", &ob, False)
-        if ob.f64 != ox.f64:
-            raise TypeError(f"linear: b must have x's dtype {x.dtype}, got {b.dtype}")
-        if B._ndim != 1 or B._shape[0] != shape[1]:
-            raise ValueError(f"linear: b must have shape ({shape[1]},), got {b.shape}")
-        ctx.bias = B._data
-        ctx.bias_stride = ob.strides[0]
-    ctx.alpha = alpha
-    ctx.f64 = ox.f64
-    if ctx.bias == NULL and ctx.code == ACT_IDENTITY:
-        ep = NULL                      # a plain product
-    temp = out is None
-    if out is not None:
-        target = _linear_arg(out, "out", &oy, True)
-        if oy.f64 != ox.f64:
-            raise TypeError(f"linear: out must have x's dtype {x.dtype}, got {out.dtype}")
-        if oy.ndim != 2 or oy.shape[0] != shape[0] or oy.shape[1] != shape[1]:
-            raise ValueError(f"linear: out has shape {out.shape}, expected "
-                             f"({shape[0]}, {shape[1]})")
-        if _self_overlapping(&oy):
-            raise ValueError(f"linear: out has a zero stride (strides {out.strides}): "
-                             f"elements would overlap")
-        # out that is an input: compute into a temporary, copy, give the temporary back
-        temp = _overlap(&oy, &ox) or _overlap(&oy, &ow) or (B is not None and _overlap(&oy, &ob))
-    Y = new_result(X._dtype, 2, shape, "linear") if temp else target
-    try:
-        gemm_arrays(X, W, Y, 1.0, 0.0, False, False, ep, &ctx, "linear")
-        if ctx.code >= ACT_N_ELEMENTWISE:
-            # whole rows are needed: after the product, serially (rows are short: n_out)
-            with nogil:
-                if ctx.f64:
-                    softmax_rows_f64(ctx.code == ACT_LOG_SOFTMAX, <float64_t*>Y._data, shape[0],
-                                     shape[1], Y._strides[0] // 8, Y._strides[1] // 8)
-                else:
-                    softmax_rows_f32(ctx.code == ACT_LOG_SOFTMAX, <float32_t*>Y._data, shape[0],
-                                     shape[1], Y._strides[0] // 4, Y._strides[1] // 4)
-        if temp and target is not None:
-            target[...] = Y
-    except BaseException:
-        if temp:
-            discard_result(Y)
-        raise
-    if target is not None:
-        if temp:
-            discard_result(Y)
-        return out
-    return Y
 
 
 # ------------------------------------------------------------------------------------------------

@@ -516,8 +516,8 @@ def test_stub_lists_every_public_kernel():
     public = [n for n in dir(_kernels) if not n.startswith("_") and n != "np"]
     missing = [n for n in public if n not in stub]
     assert not missing, f"_kernels.pyi lacks {missing}"
-    # F is _kernels' public surface plus the fused linear layer of _linalg
-    assert sorted(F.__all__) == sorted(public + ["linear"])
+    # F is exactly _kernels' public surface (the fused linear layer included)
+    assert sorted(F.__all__) == sorted(public)
 
 
 # the backward functions never fall back to the forward when grad_output is missing
