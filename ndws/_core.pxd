@@ -37,7 +37,7 @@ cdef class _Scope:
 cdef class ThreadState:
     # Per Python thread: the current workspace, the stack of open scopes that decides it, and
     # the id -> workspace map (ND4J keeps the pointer and the map in thread-locals). The Python
-    # WorkspaceManager subclasses this.
+    # WorkspaceManager wraps this.
     cdef Arena _current         # always None or an open workspace of this thread
     cdef list _scopes           # _Scope objects, innermost last
     cdef readonly dict _workspaces

@@ -449,11 +449,10 @@ cdef inline bint _held(MemoryBlock b) noexcept:
 # Per-thread state
 
 _TS_KEY = "ndws._core.ThreadState"
-_state_factory = None
 
 
 cdef class ThreadState:
-    """The calling thread's current workspace and id -> workspace map (base of
+    """The calling thread's current workspace and id -> workspace map (wrapped by
     `ndws.workspace.WorkspaceManager`)."""
 
     def __cinit__(self):
@@ -487,7 +486,7 @@ cdef ThreadState _tstate_slow():
         raise RuntimeError("ndws: no Python thread state")
     state = (<dict>d).get(_TS_KEY)
     if state is None:
-        state = (_state_factory or ThreadState)()
+        state = ThreadState()
         (<dict>d)[_TS_KEY] = state
     ndws_tls_set(<PyObject*>state)
     return <ThreadState>state
@@ -498,11 +497,6 @@ cdef inline ThreadState _tstate():
     if p != NULL:
         return <ThreadState>p
     return _tstate_slow()
-
-
-def _set_state_factory(factory):
-    global _state_factory
-    _state_factory = factory
 
 
 def _thread_state():

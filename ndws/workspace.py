@@ -25,6 +25,7 @@ import math
 import operator
 import os
 import sys
+import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -521,17 +522,38 @@ def _binary_byte_format(n: int) -> str:
     return f"{text} {units[i]}"
 
 
-class WorkspaceManager(_core.ThreadState):
+class WorkspaceManager:
     """The calling thread's workspaces (ND4J ``MemoryWorkspaceManager``).
 
     Each Python thread has its own manager (`get_workspace_manager`), its own map of id to
     workspace and its own current workspace; a workspace can only be entered, closed or
     allocated in from the thread that created it. The default configuration and the debug
     mode are process-wide, as on ND4J's singleton.
+
+    The manager wraps the thread's state in the core (its current workspace, scope stack and
+    id -> workspace map), which the core creates for any thread that allocates.
     """
 
+    __slots__ = ("_state",)
     _default_configuration = WorkspaceConfiguration()
     _uuid = itertools.count(1)
+
+    def __init__(self, state: _core.ThreadState) -> None:
+        if not isinstance(state, _core.ThreadState):
+            raise TypeError(f"state: expected a ThreadState, got {type(state).__name__}")
+        self._state = state
+
+    @property
+    def _workspaces(self) -> dict:
+        return self._state._workspaces
+
+    def _check_owner(self, action: str) -> None:
+        self._state._check_owner(action)
+
+    @property
+    def thread_ident(self) -> int:
+        """`threading.get_ident()` of the thread this manager belongs to."""
+        return self._state.thread_ident
 
     # -- lookup and creation --------------------------------------------------------------------
 
@@ -707,12 +729,16 @@ class WorkspaceManager(_core.ThreadState):
         return f"<WorkspaceManager of thread {self.thread_ident}: {list(self._workspaces)}>"
 
 
-_core._set_state_factory(WorkspaceManager)
+_managers = threading.local()
 
 
 def get_workspace_manager() -> WorkspaceManager:
-    """The calling thread's `WorkspaceManager`."""
-    return _core._thread_state()
+    """The calling thread's `WorkspaceManager` (the same object on every call in a thread)."""
+    state = _core._thread_state()
+    manager = getattr(_managers, "manager", None)
+    if manager is None or manager._state is not state:
+        manager = _managers.manager = WorkspaceManager(state)
+    return manager
 
 
 def workspace(id: str = DEFAULT_ID, conf: WorkspaceConfiguration | None = None

@@ -385,3 +385,19 @@ def test_reading_another_thread_s_array_while_it_cycles_is_never_torn(read):
             if s != k * n and s not in ("leaked", "outdated", "destroyed")]
     assert not torn, torn[:5]
     assert len(results) == rounds
+
+
+def test_a_manager_wraps_its_threads_core_state_and_nothing_else():
+    from ndws.workspace import WorkspaceManager
+    with pytest.raises(TypeError, match=r"^state: expected a ThreadState, got str$"):
+        WorkspaceManager("not a state")
+    mgr = ndws.get_workspace_manager()
+    assert mgr.thread_ident == threading.get_ident()
+    ws = ndws.workspace("WRAPPED_STATE")
+    try:
+        # the map the manager shows is the core's per-thread map itself
+        assert mgr.get_workspace_for_current_thread("WRAPPED_STATE") is ws
+        assert mgr.check_if_workspace_exists("WRAPPED_STATE")
+    finally:
+        mgr.destroy_workspace(ws)
+    assert not mgr.check_if_workspace_exists("WRAPPED_STATE")
