@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ndws import _core
+from ndws import _core, _gc
 from ndws._core import ConfigurationError, current_workspace
 
 __all__ = [
@@ -653,10 +653,8 @@ class WorkspaceManager:
         self._check_owner("destroy workspaces")
         for ws in list(self._workspaces.values()):
             self.destroy_workspace(ws)
-        from ndws.memory import get_memory_manager
-        mm = get_memory_manager()
-        if mm.is_periodic_gc_active():
-            mm.invoke_gc()
+        if _gc.collector.is_periodic_gc_active():
+            _gc.collector.invoke_gc()
 
     # -- settings -------------------------------------------------------------------------------
 
