@@ -155,7 +155,8 @@ class BuildExt(build_ext):
 
 #: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h", "ndws/_pool.h"]
-DEPENDS = {"ndws._core": ["ndws/_loops.pxi", "ndws/_cmath.h"]}
+DEPENDS = {"ndws._core": ["ndws/_loops.pxi", "ndws/_cmath.h", "ndws/_poison.h"],
+           "ndws._memory": ["ndws/_poison.h"]}
 
 
 def extension(name):
@@ -172,7 +173,8 @@ def extension(name):
     )
 
 
-EXTENSIONS = [extension("ndws._core"), extension("ndws._kernels"), extension("ndws._linalg"),
+EXTENSIONS = [extension("ndws._memory"), extension("ndws._core"), extension("ndws._kernels"),
+              extension("ndws._linalg"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels")]
 EXTENSIONS += [extension(f"ndws._gemm_{isa}")

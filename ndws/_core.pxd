@@ -1,30 +1,11 @@
 # Declarations of ndws' Cython core, for other Cython modules to `cimport` (the kernels of the
 # next layer read an NDArray's pointer, shape and strides directly, without memoryviews).
 from libc.stdint cimport uint64_t
+from ndws._memory cimport MemoryBlock
 
 cdef enum:
     NDWS_MAXDIMS = 64          # NumPy 2's limit (NPY_MAXDIMS): every NumPy array fits
     NDWS_INLINE_DIMS = 4       # shape/strides of up to this many dimensions live in the object
-
-cdef class MemoryBlock:
-    # One contiguous piece of memory and the only thing that ever frees it: every NDArray, view,
-    # NumPy export and workspace that uses the memory holds a reference, so the memory outlives
-    # all of them (docs/architecture.md, invariant 1).
-    cdef char* data             # aligned to ALIGNMENT
-    cdef void* raw              # what malloc returned (NULL for memory owned by `keep`)
-    cdef Py_ssize_t size        # usable bytes from `data`
-    cdef Py_ssize_t exports     # live buffer-protocol / __array__ / DLPack exports
-    cdef Py_ssize_t pins        # other threads' operations reading it right now (see _Pin)
-    cdef list pinned            # ring blocks: the virtual positions of the pinned arrays
-    cdef int kind               # BLOCK_* below
-    cdef object keep            # the owner of foreign or mapped memory, kept alive with the block
-    cdef Py_buffer view         # held buffer of a mmap (has_view), released in __dealloc__
-    cdef bint has_view
-    # A circular workspace's ring bookkeeping lives with the block it describes: virtual write
-    # position (never decreases) and ring size. When a block stops being the ring (export
-    # hand-off, regrowth), these freeze, so arrays it already overwrote stay "overwritten".
-    cdef long long ring_written_end
-    cdef Py_ssize_t ring_size
 
 cdef class _Scope:
     # One open scope of a thread (see "Scopes" in _core.pyx): an entry, a nested re-entry, a

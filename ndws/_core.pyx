@@ -45,6 +45,10 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 cimport numpy as cnp
 
 from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads, ndws_omp_set_num_threads
+from ndws._memory cimport (MemoryBlock, NDWS_ALIGNMENT, NDWS_SANITIZED, ndws_poison,
+                           ndws_unpoison, allocate_block, foreign_block, map_file, map_temp_file,
+                           empty_block, held, BLOCK_DETACHED, BLOCK_MAIN, BLOCK_SPILL,
+                           BLOCK_PINNED, BLOCK_EXTERNAL, BLOCK_FOREIGN, BLOCK_MMAP, BLOCK_STATIC)
 
 import collections
 import logging
@@ -55,6 +59,8 @@ import threading
 import warnings
 
 import numpy as np
+
+from ndws._memory import allocation_counters, fill_file as _fill_file
 
 cnp.import_array()
 cnp.import_ufunc()   # PyUFunc_GiveFloatingpointErrors (the fast paths' errstate reporting)
@@ -102,42 +108,12 @@ cdef extern from *:
         return 0;
     #endif
     }
-    /* AddressSanitizer builds (NDWS_SANITIZE=1, docs/kernels.md "Sanitizer builds"): the
-       bytes of a workspace block that no live array owns are poisoned, so an overflow inside
-       a shared block is caught too; elsewhere the macros compile to nothing. */
-    #if defined(__SANITIZE_ADDRESS__)
-    #  define NDWS_ASAN 1
-    #elif defined(__has_feature)
-    #  if __has_feature(address_sanitizer)
-    #    define NDWS_ASAN 1
-    #  endif
-    #endif
-    #ifdef NDWS_ASAN
-    #  include <sanitizer/asan_interface.h>
-    #  define ndws_poison(p, n) ASAN_POISON_MEMORY_REGION((p), (size_t)(n))
-    #  define ndws_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (size_t)(n))
-    #  define NDWS_SANITIZED 1
-    #else
-    #  define ndws_poison(p, n) ((void)(p), (void)(n))
-    #  define ndws_unpoison(p, n) ((void)(p), (void)(n))
-    #  define NDWS_SANITIZED 0
-    #endif
-    /* 64 bytes of always-valid memory for zero-size arrays, so no array ever holds NULL. */
-    static union { char bytes[64]; double align; } ndws_empty_storage;
-    #define NDWS_TRACE_DOMAIN 0x6e647773u  /* 'ndws': tracemalloc domain of array data */
     """
     uint64_t ndws_current_tid() noexcept
     PyObject* ndws_tls_get() noexcept
     void ndws_tls_set(PyObject* o) noexcept
     void ndws_tls_forget(PyObject* o) noexcept
-    char ndws_empty_storage_bytes "ndws_empty_storage.bytes"[64]
-    unsigned int NDWS_TRACE_DOMAIN
-    void ndws_poison(const void* p, Py_ssize_t n) noexcept nogil
-    void ndws_unpoison(const void* p, Py_ssize_t n) noexcept nogil
-    const int NDWS_SANITIZED
     bint ndws_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept
-    int PyTraceMalloc_Track(unsigned int domain, uintptr_t ptr, size_t size) noexcept
-    int PyTraceMalloc_Untrack(unsigned int domain, uintptr_t ptr) noexcept
     unsigned long PyThread_get_thread_ident() noexcept
     const char* NDWS_BUILD_CYTHON_VERSION
     const char* NDWS_BUILD_NUMPY_VERSION
@@ -152,8 +128,8 @@ cdef extern from *:
 #: (2021); byte counts follow its rules with 64. Arrays in scoped workspaces are therefore
 #: 64-byte aligned; in a circular workspace each cycle starts at a ring-block boundary, and
 #: ND4J's block size is only rounded to 8 bytes, so arrays there are 8-byte aligned.
-ALIGNMENT = 64
-cdef Py_ssize_t _ALIGN = 64
+ALIGNMENT = NDWS_ALIGNMENT
+cdef Py_ssize_t _ALIGN = NDWS_ALIGNMENT
 MAXDIMS = NDWS_MAXDIMS
 
 # The workspace policies, declared once. C code uses the member names as constants; Python sees
@@ -190,17 +166,6 @@ cpdef enum DebugModeCode:
     DEBUG_SPILL_EVERYTHING = 1
     DEBUG_BYPASS_EVERYTHING = 2
 
-# MemoryBlock kinds
-cdef enum:
-    BLOCK_DETACHED = 0
-    BLOCK_MAIN = 1
-    BLOCK_SPILL = 2
-    BLOCK_PINNED = 3
-    BLOCK_EXTERNAL = 4     # allocated while the workspace was toggled off
-    BLOCK_FOREIGN = 5      # memory owned by a NumPy array (from_numpy)
-    BLOCK_MMAP = 6
-    BLOCK_STATIC = 7       # the shared empty block
-
 # last-allocation kinds, for rollback
 cdef enum:
     _LAST_NONE = 0
@@ -216,6 +181,9 @@ SCOPE_PANIC_MSG = ("For more details, see the ND4J User Guide: "
 _log = logging.getLogger("ndws")
 
 cdef int _g_debug_mode = 0      # DebugMode is process-wide, as on ND4J's singleton manager
+
+# the shared block of zero-size arrays, held here so creating one calls nothing in _memory
+cdef MemoryBlock _EMPTY_BLOCK = empty_block()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,175 +242,6 @@ class ConfigurationError(WorkspaceError, ValueError):
 class WorkspaceWarning(RuntimeWarning):
     """Something a workspace did to keep data safe that costs memory (e.g. a cycle ended while
     NumPy views of its memory were alive, so the old block was left to them)."""
-
-
-# ------------------------------------------------------------------------------------------------
-# Allocation statistics: every byte of array data ndws ever asks the C heap for is counted here,
-# so "zero allocation in steady state" is a measurement, not a belief.
-
-cdef Py_ssize_t _n_allocs = 0
-cdef Py_ssize_t _bytes_allocated = 0
-cdef Py_ssize_t _n_live = 0
-cdef Py_ssize_t _bytes_live = 0
-
-
-def allocation_counters():
-    """Heap allocations ndws has made for array data, as a dict.
-
-    Returns
-    -------
-    dict
-        ``allocations`` and ``bytes`` since import, ``live_blocks`` and ``live_bytes`` now.
-    """
-    return {"allocations": _n_allocs, "bytes": _bytes_allocated,
-            "live_blocks": _n_live, "live_bytes": _bytes_live}
-
-
-# ------------------------------------------------------------------------------------------------
-# Memory blocks
-
-# Not tracked by the cyclic GC (like numpy.ndarray): a block refers only to memory and to the
-# NumPy array or mmap that owns foreign memory, so it can't be part of a cycle, and tracking
-# would tax every detached allocation.
-@cython.final
-@cython.no_gc
-cdef class MemoryBlock:
-    """A contiguous, aligned piece of array memory, freed only when the last reference goes."""
-
-    def __cinit__(self):
-        self.data = NULL
-        self.raw = NULL
-        self.size = 0
-        self.exports = 0
-        self.has_view = False
-
-    def __dealloc__(self):
-        global _n_live, _bytes_live
-        if self.raw != NULL:
-            PyTraceMalloc_Untrack(NDWS_TRACE_DOMAIN, <uintptr_t>self.raw)
-            # a sanitizer build poisoned parts of it: the allocator (or a later mmap at the
-            # same address) must get it back clean
-            ndws_unpoison(self.raw, self.size + _ALIGN - 1)
-            free(self.raw)
-            self.raw = NULL
-            _n_live -= 1
-            _bytes_live -= self.size
-        if self.has_view:
-            ndws_unpoison(self.data, self.size)
-            PyBuffer_Release(&self.view)
-            self.has_view = False
-
-    @property
-    def nbytes(self):
-        return self.size
-
-    @property
-    def live_exports(self):
-        return self.exports
-
-    @property
-    def kind_name(self):
-        """What the block serves: main, spill, pinned, external, detached, foreign, mmap."""
-        return _BLOCK_KIND_NAMES[self.kind]
-
-    def __repr__(self):
-        return f"<MemoryBlock {self.kind_name} {self.size} bytes, {self.exports} exports>"
-
-
-_BLOCK_KIND_NAMES = ("detached", "main", "spill", "pinned", "external", "foreign", "mmap",
-                     "static")
-
-
-cdef MemoryBlock _allocate_block(Py_ssize_t nbytes, bint zero, int kind):
-    # Over-allocate by ALIGNMENT-1 and round the pointer up: portable (no posix_memalign), and
-    # calloc hands large zeroed requests straight from mmap'd pages.
-    global _n_allocs, _bytes_allocated, _n_live, _bytes_live
-    cdef MemoryBlock b = MemoryBlock.__new__(MemoryBlock)
-    cdef size_t total = <size_t>nbytes + <size_t>(_ALIGN - 1)
-    cdef void* raw
-    if zero:
-        raw = calloc(total, 1)
-    else:
-        raw = malloc(total)
-    if raw == NULL:
-        raise MemoryError(f"ndws: unable to allocate {nbytes} bytes for array data")
-    b.raw = raw
-    b.data = <char*>((<uintptr_t>raw + <uintptr_t>(_ALIGN - 1)) & ~(<uintptr_t>(_ALIGN - 1)))
-    ndws_poison(raw, b.data - <char*>raw)                       # the alignment slack, both
-    ndws_poison(b.data + nbytes, (<char*>raw + total) - (b.data + nbytes))  # ends
-    b.size = nbytes
-    b.kind = kind
-    PyTraceMalloc_Track(NDWS_TRACE_DOMAIN, <uintptr_t>raw, total)
-    _n_allocs += 1
-    _bytes_allocated += nbytes
-    _n_live += 1
-    _bytes_live += nbytes
-    return b
-
-
-cdef MemoryBlock _foreign_block(object owner, char* data, Py_ssize_t size):
-    cdef MemoryBlock b = MemoryBlock.__new__(MemoryBlock)
-    b.data = data
-    b.size = size
-    b.kind = BLOCK_FOREIGN
-    b.keep = owner
-    return b
-
-
-cdef MemoryBlock _EMPTY_BLOCK = MemoryBlock.__new__(MemoryBlock)
-_EMPTY_BLOCK.data = ndws_empty_storage_bytes
-_EMPTY_BLOCK.size = 0
-_EMPTY_BLOCK.kind = BLOCK_STATIC
-
-
-def _fill_file(path, Py_ssize_t length):
-    # ND4J's fillFile: truncate, then write zeros in 16 KiB chunks until at least `length`
-    # bytes are written, so the file ends up a multiple of 16384.
-    cdef Py_ssize_t written = 0
-    chunk = bytes(16384)
-    with open(path, "wb") as f:
-        while written < length:
-            f.write(chunk)
-            written += 16384
-
-
-cdef MemoryBlock _map_file(object path):
-    import mmap
-    cdef Py_ssize_t flen = os.path.getsize(path)
-    with open(path, "r+b") as f:
-        mm = mmap.mmap(f.fileno(), flen)
-    # Hold a writable buffer of the mapping for the block's lifetime: the mmap object then
-    # refuses to close or resize while any array can still see its memory.
-    cdef MemoryBlock b = MemoryBlock.__new__(MemoryBlock)
-    PyObject_GetBuffer(mm, &b.view, PyBUF_WRITABLE)
-    b.has_view = True
-    b.data = <char*>b.view.buf
-    b.size = flen
-    b.kind = BLOCK_MMAP
-    b.keep = mm
-    return b
-
-
-cdef MemoryBlock _map_temp_file(Py_ssize_t length, object directory):
-    # A new temporary file of at least `length` bytes, mapped and unlinked at once: the mapping
-    # keeps the data, and nothing is left on disk even if the process dies (POSIX).
-    fd, path = tempfile.mkstemp(prefix="workspace", suffix="tempMMAP", dir=directory)
-    os.close(fd)
-    try:
-        _fill_file(path, length)
-        block = _map_file(path)
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:  # where unlinking an open file is refused, it stays until exit
-            pass
-    return block
-
-
-cdef inline bint _held(MemoryBlock b) noexcept:
-    # Something outside the workspace still reads this block: NumPy/buffer/DLPack exports, or
-    # another thread's operation in progress (see _Pin).
-    return b.exports > 0 or b.pins > 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -982,12 +781,12 @@ cdef class Arena:
         if self._p_location == LOCATION_RAM:
             if self._current_size > 0:
                 self._is_init = True
-                block = _allocate_block(self._current_size, True, BLOCK_MAIN)
+                block = allocate_block(self._current_size, True, BLOCK_MAIN)
                 self._install_main(block)
         elif self._mmap_temp:
-            self._install_main(_map_temp_file(self._initial_size, None))
+            self._install_main(map_temp_file(self._initial_size, None))
         else:
-            self._install_main(_map_file(self._mmap_path))
+            self._install_main(map_file(self._mmap_path))
         return 0
 
     cdef void _clear_external(self) noexcept:
@@ -997,7 +796,7 @@ cdef class Arena:
         cdef MemoryBlock b
         if NDWS_SANITIZED and not self._circular:
             for b in self._spills:
-                if not _held(b):
+                if not held(b):
                     ndws_poison(b.data, b.size)
         self._spills.clear()
         self._external_count = 0
@@ -1055,13 +854,13 @@ cdef class Arena:
         # user chose one), so the workspace never silently moves into RAM.
         cdef MemoryBlock old = self._main
         cdef MemoryBlock fresh
-        if old is None or not _held(old):
+        if old is None or not held(old):
             return 0
         if old.kind == BLOCK_MMAP:
-            fresh = _map_temp_file(old.size, None if self._mmap_temp
+            fresh = map_temp_file(old.size, None if self._mmap_temp
                                    else os.path.dirname(os.path.abspath(self._mmap_path)))
         else:
-            fresh = _allocate_block(old.size, True, BLOCK_MAIN)
+            fresh = allocate_block(old.size, True, BLOCK_MAIN)
         self._blocks_left += 1
         self._bytes_left += old.size
         ndws_poison(fresh.data, fresh.size)
@@ -1088,7 +887,7 @@ cdef class Arena:
             if self._disabled_counter % 10 == 0:
                 _log.warning("Workspace was turned off, and wasn't enabled after %d allocations",
                              self._disabled_counter)
-            blk = _allocate_block(req, zero, BLOCK_EXTERNAL)
+            blk = allocate_block(req, zero, BLOCK_EXTERNAL)
             self._last_kind = _LAST_OTHER
             self._last_block = blk
             self._last_vpos = -1
@@ -1148,7 +947,7 @@ cdef class Arena:
 
         if self._p_spill == SPILL_FAIL:
             raise WorkspaceError("Can't allocate memory: Workspace is full", "full", self._id)
-        blk = _allocate_block(req, zero, BLOCK_PINNED if trimmer else BLOCK_SPILL)
+        blk = allocate_block(req, zero, BLOCK_PINNED if trimmer else BLOCK_SPILL)
         ndws_poison(blk.data + nbytes, req - nbytes)
         self._cycle_alloc += req
         self._last_bytes = req
@@ -1330,7 +1129,7 @@ cdef class Arena:
         self._last_cycle_alloc = self._cycle_alloc
         self._disabled_counter = 0
         if scoped:
-            if cycle_block is not None and _held(cycle_block):
+            if cycle_block is not None and held(cycle_block):
                 if self._main is cycle_block:
                     self._reuse_main()
                 else:
@@ -1939,7 +1738,7 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
             else:
                 arena = _tstate()._current
         if arena is None:
-            block = _allocate_block(size * itemsize, zero, BLOCK_DETACHED)
+            block = allocate_block(size * itemsize, zero, BLOCK_DETACHED)
             data = block.data
         elif _plain_bump(arena, _round_up(size * itemsize)):
             # the steady state of a scoped workspace, inlined: Arena._alloc's main-block
@@ -5013,7 +4812,7 @@ def from_numpy(ndarray):
             hi += strides[i] * (shape[i] - 1)
         else:
             lo += strides[i] * (shape[i] - 1)
-    cdef MemoryBlock block = _foreign_block(ndarray, data + lo, hi - lo + src.dtype.itemsize)
+    cdef MemoryBlock block = foreign_block(ndarray, data + lo, hi - lo + src.dtype.itemsize)
     return _make(src.dtype, nd, shape, strides, data, block, None, 0, 0, -1,
                  src.flags.writeable)
 
