@@ -15,15 +15,7 @@
    add). Elsewhere, C99 fenv. */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <xmmintrin.h>
-/* Only the four flags NumPy reports (IE ZE OE UE) are cleared, and MXCSR is written only
-   when one of them is set: LDMXCSR is slow on some CPUs (measured: 60-140 ns per call of a
-   16-element op on a Sapphire Rapids guest), and the inexact flag, which nearly every
-   operation sets, is never reported anyway. */
-static inline void ndws_fpe_clear(void) {
-    unsigned int c = _mm_getcsr();
-    if (c & 0x1Du)
-        _mm_setcsr(c & ~0x1Du);
-}
+static inline void ndws_fpe_clear(void) { _mm_setcsr(_mm_getcsr() & ~0x3Fu); }
 static inline int ndws_fpe_read(void) {
     unsigned int f = _mm_getcsr();   /* IE=1 DE=2 ZE=4 OE=8 UE=16 PE=32 */
     return ((f & 0x04u) ? 1 : 0) | ((f & 0x08u) ? 2 : 0)
