@@ -1814,11 +1814,10 @@ cdef NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object 
     checked like any output. The caller fills it in a nogil kernel; on an error before it is
     returned, the caller gives the bytes back with `discard_result`."""
     cdef NDArray out = new_array(dtype, ndim, shape, False, False, None, False)
-    try:
-        check_array(out, op, "out")
-    except BaseException:
+    if not _is_valid(out):
+        # a closed current workspace yields a dead array: give its bytes back, then raise
         _discard(out)
-        raise
+        _raise_stale(out, op, "out", None)
     return out
 
 
@@ -3485,11 +3484,7 @@ cdef object _fast_binary(int op, object x1, object x2, object out, object name):
     if b is not None:
         check_array(b, name, "x2")
     if out is None:
-        o = new_array(dt, big._ndim, big._shape, False, False, None, False)
-        made = o
-        if not _is_valid(o):
-            _discard(o)
-            check_array(o, name, "out")
+        o = made = new_result(dt, big._ndim, big._shape, name)
     else:
         check_array(o, name, "out")
     if m * n == 0:
@@ -3558,11 +3553,7 @@ cdef object _fast_unary(int op, object x, object out, object name):
             return NotImplemented
     check_array(a, name, "x")
     if out is None:
-        o = new_array(dt, a._ndim, a._shape, False, False, None, False)
-        made = o
-        if not _is_valid(o):
-            _discard(o)
-            check_array(o, name, "out")
+        o = made = new_result(dt, a._ndim, a._shape, name)
     else:
         check_array(o, name, "out")
     n = a._size
@@ -3854,11 +3845,7 @@ cdef object _fast_reduce(int kind, object a, object axis, object dtype, object o
                 return NotImplemented
     check_array(arr, name, "a")
     if out is None:
-        o = new_array(rdt, nd, shape, False, False, None, False)
-        made = o
-        if not _is_valid(o):
-            _discard(o)
-            check_array(o, name, "out")
+        o = made = new_result(rdt, nd, shape, name)
     else:
         check_array(o, name, "out")
     nt = threads_for(arr._size, GRAIN_REDUCE)
