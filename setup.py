@@ -153,9 +153,26 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+def generate(template):
+    """Write `x.pxi` from the Tempita template `x.pxi.tp` (when the template is newer), as
+    NumPy and scikit-learn generate their repetitive Cython: one definition, many functions."""
+    target = template[:-len(".tp")]
+    if (not os.path.exists(target)
+            or os.path.getmtime(template) > os.path.getmtime(target)):
+        from Cython import Tempita
+        with open(template, encoding="utf-8") as f:
+            text = Tempita.sub(f.read())
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+generate("ndws/_entries.pxi.tp")
+
+
 #: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h", "ndws/_pool.h"]
-DEPENDS = {"ndws._core": ["ndws/_loops.pxi", "ndws/_cmath.h", "ndws/_poison.h"],
+DEPENDS = {"ndws._core": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
+                          "ndws/_poison.h"],
            "ndws._memory": ["ndws/_poison.h"]}
 
 

@@ -3922,42 +3922,6 @@ cdef inline object _binary_entry(int op, str name, object x1, object x2, object 
                        not plain)
 
 
-def _ufunc_add(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
-                dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_ADD, "add", x1, x2, out, where, casting,
-                         order, dtype, subok, signature)
-
-
-def _ufunc_subtract(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
-                dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_SUB, "subtract", x1, x2, out, where, casting,
-                         order, dtype, subok, signature)
-
-
-def _ufunc_multiply(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
-                dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_MUL, "multiply", x1, x2, out, where, casting,
-                         order, dtype, subok, signature)
-
-
-def _ufunc_divide(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
-                dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_DIV, "divide", x1, x2, out, where, casting,
-                         order, dtype, subok, signature)
-
-
-def _ufunc_maximum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
-                dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_MAX, "maximum", x1, x2, out, where, casting,
-                         order, dtype, subok, signature)
-
-
-def _ufunc_minimum(x1, x2, /, out=None, *, where=True, casting="same_kind", order="K",
-                dtype=None, subok=True, signature=None):
-    return _binary_entry(OP_MIN, "minimum", x1, x2, out, where, casting,
-                         order, dtype, subok, signature)
-
-
 cdef inline object _unary_entry(int op, str name, object x, object out, object where,
                                 object casting, object order, object dtype, object subok,
                                 object signature):
@@ -3970,54 +3934,6 @@ cdef inline object _unary_entry(int op, str name, object x, object out, object w
     return _ufunc_call(getattr(np, name), (x,), out,
                        _ufunc_kw(where, casting, order, dtype, subok, signature), False,
                        not plain)
-
-
-def _ufunc_negative(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-              subok=True, signature=None):
-    return _unary_entry(OP_NEG, "negative", x, out, where, casting, order, dtype,
-                        subok, signature)
-
-
-def _ufunc_absolute(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-              subok=True, signature=None):
-    return _unary_entry(OP_ABS, "absolute", x, out, where, casting, order, dtype,
-                        subok, signature)
-
-
-def _ufunc_square(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-            subok=True, signature=None):
-    return _unary_entry(OP_SQUARE, "square", x, out, where, casting, order, dtype,
-                        subok, signature)
-
-
-def _ufunc_sqrt(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-          subok=True, signature=None):
-    return _unary_entry(OP_SQRT, "sqrt", x, out, where, casting, order, dtype,
-                        subok, signature)
-
-
-def _ufunc_exp(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-         subok=True, signature=None):
-    return _unary_entry(OP_EXP, "exp", x, out, where, casting, order, dtype,
-                        subok, signature)
-
-
-def _ufunc_log(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-         subok=True, signature=None):
-    return _unary_entry(OP_LOG, "log", x, out, where, casting, order, dtype,
-                        subok, signature)
-
-
-def _ufunc_tanh(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-          subok=True, signature=None):
-    return _unary_entry(OP_TANH, "tanh", x, out, where, casting, order, dtype,
-                        subok, signature)
-
-
-def _ufunc_reciprocal(x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
-                subok=True, signature=None):
-    return _unary_entry(OP_RECIP, "reciprocal", x, out, where, casting, order,
-                        dtype, subok, signature)
 
 
 # What the reduction keywords of `reduce_call` include besides axis/out/keepdims: NumPy's max,
@@ -4054,44 +3970,8 @@ cdef int _check_ddof(object ddof) except -1:
     return 0
 
 
-def _reduce_sum(a, axis=None, dtype=None, out=None, keepdims=False):
-    return _reduce_entry(RED_SUM, "sum", a, axis, dtype, out, keepdims,
-                         0, RKW_DTYPE)
-
-
-def _reduce_mean(a, axis=None, dtype=None, out=None, keepdims=False):
-    return _reduce_entry(RED_MEAN, "mean", a, axis, dtype, out, keepdims,
-                         0, RKW_DTYPE)
-
-
-def _reduce_max(a, axis=None, out=None, keepdims=False):
-    return _reduce_entry(RED_MAX, "max", a, axis, None, out, keepdims,
-                         0, RKW_NONE)
-
-
-def _reduce_min(a, axis=None, out=None, keepdims=False):
-    return _reduce_entry(RED_MIN, "min", a, axis, None, out, keepdims,
-                         0, RKW_NONE)
-
-
-def _reduce_argmax(a, axis=None, out=None, keepdims=False):
-    return _reduce_entry(RED_ARGMAX, "argmax", a, axis, None, out, keepdims,
-                         0, RKW_NONE)
-
-
-def _reduce_argmin(a, axis=None, out=None, keepdims=False):
-    return _reduce_entry(RED_ARGMIN, "argmin", a, axis, None, out, keepdims,
-                         0, RKW_NONE)
-
-
-def _reduce_var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return _reduce_entry(RED_VAR, "var", a, axis, dtype, out, keepdims,
-                         ddof, RKW_DDOF)
-
-
-def _reduce_std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return _reduce_entry(RED_STD, "std", a, axis, dtype, out, keepdims,
-                         ddof, RKW_DDOF)
+# The entry points (ndws.add, ndws.sum, ...): generated from _entries.pxi.tp, one per NumPy name.
+include "_entries.pxi"
 
 
 # ------------------------------------------------------------------------------------------------
