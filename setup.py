@@ -172,7 +172,8 @@ generate("ndws/_entries.pxi.tp")
 #: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h", "ndws/_pool.h"]
 DEPENDS = {"ndws._core": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
-                          "ndws/_poison.h"],
+                          "ndws/_poison.h", "ndws/_tls.h"],
+           "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._memory": ["ndws/_poison.h"]}
 
 
@@ -190,8 +191,8 @@ def extension(name):
     )
 
 
-EXTENSIONS = [extension("ndws._memory"), extension("ndws._core"), extension("ndws._kernels"),
-              extension("ndws._linalg"),
+EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("ndws._core"),
+              extension("ndws._kernels"), extension("ndws._linalg"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels")]
 EXTENSIONS += [extension(f"ndws._gemm_{isa}")

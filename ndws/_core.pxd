@@ -2,93 +2,11 @@
 # next layer read an NDArray's pointer, shape and strides directly, without memoryviews).
 from libc.stdint cimport uint64_t
 from ndws._memory cimport MemoryBlock
+from ndws._arena cimport Arena, ThreadState
 
 cdef enum:
     NDWS_MAXDIMS = 64          # NumPy 2's limit (NPY_MAXDIMS): every NumPy array fits
     NDWS_INLINE_DIMS = 4       # shape/strides of up to this many dimensions live in the object
-
-cdef class _Scope:
-    # One open scope of a thread (see "Scopes" in _core.pyx): an entry, a nested re-entry, a
-    # borrow or a scope-out, and the workspace that was current when it began.
-    cdef Arena ws               # None for a scope-out
-    cdef Arena restore          # made current again when this scope ends as the innermost one
-    cdef int kind
-    cdef bint live              # still on its thread's stack
-
-cdef class ThreadState:
-    # Per Python thread: the current workspace, the stack of open scopes that decides it, and
-    # the id -> workspace map (ND4J keeps the pointer and the map in thread-locals). The Python
-    # WorkspaceManager wraps this.
-    cdef Arena _current         # always None or an open workspace of this thread
-    cdef list _scopes           # _Scope objects, innermost last
-    cdef readonly dict _workspaces
-    cdef unsigned long long _scope_ops    # counts scope changes (enter/close/borrow/scope-out)
-    cdef uint64_t _tid
-    cdef unsigned long _ident
-    cdef int _nthreads      # `ndws.num_threads(n)` override for this thread; 0 = the pool size
-
-cdef class Arena:
-    # The mechanics of one ND4J workspace: bump allocation, cycles, generations, learning,
-    # spill/pinned lists, circular ring. The Python `Workspace` class subclasses it.
-    cdef readonly object _id
-    cdef uint64_t _owner_tid
-    cdef unsigned long _owner_ident
-
-    # configuration, as C values (see WorkspaceConfiguration)
-    cdef int _p_alloc, _p_learning, _p_spill, _p_reset, _p_location, _p_exports
-    cdef Py_ssize_t _initial_size, _min_size, _max_size
-    cdef double _overalloc
-    cdef long long _cycles_before_init
-    cdef object _mmap_path
-    cdef bint _mmap_temp
-
-    # state, named after Nd4jWorkspace's fields
-    cdef MemoryBlock _main
-    cdef Py_ssize_t _current_size, _offset, _cycle_alloc, _last_cycle_alloc, _max_cycle
-    cdef Py_ssize_t _spilled_size, _pinned_size, _initial_block_size
-    cdef long long _generation, _epoch, _cycles_count, _steps_count, _trimmed_step
-    cdef long long _disabled_counter
-    cdef int _steps_number, _external_count, _pinned_count
-    cdef bint _circular, _is_open, _is_init, _is_over, _is_used
-    cdef bint _reset_planned, _trimmed_mode, _debug, _adopt_pending, _export_warned
-    cdef unsigned long long _adopt_token
-    cdef list _spills
-    cdef object _pinned
-    cdef Arena _previous        # parent: what was current when the open cycle was entered
-
-    # scopes (see "Scopes" in _core.pyx): entries that keep the workspace open (_is_open is
-    # _depth > 0), live borrows, the scope the last entry or borrow pushed, and the scopes of
-    # the `with` statements over this object, innermost last
-    cdef int _depth, _borrows
-    cdef _Scope _last_scope
-    cdef list _with_scopes
-
-    # circular ring: virtual position of the main block's offset 0 in the current lap, and how
-    # far (physical bytes) the previous lap wrote: data there is alive until the head passes
-    cdef long long _lap_base
-    cdef Py_ssize_t _prev_lap_end
-
-    # exports left behind at the end of a cycle (docs/architecture.md, invariant 6)
-    cdef Py_ssize_t _blocks_left, _bytes_left
-
-    # the last allocation, for handing its block to the new array and for rollback on error
-    cdef MemoryBlock _last_block
-    cdef long long _last_vpos
-    cdef int _last_kind
-    cdef Py_ssize_t _last_bytes, _last_prev_offset, _last_prev_written
-
-    cdef int _check_thread(self, str action) except -1
-    cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL
-    cdef void _rollback(self, char* ptr, Py_ssize_t nbytes) noexcept
-    cdef int _reuse_main(self) except -1
-    cdef int _fail_if_exported(self, str when) except -1
-    cdef int _install_main(self, MemoryBlock block) except -1
-    cdef int _init_buffer(self) except -1
-    cdef void _clear_external(self) noexcept
-    cdef void _clear_pinned(self, bint extended) noexcept
-    cdef int _destroy_buffers(self, bint extended) except -1
-    cdef int _end_cycle(self) except -1
-    cdef int _check_mmap_file(self) except -1
 
 cdef class NDArray:
     cdef char* _data

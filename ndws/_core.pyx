@@ -18,7 +18,7 @@ Examples
 >>> a + 1
 Traceback (most recent call last):
 ...
-ndws._core.WorkspaceError: Op [add] x1 argument uses leaked workspace pointer from workspace [DOCTEST]: Workspace the array was defined in is no longer open.
+ndws.WorkspaceError: Op [add] x1 argument uses leaked workspace pointer from workspace [DOCTEST]: Workspace the array was defined in is no longer open.
 All open workspaces: []
 For more details, see the ND4J User Guide: https://deeplearning4j.konduit.ai/nd4j/overview#workspaces-scope-panic
 >>> ndws.destroy_all_workspaces_for_current_thread()
@@ -45,6 +45,14 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 cimport numpy as cnp
 
 from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads, ndws_omp_set_num_threads
+from ndws._arena cimport (Arena, ThreadState, tstate, open_ids, round_up, epoch_ptr,
+                          debug_mode_ptr, ndws_share, ndws_current_tid, ndws_debug,
+                          ALLOC_STRICT, ALLOC_OVERALLOCATE, LEARN_FIRST_LOOP, LEARN_OVER_TIME,
+                          LEARN_NONE, SPILL_EXTERNAL, SPILL_FAIL, SPILL_REALLOCATE,
+                          RESET_BLOCK_LEFT, RESET_ENDOFBUFFER_REACHED, LOCATION_RAM,
+                          LOCATION_MMAP, EXPORTS_FRESH_BLOCK, EXPORTS_FAIL, DEBUG_DISABLED,
+                          DEBUG_SPILL_EVERYTHING, DEBUG_BYPASS_EVERYTHING, _LAST_NONE,
+                          _LAST_MAIN, _LAST_SPILL, _LAST_PINNED, _LAST_OTHER)
 from ndws._memory cimport (MemoryBlock, NDWS_ALIGNMENT, NDWS_SANITIZED, ndws_poison,
                            ndws_unpoison, allocate_block, foreign_block, map_file, map_temp_file,
                            empty_block, held, BLOCK_DETACHED, BLOCK_MAIN, BLOCK_SPILL,
@@ -60,7 +68,13 @@ import warnings
 
 import numpy as np
 
-from ndws._memory import allocation_counters, fill_file as _fill_file
+from ndws._memory import allocation_counters
+# the workspace mechanics' Python surface, published by this module as before
+from ndws._arena import (WorkspaceError, NoSuchWorkspaceError, ConfigurationError,
+                         WorkspaceWarning, SCOPE_PANIC_MSG, MAX_BLOCK_BYTES, current_workspace, _thread_state, _scope_out, _end_scope_of,
+                         _clear_scopes, _scope_ops, _set_debug_mode, _get_debug_mode)
+
+ndws_share(epoch_ptr(), debug_mode_ptr())
 
 cnp.import_array()
 cnp.import_ufunc()   # PyUFunc_GiveFloatingpointErrors (the fast paths' errstate reporting)
@@ -76,29 +90,6 @@ cdef extern from "numpy/arrayobject.h":
 cdef extern from *:
     """
     #include <stdint.h>
-    #if defined(_MSC_VER)
-    #  define NDWS_TLS __declspec(thread)
-    #else
-    #  define NDWS_TLS __thread
-    #endif
-    /* Per-OS-thread cache of the calling Python thread's ThreadState. The pointer is borrowed:
-       the thread-state dict owns the object. It is trusted only while the interpreter's unique
-       id of the running thread state matches the one it was stored under (ids are never
-       reused, so a new thread state on the same OS thread misses the cache), and
-       ThreadState.__dealloc__ clears it, so it never dangles. */
-    static NDWS_TLS uint64_t ndws_tls_id = 0;
-    static NDWS_TLS PyObject *ndws_tls_obj = NULL;
-    static inline uint64_t ndws_current_tid(void) {
-        return PyThreadState_GetID(PyThreadState_Get());
-    }
-    static inline PyObject *ndws_tls_get(void) {
-        if (ndws_tls_obj != NULL && ndws_tls_id == ndws_current_tid()) return ndws_tls_obj;
-        return NULL;
-    }
-    static inline void ndws_tls_set(PyObject *o) { ndws_tls_id = ndws_current_tid(); ndws_tls_obj = o; }
-    static inline void ndws_tls_forget(PyObject *o) {
-        if (ndws_tls_obj == o) { ndws_tls_obj = NULL; ndws_tls_id = 0; }
-    }
     static inline int ndws_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
     #if defined(__GNUC__) || defined(__clang__)
         return __builtin_mul_overflow(a, b, out);
@@ -109,10 +100,6 @@ cdef extern from *:
     #endif
     }
     """
-    uint64_t ndws_current_tid() noexcept
-    PyObject* ndws_tls_get() noexcept
-    void ndws_tls_set(PyObject* o) noexcept
-    void ndws_tls_forget(PyObject* o) noexcept
     bint ndws_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept
     unsigned long PyThread_get_thread_ident() noexcept
     const char* NDWS_BUILD_CYTHON_VERSION
@@ -132,356 +119,8 @@ ALIGNMENT = NDWS_ALIGNMENT
 cdef Py_ssize_t _ALIGN = NDWS_ALIGNMENT
 MAXDIMS = NDWS_MAXDIMS
 
-# The workspace policies, declared once. C code uses the member names as constants; Python sees
-# each as an IntEnum here, and ndws.workspace re-exports them under DL4J's member names (the
-# prefix dropped: SpillPolicy.FAIL and ExportPolicy.FAIL can't share a C name).
-cpdef enum AllocationPolicyCode:
-    ALLOC_STRICT = 0
-    ALLOC_OVERALLOCATE = 1
-
-cpdef enum LearningPolicyCode:
-    LEARN_FIRST_LOOP = 0
-    LEARN_OVER_TIME = 1
-    LEARN_NONE = 2
-
-cpdef enum SpillPolicyCode:
-    SPILL_EXTERNAL = 0
-    SPILL_FAIL = 1
-    SPILL_REALLOCATE = 2
-
-cpdef enum ResetPolicyCode:
-    RESET_BLOCK_LEFT = 0
-    RESET_ENDOFBUFFER_REACHED = 1
-
-cpdef enum LocationPolicyCode:
-    LOCATION_RAM = 0
-    LOCATION_MMAP = 1
-
-cpdef enum ExportPolicyCode:
-    EXPORTS_FRESH_BLOCK = 0
-    EXPORTS_FAIL = 1
-
-cpdef enum DebugModeCode:
-    DEBUG_DISABLED = 0
-    DEBUG_SPILL_EVERYTHING = 1
-    DEBUG_BYPASS_EVERYTHING = 2
-
-# last-allocation kinds, for rollback
-cdef enum:
-    _LAST_NONE = 0
-    _LAST_MAIN = 1
-    _LAST_SPILL = 2
-    _LAST_PINNED = 3
-    _LAST_OTHER = 4
-
-#: ND4J's pointer to its documentation, kept verbatim in every scope-panic message.
-SCOPE_PANIC_MSG = ("For more details, see the ND4J User Guide: "
-                   "https://deeplearning4j.konduit.ai/nd4j/overview#workspaces-scope-panic")
-
-_log = logging.getLogger("ndws")
-
-cdef int _g_debug_mode = 0      # DebugMode is process-wide, as on ND4J's singleton manager
-
 # the shared block of zero-size arrays, held here so creating one calls nothing in _memory
 cdef MemoryBlock _EMPTY_BLOCK = empty_block()
-
-
-# ------------------------------------------------------------------------------------------------
-# Errors
-
-class WorkspaceError(RuntimeError):
-    """Misuse of a workspace or of an array that belongs to one.
-
-    Attributes
-    ----------
-    kind : str
-        ``"leaked"``, ``"outdated"``, ``"overwritten"``, ``"destroyed"`` for stale arrays;
-        otherwise a short word naming the misuse (``"full"``, ``"borrowed"``, ``"thread"``,
-        ``"closed"``, ``"exported"``, ``"configuration"``, ``"mmap"``, ``"no_such_workspace"``).
-    workspace_id : str or None
-        Id of the workspace concerned.
-    op : str or None
-        The operation that found the problem.
-    """
-
-    def __init__(self, message, kind=None, workspace_id=None, op=None):
-        RuntimeError.__init__(self, message)
-        self.kind = kind
-        self.workspace_id = workspace_id
-        self.op = op
-
-
-class NoSuchWorkspaceError(WorkspaceError, KeyError):
-    """No workspace with the requested id exists in this thread (ND4J's
-    ``Nd4jNoSuchWorkspaceException``)."""
-
-    def __init__(self, workspace_id, op=None):
-        WorkspaceError.__init__(
-            self, f"No workspace with id [{workspace_id}] exists in this thread",
-            "no_such_workspace", workspace_id, op)
-
-    def __str__(self):
-        # KeyError would quote the message; keep it readable.
-        return self.args[0]
-
-
-class ConfigurationError(WorkspaceError, ValueError):
-    """An invalid workspace configuration. Both a `WorkspaceError` and a `ValueError`.
-
-    Attributes
-    ----------
-    field : str
-        The `WorkspaceConfiguration` field at fault.
-    """
-
-    def __init__(self, message, field, workspace_id=None):
-        WorkspaceError.__init__(self, message, "configuration", workspace_id, None)
-        self.field = field
-
-
-class WorkspaceWarning(RuntimeWarning):
-    """Something a workspace did to keep data safe that costs memory (e.g. a cycle ended while
-    NumPy views of its memory were alive, so the old block was left to them)."""
-
-
-# ------------------------------------------------------------------------------------------------
-# Per-thread state
-
-_TS_KEY = "ndws._core.ThreadState"
-
-
-cdef class ThreadState:
-    """The calling thread's current workspace and id -> workspace map (wrapped by
-    `ndws.workspace.WorkspaceManager`)."""
-
-    def __cinit__(self):
-        self._current = None
-        self._scopes = []
-        self._workspaces = {}
-        self._tid = ndws_current_tid()
-        self._ident = PyThread_get_thread_ident()
-
-    def __dealloc__(self):
-        ndws_tls_forget(<PyObject*>self)
-
-    @property
-    def thread_ident(self):
-        """`threading.get_ident()` of the thread this state belongs to."""
-        return self._ident
-
-    def _check_owner(self, action):
-        """Raise WorkspaceError unless called from the thread this state belongs to."""
-        if ndws_current_tid() != self._tid:
-            raise WorkspaceError(
-                f"The workspace manager of thread {self._ident} can't {action} from thread "
-                f"{PyThread_get_thread_ident()}: workspaces belong to one thread",
-                "thread")
-        return 0
-
-
-cdef ThreadState _tstate_slow():
-    cdef PyObject* d = PyThreadState_GetDict()
-    if d == NULL:
-        raise RuntimeError("ndws: no Python thread state")
-    state = (<dict>d).get(_TS_KEY)
-    if state is None:
-        state = ThreadState()
-        (<dict>d)[_TS_KEY] = state
-    ndws_tls_set(<PyObject*>state)
-    return <ThreadState>state
-
-
-cdef inline ThreadState _tstate():
-    cdef PyObject* p = ndws_tls_get()
-    if p != NULL:
-        return <ThreadState>p
-    return _tstate_slow()
-
-
-def _thread_state():
-    """This thread's ThreadState (its WorkspaceManager)."""
-    return _tstate()
-
-
-def current_workspace():
-    """The calling thread's current workspace, or None (ND4J's
-    ``Nd4j.getMemoryManager().getCurrentWorkspace()``)."""
-    return _tstate()._current
-
-
-# ------------------------------------------------------------------------------------------------
-# Scopes (docs/workspaces.md, "Scopes are lexical")
-#
-# Every entry, nested re-entry, borrow and scope-out pushes a _Scope on its thread's stack; the
-# current workspace is what the innermost scope says (None for a scope-out or an empty stack).
-# ND4J keeps only a `previousWorkspace` pointer per workspace, which an out-of-order close or
-# the re-entry of an open outer workspace (A, B, A) leaves pointing at a closed workspace, so
-# the thread allocates "leaked" arrays forever after. Here:
-#   * a workspace stays open while any of its entries is open (_depth > 0): re-entering an open
-#     workspace that is not current still starts a new cycle (offset 0, generation + 1: the
-#     outer arrays are outdated, as in ND4J), but its close only ends that entry;
-#   * ending a scope makes current what was current when it began, if that is still open, and
-#     otherwise whatever the innermost remaining scope says; so a closed or destroyed
-#     workspace is never current;
-#   * leaving a `with` ends the scope that `with` began (whatever inner code closed or left
-#     open), never raises because of an inner scope, and first drops the scopes opened inside
-#     it and left open (their workspaces stay open until closed, but stop being current).
-
-cdef enum:
-    _SC_ENTRY = 0       # an entry that opened the workspace or started a new cycle of it
-    _SC_NEST = 1        # re-entry of the current open workspace (ND4J's tagScope)
-    _SC_BORROW = 2
-    _SC_OUT = 3         # scope-out: no workspace is current
-
-
-@cython.final
-cdef class _Scope:
-    """One open scope of a thread (internal; see "Scopes" in ndws._core)."""
-
-    @property
-    def workspace(self):
-        """The workspace of the scope (None for a scope-out)."""
-        return self.ws
-
-    def __repr__(self):
-        kind = ("entry", "nested entry", "borrow", "scope-out")[self.kind]
-        what = "no workspace" if self.ws is None else f"[{self.ws._id}]"
-        return f"<scope: {kind} of {what}{'' if self.live else ', ended'}>"
-
-
-cdef _Scope _push_scope(ThreadState ts, Arena ws, int kind):
-    cdef _Scope s = _Scope.__new__(_Scope)
-    s.ws = ws
-    s.kind = kind
-    s.restore = ts._current
-    s.live = True
-    ts._scopes.append(s)
-    ts._current = None if kind == _SC_OUT else ws
-    ts._scope_ops += 1
-    return s
-
-
-cdef inline bint _usable(Arena w) noexcept:
-    return w is None or w._is_open
-
-
-cdef Arena _innermost(ThreadState ts):
-    # What the innermost scope makes current. Every scope on the stack is of an open
-    # workspace (_end_cycle and destroy purge a workspace's scopes when it closes).
-    cdef list st = ts._scopes
-    cdef _Scope s
-    if not st:
-        return None
-    s = <_Scope>st[len(st) - 1]
-    return None if s.kind == _SC_OUT else s.ws
-
-
-cdef Py_ssize_t _scope_index(list st, _Scope s) noexcept:
-    cdef Py_ssize_t i
-    for i in range(len(st) - 1, -1, -1):
-        if st[i] is s:
-            return i
-    return -1
-
-
-cdef _Scope _innermost_of(ThreadState ts, Arena ws):
-    cdef list st = ts._scopes
-    cdef Py_ssize_t i
-    for i in range(len(st) - 1, -1, -1):
-        if (<_Scope>st[i]).ws is ws:
-            return <_Scope>st[i]
-    return None
-
-
-cdef void _forget_scope(_Scope s) noexcept:
-    # The scope leaves the stack without ending a cycle: a borrow ends, an entry keeps its
-    # workspace open (a later close() of it ends that entry).
-    s.live = False
-    if s.kind == _SC_BORROW:
-        s.ws._borrows -= 1
-
-
-cdef int _purge(ThreadState ts, Arena ws) except -1:
-    # Drop every scope of `ws` (it was closed or destroyed).
-    cdef list st = ts._scopes
-    cdef Py_ssize_t i
-    for i in range(len(st) - 1, -1, -1):
-        if (<_Scope>st[i]).ws is ws:
-            _forget_scope(<_Scope>st[i])
-            del st[i]
-    return 0
-
-
-cdef int _settle(ThreadState ts, _Scope ended, bint was_innermost) except -1:
-    # Choose the current workspace after `ended` left the stack.
-    ts._scope_ops += 1
-    if was_innermost and _usable(ended.restore):
-        ts._current = ended.restore
-    elif was_innermost or not _usable(ts._current):
-        ts._current = _innermost(ts)
-    return 0
-
-
-cdef int _end_scope(ThreadState ts, _Scope s, bint lexical) except -1:
-    """End scope `s`: a `with` exit (`lexical`) first drops the scopes opened above it; an
-    entry that leaves its workspace with no open entry ends the cycle. A scope that already
-    ended (closed or destroyed by inner code) is left alone."""
-    cdef list st = ts._scopes
-    cdef Py_ssize_t i = _scope_index(st, s)
-    cdef Arena ws = s.ws
-    cdef bint ends_cycle
-    if i < 0:
-        return 0
-    ends_cycle = s.kind == _SC_ENTRY and ws._depth == 1
-    if ends_cycle and ws._p_reset == RESET_BLOCK_LEFT:
-        # the one check that may refuse a close (policy_exports=FAIL): before anything changes
-        ws._fail_if_exported("the end of a cycle")
-    if lexical:
-        while len(st) - 1 > i:
-            _forget_scope(<_Scope>st.pop())
-    cdef bint innermost = i == len(st) - 1
-    del st[i]
-    s.live = False
-    try:
-        if s.kind == _SC_ENTRY:
-            ws._depth -= 1
-            if ends_cycle:
-                _purge(ts, ws)
-                ws._end_cycle()     # may raise (learning can't allocate): it closes first
-        elif s.kind == _SC_BORROW:
-            ws._borrows -= 1
-    finally:
-        _settle(ts, s, innermost)
-    return 0
-
-
-def _scope_out():
-    """Make no workspace current until the returned scope ends (`_end_scope_of`)."""
-    return _push_scope(_tstate(), None, _SC_OUT)
-
-
-def _end_scope_of(_Scope s, bint lexical):
-    """End a scope returned by `_scope_out` or `Workspace._borrow_scope`."""
-    cdef ThreadState ts = _tstate()
-    if s.live and _scope_index(ts._scopes, s) < 0:
-        raise WorkspaceError("A scope can only be ended by the thread that began it", "thread",
-                             None if s.ws is None else s.ws._id)
-    _end_scope(ts, s, lexical)
-
-
-def _clear_scopes():
-    """Forget every scope of the calling thread (test hygiene: the workspaces stay as they
-    are, none is current afterwards)."""
-    cdef ThreadState ts = _tstate()
-    while ts._scopes:
-        _forget_scope(<_Scope>ts._scopes.pop())
-    ts._current = None
-    ts._scope_ops += 1
-
-
-def _scope_ops():
-    """Scope changes so far in the calling thread (ndws internal: adoption tokens)."""
-    return _tstate()._scope_ops
 
 
 # ------------------------------------------------------------------------------------------------
@@ -499,12 +138,15 @@ cdef int _pool_threads = max(1, ndws_omp_get_max_threads())
 
 cdef int thread_limit() noexcept:
     """The calling thread's kernel-thread limit (always 1 in a build without OpenMP)."""
-    cdef PyObject* p
     cdef int n
+    cdef ThreadState st
     if not NDWS_OPENMP:
         return 1
-    p = ndws_tls_get()
-    n = (<ThreadState>p)._nthreads if p != NULL else 0
+    try:
+        st = tstate()
+    except BaseException:      # no Python thread state (never while a caller holds the GIL)
+        return _pool_threads
+    n = st._nthreads
     return n if n > 0 else _pool_threads
 
 
@@ -601,7 +243,7 @@ def get_num_threads():
 
 def _set_thread_override(int n):
     """Set the calling thread's own limit (0 = follow the pool); returns the previous one."""
-    cdef ThreadState ts = _tstate()
+    cdef ThreadState ts = tstate()
     cdef int prev = ts._nthreads
     ts._nthreads = n
     return prev
@@ -636,780 +278,6 @@ class num_threads:
     def __exit__(self, *exc):
         _set_thread_override(self._prev.pop())
         return False
-
-
-def _set_debug_mode(int mode):
-    global _g_debug_mode
-    _g_debug_mode = mode
-
-
-def _get_debug_mode():
-    return _g_debug_mode
-
-
-cdef str _open_ids(ThreadState ts):
-    # Java's List.toString of the ids whose scope is active on this thread.
-    ids = [str(k) for k, w in list(ts._workspaces.items())
-           if isinstance(w, Arena) and (<Arena>w)._is_open]
-    return "[" + ", ".join(ids) + "]"
-
-
-# ------------------------------------------------------------------------------------------------
-# The arena
-
-cdef inline Py_ssize_t _round_up(Py_ssize_t n) noexcept:
-    return (n + _ALIGN - 1) & ~(_ALIGN - 1)
-
-
-#: The largest memory block ndws asks for: its byte count plus the alignment slack, and every
-#: offset into it, stay representable (malloc refuses far less; this only rules out overflow).
-MAX_BLOCK_BYTES = PY_SSIZE_T_MAX // 2
-
-
-cdef Py_ssize_t _grown(Py_ssize_t size, double fraction, object wid) except -1:
-    # size + floor(size * fraction), as ND4J's overallocation, refusing results that would
-    # overflow (ND4J's long arithmetic wraps to a negative size and then spills everything).
-    cdef double grown = <double>size + <double>size * fraction
-    if not grown <= <double>MAX_BLOCK_BYTES:
-        raise MemoryError(f"Workspace [{wid}]: {size} bytes overallocated by {fraction!r} "
-                          f"would exceed {MAX_BLOCK_BYTES} bytes")
-    return size + <Py_ssize_t>(<double>size * fraction)
-
-
-cdef class Arena:
-    """Mechanics of one workspace, following ND4J's ``Nd4jWorkspace``/``CpuWorkspace``.
-
-    Not used directly: `ndws.workspace.Workspace` subclasses it and adds the configuration
-    object and the context-manager API.
-    """
-
-    def __cinit__(self):
-        self._id = None
-        self._owner_tid = ndws_current_tid()
-        self._owner_ident = PyThread_get_thread_ident()
-        self._spills = []
-        self._pinned = collections.deque()
-        self._steps_number = 1
-        self._is_used = True
-        self._main = None
-        self._previous = None
-        self._with_scopes = []
-        self._last_block = None
-        self._last_vpos = -1
-
-    def _configure(self, id, Py_ssize_t initial_size, Py_ssize_t min_size, Py_ssize_t max_size,
-                   double overallocation_limit, int policy_allocation, int policy_learning,
-                   int policy_spill, int policy_reset, int policy_location, int policy_exports,
-                   temp_file_path, long long cycles_before_initialization):
-        """Construct as ND4J's workspace constructor does (sizes in bytes), from a
-        configuration `WorkspaceConfiguration` has validated (the one place it is checked)."""
-        if self._id is not None:
-            raise WorkspaceError(f"Workspace [{self._id}] is already configured", "configuration",
-                                 self._id)
-        self._id = id
-        self._initial_size = initial_size
-        self._min_size = min_size
-        self._max_size = max_size
-        self._overalloc = overallocation_limit
-        self._p_alloc = policy_allocation
-        self._p_learning = policy_learning
-        self._p_spill = policy_spill
-        self._p_reset = policy_reset
-        self._p_location = policy_location
-        self._p_exports = policy_exports
-        self._cycles_before_init = cycles_before_initialization
-        self._current_size = initial_size
-        self._circular = policy_reset == RESET_ENDOFBUFFER_REACHED
-        if self._circular and policy_allocation == ALLOC_OVERALLOCATE:
-            # the number of blocks in the ring (the configuration has made the limit >= 1)
-            self._steps_number = <int>(overallocation_limit + 1)
-        if policy_location == LOCATION_MMAP:
-            self._prepare_mmap_file(temp_file_path)
-        self._init_buffer()
-
-    def _prepare_mmap_file(self, temp_file_path):
-        cdef Py_ssize_t flen
-        if temp_file_path is not None:
-            path = os.fspath(temp_file_path)
-            flen = os.path.getsize(path) if os.path.exists(path) else 0
-            if flen == 0 or flen < self._initial_size:
-                if self._initial_size > 0:
-                    _fill_file(path, self._initial_size)
-                else:
-                    raise WorkspaceError("Memory-mapped file should have positive length.",
-                                         "mmap", self._id)
-            else:
-                # ND4J overwrites initialSize with the file's length; the workspace uses it all.
-                self._initial_size = flen
-                self._current_size = flen
-            self._mmap_path = path
-            self._mmap_temp = False
-        else:
-            # no file given: a temporary one (the configuration has made initial_size > 0)
-            self._mmap_path = None
-            self._mmap_temp = True
-
-    # -- helpers --------------------------------------------------------------------------------
-
-    cdef int _check_thread(self, str action) except -1:
-        if ndws_current_tid() != self._owner_tid:
-            raise WorkspaceError(
-                f"Workspace [{self._id}] belongs to thread {self._owner_ident} and can't be "
-                f"{action} from thread {PyThread_get_thread_ident()}",
-                "thread", self._id)
-        return 0
-
-    cdef int _install_main(self, MemoryBlock block) except -1:
-        ndws_poison(block.data, block.size)     # no array owns any of it yet
-        self._main = block
-        block.ring_size = self._current_size
-        block.ring_written_end = 0
-        self._lap_base = 0
-        self._prev_lap_end = 0
-        self._offset = 0
-        return 0
-
-    cdef int _init_buffer(self) except -1:
-        # ND4J's init(): overallocate once, cap at max size, then allocate (or map) the buffer.
-        cdef MemoryBlock block
-        if self._current_size > 0 and self._p_location != LOCATION_MMAP:
-            if not self._is_over and self._p_alloc == ALLOC_OVERALLOCATE and self._overalloc > 0:
-                self._current_size = _grown(self._current_size, self._overalloc, self._id)
-                self._is_over = True
-            if self._max_size > 0 and self._current_size > self._max_size:
-                self._current_size = self._max_size
-        if self._p_location == LOCATION_RAM:
-            if self._current_size > 0:
-                self._is_init = True
-                block = allocate_block(self._current_size, True, BLOCK_MAIN)
-                self._install_main(block)
-        elif self._mmap_temp:
-            self._install_main(map_temp_file(self._initial_size, None))
-        else:
-            self._install_main(map_file(self._mmap_path))
-        return 0
-
-    cdef void _clear_external(self) noexcept:
-        # "Freeing" spills drops the workspace's references; arrays still on them keep the
-        # memory alive (in a scoped workspace they are stale and raise on use, so a sanitizer
-        # build poisons what no export or reader holds).
-        cdef MemoryBlock b
-        if NDWS_SANITIZED and not self._circular:
-            for b in self._spills:
-                if not held(b):
-                    ndws_poison(b.data, b.size)
-        self._spills.clear()
-        self._external_count = 0
-        self._spilled_size = 0
-
-    cdef void _clear_pinned(self, bint extended) noexcept:
-        while len(self._pinned):
-            entry = self._pinned[0]
-            if (<long long>entry[0]) + 2 < self._steps_count or extended:
-                self._pinned.popleft()
-                self._pinned_count -= 1
-                self._pinned_size -= <Py_ssize_t>entry[1]
-            else:
-                break
-
-    cdef int _destroy_buffers(self, bint extended) except -1:
-        # CpuWorkspace.destroyWorkspace(extended), minus the manager bookkeeping.
-        self._current_size = 0
-        self._offset = 0
-        if extended:
-            self._clear_external()
-        self._clear_pinned(extended)
-        self._main = None
-        return 0
-
-    cdef int _fail_if_exported(self, str when) except -1:
-        # Called before a cycle's memory is about to be reused. FAIL policy: refuse, changing
-        # nothing. Default: warn once per workspace (before any state change, so a warning
-        # turned into an error leaves the workspace as it was).
-        if self._main is None or self._main.exports == 0:
-            return 0
-        if self._p_exports == EXPORTS_FAIL:
-            raise WorkspaceError(
-                f"Workspace [{self._id}]: {self._main.exports} NumPy export(s) of this workspace's "
-                f"memory are still alive at {when}, and policy_exports=FAIL forbids leaving the "
-                f"block to them. Release the exports (del the NumPy arrays / memoryviews) or "
-                f"take copies with .numpy() instead.",
-                "exported", self._id)
-        if not self._export_warned:
-            fresh = ("a freshly mapped temporary file (it stays memory-mapped)"
-                     if self._p_location == LOCATION_MMAP else "a fresh block")
-            warnings.warn(
-                f"Workspace [{self._id}]: a cycle ended while {self._main.exports} NumPy export(s) "
-                f"of its memory were alive; the old block ({self._main.size} bytes) is left to "
-                f"them and the workspace continues on {fresh}. Take copies with .numpy() "
-                f"to avoid the extra allocation. (Shown once per workspace.)",
-                WorkspaceWarning, stacklevel=2)
-            self._export_warned = True
-        return 0
-
-    cdef int _reuse_main(self) except -1:
-        # The main block's memory is about to be handed out again. If exports or another
-        # thread's reads hold it, give it to them and continue on a fresh block of the same
-        # size: mapped from a new temporary file for an MMAP workspace (beside its file when the
-        # user chose one), so the workspace never silently moves into RAM.
-        cdef MemoryBlock old = self._main
-        cdef MemoryBlock fresh
-        if old is None or not held(old):
-            return 0
-        if old.kind == BLOCK_MMAP:
-            fresh = map_temp_file(old.size, None if self._mmap_temp
-                                   else os.path.dirname(os.path.abspath(self._mmap_path)))
-        else:
-            fresh = allocate_block(old.size, True, BLOCK_MAIN)
-        self._blocks_left += 1
-        self._bytes_left += old.size
-        ndws_poison(fresh.data, fresh.size)
-        fresh.ring_size = old.ring_size
-        self._main = fresh
-        # the old block keeps its ring position: what it had overwritten stays overwritten,
-        # the rest is never written again. The fresh block holds no earlier lap.
-        self._lap_base = 0
-        self._prev_lap_end = 0
-        return 0
-
-    cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL:
-        # Nd4jWorkspace.alloc with ALIGNMENT rounding. The new array's owner block and ring
-        # position are left in _last_block / _last_vpos; the caller takes the block (and clears
-        # the field, so the workspace never keeps a released block alive).
-        cdef Py_ssize_t req = _round_up(nbytes)
-        cdef bint trimmer, spill_all
-        cdef char* ptr
-        cdef MemoryBlock blk
-        # No thread check here: callers pass either the calling thread's current workspace
-        # (only its owner can make it current) or an explicit target they have checked.
-        if not self._is_used:
-            self._disabled_counter += 1
-            if self._disabled_counter % 10 == 0:
-                _log.warning("Workspace was turned off, and wasn't enabled after %d allocations",
-                             self._disabled_counter)
-            blk = allocate_block(req, zero, BLOCK_EXTERNAL)
-            self._last_kind = _LAST_OTHER
-            self._last_block = blk
-            self._last_vpos = -1
-            return blk.data
-
-        trimmer = self._trimmed_mode or (
-            self._circular and self._initial_block_size > 0
-            and req + self._cycle_alloc > self._initial_block_size)
-        if trimmer and self._p_spill == SPILL_REALLOCATE and not self._trimmed_mode:
-            self._trimmed_mode = True
-            self._trimmed_step = self._steps_count
-        spill_all = _g_debug_mode == DEBUG_SPILL_EVERYTHING
-
-        if not trimmer and not spill_all and self._main is not None:
-            if (self._circular and self._offset + req > self._current_size
-                    and req <= self._current_size):
-                # Ring wrap. (ND4J retries unconditionally and recurses forever when a single
-                # request is larger than the whole ring; such a request spills here instead.)
-                if self._main.exports > 0:
-                    self._fail_if_exported("a circular wrap-around")
-                    self._reuse_main()
-                self._prev_lap_end = <Py_ssize_t>(self._main.ring_written_end - self._lap_base)
-                if self._prev_lap_end < 0:
-                    self._prev_lap_end = 0
-                self._lap_base += self._main.ring_size
-                self._offset = 0
-                self._reset_planned = True
-            if self._offset + req <= self._current_size:
-                if self._circular and (
-                        (self._main.exports > 0 and self._offset < self._prev_lap_end)
-                        or (self._main.pins > 0 and _ring_pin_overrun(
-                            self._main, self._lap_base + self._offset + req))):
-                    # the head is about to write over the previous lap, whose arrays may be
-                    # exported to NumPy, or over an array another thread is reading: leave
-                    # that memory to them first
-                    self._fail_if_exported("a circular overwrite")
-                    self._reuse_main()
-                ptr = self._main.data + self._offset
-                self._last_kind = _LAST_MAIN
-                self._last_bytes = req
-                self._last_prev_offset = self._offset
-                self._last_prev_written = self._main.ring_written_end
-                self._last_vpos = self._lap_base + self._offset
-                self._last_block = self._main
-                self._cycle_alloc += req
-                self._offset += req
-                if self._circular:
-                    self._main.ring_written_end = self._lap_base + self._offset
-                ndws_unpoison(ptr, nbytes)         # the alignment slack stays poisoned
-                if zero:
-                    memset(ptr, 0, nbytes)
-                if self._debug:
-                    _log.info("Workspace [%s]: Allocating array of %d bytes, prevOffset: %d; "
-                              "currentOffset: %d", self._id, req, self._last_prev_offset,
-                              self._offset)
-                return ptr
-
-        if self._p_spill == SPILL_FAIL:
-            raise WorkspaceError("Can't allocate memory: Workspace is full", "full", self._id)
-        blk = allocate_block(req, zero, BLOCK_PINNED if trimmer else BLOCK_SPILL)
-        ndws_poison(blk.data + nbytes, req - nbytes)
-        self._cycle_alloc += req
-        self._last_bytes = req
-        self._last_block = blk
-        self._last_vpos = -1
-        if trimmer:
-            self._pinned_size += req
-            self._pinned_count += 1
-            self._pinned.append((self._steps_count, req, blk))
-            self._last_kind = _LAST_PINNED
-        else:
-            self._spilled_size += req
-            self._external_count += 1
-            self._spills.append(blk)
-            self._last_kind = _LAST_SPILL
-        return blk.data
-
-    cdef void _rollback(self, char* ptr, Py_ssize_t nbytes) noexcept:
-        # Give back an allocation of `nbytes` at `ptr` when the operation that asked for it
-        # failed, so an error leaves the counters as they were. Allocations are given back
-        # newest first (an op with two outputs discards both), so only the top of the bump
-        # region, the newest spill or the newest pinned block can be given back.
-        cdef Py_ssize_t req = _round_up(nbytes)
-        cdef MemoryBlock m = self._main
-        cdef Py_ssize_t end
-        if (self._last_kind == _LAST_MAIN and m is not None
-                and ptr == m.data + self._last_prev_offset
-                and self._offset == self._last_prev_offset + req):
-            # the newest allocation: restore exactly (including the ring's write mark)
-            self._offset = self._last_prev_offset
-            self._cycle_alloc -= req
-            m.ring_written_end = self._last_prev_written
-            ndws_poison(ptr, req)
-        elif (m is not None and m.data <= ptr < m.data + m.size
-                and ptr + req == m.data + self._offset):
-            self._offset -= req
-            self._cycle_alloc -= req
-            ndws_poison(ptr, req)
-            end = self._lap_base + self._offset
-            if self._circular and m.ring_written_end > end:
-                m.ring_written_end = end
-        elif len(self._spills) and (<MemoryBlock>self._spills[len(self._spills) - 1]).data == ptr:
-            self._spills.pop()
-            self._spilled_size -= req
-            self._external_count -= 1
-            self._cycle_alloc -= req
-        elif (len(self._pinned)
-                and (<MemoryBlock>self._pinned[len(self._pinned) - 1][2]).data == ptr):
-            self._pinned.pop()
-            self._pinned_size -= req
-            self._pinned_count -= 1
-            self._cycle_alloc -= req
-        self._last_kind = _LAST_NONE
-        self._last_block = None
-
-    # -- lifecycle (ND4J §2.4–2.6, 2.8, 2.11) ---------------------------------------------------
-
-    cdef int _check_mmap_file(self) except -1:
-        # Someone else may have truncated the mapped file: touching a page past its end is
-        # SIGBUS, so refuse before the cycle hands out any of it.
-        cdef MemoryBlock m = self._main
-        cdef Py_ssize_t flen
-        if m is None or m.kind != BLOCK_MMAP:
-            return 0
-        try:
-            flen = m.keep.size()
-        except (OSError, ValueError) as exc:
-            raise WorkspaceError(f"Workspace [{self._id}]: the memory-mapped file can't be "
-                                 f"checked ({exc})", "mmap", self._id) from None
-        if flen < m.size:
-            raise WorkspaceError(
-                f"Workspace [{self._id}]: its memory-mapped file is now {flen} bytes, shorter "
-                f"than the {m.size} bytes mapped (truncated by another program?); using it "
-                f"would crash the process. Destroy this workspace and create a new one.",
-                "mmap", self._id)
-        return 0
-
-    def notify_scope_entered(self):
-        """Enter this workspace (ND4J ``notifyScopeEntered``); returns self.
-
-        Re-entering the current open workspace only counts the nesting. Any other entry starts
-        a new cycle: the generation increases, a scoped workspace's offset goes back to 0, and
-        spilled memory of the previous cycle is released. Every entry needs its own `close`
-        (a `with` statement does it).
-        """
-        self._check_thread("entered")
-        cdef ThreadState ts = _tstate()
-        self._check_mmap_file()
-        self._adopt_pending = False
-        if ts._current is self and self._is_open:
-            self._last_scope = _push_scope(ts, self, _SC_NEST)
-            return self
-        cdef bint reuse = self._p_reset == RESET_BLOCK_LEFT and self._is_open
-        if reuse:
-            # Entering an open, non-current workspace (A -> B -> A) resets it, as in ND4J.
-            # What may fail comes before the scope is pushed: a failed entry changes nothing.
-            self._fail_if_exported("re-entry of an open workspace")
-            self._reuse_main()
-        cdef _Scope scope = _push_scope(ts, self, _SC_ENTRY)
-        self._last_scope = scope
-        self._previous = scope.restore
-        self._depth += 1
-        self._is_open = True
-        if self._p_reset == RESET_BLOCK_LEFT:
-            self._offset = 0
-        if self._external_count > 0 and (self._p_reset == RESET_BLOCK_LEFT or self._reset_planned):
-            self._clear_external()
-            self._reset_planned = False
-        self._cycle_alloc = 0
-        self._disabled_counter = 0
-        self._generation += 1
-        return self
-
-    def close(self):
-        """Leave this workspace (ND4J ``close``/``notifyScopeLeft``).
-
-        Ends this workspace's innermost scope: a borrow, one level of re-entry, or an entry.
-        When the last open entry ends, so does the cycle: counters and learning are updated, a
-        scoped workspace's memory becomes reusable and every array allocated in the cycle
-        becomes stale. The workspace that was current when the scope began becomes current
-        again if it is still open (otherwise the innermost remaining scope decides).
-        """
-        self._check_thread("closed")
-        cdef ThreadState ts = _tstate()
-        self._adopt_pending = False
-        cdef _Scope scope = _innermost_of(ts, self)
-        if scope is not None:
-            _end_scope(ts, scope, False)
-            return
-        if self._depth == 0:
-            raise WorkspaceError(f"Workspace [{self._id}] can't be closed: it is not open",
-                                 "closed", self._id)
-        # an entry a `with` left open when it ended (see "Scopes"): no longer on the stack
-        if self._depth == 1 and self._p_reset == RESET_BLOCK_LEFT:
-            self._fail_if_exported("the end of a cycle")
-        self._depth -= 1
-        try:
-            if self._depth == 0:
-                self._end_cycle()
-        finally:
-            ts._scope_ops += 1
-            if not _usable(ts._current):
-                ts._current = _innermost(ts)
-
-    cdef int _end_cycle(self) except -1:
-        # ND4J's close(), steps 3-12, once the last open entry has ended (the export check of
-        # step 3 ran before anything changed).
-        cdef bint scoped = self._p_reset == RESET_BLOCK_LEFT
-        cdef MemoryBlock cycle_block = self._main
-        self._is_open = False
-        self._cycles_count += 1
-        if self._cycles_count > 1 and (self._cycles_count - 1) % self._steps_number == 0:
-            self._steps_count += 1
-        if not self._is_used:
-            _log.warning("Workspace was turned off, and wasn't ever turned on back again")
-            self._is_used = True
-        if self._cycle_alloc > self._max_cycle:
-            self._max_cycle = self._cycle_alloc
-        if self._p_learning != LEARN_NONE and self._max_cycle > 0:
-            if self._external_count > 0 and (scoped or self._reset_planned):
-                self._clear_external()
-                self._reset_planned = False
-            if ((self._p_learning == LEARN_OVER_TIME and self._cycles_before_init == self._cycles_count)
-                    or (self._p_learning == LEARN_FIRST_LOOP and self._current_size == 0)):
-                if _g_debug_mode != DEBUG_SPILL_EVERYTHING:
-                    self.initialize_workspace()
-            elif (self._current_size > 0 and self._cycle_alloc > 0
-                  and self._p_spill == SPILL_REALLOCATE and not self._circular):
-                if _g_debug_mode != DEBUG_SPILL_EVERYTHING:
-                    self.initialize_workspace()
-        if self._pinned_count > 0:
-            self._clear_pinned(False)
-        if self._trimmed_mode and self._trimmed_step + 2 < self._steps_count:
-            self._initial_block_size = self._max_cycle
-            self.initialize_workspace()
-            self._trimmed_mode = False
-            self._trimmed_step = 0
-            self._offset = 0
-        self._last_cycle_alloc = self._cycle_alloc
-        self._disabled_counter = 0
-        if scoped:
-            if cycle_block is not None and held(cycle_block):
-                if self._main is cycle_block:
-                    self._reuse_main()
-                else:
-                    # learning replaced the block; the exports alone keep the old one alive
-                    self._blocks_left += 1
-                    self._bytes_left += cycle_block.size
-            elif self._main is not None:
-                ndws_poison(self._main.data, self._main.size)   # every array of it is stale
-            self._offset = 0
-        elif self._circular and self._current_size > 0:
-            # each cycle occupies whole blocks of the ring
-            diff = self._initial_block_size - self._cycle_alloc
-            if diff > 0 and not self._trimmed_mode and self._offset > 0:
-                self._offset += diff
-        self._cycle_alloc = 0
-        return 0
-
-    def notify_scope_left(self):
-        """Same as `close` (ND4J ``notifyScopeLeft``); returns self."""
-        self.close()
-        return self
-
-    def notify_scope_borrowed(self):
-        """Make this open workspace current without starting a cycle (ND4J
-        ``notifyScopeBorrowed``).
-
-        `close` ends the borrow and restores the workspace that was current before it.
-        Borrowing a workspace that is not open raises (kind ``"closed"``): its arrays would be
-        born stale.
-        """
-        self._check_thread("borrowed")
-        cdef ThreadState ts = _tstate()
-        if not self._is_open:
-            raise WorkspaceError(f"Workspace [{self._id}] can't be borrowed: it is not open",
-                                 "closed", self._id)
-        if self._borrows > 0:
-            raise WorkspaceError(f"Workspace [{self._id}]: Can't borrow from borrowed workspace",
-                                 "borrowed", self._id)
-        self._adopt_pending = False
-        self._last_scope = _push_scope(ts, self, _SC_BORROW)
-        self._borrows += 1
-        return self
-
-    def _borrow_scope(self):
-        """Borrow (`notify_scope_borrowed`) and return the scope, for `Workspace.borrow`."""
-        self.notify_scope_borrowed()
-        return self._last_scope
-
-    def tag_out_of_scope_use(self):
-        """Count one more scope of this open workspace that one `close` ends (ND4J
-        ``tagOutOfScopeUse``); makes it current; returns self."""
-        self._check_thread("scoped out")
-        cdef ThreadState ts = _tstate()
-        if not self._is_open:
-            raise WorkspaceError(f"Workspace [{self._id}] can't be tagged: it is not open",
-                                 "closed", self._id)
-        self._last_scope = _push_scope(ts, self, _SC_NEST)
-        return self
-
-    def __enter__(self):
-        # get_and_activate_workspace() has already entered: `with` then manages that entry.
-        if not self._take_adoption():
-            self.notify_scope_entered()
-        self._with_scopes.append(self._last_scope)
-        return self
-
-    def __exit__(self, *exc_info):
-        self._check_thread("closed")
-        if self._with_scopes:
-            _end_scope(_tstate(), <_Scope>self._with_scopes.pop(), True)
-        return False
-
-    def initialize_workspace(self):
-        """Size the workspace from what it has learned (ND4J ``initializeWorkspace``)."""
-        self._check_thread("initialized")
-        if ((self._current_size < self._max_cycle or self._current_size < self._cycle_alloc)
-                and self._p_spill == SPILL_REALLOCATE
-                and (self._max_size == 0 or self._max_cycle < self._max_size)):
-            if not self._circular:
-                self._destroy_buffers(True)
-                self._is_init = False
-        if self._trimmed_mode and self._trimmed_step + 2 < self._steps_count:
-            self._destroy_buffers(False)
-            self._is_init = False
-            self._is_over = False
-        if not self._is_init and self._p_learning != LEARN_NONE:
-            if self._max_size > 0:
-                self._current_size = min(self._max_cycle, self._max_size)
-            else:
-                self._current_size = self._max_cycle
-            if self._circular:
-                # +30% against reallocations; ND4J then adds 8 - size % 8, which adds a full 8
-                # to sizes that are already multiples of 8.
-                if not <double>self._current_size * 1.3 <= <double>MAX_BLOCK_BYTES:
-                    raise MemoryError(f"Workspace [{self._id}]: a ring of "
-                                      f"{self._current_size} bytes * 1.3 would exceed "
-                                      f"{MAX_BLOCK_BYTES} bytes")
-                self._current_size = <Py_ssize_t>(<double>self._current_size * 1.3)
-                self._current_size += 8 - (self._current_size % 8)
-                self._max_cycle = self._current_size
-            self._initial_block_size = self._current_size
-            if not self._is_over:
-                if (self._p_alloc == ALLOC_OVERALLOCATE and self._overalloc > 0
-                        and self._current_size > 0):
-                    self._current_size = _grown(self._current_size, self._overalloc, self._id)
-                    self._is_over = True
-            if self._min_size > 0 and self._current_size < self._min_size:
-                self._current_size = self._min_size
-            if self._external_count > 0 and (self._p_reset == RESET_BLOCK_LEFT or self._reset_planned):
-                self._clear_external()
-                self._reset_planned = False
-            self._init_buffer()
-
-    def destroy(self):
-        """Release the workspace's memory (ND4J ``destroyWorkspace``).
-
-        Counters and learned sizes are kept, as in ND4J; the size becomes 0, so a destroyed
-        workspace that is entered again spills everything. Unlike ND4J, its open scopes end
-        (without a cycle end): a destroyed workspace is never current, and the workspace that
-        was current before it (if still open) becomes current again. Arrays allocated before
-        the destruction keep their memory alive but raise ``WorkspaceError`` (kind
-        ``destroyed``) on every use.
-        """
-        self._check_thread("destroyed")
-        cdef ThreadState ts = _tstate()
-        # a destroyed workspace is never current: its scopes end here (without a cycle end),
-        # and a `with` over it later finds nothing to close
-        _purge(ts, self)
-        self._depth = 0
-        self._is_open = False
-        self._borrows = 0
-        ts._scope_ops += 1
-        if not _usable(ts._current):
-            ts._current = _innermost(ts)
-        self._destroy_buffers(True)
-        self._epoch += 1
-
-    def toggle_workspace_use(self, bint is_enabled):
-        """Switch the workspace off (allocations go to plain memory) or back on."""
-        self._is_used = is_enabled
-
-    def enable_debug(self, bint really_enable):
-        """Log every allocation at INFO level (ND4J ``enableDebug``)."""
-        self._debug = really_enable
-
-    def _assert_owner(self, action):
-        """Raise WorkspaceError unless called from the workspace's own thread."""
-        self._check_thread(action)
-
-    def _mark_adoptable(self):
-        # get_and_activate_workspace() has just entered; a `with` on the result manages that
-        # entry only if no scope change happened in this thread since (see _take_adoption)
-        self._adopt_pending = True
-        self._adopt_token = _tstate()._scope_ops
-
-    def _take_adoption(self):
-        cdef bint pending = self._adopt_pending and _tstate()._scope_ops == self._adopt_token
-        self._adopt_pending = False
-        return pending
-
-    def _set_previous_workspace(self, Arena previous):
-        cdef _Scope scope
-        if previous is not None:
-            previous._check_thread("made a parent")
-        self._previous = previous
-        scope = _innermost_of(_tstate(), self)
-        if scope is not None:
-            scope.restore = previous
-
-    # -- counters (ND4J §2.10) ------------------------------------------------------------------
-
-    @property
-    def id(self):
-        """The workspace id."""
-        return self._id
-
-    @property
-    def this_cycle_allocations(self):
-        """Bytes allocated so far in the open cycle (aligned; spills and pinned included)."""
-        return self._cycle_alloc
-
-    @property
-    def last_cycle_allocations(self):
-        """Bytes allocated in the last closed cycle."""
-        return self._last_cycle_alloc
-
-    @property
-    def max_cycle_allocations(self):
-        """Largest cycle so far (for circular workspaces, the padded block size once learned)."""
-        return self._max_cycle
-
-    @property
-    def current_size(self):
-        """Usable bytes of the main buffer (0 before learning)."""
-        return self._current_size
-
-    @property
-    def primary_offset(self):
-        """Current offset into the main buffer (also ND4J's current/host offset)."""
-        return self._offset
-
-    @property
-    def spilled_size(self):
-        """Bytes in spilled (external) allocations of this cycle."""
-        return self._spilled_size
-
-    @property
-    def pinned_size(self):
-        """Bytes in pinned allocations (circular workspaces)."""
-        return self._pinned_size
-
-    @property
-    def number_of_external_allocations(self):
-        """Number of spilled allocations held."""
-        return self._external_count
-
-    @property
-    def number_of_pinned_allocations(self):
-        """Number of pinned allocations held."""
-        return self._pinned_count
-
-    @property
-    def initial_block_size(self):
-        """Bytes of one ring block (circular workspaces)."""
-        return self._initial_block_size
-
-    @property
-    def step_number(self):
-        """Full passes over the ring (ND4J ``getStepNumber``)."""
-        return self._steps_count
-
-    @property
-    def generation(self):
-        """Number of times a new cycle was entered (ND4J ``getGenerationId``)."""
-        return self._generation
-
-    @property
-    def cycles_count(self):
-        """Number of closed cycles."""
-        return self._cycles_count
-
-    @property
-    def is_scope_active(self):
-        """True while the workspace is open."""
-        return self._is_open
-
-    @property
-    def is_borrowed(self):
-        """True while the workspace is borrowed."""
-        return self._borrows > 0
-
-    @property
-    def parent_workspace(self):
-        """The workspace that was current when this one was entered (None at top level)."""
-        return self._previous
-
-    @property
-    def is_initialized(self):
-        """True once the main buffer has been allocated by learning or construction."""
-        return self._is_init
-
-    @property
-    def blocks_left_to_exports(self):
-        """Main blocks given up to live NumPy exports at the end of a cycle."""
-        return self._blocks_left
-
-    @property
-    def bytes_left_to_exports(self):
-        """Bytes of the blocks in `blocks_left_to_exports`."""
-        return self._bytes_left
-
-    @property
-    def thread_ident(self):
-        """`threading.get_ident()` of the thread the workspace belongs to."""
-        return self._owner_ident
-
-    @property
-    def is_circular(self):
-        """True for a circular workspace (ResetPolicy.ENDOFBUFFER_REACHED)."""
-        return self._circular
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1448,7 +316,7 @@ cdef inline bint _is_valid(NDArray a) noexcept:
 cdef int _raise_stale(NDArray a, object op, object role, object prefix) except -1:
     cdef str kind = _stale_kind(a)
     cdef Arena w = a._arena
-    ids = _open_ids(_tstate())
+    ids = open_ids(tstate())
     wid = w._id
     if prefix is None:
         head = f"Op [{op}] {role} argument uses {kind} workspace pointer from workspace [{wid}]: "
@@ -1704,7 +572,7 @@ cdef inline void _contiguous_strides(int ndim, const Py_ssize_t* shape, Py_ssize
 cdef inline bint _plain_bump(Arena w, Py_ssize_t req) noexcept:
     # Whether Arena._alloc would simply bump the offset of the main block (see new_array)
     return (not w._circular and w._is_used and not w._trimmed_mode and not w._debug
-            and _g_debug_mode != DEBUG_SPILL_EVERYTHING and w._main is not None
+            and ndws_debug() != DEBUG_SPILL_EVERYTHING and w._main is not None
             and w._offset + req <= w._current_size)
 
 
@@ -1736,14 +604,14 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
                                          f"is not open", "closed", target._id)
                 arena = target
             else:
-                arena = _tstate()._current
+                arena = tstate()._current
         if arena is None:
             block = allocate_block(size * itemsize, zero, BLOCK_DETACHED)
             data = block.data
-        elif _plain_bump(arena, _round_up(size * itemsize)):
+        elif _plain_bump(arena, round_up(size * itemsize)):
             # the steady state of a scoped workspace, inlined: Arena._alloc's main-block
             # branch without the ring, spill, trim and debug cases it has ruled out
-            req = _round_up(size * itemsize)
+            req = round_up(size * itemsize)
             block = arena._main
             data = block.data + arena._offset
             arena._last_kind = _LAST_MAIN
@@ -1924,18 +792,6 @@ cdef class _Pin:
             self.block.pins -= 1
             if self.vpos >= 0:
                 self.block.pinned.remove(self.vpos)
-
-
-cdef bint _ring_pin_overrun(MemoryBlock b, long long new_end) except -1:
-    # Would writing up to virtual position `new_end` overwrite a pinned array of this ring
-    # block? (An array at v is overwritten once the ring has written past v + ring_size.)
-    cdef long long v
-    if b.pinned is None:
-        return False
-    for v in b.pinned:
-        if new_end > v + b.ring_size:
-            return True
-    return False
 
 
 cdef inline bint _foreign(NDArray a) noexcept:
@@ -2605,7 +1461,7 @@ cdef class NDArray:
         _assert_valid(self, "Cannot leverage INDArray to new workspace", "leverage")
         if self._arena is None:
             return self
-        current = _tstate()._current
+        current = tstate()._current
         if current is None:
             return self.detach()
         parent = (<Arena>current)._previous
@@ -2626,7 +1482,7 @@ cdef class NDArray:
         _assert_valid(self, "Cannot leverage INDArray to new workspace", "leverage_to")
         if self._arena is None:
             return self
-        target = _tstate()._workspaces.get(id)
+        target = tstate()._workspaces.get(id)
         if not isinstance(target, Arena):
             if enforce_existence:
                 raise NoSuchWorkspaceError(id, "leverage_to")
@@ -2639,7 +1495,7 @@ cdef class NDArray:
         """`leverage_to(id)` when workspace `id` exists and is open, else `detach()`."""
         if self._arena is None:
             return self
-        target = _tstate()._workspaces.get(id)
+        target = tstate()._workspaces.get(id)
         if not isinstance(target, Arena) or not (<Arena>target)._is_open:
             return self.detach()
         return self.leverage_to(id)
@@ -2648,7 +1504,7 @@ cdef class NDArray:
         """Copy the array into the current workspace; with none, return it (or detach it when
         `detach_on_no_ws`)."""
         _assert_valid(self, "Cannot leverage INDArray to new workspace", "migrate")
-        current = _tstate()._current
+        current = tstate()._current
         if current is None:
             return self.detach() if detach_on_no_ws else self
         return _copy_array(self, <Arena>current, False)

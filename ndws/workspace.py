@@ -1,7 +1,7 @@
 """Workspaces: configuration, the context-manager API and the per-thread manager.
 
 The mechanics (bump allocation, cycles, learning, spills, the ring) are ND4J's, implemented in
-`ndws._core.Arena`; this module gives them ND4J's configuration object and names in Python
+`ndws._arena.Arena`; this module gives them ND4J's configuration object and names in Python
 form (see ``docs/porting-from-dl4j.md`` for the name table).
 
 Examples
@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ndws import _core, _gc
+from ndws import _arena, _core, _gc
 from ndws._core import ConfigurationError, current_workspace
 
 __all__ = [
@@ -68,25 +68,25 @@ def _policy(name: str, codes: type, prefix: str, doc: str) -> type:
     return cls
 
 
-AllocationPolicy = _policy("AllocationPolicy", _core.AllocationPolicyCode, "ALLOC_",
+AllocationPolicy = _policy("AllocationPolicy", _arena.AllocationPolicyCode, "ALLOC_",
                            "Whether headroom is added on top of the initial or learned size.")
-LearningPolicy = _policy("LearningPolicy", _core.LearningPolicyCode, "LEARN_",
+LearningPolicy = _policy("LearningPolicy", _arena.LearningPolicyCode, "LEARN_",
                          "How and when a workspace learns its size.")
-SpillPolicy = _policy("SpillPolicy", _core.SpillPolicyCode, "SPILL_",
+SpillPolicy = _policy("SpillPolicy", _arena.SpillPolicyCode, "SPILL_",
                       "What happens to an allocation that does not fit.")
-ResetPolicy = _policy("ResetPolicy", _core.ResetPolicyCode, "RESET_",
+ResetPolicy = _policy("ResetPolicy", _arena.ResetPolicyCode, "RESET_",
                       "BLOCK_LEFT: scoped workspace; ENDOFBUFFER_REACHED: circular workspace "
                       "(a ring).")
-LocationPolicy = _policy("LocationPolicy", _core.LocationPolicyCode, "LOCATION_",
+LocationPolicy = _policy("LocationPolicy", _arena.LocationPolicyCode, "LOCATION_",
                          "RAM, or a memory-mapped file.")
-ExportPolicy = _policy("ExportPolicy", _core.ExportPolicyCode, "EXPORTS_", """What a cycle end \
+ExportPolicy = _policy("ExportPolicy", _arena.ExportPolicyCode, "EXPORTS_", """What a cycle end \
 does when NumPy views of the workspace's memory are still alive.
 
 FRESH_BLOCK (default) leaves the old block to the views and continues on a new one (counted in
 `Workspace.blocks_left_to_exports`, warned once per workspace); FAIL raises ``WorkspaceError``
 (kind ``"exported"``) instead and changes nothing. An ndws addition.
 """)
-DebugMode = _policy("DebugMode", _core.DebugModeCode, "DEBUG_",
+DebugMode = _policy("DebugMode", _arena.DebugModeCode, "DEBUG_",
                     "Process-wide workspace debug switch (ND4J ``DebugMode``).")
 
 
@@ -162,7 +162,7 @@ class WorkspaceConfiguration:
     >>> WorkspaceConfiguration(initial_size=-1)
     Traceback (most recent call last):
     ...
-    ndws._core.ConfigurationError: initial_size: must be a non-negative number of bytes, got -1
+    ndws.ConfigurationError: initial_size: must be a non-negative number of bytes, got -1
     """
 
     initial_size: int = 0
@@ -288,7 +288,7 @@ def _arena_args(config: WorkspaceConfiguration) -> tuple:
             config.cycles_before_initialization)
 
 
-class Workspace(_core.Arena):
+class Workspace(_arena.Arena):
     """A memory workspace (ND4J ``MemoryWorkspace``), used as a context manager.
 
     ``with ws:`` enters a cycle and leaving the block closes it; arrays allocated inside are
@@ -538,8 +538,8 @@ class WorkspaceManager:
     _default_configuration = WorkspaceConfiguration()
     _uuid = itertools.count(1)
 
-    def __init__(self, state: _core.ThreadState) -> None:
-        if not isinstance(state, _core.ThreadState):
+    def __init__(self, state: _arena.ThreadState) -> None:
+        if not isinstance(state, _arena.ThreadState):
             raise TypeError(f"state: expected a ThreadState, got {type(state).__name__}")
         self._state = state
 

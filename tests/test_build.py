@@ -4,6 +4,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import pathlib
+import re
 import types
 
 import ndws
@@ -12,22 +13,49 @@ from ndws import _core
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+def _sources(path, pkg, seen):
+    """`path` and every .pxd / .pxi / .h it uses, transitively: cimported modules' .pxd files,
+    included .pxi files, and headers named in extern blocks."""
+    if path in seen or not path.exists():
+        return seen
+    seen.add(path)
+    text = path.read_text()
+    if path.suffix == ".pyx":
+        _sources(path.with_suffix(".pxd"), pkg, seen)     # a module's own declarations
+    for mod in re.findall(r"^\s*(?:from\s+ndws((?:\.\w+)+)\s+cimport|cimport\s+ndws((?:\.\w+)+))",
+                          text, re.M):
+        dotted = (mod[0] or mod[1]).lstrip(".")
+        _sources(pkg.joinpath(*dotted.split(".")).with_suffix(".pxd"), pkg, seen)
+    for name in re.findall(r'include\s+"([\w.]+\.pxi)"', text):
+        _sources(path.parent / name, pkg, seen)
+    for name in re.findall(r'"(\w+\.h)"', text):
+        _sources(pkg / name, pkg, seen)
+    for name in re.findall(r'#include\s+"(\w+\.h)"', text):
+        _sources(pkg / name, pkg, seen)
+    return seen
+
+
 def test_extension_is_not_stale():
-    # An edited .pyx (or a .pxd/.pxi it uses) with an old .so would test yesterday's code: fail
-    # loudly instead. A module depends on its own .pyx and on every .pxd/.pxi its source names.
+    # An edited .pyx (or a .pxd/.pxi/.h it uses) with an old .so would test yesterday's code:
+    # fail loudly instead.
     pkg = ROOT / "ndws"
-    headers = list(pkg.glob("*.pxd")) + list(pkg.glob("*.pxi")) + list(pkg.glob("*.h"))
     for pyx in pkg.rglob("*.pyx"):
         built = (list(pyx.parent.glob(pyx.stem + ".*.so"))
                  + list(pyx.parent.glob(pyx.stem + ".*.pyd")))
         assert built, f"{pyx.name} has no built extension: run `pip install -e .`"
-        text = pyx.read_text()
-        text += "".join(h.read_text() for h in pkg.glob("*.pxi") if h.stem in text)
-        deps = [pyx] + [h for h in headers if h.stem in text]
-        for source in deps:
+        for source in _sources(pyx, pkg, set()):
             assert source.stat().st_mtime <= built[0].stat().st_mtime + 1, (
                 f"{source.name} is newer than the built {built[0].name}: rebuild with "
                 f"`pip install -e .` (or `python setup.py build_ext --inplace`)")
+
+
+def test_staleness_check_follows_real_dependencies():
+    pkg = ROOT / "ndws"
+    core = {p.name for p in _sources(pkg / "_core.pyx", pkg, set())}
+    assert {"_core.pyx", "_core.pxd", "_memory.pxd", "_arena.pxd", "_loops.pxi",
+            "_entries.pxi", "_cmath.h", "_tls.h", "_poison.h"} <= core
+    memory = {p.name for p in _sources(pkg / "_memory.pyx", pkg, set())}
+    assert "_core.pxd" not in memory and "_arena.pxd" not in memory
 
 
 def test_core_docstring_examples():
