@@ -71,7 +71,8 @@ import numpy as np
 from ndws._memory import allocation_counters
 # the workspace mechanics' Python surface, published by this module as before
 from ndws._arena import (WorkspaceError, NoSuchWorkspaceError, ConfigurationError,
-                         WorkspaceWarning, SCOPE_PANIC_MSG, MAX_BLOCK_BYTES, current_workspace, _thread_state, _scope_out, _end_scope_of,
+                         WorkspaceWarning, SCOPE_PANIC_MSG, MAX_BLOCK_BYTES, current_workspace,
+                         _thread_state, _scope_out, _end_scope_of,
                          _clear_scopes, _scope_ops, _set_debug_mode, _get_debug_mode)
 
 ndws_share(epoch_ptr(), debug_mode_ptr())
@@ -2285,7 +2286,8 @@ def _py_give_fpe(name, int flags):
 
 
 cdef object _fast_binary(int op, object x1, object x2, object out, object name):
-    """x1 op x2 natively, or NotImplemented when the case is not covered (see the section comment)."""
+    """x1 op x2 natively, or NotImplemented when the case is not covered (see the section
+    comment)."""
     cdef NDArray a = None, b = None, big, o
     cdef NDArray made = None
     cdef object dt

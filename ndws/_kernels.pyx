@@ -2120,7 +2120,8 @@ def linear(x, w, b=None, activation="identity", out=None, **params):
             raise ValueError(f"linear: out has a zero stride (strides {out.strides}): "
                              f"elements would overlap")
         # out that is an input: compute into a temporary, copy, give the temporary back
-        temp = operands_overlap(&oy, &ox) or operands_overlap(&oy, &ow) or (B is not None and operands_overlap(&oy, &ob))
+        temp = (operands_overlap(&oy, &ox) or operands_overlap(&oy, &ow)
+                or (B is not None and operands_overlap(&oy, &ob)))
     Y = new_result(X._dtype, 2, shape, "linear") if temp else target
     try:
         gemm_arrays(X, W, Y, 1.0, 0.0, False, False, ep, &ctx, "linear")

@@ -114,7 +114,8 @@ cdef MemoryBlock allocate_block(Py_ssize_t nbytes, bint zero, int kind):
     if raw == NULL:
         raise MemoryError(f"ndws: unable to allocate {nbytes} bytes for array data")
     b.raw = raw
-    b.data = <char*>((<uintptr_t>raw + <uintptr_t>(NDWS_ALIGNMENT - 1)) & ~(<uintptr_t>(NDWS_ALIGNMENT - 1)))
+    b.data = <char*>((<uintptr_t>raw + <uintptr_t>(NDWS_ALIGNMENT - 1))
+                     & ~(<uintptr_t>(NDWS_ALIGNMENT - 1)))
     ndws_poison(raw, b.data - <char*>raw)                       # the alignment slack, both
     ndws_poison(b.data + nbytes, (<char*>raw + total) - (b.data + nbytes))  # ends
     b.size = nbytes
