@@ -61,9 +61,10 @@ cdef enum Grain:               # the measured grains themselves are in _core.pyx
     GRAIN_NN_CHEAP = 4         # elements: relu, sgd, momentum (memory bound)
     GRAIN_NN_TRANSC = 5        # elements: exp/tanh/erf activations, softmax, losses
     GRAIN_NN_UPDATE = 6        # elements: the sqrt-based updaters
-    N_GRAINS = 7
+    GRAIN_EVAL_ROWS = 7        # rows: the confusion-matrix counting of ndws.evaluation
+    N_GRAINS = 8
 
-cdef int threads_for(Py_ssize_t work, int grain) noexcept
+cdef int threads_for(Py_ssize_t work, Grain grain) noexcept
 
 cdef inline bint release_gil(Py_ssize_t nbytes, int nthreads) noexcept:
     return nthreads > 1 or nbytes > NOGIL_BYTES

@@ -167,17 +167,22 @@ cdef int thread_limit() noexcept:
 #   131072: 10.8 vs 7.9 us; at 65536 two threads still lose: 6.4 vs 8.6 us); exp/erf/tanh
 #   activations, softmax rows, the losses and the sqrt-based updaters (2-10 ns/element) gain
 #   from 4096 elements (gelu 29.3 vs 17.2 us, softmax 29.1 vs 18.9, cross-entropy 58.0 vs 35.9,
-#   adam 13.2 vs 9.7) and lose or tie at 1024.
+#   adam 13.2 vs 9.7) and lose or tie at 1024;
+# - eval_rows (ndws.evaluation's confusion counting): a row is C loads from each of two arrays,
+#   ~2-4 ns for C = 10, against a few microseconds of OpenMP start-up.
 cdef Py_ssize_t _grains[N_GRAINS]
-_grains[:] = [1 << 15, 1 << 16, 300000, 150000, 65536, 2048, 2048]
+_grains[:] = [1 << 15, 1 << 16, 300000, 150000, 65536, 2048, 2048, 16384]
 _GRAIN_NAMES = ("elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap", "nn_transc",
-                "nn_update")
+                "nn_update", "eval_rows")
 
 
-cdef int threads_for(Py_ssize_t work, int grain) noexcept:
-    cdef Py_ssize_t g = _grains[grain]
+cdef int threads_for(Py_ssize_t work, Grain grain) noexcept:
+    cdef Py_ssize_t g
     cdef int n
     cdef Py_ssize_t useful
+    if <unsigned int>grain >= N_GRAINS:
+        return 1                   # not a Grain: never read outside the table
+    g = _grains[<int>grain]
     if g <= 0 or work < 2 * g:
         return 1                   # before the thread-local lookup: most calls are small
     n = thread_limit()

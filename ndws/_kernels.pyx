@@ -22,7 +22,7 @@ import numpy as np
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, discard_result,
                          pin_foreign, new_result, threads_for, release_gil, arrays_overlap,
-                         GRAIN_NN_CHEAP, GRAIN_NN_TRANSC, GRAIN_NN_UPDATE)
+                         Grain, GRAIN_NN_CHEAP, GRAIN_NN_TRANSC, GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws._core import from_numpy as _from_numpy
 from ndws._gemm_types cimport epilogue_fn
@@ -633,7 +633,7 @@ cdef void _copy_into(NDArray src, NDArray dst) noexcept:
                 <float64_t*>dst._data, 1)
 
 
-cdef inline int _grain(int code) noexcept:
+cdef inline Grain _grain(int code) noexcept:
     if code <= ACT_LEAKY_RELU:
         return GRAIN_NN_CHEAP
     return GRAIN_NN_TRANSC

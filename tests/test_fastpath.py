@@ -522,7 +522,7 @@ def test_unsupported_operand_type_still_returns_notimplemented():
 def test_grains_are_set_by_name_and_an_unknown_name_changes_nothing():
     before = _core._set_grains()
     assert set(before) == {"elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap",
-                           "nn_transc", "nn_update"}
+                           "nn_transc", "nn_update", "eval_rows"}
     with pytest.raises(TypeError, match=r"^_set_grains: unknown grain 'bogus'; expected one of "
                                         r"elementwise, reduce, "):
         _core._set_grains(elementwise=5, bogus=1)

@@ -13,7 +13,7 @@ from libc.string cimport memset
 
 import numpy as np
 
-from ndws._core cimport threads_for
+from ndws._core cimport GRAIN_EVAL_ROWS, thread_limit, threads_for
 from ndws._typedefs cimport float32_t, float64_t, int32_t, int64_t, intp_t, uint8_t
 
 cnp.import_array()
@@ -47,10 +47,6 @@ cdef enum:
     SLOT_TOPN_TOTAL = 3
     N_SLOTS = 4
 
-# Rows a thread must get before a second thread pays for itself (a row is C loads from each of
-# two arrays: ~2-4 ns for C = 10; OpenMP start-up is a few microseconds on the 2-core box).
-cdef enum:
-    GRAIN_ROWS = 16384
 # Above this many confusion cells one thread counts straight into its scratch: per-thread
 # copies of a large matrix would cost more to clear and reduce than the batch does to count.
 cdef enum:
@@ -85,7 +81,7 @@ def max_threads(intp_t n_classes):
     cdef intp_t cells = n_classes * n_classes
     if cells > MAX_CELLS_PARALLEL:
         return 1
-    return max(1, threads_for(1 << 40, 1))
+    return max(1, thread_limit())
 
 
 cdef inline bint _mask_on(const Params* p, intp_t i0, intp_t i1, intp_t i2) noexcept nogil:
@@ -326,7 +322,7 @@ def count(cnp.ndarray predictions, cnp.ndarray labels, object mask, int mode, do
         prm.m1 = cnp.PyArray_STRIDES(<cnp.ndarray>mask)[1]
         prm.m2 = cnp.PyArray_STRIDES(<cnp.ndarray>mask)[2]
     n = P.n0 * P.n1 * P.n2
-    nt = threads_for(n, GRAIN_ROWS) if C * C <= MAX_CELLS_PARALLEL else 1
+    nt = threads_for(n, GRAIN_EVAL_ROWS) if C * C <= MAX_CELLS_PARALLEL else 1
     if nt > scratch.shape[0]:
         nt = scratch.shape[0]
     if nt < 1:
