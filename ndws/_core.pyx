@@ -1,8 +1,10 @@
-"""ndws._core: memory blocks, the workspace arena, NDArray and the validity check.
+"""ndws._core: NDArray, the validity check, the native element-wise and reduction paths with
+their NumPy fallback, the kernel-thread settings and the creation functions.
 
-Everything that touches raw memory lives here. The pure-Python layers (`ndws.workspace`,
-`ndws.ops`, `ndws.random`) decide *what* to do; this module decides where bytes go, keeps them
-alive exactly as long as something refers to them, and refuses every stale use.
+Above the workspace mechanics (ndws._arena) and the memory blocks (ndws._memory); see
+docs/architecture.md. The pure-Python layers (`ndws.workspace`, `ndws.ops`, `ndws.random`)
+decide *what* to do; this module places every array, keeps its memory alive exactly as long as
+something refers to it, and refuses every stale use.
 
 Examples
 --------
