@@ -192,7 +192,7 @@ def extension(name):
 
 
 EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("ndws._core"),
-              extension("ndws._kernels"), extension("ndws._linalg"),
+              extension("ndws._linalg"), extension("ndws.nn._kernels"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels")]
 EXTENSIONS += [extension(f"ndws._gemm_{isa}")

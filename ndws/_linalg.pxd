@@ -1,5 +1,5 @@
 # ndws._linalg for other Cython modules: the native GEMM on already-validated NDArrays and the
-# operand records it reads (the fused `linear` of ndws._kernels is built on them, with its bias
+# operand records it reads (the fused `linear` of ndws.nn._kernels is built on them, with its bias
 # + activation as the epilogue).
 from ndws._core cimport NDArray, NDWS_MAXDIMS
 from ndws._gemm_types cimport epilogue_fn

@@ -504,14 +504,14 @@ def test_public_module_all():
     import doctest
     failures, tried = doctest.testmod(F, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
-    from ndws import _kernels
+    from ndws.nn import _kernels
     failures, tried = doctest.testmod(_kernels, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
 
 
 def test_stub_lists_every_public_kernel():
     import pathlib
-    from ndws import _kernels
+    from ndws.nn import _kernels
     stub = (pathlib.Path(_kernels.__file__).parent / "_kernels.pyi").read_text()
     public = [n for n in dir(_kernels) if not n.startswith("_") and n != "np"]
     missing = [n for n in public if n not in stub]

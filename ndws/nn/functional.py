@@ -2,7 +2,7 @@
 
 The fused dense layer `linear` (GEMM + bias + activation), activations (forward and
 derivative), softmax / log-softmax along an axis, losses with their gradients, and fused
-in-place updaters. Every function is a compiled function of `ndws._kernels` (the fused layer
+in-place updaters. Every function is a compiled function of `ndws.nn._kernels` (the fused layer
 runs on `ndws._linalg`'s GEMM), with no Python layer in between: a call on a small array costs
 a few hundred nanoseconds.
 
@@ -27,7 +27,7 @@ Conventions
 >>> round(loss, 4)
 0.4076
 """
-from ndws._kernels import (
+from ndws.nn._kernels import (
     ACTIVATIONS,
     activation,
     activation_backward,

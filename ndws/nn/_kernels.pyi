@@ -1,4 +1,4 @@
-# Typing stub for ndws._kernels (the public surface is ndws.nn.functional).
+# Typing stub for ndws.nn._kernels (the public surface is ndws.nn.functional).
 from typing import Any, Literal, overload
 
 import numpy as np
