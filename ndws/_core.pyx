@@ -49,23 +49,12 @@ cimport numpy as cnp
 from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads, ndws_omp_set_num_threads
 from ndws._arena cimport (Arena, ThreadState, tstate, open_ids, round_up, epoch_ptr,
                           debug_mode_ptr, ndws_share, ndws_current_tid, ndws_debug,
-                          ALLOC_STRICT, ALLOC_OVERALLOCATE, LEARN_FIRST_LOOP, LEARN_OVER_TIME,
-                          LEARN_NONE, SPILL_EXTERNAL, SPILL_FAIL, SPILL_REALLOCATE,
-                          RESET_BLOCK_LEFT, RESET_ENDOFBUFFER_REACHED, LOCATION_RAM,
-                          LOCATION_MMAP, EXPORTS_FRESH_BLOCK, EXPORTS_FAIL, DEBUG_DISABLED,
-                          DEBUG_SPILL_EVERYTHING, DEBUG_BYPASS_EVERYTHING, _LAST_NONE,
-                          _LAST_MAIN, _LAST_SPILL, _LAST_PINNED, _LAST_OTHER)
-from ndws._memory cimport (MemoryBlock, NDWS_ALIGNMENT, NDWS_SANITIZED, ndws_poison,
-                           ndws_unpoison, allocate_block, foreign_block, map_file, map_temp_file,
-                           empty_block, held, BLOCK_DETACHED, BLOCK_MAIN, BLOCK_SPILL,
-                           BLOCK_PINNED, BLOCK_EXTERNAL, BLOCK_FOREIGN, BLOCK_MMAP, BLOCK_STATIC)
+                          DEBUG_SPILL_EVERYTHING, _LAST_MAIN)
+from ndws._memory cimport (MemoryBlock, NDWS_ALIGNMENT, NDWS_SANITIZED, ndws_unpoison,
+                           allocate_block, foreign_block, empty_block, held, BLOCK_DETACHED)
 
 import collections
-import logging
-import os
 import sys
-import tempfile
-import threading
 import warnings
 
 import numpy as np
@@ -119,7 +108,6 @@ cdef extern from *:
 #: 64-byte aligned; in a circular workspace each cycle starts at a ring-block boundary, and
 #: ND4J's block size is only rounded to 8 bytes, so arrays there are 8-byte aligned.
 ALIGNMENT = NDWS_ALIGNMENT
-cdef Py_ssize_t _ALIGN = NDWS_ALIGNMENT
 MAXDIMS = NDWS_MAXDIMS
 
 # the shared block of zero-size arrays, held here so creating one calls nothing in _memory

@@ -174,16 +174,11 @@ static inline long long ndws_claim(long long* next) {
     return __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
 }
 
-static inline void ndws_count_done(long long* done) {
-    __atomic_add_fetch(done, 1, __ATOMIC_RELAXED);
-}
-
 #else  /* no POSIX threads: the caller does everything */
 
 typedef void (*ndws_job_fn)(void* ctx);
 static void ndws_pool_run(ndws_job_fn fn, void* ctx, int helpers) { (void)helpers; fn(ctx); }
 static inline long long ndws_claim(long long* next) { return (*next)++; }
-static inline void ndws_count_done(long long* done) { (*done)++; }
 
 #endif
 #endif /* NDWS_POOL_H */
