@@ -28,9 +28,7 @@ def _sources(path, pkg, seen):
         _sources(pkg.joinpath(*dotted.split(".")).with_suffix(".pxd"), pkg, seen)
     for name in re.findall(r'include\s+"([\w.]+\.pxi)"', text):
         _sources(path.parent / name, pkg, seen)
-    for name in re.findall(r'"(\w+\.h)"', text):
-        _sources(pkg / name, pkg, seen)
-    for name in re.findall(r'#include\s+"(\w+\.h)"', text):
+    for name in re.findall(r'"(\w+\.h)"', text):   # cdef extern from "x.h" and #include "x.h"
         _sources(pkg / name, pkg, seen)
     return seen
 
