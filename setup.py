@@ -171,8 +171,9 @@ generate("ndws/_entries.pxi.tp")
 
 #: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h", "ndws/_pool.h"]
-DEPENDS = {"ndws._core": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
-                          "ndws/_poison.h", "ndws/_tls.h"],
+DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
+                            "ndws/_poison.h", "ndws/_tls.h"],
+           "ndws._core": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._memory": ["ndws/_poison.h"]}
 
@@ -191,8 +192,9 @@ def extension(name):
     )
 
 
-EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("ndws._core"),
-              extension("ndws._linalg"), extension("ndws.nn._kernels"),
+EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("ndws._threads"),
+              extension("ndws._core"), extension("ndws._dispatch"), extension("ndws._linalg"),
+              extension("ndws._ufuncs"), extension("ndws.nn._kernels"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels")]
 EXTENSIONS += [extension(f"ndws._gemm_{isa}")

@@ -7,7 +7,7 @@ allocates nothing), of NumPy's allocating call, and of NumPy's ``out=`` form, th
 ndws / NumPy (allocating). The issue's target is a ratio of at most 0.5 at 16 elements: each
 such row says PASS or MISS. Operators (``x + y``) and functions (``ndws.add``) are timed
 separately. It also measures the thread thresholds (the element count from which two kernel
-threads beat one) that the kernels' GRAIN constants in ndws/_core.pyx are set from.
+threads beat one) that the kernels' GRAIN constants in ndws/_threads.pyx are set from.
 
 Usage::
 
@@ -38,7 +38,7 @@ if ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 import ndws  # noqa: E402
-from ndws import _core  # noqa: E402
+from ndws import _threads, _ufuncs  # noqa: E402
 
 TARGET = 0.5                 # ndws per-call time / NumPy per-call time, at 16 elements
 SIZES = [16, 1024, 1 << 20]
@@ -155,7 +155,7 @@ def grain_sweep(quick: bool) -> None:
     if ndws.get_num_threads() < 2:
         print("thread thresholds: fewer than 2 kernel threads available; sweep skipped")
         return
-    saved = _core._set_grains(elementwise=1, reduce=1)
+    saved = _threads._set_grains(elementwise=1, reduce=1)
     try:
         sizes = [1 << k for k in range(12, 22)]
         samples = 10 if quick else 40
@@ -183,8 +183,8 @@ def grain_sweep(quick: bool) -> None:
             print(f"  {label:22s} 2 threads win (>10%) from n = {threshold}")
             print("    " + ", ".join(row))
     finally:
-        _core._set_grains(**saved)
-    print(f"  grains in use: {_core._set_grains()}")
+        _threads._set_grains(**saved)
+    print(f"  grains in use: {_threads._set_grains()}")
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ caught. See ``docs/workspaces.md`` for the tutorial and ``docs/porting-from-dl4j
 ND4J name table.
 """
 from ndws import _core
-from ndws import _linalg  # noqa: F401  (installs the native matmul behind `@` and ndws.matmul)
+from ndws import _ufuncs  # noqa: F401  (fills NDArray's operator table: x + y, x.sum(), x @ y)
 from ndws._config import __version__, show_config
 from ndws._core import (
     ALIGNMENT,
@@ -26,15 +26,13 @@ from ndws._core import (
     from_numpy,
     full,
     full_like,
-    get_num_threads,
     linspace,
-    num_threads,
     ones,
     ones_like,
-    set_num_threads,
     zeros,
     zeros_like,
 )
+from ndws._threads import get_num_threads, num_threads, set_num_threads
 from ndws import ops as _ops
 from ndws.ops import *  # noqa: F403  (the NumPy-named math surface; see ndws.ops.__all__)
 from ndws.memory import MemoryManager, get_memory_manager

@@ -2,7 +2,7 @@
  * it uses): floating-point status flags as NumPy's NPY_FPE_* bits, vectorised sqrt, exp and
  * tanh loops, NumPy's floating-point error reporting, and NaN-aware max/min/find scans.
  * Plain C with intrinsics where the compiler cannot vectorise the portable loop; the build
- * never uses -ffast-math. Included once, by _core (through _loops.pxi). */
+ * never uses -ffast-math. Included once, by _ufuncs (through _loops.pxi). */
 #ifndef NDWS_CMATH_H
 #define NDWS_CMATH_H
 

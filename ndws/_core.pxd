@@ -2,7 +2,7 @@
 # next layer read an NDArray's pointer, shape and strides directly, without memoryviews).
 from libc.stdint cimport uint64_t
 from ndws._memory cimport MemoryBlock
-from ndws._arena cimport Arena, ThreadState
+from ndws._arena cimport Arena, ThreadState, ndws_current_tid
 
 cdef enum:
     NDWS_MAXDIMS = 64          # NumPy 2's limit (NPY_MAXDIMS): every NumPy array fits
@@ -29,81 +29,115 @@ cdef class NDArray:
     cdef bint _owns             # allocated for this array (NumPy's OWNDATA); False for views
     cdef bint _initialized      # set up by a constructor: __init__ may not run again
 
+# -- validity (docs/architecture.md, invariant 2) ------------------------------------------------
+
+cdef inline bint _is_valid(NDArray a) noexcept:
+    # the check every use runs: a handful of compares (the slow path, with the message, is
+    # check_array's)
+    cdef Arena w = a._arena
+    if w is None:
+        return True
+    if w._circular:
+        return a._epoch == w._epoch and (
+            a._vpos < 0 or a._block.ring_written_end <= a._vpos + a._block.ring_size)
+    return w._is_open and a._gen == w._generation and a._epoch == w._epoch
+
+
+cdef inline bint _foreign(NDArray a) noexcept:
+    # an attached array of a workspace that belongs to another thread
+    return a._arena is not None and a._arena._owner_tid != ndws_current_tid()
+
+
+# WorkspaceError (ND4J's op-message format, naming `op` and `role`) unless `a` may be used.
 cdef int check_array(NDArray a, object op, object role) except -1
+
+# -- placement (docs/architecture.md, invariant 3) -----------------------------------------------
+
+# Allocate an array: in `target`, else (unless `detached`) the current workspace, else
+# detached memory.
 cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,
                        Arena target, bint detached)
+# Give back the bytes of an array made for an operation that then failed (when it was its
+# workspace's last allocation).
+cdef void discard(NDArray a) noexcept
+# A new array placed as usual whose values fill(numpy_view) writes (its bytes given back if
+# fill raises); a new array holding a copy of NumPy array src.
+cdef NDArray _new_filled(object dtype, int ndim, const Py_ssize_t* shape, object fill,
+                         object op, bint fortran=*, bint detached=*)
+cdef NDArray _copy_numpy(object src, Arena target, bint detached)
+
+# -- dtypes ----------------------------------------------------------------------------------------
+
+cdef object _as_dtype(object obj)                                  # cached numpy.dtype(obj)
+cdef int _check_dtype(object dt, str what=*) except -1             # numbers only, native order
+
+# -- views -----------------------------------------------------------------------------------------
+
 cdef object np_view(NDArray a)
+# An operand for NumPy: an NDArray as a validated view, anything else as it is.
+cdef object _operand(object x, object op, object role)
 # Another thread's NDArray as a detached NDArray over a pinned view (its block stays out of the
 # owner's reuse while the result lives); anything else as it is. For kernels that read raw
 # pointers without the GIL (docs/workspaces.md, "Threads").
 cdef object pin_foreign(object x, object op, object role)
-# For native kernels: a checked, C-contiguous result placed like every op's result, and the
-# rollback that gives its bytes back when the op fails before returning it.
-cdef NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object op)
 # Whether `a` is C-contiguous (size-1 axes may have any stride; empty arrays are).
 cdef bint _c_contiguous(NDArray a) noexcept
-cdef void discard_result(NDArray a) noexcept
 
-# Kernel threads (see "Kernel threads" in _core.pyx): the one helper every kernel wrapper asks,
-# with the GIL held, how many OpenMP threads to use for `work` units when each thread should get
-# at least `grain` units (a measured per-kernel constant, so small calls stay on one thread).
-# One thread-and-GIL policy for every kernel entry (docs/architecture.md, "How x + y reaches a
-# loop"): `threads_for(work, grain)` gives the kernel threads a call may use, and a kernel runs
-# without the GIL when it uses more than one or touches more than NOGIL_BYTES.
+
+# -- the operator table ----------------------------------------------------------------------------
+# NDArray's operators and methods (x + y, x.sum(), x @ y, ...) compute through these functions,
+# which ndws._ufuncs (above this module) installs once at import: the arrays never import the
+# ops. The codes name the native operations.
+
 cdef enum:
-    NOGIL_BYTES = 16384        # releasing and re-taking the GIL costs about a 16 KiB add
+    OP_ADD = 0
+    OP_SUB = 1
+    OP_MUL = 2
+    OP_DIV = 3
+    OP_MAX = 4
+    OP_MIN = 5
+    OP_NEG = 16
+    OP_ABS = 17
+    OP_SQUARE = 18
+    OP_SQRT = 19
+    OP_EXP = 20
+    OP_LOG = 21
+    OP_TANH = 22
+    OP_RECIP = 23
 
-cdef enum Grain:               # the measured grains themselves are in _core.pyx (_grains)
-    GRAIN_ELEMENTWISE = 0      # elements
-    GRAIN_REDUCE = 1           # elements
-    GRAIN_GEMM_F32 = 2         # flops
-    GRAIN_GEMM_F64 = 3         # flops
-    GRAIN_NN_CHEAP = 4         # elements: relu, sgd, momentum (memory bound)
-    GRAIN_NN_TRANSC = 5        # elements: exp/tanh/erf activations, softmax, losses
-    GRAIN_NN_UPDATE = 6        # elements: the sqrt-based updaters
-    GRAIN_EVAL_ROWS = 7        # rows: the confusion-matrix counting of ndws.evaluation
-    N_GRAINS = 8
+cdef enum:
+    RED_SUM = 0
+    RED_MEAN = 1
+    RED_MAX = 2
+    RED_MIN = 3
+    RED_ARGMAX = 4
+    RED_ARGMIN = 5
+    RED_VAR = 6
+    RED_STD = 7
 
-cdef int threads_for(Py_ssize_t work, Grain grain) noexcept
+cdef enum:                     # which keywords a reduction takes besides axis/out/keepdims
+    RKW_NONE = 0               # max, min, argmax, argmin
+    RKW_DTYPE = 1              # sum, mean
+    RKW_DDOF = 2               # var, std
 
-cdef inline bint release_gil(Py_ssize_t nbytes, int nthreads) noexcept:
-    return nthreads > 1 or nbytes > NOGIL_BYTES
-cdef int thread_limit() noexcept
+ctypedef struct Operators:
+    # x1 <op> x2 / <op>(x) natively, or NotImplemented when the native path does not cover it
+    object (*fast_binary)(int op, object x1, object x2, object out, object name)
+    object (*fast_unary)(int op, object x, object out, object name)
+    # any NumPy ufunc with ndws placement (`dunder`: NotImplemented for operands NumPy sees only
+    # as objects; `try_native`: try the native path first)
+    object (*ufunc_call)(object ufunc, tuple args, object out, dict kwargs, bint dunder,
+                         bint try_native)
+    object (*compare)(object ufunc, NDArray a, object b)
+    object (*array_ufunc)(object ufunc, str method, tuple inputs, dict kwargs)
+    # reductions: the native path, then NumPy's; NumPy's only (prod, any, all)
+    object (*reduce_entry)(int kind, str name, object a, object axis, object dtype, object out,
+                           object keepdims, object ddof, int kw)
+    object (*reduce_numpy)(str name, object a, object axis, object dtype, object out,
+                           object keepdims)
+    object (*matmul)(object x1, object x2, object out)
+    object (*dot)(object a, object b, object out)
+    object (*clip)(object a, object a_min, object a_max, object out)
+    object (*norm)(object x, object ord, object axis, object keepdims)
 
-
-# Memory overlap, the one definition every kernel entry uses (an `out=` that shares memory with
-# an input is computed through a temporary, or refused, by each entry's own rule).
-cdef inline void byte_extent(char* data, int ndim, const Py_ssize_t* shape,
-                             const Py_ssize_t* strides, Py_ssize_t unit, Py_ssize_t itemsize,
-                             char** lo, char** hi) noexcept nogil:
-    # [lo, hi): the bytes a strided view's elements occupy, strides counted in `unit` bytes
-    # (1 for an NDArray's byte strides, the itemsize for element strides); empty (lo == hi)
-    # when any dimension is 0
-    cdef Py_ssize_t a = 0, b = 0, span
-    cdef int i
-    for i in range(ndim):
-        if shape[i] == 0:
-            lo[0] = hi[0] = data
-            return
-        span = (shape[i] - 1) * strides[i] * unit
-        if span < 0:
-            a += span
-        else:
-            b += span
-    lo[0] = data + a
-    hi[0] = data + b + itemsize
-
-
-cdef inline bint ranges_overlap(char* alo, char* ahi, char* blo, char* bhi) noexcept nogil:
-    return alo < ahi and blo < bhi and alo < bhi and blo < ahi
-
-
-cdef inline bint arrays_overlap(NDArray a, NDArray b) noexcept:
-    """True when the bytes of a and b intersect (never for an empty array)."""
-    cdef char* alo
-    cdef char* ahi
-    cdef char* blo
-    cdef char* bhi
-    byte_extent(a._data, a._ndim, a._shape, a._strides, 1, a._itemsize, &alo, &ahi)
-    byte_extent(b._data, b._ndim, b._shape, b._strides, 1, b._itemsize, &blo, &bhi)
-    return ranges_overlap(alo, ahi, blo, bhi)
+cdef void install_operators(const Operators* table) noexcept

@@ -1,28 +1,8 @@
-# ndws._linalg for other Cython modules: the native GEMM on already-validated NDArrays and the
-# operand records it reads (the fused `linear` of ndws.nn._kernels is built on them, with its bias
-# + activation as the epilogue).
-from ndws._core cimport NDArray, NDWS_MAXDIMS
+# ndws._linalg for other Cython modules: the native GEMM on already-validated NDArrays (the fused
+# `linear` of ndws.nn is built on it, with its bias + activation as the epilogue). Its operand
+# records are ndws._dispatch's.
+from ndws._core cimport NDArray
 from ndws._gemm_types cimport epilogue_fn
-from ndws._typedefs cimport intp_t
-
-# Pointer, shape and element strides of an NDArray or a NumPy array, read directly (no
-# memoryview, no buffer export per call).
-ctypedef struct Operand:
-    char* data
-    int ndim
-    int f64                       # 0 float32, 1 float64
-    intp_t shape[NDWS_MAXDIMS]
-    intp_t strides[NDWS_MAXDIMS]  # in elements
-
-# Fill `o` from `x` (an NDArray, stale ones refused, or a NumPy array) for a float32/float64
-# GEMM operand; raises TypeError/ValueError naming `role` and `op` otherwise (other dtypes, byte
-# strides that are not whole elements, a read-only `out` when `write`).
-cdef int gemm_operand(object x, str role, Operand* o, bint write, str op) except -1
-
-# Whether two operands' bytes intersect; whether an operand writes some element twice (a zero
-# stride on a dimension longer than 1).
-cdef bint operands_overlap(const Operand* x, const Operand* y) noexcept
-cdef bint self_overlapping(const Operand* o) noexcept
 
 # C := alpha*op(A) @ op(B) + beta*C on 2-D float32/float64 NDArrays of one dtype (op = transpose
 # when trans_*). `c` is preallocated with the result's shape and must not overlap `a` or `b`;

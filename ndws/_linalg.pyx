@@ -22,9 +22,10 @@ from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.string cimport memcpy
 cimport numpy as cnp
 
-from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, new_result, discard_result,
-                         pin_foreign, threads_for, GRAIN_GEMM_F32, GRAIN_GEMM_F64,
-                         byte_extent, ranges_overlap)
+from ndws._core cimport NDArray, NDWS_MAXDIMS, check_array, pin_foreign
+from ndws._dispatch cimport (Operand, read_operand, float_operand, operands_overlap,
+                             self_overlapping, new_result, discard_result)
+from ndws._threads cimport threads_for, GRAIN_GEMM_F32, GRAIN_GEMM_F64
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
 
@@ -34,7 +35,6 @@ import os
 
 import numpy as np
 
-from ndws import _core
 from ndws._core import _float_dtypes as _core_float_dtypes
 
 cnp.import_array()
@@ -149,89 +149,6 @@ def _scratch_buffers():
 # ------------------------------------------------------------------------------------------------
 # Operands: pointer, shape and element strides of an NDArray or a NumPy array, read directly
 # (no memoryview, no buffer export per call).
-
-cdef int _dtype_code(object dt) noexcept:
-    # 0 float32, 1 float64 (native byte order), -1 anything else
-    if dt is _F32:
-        return 0
-    if dt is _F64:
-        return 1
-    if dt == _F32:
-        return 0
-    if dt == _F64:
-        return 1
-    return -1
-
-
-cdef int _operand(object x, str op, str role, Operand* o, bint write) except -1:
-    """Fill `o` from `x`; 1 when the native kernel can use it, 0 when it cannot (other dtypes,
-    non-arrays, byte strides that are not whole elements, read-only `out`). A stale NDArray
-    raises WorkspaceError."""
-    cdef NDArray arr
-    cdef cnp.ndarray nd
-    cdef int i, code
-    cdef intp_t item, s
-    cdef cnp.npy_intp* dims
-    cdef cnp.npy_intp* strides
-    if isinstance(x, NDArray):
-        arr = <NDArray>x
-        check_array(arr, op, role)
-        code = _dtype_code(arr._dtype)
-        if code < 0 or (write and not arr._writeable):
-            return 0
-        item = arr._itemsize
-        o.data = arr._data
-        o.ndim = arr._ndim
-        o.f64 = code
-        for i in range(arr._ndim):
-            s = arr._strides[i]
-            if s % item:
-                return 0
-            o.shape[i] = arr._shape[i]
-            o.strides[i] = s // item
-        return 1
-    if isinstance(x, cnp.ndarray):
-        nd = <cnp.ndarray>x
-        code = _dtype_code(<object>cnp.PyArray_DESCR(nd))
-        if code < 0 or cnp.PyArray_NDIM(nd) > NDWS_MAXDIMS:
-            return 0
-        if write and not cnp.PyArray_ISWRITEABLE(nd):
-            return 0
-        item = 8 if code else 4
-        dims = cnp.PyArray_DIMS(nd)
-        strides = cnp.PyArray_STRIDES(nd)
-        o.data = <char*>cnp.PyArray_DATA(nd)
-        o.ndim = cnp.PyArray_NDIM(nd)
-        o.f64 = code
-        for i in range(o.ndim):
-            s = strides[i]
-            if s % item:
-                return 0
-            o.shape[i] = dims[i]
-            o.strides[i] = s // item
-        return 1
-    return 0
-
-
-cdef bint operands_overlap(const Operand* x, const Operand* y) noexcept:
-    cdef char* xl
-    cdef char* xh
-    cdef char* yl
-    cdef char* yh
-    cdef intp_t xi = 8 if x.f64 else 4, yi = 8 if y.f64 else 4
-    byte_extent(x.data, x.ndim, x.shape, x.strides, xi, xi, &xl, &xh)
-    byte_extent(y.data, y.ndim, y.shape, y.strides, yi, yi, &yl, &yh)
-    return ranges_overlap(xl, xh, yl, yh)
-
-
-cdef bint self_overlapping(const Operand* o) noexcept:
-    # a zero stride on a dimension longer than 1 writes one element twice
-    cdef int i
-    for i in range(o.ndim):
-        if o.strides[i] == 0 and o.shape[i] > 1:
-            return True
-    return False
-
 
 # ------------------------------------------------------------------------------------------------
 # The batched problem: C[b] := alpha * A[b] @ B[b] + beta * C[b] over broadcast batch dims.
@@ -509,10 +426,10 @@ def matmul(x1, x2, out=None):
     cdef object p1 = pin_foreign(x1, "matmul", "x1"), p2 = pin_foreign(x2, "matmul", "x2")
     cdef object pout = pin_foreign(out, "matmul", "out")
     # validate every NDArray argument before anything touches memory
-    ok1 = _operand(p1, "matmul", "x1", &A, False)
-    ok2 = _operand(p2, "matmul", "x2", &B, False)
+    ok1 = read_operand(p1, "matmul", "x1", &A, False)
+    ok2 = read_operand(p2, "matmul", "x2", &B, False)
     if out is not None:
-        ok3 = _operand(pout, "matmul", "out", &C, True)
+        ok3 = read_operand(pout, "matmul", "out", &C, True)
     if not (ok1 and ok2 and ok3) or A.f64 != B.f64 or A.ndim == 0 or B.ndim == 0:
         return NotImplemented
     if out is not None and (C.f64 != A.f64 or self_overlapping(&C)):
@@ -529,20 +446,6 @@ def matmul(x1, x2, out=None):
             if C.shape[d] != shape[d]:
                 return NotImplemented
     return _compute(&p, out, &C, &A, &B, ndim, shape, vec_a, vec_b, 1.0, 0.0, "matmul")
-
-
-cdef int gemm_operand(object x, str role, Operand* o, bint write, str op) except -1:
-    if not _operand(x, op, role, o, write):
-        if (write and isinstance(x, (NDArray, np.ndarray)) and _dtype_code(x.dtype) >= 0
-                and not x.flags.writeable):
-            raise ValueError(f"{op}: {role} is read-only")
-        if isinstance(x, (NDArray, np.ndarray)) and _dtype_code(x.dtype) >= 0:
-            raise ValueError(f"{op}: {role} has strides {x.strides} that are not whole "
-                             f"{x.dtype.itemsize}-byte elements")
-        what = (f"dtype {x.dtype}" if isinstance(x, (NDArray, np.ndarray))
-                else f"type {type(x).__name__}")
-        raise TypeError(f"{op}: {role} must be an NDArray of float32 or float64, got {what}")
-    return 0
 
 
 cdef double _scalar(object x, str name) except? -1:
@@ -584,10 +487,10 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     # another thread's arrays are read (and written) through pinned views, kept until return
     cdef object pa = pin_foreign(a, "gemm", "a"), pb = pin_foreign(b, "gemm", "b")
     cdef object pout = pin_foreign(out, "gemm", "out")
-    gemm_operand(pa, "a", &A, False, "gemm")
-    gemm_operand(pb, "b", &B, False, "gemm")
+    float_operand(pa, "a", &A, False, "gemm")
+    float_operand(pb, "b", &B, False, "gemm")
     if out is not None:
-        gemm_operand(pout, "out", &C, True, "gemm")
+        float_operand(pout, "out", &C, True, "gemm")
     al = _scalar(alpha, "alpha")
     be = _scalar(beta, "beta")
     if A.ndim < 2:
@@ -626,8 +529,8 @@ cdef int gemm_arrays(NDArray a, NDArray b, NDArray c, double alpha, double beta,
     cdef Batch p
     cdef intp_t shape[NDWS_MAXDIMS]
     cdef int ndim
-    if not (_operand(a, op, "a", &A, False) and _operand(b, op, "b", &B, False)
-            and _operand(c, op, "out", &C, True)):
+    if not (read_operand(a, op, "a", &A, False) and read_operand(b, op, "b", &B, False)
+            and read_operand(c, op, "out", &C, True)):
         raise TypeError(f"{op}: expected writable float32/float64 arrays with whole-element "
                         f"strides, got {a.dtype}, {b.dtype} and {c.dtype}")
     if A.ndim != 2 or B.ndim != 2 or C.ndim != 2:
@@ -695,4 +598,3 @@ def _choose():
 
 
 _choose()
-_core._set_native_matmul(matmul)

@@ -1,8 +1,9 @@
-# Native element-wise and reduction kernels of the core (included by _core.pyx).
+# Native element-wise and reduction kernels (included by _ufuncs.pyx; the operation codes are
+# in _core.pxd, the vocabulary of NDArray's operator table).
 #
 # Two layers, as everywhere in ndws: `cdef ... noexcept nogil` loops over raw pointers and
 # lengths (fused float32/float64; no Python objects, no memoryviews), and the dispatchers in
-# _core.pyx ("Native fast paths") that validate, place the output and release the GIL. Every
+# _ufuncs.pyx ("Native fast paths") that validate, place the output and release the GIL. Every
 # loop here reads and writes only the buffers its caller passes; the caller keeps the owning
 # NDArrays (and so their MemoryBlocks) alive for the whole call.
 #
@@ -32,33 +33,6 @@ cdef extern from "_cmath.h":
 cdef extern from "_cmath.h":
     int ndws_give_fpe(const char* name, int flags) except -1
 
-
-# Operation codes shared by the dispatchers and the loops.
-cdef enum:
-    OP_ADD = 0
-    OP_SUB = 1
-    OP_MUL = 2
-    OP_DIV = 3
-    OP_MAX = 4
-    OP_MIN = 5
-    OP_NEG = 16
-    OP_ABS = 17
-    OP_SQUARE = 18
-    OP_SQRT = 19
-    OP_EXP = 20
-    OP_LOG = 21
-    OP_TANH = 22
-    OP_RECIP = 23
-
-cdef enum:
-    RED_SUM = 0
-    RED_MEAN = 1
-    RED_MAX = 2
-    RED_MIN = 3
-    RED_ARGMAX = 4
-    RED_ARGMIN = 5
-    RED_VAR = 6
-    RED_STD = 7
 
 # NumPy's pairwise-summation leaf size (PW_BLOCKSIZE in numpy/_core/src/umath/loops_utils.h.src):
 # copying it makes our sums the same tree, so the same bits, as np.add.reduce's.

@@ -4,9 +4,9 @@ Every function validates its NDArray arguments (``WorkspaceError`` for a stale o
 result in the calling thread's current workspace (detached memory when none is current) unless
 ``out=`` is given. The common float32/float64 cases of the arithmetic functions (``add``,
 ``multiply``, ``exp``, ...) and reductions (``sum``, ``max``, ``argmax``, ``var``, ...) run in
-native kernels of `ndws._core`, which these names are bound to directly (no Python wrapper in
+native kernels of `ndws._ufuncs`, which these names are bound to directly (no Python wrapper in
 between, for a small per-call cost); every other case computes with NumPy on views of the
-memory, through `ndws._core.ufunc_call` and `ndws._core.reduce_call`.
+memory, through `ndws._ufuncs.ufunc_call` and `ndws._ufuncs.reduce_call`.
 
 Examples
 --------
@@ -26,8 +26,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ndws import _core
-from ndws._core import NDArray, clip, dot, matmul, norm
+from ndws import _core, _ufuncs
+from ndws._core import NDArray
+from ndws._ufuncs import clip, dot, matmul, norm
 from ndws._linalg import gemm
 
 __all__ = [
@@ -107,7 +108,7 @@ ndws.WorkspaceError
 
 
 def _native(fn: Callable[..., Any], np_ufunc: np.ufunc, summary: str) -> Callable[..., Any]:
-    # `fn` is a compiled function of ndws._core with NumPy's signature; it is published as is,
+    # `fn` is a compiled function of ndws._ufuncs with NumPy's signature; it is published as is,
     # only named and documented here.
     fn.__name__ = fn.__qualname__ = np_ufunc.__name__
     fn.__module__ = "ndws"
@@ -118,7 +119,7 @@ def _native(fn: Callable[..., Any], np_ufunc: np.ufunc, summary: str) -> Callabl
 
 def _ufunc(np_ufunc: np.ufunc, summary: str, name: str | None = None) -> Callable[..., Any]:
     name = name or np_ufunc.__name__
-    call = _core.ufunc_call
+    call = _ufuncs.ufunc_call
     if np_ufunc.nin == 1:
         def op(x, /, out=None, **kwargs):
             return call(np_ufunc, (x,), out, **kwargs)
@@ -133,18 +134,18 @@ def _ufunc(np_ufunc: np.ufunc, summary: str, name: str | None = None) -> Callabl
     return op
 
 
-add = _native(_core._ufunc_add, np.add, "Add arguments element-wise.")
-subtract = _native(_core._ufunc_subtract, np.subtract, "Subtract arguments element-wise.")
-multiply = _native(_core._ufunc_multiply, np.multiply, "Multiply arguments element-wise.")
-divide = _native(_core._ufunc_divide, np.divide,
+add = _native(_ufuncs._ufunc_add, np.add, "Add arguments element-wise.")
+subtract = _native(_ufuncs._ufunc_subtract, np.subtract, "Subtract arguments element-wise.")
+multiply = _native(_ufuncs._ufunc_multiply, np.multiply, "Multiply arguments element-wise.")
+divide = _native(_ufuncs._ufunc_divide, np.divide,
                  "Divide arguments element-wise (true division).")
 true_divide = divide  # one function, as in NumPy 2 (np.true_divide is np.divide)
 floor_divide = _ufunc(np.floor_divide, "Largest integer not greater than the quotient.")
 remainder = _ufunc(np.remainder, "Element-wise remainder of division (Python's %).")
 mod = _ufunc(np.remainder, "Element-wise remainder of division (Python's %).", "mod")
 power = _ufunc(np.power, "First array raised to powers from the second, element-wise.")
-maximum = _native(_core._ufunc_maximum, np.maximum, "Element-wise maximum (NaNs propagate).")
-minimum = _native(_core._ufunc_minimum, np.minimum, "Element-wise minimum (NaNs propagate).")
+maximum = _native(_ufuncs._ufunc_maximum, np.maximum, "Element-wise maximum (NaNs propagate).")
+minimum = _native(_ufuncs._ufunc_minimum, np.minimum, "Element-wise minimum (NaNs propagate).")
 fmax = _ufunc(np.fmax, "Element-wise maximum ignoring NaNs.")
 fmin = _ufunc(np.fmin, "Element-wise minimum ignoring NaNs.")
 arctan2 = _ufunc(np.arctan2, "Element-wise arc tangent of x1/x2 choosing the quadrant.")
@@ -166,22 +167,22 @@ bitwise_xor = _ufunc(np.bitwise_xor, "Element-wise bitwise XOR.")
 left_shift = _ufunc(np.left_shift, "Shift the bits of x1 left by x2.")
 right_shift = _ufunc(np.right_shift, "Shift the bits of x1 right by x2.")
 
-negative = _native(_core._ufunc_negative, np.negative, "Numerical negative, element-wise.")
+negative = _native(_ufuncs._ufunc_negative, np.negative, "Numerical negative, element-wise.")
 positive = _ufunc(np.positive, "Numerical positive (a copy), element-wise.")
-absolute = _native(_core._ufunc_absolute, np.absolute, "Absolute value, element-wise.")
+absolute = _native(_ufuncs._ufunc_absolute, np.absolute, "Absolute value, element-wise.")
 abs = absolute  # one function, as in NumPy (np.abs is np.absolute)
 sign = _ufunc(np.sign, "Sign (-1, 0, 1), element-wise.")
-exp = _native(_core._ufunc_exp, np.exp, "Exponential, element-wise.")
+exp = _native(_ufuncs._ufunc_exp, np.exp, "Exponential, element-wise.")
 exp2 = _ufunc(np.exp2, "2**x, element-wise.")
 expm1 = _ufunc(np.expm1, "exp(x) - 1, accurate for small x.")
-log = _native(_core._ufunc_log, np.log, "Natural logarithm, element-wise.")
+log = _native(_ufuncs._ufunc_log, np.log, "Natural logarithm, element-wise.")
 log2 = _ufunc(np.log2, "Base-2 logarithm, element-wise.")
 log10 = _ufunc(np.log10, "Base-10 logarithm, element-wise.")
 log1p = _ufunc(np.log1p, "log(1 + x), accurate for small x.")
-sqrt = _native(_core._ufunc_sqrt, np.sqrt, "Non-negative square root, element-wise.")
-square = _native(_core._ufunc_square, np.square, "Square, element-wise.")
+sqrt = _native(_ufuncs._ufunc_sqrt, np.sqrt, "Non-negative square root, element-wise.")
+square = _native(_ufuncs._ufunc_square, np.square, "Square, element-wise.")
 cbrt = _ufunc(np.cbrt, "Cube root, element-wise.")
-reciprocal = _native(_core._ufunc_reciprocal, np.reciprocal, "1/x, element-wise.")
+reciprocal = _native(_ufuncs._ufunc_reciprocal, np.reciprocal, "1/x, element-wise.")
 sin = _ufunc(np.sin, "Sine, element-wise.")
 cos = _ufunc(np.cos, "Cosine, element-wise.")
 tan = _ufunc(np.tan, "Tangent, element-wise.")
@@ -190,7 +191,7 @@ arccos = _ufunc(np.arccos, "Inverse cosine, element-wise.")
 arctan = _ufunc(np.arctan, "Inverse tangent, element-wise.")
 sinh = _ufunc(np.sinh, "Hyperbolic sine, element-wise.")
 cosh = _ufunc(np.cosh, "Hyperbolic cosine, element-wise.")
-tanh = _native(_core._ufunc_tanh, np.tanh, "Hyperbolic tangent, element-wise.")
+tanh = _native(_ufuncs._ufunc_tanh, np.tanh, "Hyperbolic tangent, element-wise.")
 arcsinh = _ufunc(np.arcsinh, "Inverse hyperbolic sine, element-wise.")
 arccosh = _ufunc(np.arccosh, "Inverse hyperbolic cosine, element-wise.")
 arctanh = _ufunc(np.arctanh, "Inverse hyperbolic tangent, element-wise.")
@@ -229,7 +230,7 @@ NDArray
 
 def _native_reduction(fn: Callable[..., Any], np_func: Callable[..., Any], name: str,
                       summary: str, extra: str = "") -> Callable[..., Any]:
-    # a compiled reduction of ndws._core (native for float32/float64 C-contiguous arrays with
+    # a compiled reduction of ndws._ufuncs (native for float32/float64 C-contiguous arrays with
     # axis None or one int; NumPy otherwise), named and documented here
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = "ndws"
@@ -243,7 +244,7 @@ _DDOF_DOC = "dtype : data-type, optional\nddof : int, optional\n"
 
 def _reduction(np_func: Callable[..., Any], name: str, summary: str,
                with_dtype: bool = False, with_ddof: bool = False) -> Callable[..., Any]:
-    call = _core.reduce_call
+    call = _ufuncs.reduce_call
     if with_ddof:
         def op(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
             return call(name, np_func, a, axis, out, keepdims, dtype=dtype, ddof=ddof)
@@ -262,22 +263,22 @@ def _reduction(np_func: Callable[..., Any], name: str, summary: str,
     return op
 
 
-sum = _native_reduction(_core._reduce_sum, np.sum, "sum",
+sum = _native_reduction(_ufuncs._reduce_sum, np.sum, "sum",
                        "Sum of elements over the given axes.", _DTYPE_DOC)
-mean = _native_reduction(_core._reduce_mean, np.mean, "mean",
+mean = _native_reduction(_ufuncs._reduce_mean, np.mean, "mean",
                         "Arithmetic mean over the given axes.", _DTYPE_DOC)
 prod = _reduction(np.prod, "prod", "Product of elements over the given axes.", with_dtype=True)
-max = _native_reduction(_core._reduce_max, np.max, "max", "Maximum over the given axes.")
-min = _native_reduction(_core._reduce_min, np.min, "min", "Minimum over the given axes.")
+max = _native_reduction(_ufuncs._reduce_max, np.max, "max", "Maximum over the given axes.")
+min = _native_reduction(_ufuncs._reduce_min, np.min, "min", "Minimum over the given axes.")
 amax = max
 amin = min
-argmax = _native_reduction(_core._reduce_argmax, np.argmax, "argmax",
+argmax = _native_reduction(_ufuncs._reduce_argmax, np.argmax, "argmax",
                           "Index of the maximum (int64) along an axis.")
-argmin = _native_reduction(_core._reduce_argmin, np.argmin, "argmin",
+argmin = _native_reduction(_ufuncs._reduce_argmin, np.argmin, "argmin",
                           "Index of the minimum (int64) along an axis.")
-std = _native_reduction(_core._reduce_std, np.std, "std",
+std = _native_reduction(_ufuncs._reduce_std, np.std, "std",
                        "Standard deviation over the given axes.", _DDOF_DOC)
-var = _native_reduction(_core._reduce_var, np.var, "var",
+var = _native_reduction(_ufuncs._reduce_var, np.var, "var",
                        "Variance over the given axes.", _DDOF_DOC)
 any = _reduction(np.any, "any", "Whether any element is true over the given axes.")
 all = _reduction(np.all, "all", "Whether all elements are true over the given axes.")

@@ -50,8 +50,11 @@ def test_extension_is_not_stale():
 def test_staleness_check_follows_real_dependencies():
     pkg = ROOT / "ndws"
     core = {p.name for p in _sources(pkg / "_core.pyx", pkg, set())}
-    assert {"_core.pyx", "_core.pxd", "_memory.pxd", "_arena.pxd", "_loops.pxi",
-            "_entries.pxi", "_cmath.h", "_tls.h", "_poison.h"} <= core
+    assert {"_core.pyx", "_core.pxd", "_memory.pxd", "_arena.pxd", "_threads.pxd", "_tls.h",
+            "_poison.h"} <= core
+    ufuncs = {p.name for p in _sources(pkg / "_ufuncs.pyx", pkg, set())}
+    assert {"_ufuncs.pyx", "_core.pxd", "_dispatch.pxd", "_threads.pxd", "_loops.pxi",
+            "_entries.pxi", "_cmath.h", "_tls.h"} <= ufuncs
     memory = {p.name for p in _sources(pkg / "_memory.pyx", pkg, set())}
     assert "_core.pxd" not in memory and "_arena.pxd" not in memory
 

@@ -1,6 +1,6 @@
-"""The native fast paths of ndws._core (element-wise ops and reductions, float32/float64), with
+"""The native fast paths of ndws._ufuncs (element-wise ops and reductions, float32/float64), with
 NumPy as the oracle: exact values where NumPy's loop is plain IEEE arithmetic, a few ulp for
-exp/log/tanh; every fused specialisation proven to run (``_core._native_calls``); the cases
+exp/log/tanh; every fused specialisation proven to run (``_ufuncs._native_calls``); the cases
 the kernels do not cover falling back to the NumPy path with the same results and errors."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ndws
-from ndws import _core
+from ndws import _threads, _ufuncs
 
 FLOATS = [np.float32, np.float64]
 F_IDS = ["float32", "float64"]
@@ -39,7 +39,7 @@ REDUCTIONS = ["sum", "mean", "max", "min", "argmax", "argmin", "var", "std"]
 
 
 def hits(family: str, dtype) -> int:
-    return _core._native_calls()[family][0 if np.dtype(dtype) == np.float32 else 1]
+    return _ufuncs._native_calls()[family][0 if np.dtype(dtype) == np.float32 else 1]
 
 
 class Hit:
@@ -454,7 +454,7 @@ def test_np_ufunc_calls_and_ufunc_call_use_the_fast_path(rng):
     with Hit("binary", np.float32, 3), Hit("unary", np.float32, 1):
         same(np.add(x, x), a + a)
         same(np.maximum(x, 0.5), np.maximum(a, 0.5))
-        same(_core.ufunc_call(np.multiply, (x, x)), a * a)
+        same(_ufuncs.ufunc_call(np.multiply, (x, x)), a * a)
         same(np.negative(x), -a)
 
 
@@ -487,8 +487,8 @@ def test_stale_arrays_raise_the_generic_paths_error():
         # (fast call, the same call forced onto the generic NumPy path)
         (lambda: ndws.add(stale, keep), lambda: ndws.add(stale, keep, casting="unsafe")),
         (lambda: ndws.add(keep, stale), lambda: ndws.add(keep, stale, casting="unsafe")),
-        (lambda: stale + keep, lambda: _core.ufunc_call(np.add, (stale, keep), casting="unsafe")),
-        (lambda: keep * stale, lambda: _core.ufunc_call(np.multiply, (keep, stale),
+        (lambda: stale + keep, lambda: _ufuncs.ufunc_call(np.add, (stale, keep), casting="unsafe")),
+        (lambda: keep * stale, lambda: _ufuncs.ufunc_call(np.multiply, (keep, stale),
                                                         casting="unsafe")),
         (lambda: ndws.exp(stale), lambda: ndws.exp(stale, casting="unsafe")),
         (lambda: -stale, lambda: ndws.negative(stale, casting="unsafe")),
@@ -520,22 +520,22 @@ def test_unsupported_operand_type_still_returns_notimplemented():
 
 
 def test_grains_are_set_by_name_and_an_unknown_name_changes_nothing():
-    before = _core._set_grains()
+    before = _threads._set_grains()
     assert set(before) == {"elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap",
                            "nn_transc", "nn_update", "eval_rows"}
     with pytest.raises(TypeError, match=r"^_set_grains: unknown grain 'bogus'; expected one of "
                                         r"elementwise, reduce, "):
-        _core._set_grains(elementwise=5, bogus=1)
+        _threads._set_grains(elementwise=5, bogus=1)
     try:
-        assert _core._set_grains() == before          # checked before anything was set
-        assert _core._set_grains(reduce=7)["reduce"] == before["reduce"]
-        assert _core._set_grains()["reduce"] == 7
+        assert _threads._set_grains() == before          # checked before anything was set
+        assert _threads._set_grains(reduce=7)["reduce"] == before["reduce"]
+        assert _threads._set_grains()["reduce"] == 7
     finally:
-        _core._set_grains(**before)
+        _threads._set_grains(**before)
 
 
 def test_one_and_two_threads_give_identical_bits(rng):
-    grains = _core._set_grains()
+    grains = _threads._set_grains()
     e_grain, r_grain = grains["elementwise"], grains["reduce"]
     n = 1 << 19
     assert n >= 2 * max(e_grain, r_grain), "inputs too small for 2 threads"

@@ -265,13 +265,13 @@ def test_operator_and_public_entry_points_use_the_native_kernel(rng, monkeypatch
         calls.append(res is not NotImplemented)
         return res
 
-    ndws._core._set_native_matmul(spy)
+    ndws._ufuncs._set_native_matmul(spy)
     try:
         for res in (A @ B, ndws.matmul(A, B), np.matmul(a, B), ndws.matmul(a, b)):
             assert isinstance(res, ndws.NDArray)
             check_close(res, a, b)
     finally:
-        ndws._core._set_native_matmul(la.matmul)
+        ndws._ufuncs._set_native_matmul(la.matmul)
     assert calls == [True, True, True, True]
 
 

@@ -13,7 +13,7 @@ from libc.string cimport memset
 
 import numpy as np
 
-from ndws._core cimport GRAIN_EVAL_ROWS, thread_limit, threads_for
+from ndws._threads cimport GRAIN_EVAL_ROWS, thread_limit, threads_for
 from ndws._typedefs cimport float32_t, float64_t, int32_t, int64_t, intp_t, uint8_t
 
 cnp.import_array()

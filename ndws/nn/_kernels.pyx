@@ -20,14 +20,16 @@ from libc.math cimport tanh as c_tanh   # `tanh` is the public activation below
 
 import numpy as np
 
-from ndws._core cimport (NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, discard_result,
-                         pin_foreign, new_result, threads_for, release_gil, arrays_overlap,
-                         Grain, GRAIN_NN_CHEAP, GRAIN_NN_TRANSC, GRAIN_NN_UPDATE)
+from ndws._core cimport NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, pin_foreign
+from ndws._dispatch cimport (Operand, float_operand, operands_overlap, self_overlapping,
+                             new_result, discard_result, float_arg, out_arg, same_as, clashes,
+                             whole_strides, shape_of, arrays_overlap)
+from ndws._threads cimport (threads_for, release_gil, Grain, GRAIN_NN_CHEAP, GRAIN_NN_TRANSC,
+                            GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws._core import from_numpy as _from_numpy
 from ndws._gemm_types cimport epilogue_fn
-from ndws._linalg cimport (Operand, gemm_arrays, gemm_operand, operands_overlap,
-                           self_overlapping)
+from ndws._linalg cimport gemm_arrays
 
 cnp.import_array()
 
@@ -515,111 +517,7 @@ cdef void _sm_run(bint bwd, bint log_, const Plan* p, intp_t rows, intp_t L, int
 
 
 # ------------------------------------------------------------------------------------------------
-# Argument handling (GIL held)
-
-cdef inline bint _is_float(NDArray a) noexcept:
-    cdef int t = (<cnp.dtype>a._dtype).type_num
-    return t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64
-
-
-cdef inline bint _strides_ok(NDArray a) noexcept:
-    # element strides must be whole elements (NumPy allows odd byte strides; kernels index
-    # by element)
-    cdef int d
-    for d in range(a._ndim):
-        if a._strides[d] % a._itemsize != 0:
-            return False
-    return True
-
-
-cdef NDArray _convert(object x, str op, str role, object dtype):
-    # A NumPy array is wrapped without a copy; anything else goes through numpy.asarray
-    # (`dtype`, when given, is the dtype a Python sequence/scalar is converted to).
-    if not isinstance(x, np.ndarray):
-        try:
-            x = np.asarray(x, dtype=dtype)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{op}: {role} must be an NDArray or array_like of float32/float64, "
-                            f"got {type(x).__name__}") from exc
-    if x.dtype.kind not in "biufc":
-        raise TypeError(f"{op}: {role} must be a float32 or float64 array, got dtype {x.dtype}")
-    return <NDArray>_from_numpy(x)
-
-
-cdef NDArray _arg(object x, str op, str role, object dtype=None):
-    """A checked float32/float64 operand (TypeError naming `role` otherwise)."""
-    cdef NDArray a
-    if x is None:
-        raise TypeError(f"{op}: {role} is required: an NDArray or array_like of float32 or "
-                        f"float64, got None")
-    x = pin_foreign(x, op, role)       # another thread's array: read through a pinned view
-    if isinstance(x, NDArray):
-        a = <NDArray>x
-    else:
-        a = _convert(x, op, role, dtype)
-    check_array(a, op, role)
-    if not _is_float(a):
-        raise TypeError(f"{op}: {role} must be a float32 or float64 array, got dtype {a._dtype}")
-    if not _strides_ok(a):
-        a = _convert(np.ascontiguousarray(np.asarray(a)), op, role, None)
-    return a
-
-
-cdef int _same(NDArray a, NDArray b, str op, str role, str ref) except -1:
-    """b must have a's dtype (TypeError) and shape (ValueError)."""
-    cdef int d
-    if b._itemsize != a._itemsize or (<cnp.dtype>b._dtype).type_num != (
-            <cnp.dtype>a._dtype).type_num:
-        raise TypeError(f"{op}: {role} has dtype {b._dtype}, expected {a._dtype} (the dtype of "
-                        f"{ref})")
-    if b._ndim == a._ndim:
-        for d in range(a._ndim):
-            if a._shape[d] != b._shape[d]:
-                break
-        else:
-            return 0
-    raise ValueError(f"{op}: {role} has shape {_shape(b)}, expected {_shape(a)} (the shape of "
-                     f"{ref})")
-
-
-cdef tuple _shape(NDArray a):
-    return tuple([a._shape[d] for d in range(a._ndim)])
-
-
-cdef NDArray _out_arg(object out, NDArray like, str op, str role="out"):
-    """A checked, writeable output of like's dtype and shape."""
-    cdef NDArray o
-    out = pin_foreign(out, op, role)
-    if isinstance(out, NDArray):
-        o = <NDArray>out
-    elif isinstance(out, np.ndarray):
-        o = <NDArray>_from_numpy(out)
-    else:
-        raise TypeError(f"{op}: {role} must be an NDArray or numpy.ndarray, "
-                        f"got {type(out).__name__}")
-    check_array(o, op, role)
-    if not o._writeable:
-        raise ValueError(f"{op}: {role} is read-only")
-    if not _strides_ok(o):
-        raise ValueError(f"{op}: {role} has strides {tuple(o._strides[d] for d in range(o._ndim))}"
-                         f" that are not whole {o._itemsize}-byte elements")
-    _same(like, o, op, role, "x" if role == "out" else "logits")
-    return o
-
-
-cdef bint _clash(NDArray o, NDArray a) noexcept:
-    """True when o and input a share memory other than element for element (then a kernel
-    writing o could overwrite elements of a it has yet to read)."""
-    cdef int d
-    if a is None or not arrays_overlap(o, a):
-        return False
-    if o._data == a._data:
-        for d in range(o._ndim):
-            if o._strides[d] != a._strides[d] and o._shape[d] > 1:
-                return True
-        return False
-    return True
-
+# Argument handling (GIL held): the operand readers are ndws._dispatch's (float_arg, out_arg, ...)
 
 cdef void _copy_into(NDArray src, NDArray dst) noexcept:
     # identity kernel from a fresh contiguous temporary into a (clashing) out=
@@ -643,19 +541,19 @@ cdef object _elementwise(str op, int code, double alpha, object x, object g, obj
                          bint bwd):
     """Forward or (bwd) backward of an elementwise activation: validate, place, run. A
     backward call needs `g` (grad_output): None is an error, never a silent forward."""
-    cdef NDArray a = _arg(x, op, "x")
+    cdef NDArray a = float_arg(x, op, "x")
     cdef NDArray b = None, y, o = None
     cdef Plan p
     cdef int nt
     if bwd:
-        b = _arg(g, op, "grad_output", a._dtype)
-        _same(a, b, op, "grad_output", "x")
+        b = float_arg(g, op, "grad_output", a._dtype)
+        same_as(a, b, op, "grad_output", "x")
     if out is None:
         y = new_result(a._dtype, a._ndim, a._shape, op)
     else:
-        o = _out_arg(out, a, op)
+        o = out_arg(out, a, op, "out", "x")
         y = o
-        if _clash(o, a) or _clash(o, b):
+        if clashes(o, a) or clashes(o, b):
             y = new_result(a._dtype, a._ndim, a._shape, op)
     if a._size:
         _plan(&p, a, b, y, -1)
@@ -711,7 +609,7 @@ cdef void _sm_dispatch(bint bwd, bint log_, const Plan* p, intp_t rows, intp_t L
 
 cdef object _softmax_call(str op, bint log_, object x, object g, object axis, object out,
                           bint bwd):
-    cdef NDArray a = _arg(x, op, "x")
+    cdef NDArray a = float_arg(x, op, "x")
     cdef NDArray b = None, y, o = None
     cdef Plan p
     cdef int nt, ax
@@ -720,14 +618,14 @@ cdef object _softmax_call(str op, bint log_, object x, object g, object axis, ob
         raise ValueError(f"{op}: x must have at least one dimension, got a 0-d array")
     ax = _axis(axis, a._ndim, op)
     if bwd:
-        b = _arg(g, op, "grad_output", a._dtype)
-        _same(a, b, op, "grad_output", "x")
+        b = float_arg(g, op, "grad_output", a._dtype)
+        same_as(a, b, op, "grad_output", "x")
     if out is None:
         y = new_result(a._dtype, a._ndim, a._shape, op)
     else:
-        o = _out_arg(out, a, op)
+        o = out_arg(out, a, op, "out", "x")
         y = o
-        if _clash(o, a) or _clash(o, b):
+        if clashes(o, a) or clashes(o, b):
             y = new_result(a._dtype, a._ndim, a._shape, op)
     if a._size:
         _plan(&p, a, b, y, ax)
@@ -1445,13 +1343,13 @@ cdef object _loss_call(str op, int kind, object pred, object target, object weig
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     mean = reduction == "mean"
-    x = _arg(pred, op, xname)
+    x = float_arg(pred, op, xname)
     if kind == LOSS_SCE and x._ndim != 2:
         raise ValueError(f"{op}: logits must be 2-D (n_samples, n_classes), got shape "
-                         f"{_shape(x)}")
+                         f"{shape_of(x)}")
     if x._ndim not in (1, 2):
         raise ValueError(f"{op}: {xname} must be (n_samples,) or (n_samples, n_outputs), got "
-                         f"shape {_shape(x)}")
+                         f"shape {shape_of(x)}")
     n = x._shape[0]
     c = x._shape[1] if x._ndim == 2 else 1
     # targets: integer class indices (softmax cross-entropy only) or floats of x's shape
@@ -1468,37 +1366,37 @@ cdef object _loss_call(str op, int kind, object pred, object target, object weig
             raise TypeError(f"{op}: integer labels must be int32 or int64, got dtype {tdt}")
         lab = target if isinstance(target, NDArray) else <NDArray>_from_numpy(target)
         if lab._ndim != 1 or lab._shape[0] != n:
-            raise ValueError(f"{op}: integer labels must have shape ({n},), got {_shape(lab)}")
+            raise ValueError(f"{op}: integer labels must have shape ({n},), got {shape_of(lab)}")
         for r in range(n):
             v = ((<int64_t*>(lab._data + r * lab._strides[0]))[0] if lab._itemsize == 8
                  else (<int32_t*>(lab._data + r * lab._strides[0]))[0])
             if v < 0 or v >= c:
                 raise ValueError(f"{op}: labels[{r}] = {v} is out of range for {c} classes")
     else:
-        t = _arg(target, op, tname, x._dtype)
-        _same(x, t, op, tname, xname)
+        t = float_arg(target, op, tname, x._dtype)
+        same_as(x, t, op, tname, xname)
     if weights is not None:
-        w = _arg(weights, op, "weights", x._dtype)
+        w = float_arg(weights, op, "weights", x._dtype)
         if w._itemsize != x._itemsize:
-            _same(x, w, op, "weights", xname)      # raises the dtype TypeError
+            same_as(x, w, op, "weights", xname)      # raises the dtype TypeError
         if w._ndim != 1 or w._shape[0] != n:
-            raise ValueError(f"{op}: weights must have shape ({n},), got {_shape(w)}")
+            raise ValueError(f"{op}: weights must have shape ({n},), got {shape_of(w)}")
     if mask is not None:
-        m = _arg(mask, op, "mask", x._dtype)
+        m = float_arg(mask, op, "mask", x._dtype)
         if m._itemsize != x._itemsize:
-            _same(x, m, op, "mask", xname)
+            same_as(x, m, op, "mask", xname)
         if not ((m._ndim == 1 and m._shape[0] == n) or
                 (m._ndim == x._ndim and m._shape[0] == n and (m._ndim == 1 or m._shape[1] == c))):
-            raise ValueError(f"{op}: mask must have shape ({n},) or {_shape(x)}, got "
-                             f"{_shape(m)}")
+            raise ValueError(f"{op}: mask must have shape ({n},) or {shape_of(x)}, got "
+                             f"{shape_of(m)}")
     if grad:
         if grad_out is None:
             d = new_result(x._dtype, x._ndim, x._shape, op)
         else:
-            gout = _out_arg(grad_out, x, op, "grad_out")
+            gout = out_arg(grad_out, x, op, "grad_out", "logits")
             d = gout
-            if _clash(d, x) or _clash(d, t) or _clash(d, w) or _clash(d, m) or (
-                    lab is not None and _clash(d, lab)):
+            if clashes(d, x) or clashes(d, t) or clashes(d, w) or clashes(d, m) or (
+                    lab is not None and clashes(d, lab)):
                 d = new_result(x._dtype, x._ndim, x._shape, op)
     try:
         if reduction == "none":
@@ -1761,14 +1659,14 @@ cdef NDArray _upd_arg(object x, str op, str role, NDArray like, bint write):
         raise TypeError(f"{op}: {role} must be an NDArray or numpy.ndarray (updated in place), "
                         f"got {type(x).__name__}")
     if write and not (x.flags.c_contiguous if isinstance(x, np.ndarray)
-                      else _strides_ok(<NDArray>x) and _c_contiguous(<NDArray>x)):
+                      else whole_strides(<NDArray>x) and _c_contiguous(<NDArray>x)):
         # checked before _arg, which would make a contiguous copy: the update would then go
         # to the copy and the caller's array would never change
         raise ValueError(f"{op}: {role} must be C-contiguous to be updated in place, got "
                          f"strides {x.strides}")
-    a = _arg(x, op, role, like._dtype if like is not None else None)
+    a = float_arg(x, op, role, like._dtype if like is not None else None)
     if like is not None:
-        _same(like, a, op, role, "param")
+        same_as(like, a, op, role, "param")
     if not _c_contiguous(a):
         raise ValueError(f"{op}: {role} must be C-contiguous (updaters run over flat arrays)")
     if write and not a._writeable:
@@ -2034,7 +1932,7 @@ cdef NDArray _linear_arg(object x, str role, Operand* o, bint write):
     # NDArrays as they are (another thread's through a pinned view), NumPy arrays wrapped
     # without a copy; dtype, stride and staleness checks are _gemm_operand's.
     x = pin_foreign(x, "linear", role)
-    gemm_operand(x, role, o, write, "linear")
+    float_operand(x, role, o, write, "linear")
     return <NDArray>x if isinstance(x, NDArray) else _from_numpy(x)
 
 

@@ -1,0 +1,25 @@
+# ndws._threads for other Cython modules: the one helper every kernel wrapper asks,
+# with the GIL held, how many OpenMP threads to use for `work` units when each thread should get
+# at least `grain` units (a measured per-kernel constant, so small calls stay on one thread).
+# One thread-and-GIL policy for every kernel entry (docs/architecture.md, "How x + y reaches a
+# loop"): `threads_for(work, grain)` gives the kernel threads a call may use, and a kernel runs
+# without the GIL when it uses more than one or touches more than NOGIL_BYTES.
+cdef enum:
+    NOGIL_BYTES = 16384        # releasing and re-taking the GIL costs about a 16 KiB add
+
+cdef enum Grain:               # the measured grains themselves are in _threads.pyx (_grains)
+    GRAIN_ELEMENTWISE = 0      # elements
+    GRAIN_REDUCE = 1           # elements
+    GRAIN_GEMM_F32 = 2         # flops
+    GRAIN_GEMM_F64 = 3         # flops
+    GRAIN_NN_CHEAP = 4         # elements: relu, sgd, momentum (memory bound)
+    GRAIN_NN_TRANSC = 5        # elements: exp/tanh/erf activations, softmax, losses
+    GRAIN_NN_UPDATE = 6        # elements: the sqrt-based updaters
+    GRAIN_EVAL_ROWS = 7        # rows: the confusion-matrix counting of ndws.evaluation
+    N_GRAINS = 8
+
+cdef int threads_for(Py_ssize_t work, Grain grain) noexcept
+
+cdef inline bint release_gil(Py_ssize_t nbytes, int nthreads) noexcept:
+    return nthreads > 1 or nbytes > NOGIL_BYTES
+cdef int thread_limit() noexcept

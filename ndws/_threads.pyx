@@ -1,0 +1,176 @@
+"""ndws._threads: how many kernel threads a call may use, and when it drops the GIL.
+
+One policy for every native kernel (docs/architecture.md, "How x + y reaches a loop"): a
+wrapper asks `threads_for(work, grain)` with the GIL held, passes the count into its nogil region
+as `num_threads=`, and releases the GIL when `release_gil` says so. Below the arrays: it knows
+only the per-thread state of ndws._arena (each Python thread's own `num_threads` limit).
+"""
+
+from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads, ndws_omp_set_num_threads
+from ndws._arena cimport ThreadState, tstate, epoch_ptr, debug_mode_ptr, ndws_share
+
+ndws_share(epoch_ptr(), debug_mode_ptr())
+
+__all__ = ["set_num_threads", "get_num_threads", "num_threads"]
+
+# ------------------------------------------------------------------------------------------------
+# Kernel threads
+#
+# ndws owns one OpenMP pool. Its size is `_pool_threads`: OMP_NUM_THREADS (what
+# omp_get_max_threads() reports at import, the CPU count when unset) until
+# `set_num_threads` changes it. A Python thread may lower or raise its own limit with
+# `num_threads(n)` (ThreadState._nthreads), so N Python workers can each run 1-thread kernels
+# without oversubscribing the cores. Kernels never read these: every wrapper asks `threads_for`
+# with the GIL held and passes the count into its nogil region as `num_threads=`.
+
+cdef int _pool_threads = max(1, ndws_omp_get_max_threads())
+
+
+cdef int thread_limit() noexcept:
+    """The calling thread's kernel-thread limit (always 1 in a build without OpenMP)."""
+    cdef int n
+    cdef ThreadState st
+    if not NDWS_OPENMP:
+        return 1
+    try:
+        st = tstate()
+    except BaseException:      # no Python thread state (never while a caller holds the GIL)
+        return _pool_threads
+    n = st._nthreads
+    return n if n > 0 else _pool_threads
+
+
+# The grains: the work per kernel thread below which a second thread does not pay (a call uses
+# 2 threads from 2 * grain on). Each was measured on the 2-core Zen 4 (1 vs 2 threads, medians):
+# - elementwise, reduce (`python bench/bench_ops.py --grain`, float32, us per call):
+#     add (out=):     32768: 2.6 / 2.5   65536: 5.0 / 4.1   131072: 10.3 / 7.4
+#     sum (flat):     65536: 3.3 / 4.5  131072: 6.5 / 9.2   262144: 13.9 / 13.1  1M: 55 / 50
+#     sum(axis=0):    65536: 4.9 / 4.6  131072: 9.7 / 7.2   262144: 20.3 / 11.8
+#   i.e. two threads win from ~64K elements for streaming loops and 128K-256K for reductions
+#   (a parallel region costs ~2 us; a sum runs at ~5 elements/ns);
+# - gemm (flops; squares 32-160, 32 x 256 x n, 128 x 256 x 10): float32 breaks even at ~0.55
+#   Mflop (64^3: 0.87-1.01x, 80^3: 1.13x, 128x256x10 = 0.66 Mflop: 1.45x), float64 at ~0.3
+#   Mflop (48^3: 0.92x, 64^3: 1.3x);
+# - nn (ndws.nn.functional, float32, 21 repeats): relu/relu backward/sgd/momentum (memory
+#   bound, under 1 ns/element) gain from 128K-256K elements (relu 262144: 22.5 vs 17.7 us; sgd
+#   131072: 10.8 vs 7.9 us; at 65536 two threads still lose: 6.4 vs 8.6 us); exp/erf/tanh
+#   activations, softmax rows, the losses and the sqrt-based updaters (2-10 ns/element) gain
+#   from 4096 elements (gelu 29.3 vs 17.2 us, softmax 29.1 vs 18.9, cross-entropy 58.0 vs 35.9,
+#   adam 13.2 vs 9.7) and lose or tie at 1024;
+# - eval_rows (ndws.evaluation's confusion counting): a row is C loads from each of two arrays,
+#   ~2-4 ns for C = 10, against a few microseconds of OpenMP start-up.
+cdef Py_ssize_t _grains[N_GRAINS]
+_grains[:] = [1 << 15, 1 << 16, 300000, 150000, 65536, 2048, 2048, 16384]
+_GRAIN_NAMES = ("elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap", "nn_transc",
+                "nn_update", "eval_rows")
+
+
+cdef int threads_for(Py_ssize_t work, Grain grain) noexcept:
+    cdef Py_ssize_t g
+    cdef int n
+    cdef Py_ssize_t useful
+    if <unsigned int>grain >= N_GRAINS:
+        return 1                   # not a Grain: never read outside the table
+    g = _grains[<int>grain]
+    if g <= 0 or work < 2 * g:
+        return 1                   # before the thread-local lookup: most calls are small
+    n = thread_limit()
+    if n <= 1:
+        return 1
+    useful = work // g
+    if useful < n:
+        return <int>useful if useful > 1 else 1
+    return n
+
+
+def _set_grains(**grains):
+    """Set thread grains by name (elementwise, reduce, gemm_f32, gemm_f64, nn_cheap,
+    nn_transc, nn_update); returns all of them as they were. For the benchmarks' threshold
+    measurements and the tests."""
+    prev = {name: _grains[i] for i, name in enumerate(_GRAIN_NAMES)}
+    new = []
+    for name, value in grains.items():  # all checked before any is set
+        if name not in _GRAIN_NAMES:
+            raise TypeError(f"_set_grains: unknown grain {name!r}; expected one of "
+                            f"{', '.join(_GRAIN_NAMES)}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 62:
+            raise ValueError(f"_set_grains: {name} must be an int in [0, 2**62), got {value!r}")
+        new.append((_GRAIN_NAMES.index(name), value))
+    for i, value in new:
+        _grains[i] = value
+    return prev
+
+
+cdef int _thread_count(object n, str name) except -1:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name}: expected a positive int, got {n!r}")
+    if n < 1:
+        raise ValueError(f"{name}: expected a positive int, got {n!r}")
+    return <int>min(n, 1 << 16)   # a sanity cap; OpenMP would refuse more anyway
+
+
+def set_num_threads(n):
+    """Set the size of ndws' kernel thread pool (all Python threads without their own
+    `num_threads` limit).
+
+    Parameters
+    ----------
+    n : int
+        Threads per kernel call, >= 1. Starts as ``OMP_NUM_THREADS`` (the CPU count when unset).
+        A build without OpenMP accepts any n and runs every kernel on one thread.
+    """
+    global _pool_threads
+    _pool_threads = _thread_count(n, "n")
+    ndws_omp_set_num_threads(_pool_threads)
+
+
+def get_num_threads():
+    """Kernel threads the calling thread's next kernel may use: its `num_threads` limit, else
+    the pool size (1 in a build without OpenMP).
+
+    >>> import ndws
+    >>> with ndws.num_threads(1):
+    ...     ndws.get_num_threads()
+    1
+    """
+    return thread_limit()
+
+
+def _set_thread_override(int n):
+    """Set the calling thread's own limit (0 = follow the pool); returns the previous one."""
+    cdef ThreadState ts = tstate()
+    cdef int prev = ts._nthreads
+    ts._nthreads = n
+    return prev
+
+
+class num_threads:
+    """Context manager limiting the kernel threads of the calling Python thread only.
+
+    Parameters
+    ----------
+    n : int
+        Threads per kernel call inside the block, >= 1.
+
+    Examples
+    --------
+    One kernel thread per Python worker, so two workers share two cores without fighting:
+
+    >>> import ndws
+    >>> with ndws.num_threads(1):
+    ...     ndws.get_num_threads()
+    1
+    """
+
+    def __init__(self, n):
+        self.n = _thread_count(n, "n")
+        self._prev = []
+
+    def __enter__(self):
+        self._prev.append(_set_thread_override(self.n))
+        return self
+
+    def __exit__(self, *exc):
+        _set_thread_override(self._prev.pop())
+        return False
+
