@@ -16,6 +16,9 @@ from ndws._core import (
     NoSuchWorkspaceError,
     WorkspaceError,
     WorkspaceWarning,
+    from_numpy,
+)
+from ndws._creation import (
     arange,
     array,
     asarray,
@@ -23,7 +26,6 @@ from ndws._core import (
     empty_like,
     eye,
     from_dlpack,
-    from_numpy,
     full,
     full_like,
     linspace,

@@ -65,11 +65,33 @@ cdef void discard(NDArray a) noexcept
 cdef NDArray _new_filled(object dtype, int ndim, const Py_ssize_t* shape, object fill,
                          object op, bint fortran=*, bint detached=*)
 cdef NDArray _copy_numpy(object src, Arena target, bint detached)
+# A fresh array's values written by fill(numpy_view) after it is checked like any output (its
+# bytes given back on error); a new array of `shape` laid out per NumPy's `order` relative to
+# a source with the given strides.
+cdef NDArray _fill_new(NDArray out, object fill, object op)
+cdef NDArray _alloc_like(object dtype, int ndim, const Py_ssize_t* shape,
+                         const Py_ssize_t* src_strides, Py_ssize_t src_itemsize, object order,
+                         bint c_contig, bint f_contig, Arena target, bint detached)
+
+
+cdef inline bint _fortran(object order) except -1:
+    # the order= of the creation functions ('C' or 'F'); identity first: the default "C" is the
+    # same interned object on every call
+    if order is "C":
+        return False
+    if order == "F" or order == "f":
+        return True
+    if order == "C" or order == "c" or order is None:
+        return False
+    raise ValueError(f"order: expected 'C' or 'F', got {order!r}")
 
 # -- dtypes ----------------------------------------------------------------------------------------
 
 cdef object _as_dtype(object obj)                                  # cached numpy.dtype(obj)
 cdef int _check_dtype(object dt, str what=*) except -1             # numbers only, native order
+# NumPy's shape rules: the dimensions of `shape` (an int or a sequence) into out[], returns ndim
+cdef int _parse_shape(object shape, Py_ssize_t* out) except -1
+cdef tuple _shape_tuple(int ndim, const Py_ssize_t* shape)
 
 # -- views -----------------------------------------------------------------------------------------
 
@@ -80,8 +102,9 @@ cdef object _operand(object x, object op, object role)
 # owner's reuse while the result lives); anything else as it is. For kernels that read raw
 # pointers without the GIL (docs/workspaces.md, "Threads").
 cdef object pin_foreign(object x, object op, object role)
-# Whether `a` is C-contiguous (size-1 axes may have any stride; empty arrays are).
+# Whether `a` is C- / Fortran-contiguous (size-1 axes may have any stride; empty arrays are).
 cdef bint _c_contiguous(NDArray a) noexcept
+cdef bint _f_contiguous(NDArray a) noexcept
 
 
 # -- the operator table ----------------------------------------------------------------------------

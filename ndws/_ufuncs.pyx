@@ -40,7 +40,8 @@ import warnings
 
 import numpy as np
 
-from ndws._core import array, new_filled, _float_dtypes
+from ndws._core import new_filled, _float_dtypes
+from ndws._creation import array
 from ndws._linalg import matmul as _linalg_matmul
 
 ndws_share(epoch_ptr(), debug_mode_ptr())

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ndws import _core, _ufuncs
+from ndws import _core, _creation, _ufuncs
 from ndws._core import NDArray
 from ndws._ufuncs import clip, dot, matmul, norm
 from ndws._linalg import gemm
@@ -357,40 +357,40 @@ def where(condition: Any, x: Any = None, y: Any = None, *, out: Any = None) -> A
 
 def reshape(a: NDArray, shape: Any, order: str = "C") -> NDArray:
     """`a` with a new shape: a view when possible, else a copy (NumPy's ``reshape``)."""
-    return _core.asarray(a).reshape(shape, order=order)
+    return _creation.asarray(a).reshape(shape, order=order)
 
 
 def transpose(a: NDArray, axes: Sequence[int] | None = None) -> NDArray:
     """View of `a` with its axes permuted (reversed by default)."""
-    return _core.asarray(a).transpose(axes)
+    return _creation.asarray(a).transpose(axes)
 
 
 def swapaxes(a: NDArray, axis1: int, axis2: int) -> NDArray:
     """View of `a` with two axes interchanged."""
-    return _core.asarray(a).swapaxes(axis1, axis2)
+    return _creation.asarray(a).swapaxes(axis1, axis2)
 
 
 def squeeze(a: NDArray, axis: int | Sequence[int] | None = None) -> NDArray:
     """View of `a` without length-one axes."""
-    return _core.asarray(a).squeeze(axis)
+    return _creation.asarray(a).squeeze(axis)
 
 
 def expand_dims(a: NDArray, axis: int | Sequence[int]) -> NDArray:
     """View of `a` with length-one axes inserted at `axis`."""
-    arr = _core.asarray(a)
+    arr = _creation.asarray(a)
     return _core._wrap_result(arr, np.expand_dims(_core._np_view(arr, "expand_dims", "a"), axis))
 
 
 def ravel(a: NDArray, order: str = "C") -> NDArray:
     """Flattened view when possible, else a copy."""
-    return _core.asarray(a).ravel(order)
+    return _creation.asarray(a).ravel(order)
 
 
 def copy(a: Any, order: str = "K") -> NDArray:
     """A copy of `a` in the current workspace (NumPy's ``copy``: layout kept by default)."""
     if isinstance(a, NDArray):
         return a.copy(order)
-    return _core.array(a, order=order)
+    return _creation.array(a, order=order)
 
 
 def _join(name: str, arrays: Sequence[Any], axis: int | None, out: Any, dtype: Any,

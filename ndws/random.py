@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ndws import _core
+from ndws import _core, _creation
 from ndws._core import NDArray
 
 __all__ = ["Generator", "default_rng", "integers", "normal", "permutation", "rand", "randn",
@@ -153,9 +153,9 @@ class Generator:
     def permutation(self, x: Any) -> NDArray:
         """A shuffled arange(x) for an int, else a shuffled copy of `x` (along axis 0)."""
         if isinstance(x, (int, np.integer)):
-            out = _core.arange(operator.index(x))
+            out = _creation.arange(operator.index(x))
         else:
-            out = _core.array(x)
+            out = _creation.array(x)
         self.shuffle(out)
         return out
 
