@@ -195,7 +195,9 @@ def extension(name):
 # in layer order (docs/architecture.md): each module cimports only modules listed before it
 EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("ndws._threads"),
               extension("ndws._core"), extension("ndws._creation"), extension("ndws._dispatch"),
-              extension("ndws._linalg"), extension("ndws._ufuncs"), extension("ndws.nn._kernels"),
+              extension("ndws._linalg"), extension("ndws._ufuncs"),
+              extension("ndws.nn._activations"), extension("ndws.nn._losses"),
+              extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels")]
 EXTENSIONS += [extension(f"ndws._gemm_{isa}")

@@ -68,6 +68,8 @@ cdef NDArray out_arg(object out, NDArray like, str op, str role, str ref)
 cdef int same_as(NDArray a, NDArray b, str op, str role, str ref) except -1
 cdef bint whole_strides(NDArray a) noexcept     # every byte stride a whole element
 cdef tuple shape_of(NDArray a)
+# A scalar hyper-parameter: an int or float (not a bool), TypeError naming `role` otherwise.
+cdef double real_arg(object v, str op, str role) except? -1.0
 
 
 # -- overlap ---------------------------------------------------------------------------------

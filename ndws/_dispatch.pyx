@@ -269,3 +269,9 @@ cdef bint clashes(NDArray o, NDArray a) noexcept:
                 return True
         return False
     return True
+
+
+cdef double real_arg(object v, str op, str role) except? -1.0:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{op}: {role} must be a real number, got {v!r}")
+    return <double>v

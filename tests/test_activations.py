@@ -504,19 +504,27 @@ def test_public_module_all():
     import doctest
     failures, tried = doctest.testmod(F, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
-    from ndws.nn import _kernels
-    failures, tried = doctest.testmod(_kernels, optionflags=doctest.ELLIPSIS)
-    assert tried > 0 and failures == 0
+    from ndws.nn import _activations, _linear, _losses, _updaters
+    tried_all = 0
+    for module in (_activations, _linear, _losses, _updaters):
+        failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert failures == 0, module.__name__
+        tried_all += tried
+    assert tried_all > 0
 
 
 def test_stub_lists_every_public_kernel():
     import pathlib
-    from ndws.nn import _kernels
-    stub = (pathlib.Path(_kernels.__file__).parent / "_kernels.pyi").read_text()
-    public = [n for n in dir(_kernels) if not n.startswith("_") and n != "np"]
-    missing = [n for n in public if n not in stub]
-    assert not missing, f"_kernels.pyi lacks {missing}"
-    # F is exactly _kernels' public surface (the fused linear layer included)
+    from ndws.nn import _activations, _linear, _losses, _updaters
+    public = []
+    for module in (_activations, _linear, _losses, _updaters):
+        name = module.__name__.rsplit(".", 1)[1]
+        stub = (pathlib.Path(module.__file__).parent / f"{name}.pyi").read_text()
+        names = [n for n in dir(module) if not n.startswith("_") and n != "np"]
+        missing = [n for n in names if n not in stub]
+        assert not missing, f"{name}.pyi lacks {missing}"
+        public += names
+    # F is exactly the kernel modules' public surface (the fused linear layer included)
     assert sorted(F.__all__) == sorted(public)
 
 

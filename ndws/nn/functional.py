@@ -2,8 +2,8 @@
 
 The fused dense layer `linear` (GEMM + bias + activation), activations (forward and
 derivative), softmax / log-softmax along an axis, losses with their gradients, and fused
-in-place updaters. Every function is a compiled function of `ndws.nn._kernels` (the fused layer
-runs on `ndws._linalg`'s GEMM), with no Python layer in between: a call on a small array costs
+in-place updaters. Every function is a compiled function of `ndws.nn._activations`,
+`_losses`, `_updaters` or `_linear` (the fused layer runs on `ndws._linalg`'s GEMM), with no Python layer in between: a call on a small array costs
 a few hundred nanoseconds.
 
 Conventions
@@ -27,14 +27,10 @@ Conventions
 >>> round(loss, 4)
 0.4076
 """
-from ndws.nn._kernels import (
+from ndws.nn._activations import (
     ACTIVATIONS,
     activation,
     activation_backward,
-    adagrad_update,
-    adam_update,
-    adamw_update,
-    binary_cross_entropy_with_logits,
     elu,
     elu_backward,
     gelu,
@@ -43,25 +39,33 @@ from ndws.nn._kernels import (
     identity_backward,
     leaky_relu,
     leaky_relu_backward,
-    linear,
     log_softmax,
     log_softmax_backward,
-    mae_loss,
-    momentum_update,
-    mse_loss,
     relu,
     relu_backward,
-    rmsprop_update,
-    sgd_update,
     sigmoid,
     sigmoid_backward,
     softmax,
     softmax_backward,
-    softmax_cross_entropy,
     softplus,
     softplus_backward,
     tanh,
     tanh_backward,
+)
+from ndws.nn._linear import linear
+from ndws.nn._losses import (
+    binary_cross_entropy_with_logits,
+    mae_loss,
+    mse_loss,
+    softmax_cross_entropy,
+)
+from ndws.nn._updaters import (
+    adagrad_update,
+    adam_update,
+    adamw_update,
+    momentum_update,
+    rmsprop_update,
+    sgd_update,
 )
 
 __all__ = [

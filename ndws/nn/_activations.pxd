@@ -1,7 +1,8 @@
 # C-level API of ndws' activation kernels, for other Cython modules to `cimport` (the fused
-# `linear` of ndws._linalg applies an activation to each GEMM output tile with these, while the
-# tile is still in cache). Everything here is serial: the caller owns the parallelism (it runs
+# `linear` of ndws.nn._linear applies an activation to each GEMM output tile with these, while
+# the tile is still in cache). Everything here is serial: the caller owns the parallelism (it runs
 # these on tiles it already split between threads) and holds no GIL.
+from ndws._core cimport NDArray
 from ndws._typedefs cimport float32_t, float64_t, intp_t
 
 # Activation codes. Elementwise codes come first; ACT_SOFTMAX and ACT_LOG_SOFTMAX act on rows.
@@ -54,3 +55,7 @@ cdef void softmax_rows_f32(bint log_, float32_t* Y, intp_t m, intp_t n,
                            intp_t rs, intp_t cs) noexcept nogil
 cdef void softmax_rows_f64(bint log_, float64_t* Y, intp_t m, intp_t n,
                            intp_t rs, intp_t cs) noexcept nogil
+
+# dst := src element for element (same shape and dtype; dst may have any strides): how an
+# `out=` that clashes with an input receives the result computed in a temporary.
+cdef void copy_into(NDArray src, NDArray dst) noexcept

@@ -1,0 +1,1042 @@
+"""Native activation and softmax kernels, forward and backward (`ndws.nn.functional`'s
+activations), and the tile API the fused `linear` applies to each GEMM tile.
+
+Two layers, as everywhere in ndws: ``cdef ... noexcept nogil`` kernels over raw pointers,
+lengths and element strides (fused float32/float64), and thin ``def`` wrappers that validate
+every argument (through ndws._dispatch), place the output (``out=`` wins, else the current
+workspace) and run the kernel without the GIL. The public surface is `ndws.nn.functional`.
+
+Inputs: an `ndws.NDArray`, or anything `numpy.asarray` accepts (a NumPy array is wrapped
+without a copy, as `ndws.from_numpy` does; other array_likes are converted first). The dtype
+must be float32 or float64 (TypeError naming the argument otherwise); all float operands of a
+call share one dtype. Any strides work (views, negative strides); contiguous operands take the
+fast path.
+"""
+cimport cython
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.math cimport INFINITY, NAN, isinf, log, logf, sqrt
+
+import numpy as np
+
+from ndws._core cimport NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, pin_foreign
+from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, same_as, clashes,
+                             whole_strides, shape_of, arrays_overlap, real_arg)
+from ndws._threads cimport (threads_for, release_gil, Grain, GRAIN_NN_CHEAP, GRAIN_NN_TRANSC,
+                            GRAIN_NN_UPDATE)
+from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
+from ndws.nn._math cimport _exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sqrt, _sigmoid
+from ndws._core import from_numpy as _from_numpy
+
+cnp.import_array()
+
+# (C macros, so they stay compile-time double literals exactly as written, in nogil code).
+# GELU_BIG: |x| beyond which GELU is exactly x (x > 0) or 0 (x < 0) in both precisions: the
+# formulas would give inf*0 = NaN at +-inf, so large inputs take the limit directly.
+cdef extern from *:
+    """
+    #define NDWS_SQRT1_2 0.70710678118654752440
+    #define NDWS_INV_SQRT_2PI 0.39894228040143267794
+    #define NDWS_SQRT_2_PI 0.79788456080286535588
+    #define NDWS_GELU_C 0.044715
+    #define NDWS_GELU_BIG 1.0e4
+    """
+    const double SQRT1_2 "NDWS_SQRT1_2"
+    const double INV_SQRT_2PI "NDWS_INV_SQRT_2PI"
+    const double SQRT_2_PI "NDWS_SQRT_2_PI"
+    const double GELU_C "NDWS_GELU_C"
+    const double GELU_BIG "NDWS_GELU_BIG"
+
+
+# ------------------------------------------------------------------------------------------------
+# Elementwise activations: value and derivative of one element (inlined into one loop per
+# activation by _fwd_1d / _bwd_1d).
+
+cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil:
+    cdef floating_t t
+    if code == ACT_RELU:
+        return 0 if v < 0 else v                  # NaN passes through (as torch)
+    elif code == ACT_LEAKY_RELU:
+        return v if v > 0 else a * v
+    elif code == ACT_ELU:
+        return v if v > 0 else a * _expm1(v)      # expm1: exact near 0
+    elif code == ACT_SIGMOID:
+        return _sigmoid(v)
+    elif code == ACT_TANH:
+        return _tanh(v)
+    elif code == ACT_SOFTPLUS:
+        # log(1 + e^v) = max(v, 0) + log1p(e^-|v|): no overflow, exactly v for large v
+        return (v if v > 0 else 0) + _log1p(_exp(-_fabs(v)))
+    elif code == ACT_GELU:
+        if _fabs(v) > GELU_BIG:
+            return v if v > 0 else 0
+        # x * Phi(x) with Phi through erfc: no cancellation for negative x
+        return v * <floating_t>0.5 * _erfc(-v * <floating_t>SQRT1_2)
+    elif code == ACT_GELU_TANH:
+        if _fabs(v) > GELU_BIG:
+            return v if v > 0 else 0
+        t = _tanh(<floating_t>SQRT_2_PI * (v + <floating_t>GELU_C * v * v * v))
+        return <floating_t>0.5 * v * (1 + t)
+    return v
+
+
+cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g) noexcept nogil:
+    # g * f'(v); f'(NaN) is NaN for every activation but identity
+    cdef floating_t s, t, d
+    if code == ACT_RELU or code == ACT_LEAKY_RELU:
+        # plain selects (no nested branches), so gcc vectorises them
+        d = 0 if code == ACT_RELU else a
+        if v > 0:
+            d = 1
+        if v != v:
+            d = v
+    elif code == ACT_ELU:
+        d = 1 if v > 0 else a * _exp(v)
+    elif code == ACT_SIGMOID or code == ACT_SOFTPLUS:
+        s = _sigmoid(v)
+        d = s * (1 - s) if code == ACT_SIGMOID else s
+    elif code == ACT_TANH:
+        t = _tanh(v)
+        d = 1 - t * t
+    elif code == ACT_GELU:
+        if _fabs(v) > GELU_BIG:
+            d = 1 if v > 0 else 0
+        else:
+            d = (<floating_t>0.5 * _erfc(-v * <floating_t>SQRT1_2)
+                 + v * <floating_t>INV_SQRT_2PI * _exp(<floating_t>-0.5 * v * v))
+    elif code == ACT_GELU_TANH:
+        if _fabs(v) > GELU_BIG:
+            d = 1 if v > 0 else 0
+        else:
+            t = _tanh(<floating_t>SQRT_2_PI * (v + <floating_t>GELU_C * v * v * v))
+            d = (<floating_t>0.5 * (1 + t) + <floating_t>0.5 * v * (1 - t * t)
+                 * <floating_t>SQRT_2_PI * (1 + <floating_t>(3 * GELU_C) * v * v))
+    else:
+        return g
+    return g * d
+
+
+cdef inline void _fwd_loop(int code, floating_t a, const floating_t* X__i, intp_t xs,
+                           floating_t* Y__i, intp_t ys, intp_t n) noexcept nogil:
+    cdef intp_t i
+    if xs == 1 and ys == 1:
+        for i in range(n):
+            Y__i[i] = _act(code, a, X__i[i])
+    else:
+        for i in range(n):
+            Y__i[i * ys] = _act(code, a, X__i[i * xs])
+
+
+cdef void _fwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # IN
+                  floating_t* Y__i, intp_t ys, intp_t n) noexcept nogil:      # OUT
+    """Y[i*ys] := f(X[i*xs]) for i < n."""
+    # one call per code with a literal constant: gcc inlines _act into a loop of its own
+    # (relu, leaky_relu and the identity then vectorise)
+    if code == ACT_RELU:
+        _fwd_loop(ACT_RELU, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_LEAKY_RELU:
+        _fwd_loop(ACT_LEAKY_RELU, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_ELU:
+        _fwd_loop(ACT_ELU, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_SIGMOID:
+        _fwd_loop(ACT_SIGMOID, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_TANH:
+        _fwd_loop(ACT_TANH, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_SOFTPLUS:
+        _fwd_loop(ACT_SOFTPLUS, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_GELU:
+        _fwd_loop(ACT_GELU, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_GELU_TANH:
+        _fwd_loop(ACT_GELU_TANH, a, X__i, xs, Y__i, ys, n)
+    else:
+        _fwd_loop(ACT_IDENTITY, a, X__i, xs, Y__i, ys, n)
+
+
+cdef inline void _bwd_loop(int code, floating_t a, const floating_t* X__i, intp_t xs,
+                           const floating_t* G__i, intp_t gs,
+                           floating_t* D__i, intp_t ds, intp_t n) noexcept nogil:
+    cdef intp_t i
+    if xs == 1 and gs == 1 and ds == 1:
+        for i in range(n):
+            D__i[i] = _dact(code, a, X__i[i], G__i[i])
+    else:
+        for i in range(n):
+            D__i[i * ds] = _dact(code, a, X__i[i * xs], G__i[i * gs])
+
+
+cdef void _bwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # IN
+                  const floating_t* G__i, intp_t gs,                          # IN
+                  floating_t* D__i, intp_t ds, intp_t n) noexcept nogil:      # OUT
+    """D[i*ds] := f'(X[i*xs]) * G[i*gs] for i < n."""
+    if code == ACT_RELU:
+        _bwd_loop(ACT_RELU, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_LEAKY_RELU:
+        _bwd_loop(ACT_LEAKY_RELU, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_ELU:
+        _bwd_loop(ACT_ELU, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_SIGMOID:
+        _bwd_loop(ACT_SIGMOID, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_TANH:
+        _bwd_loop(ACT_TANH, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_SOFTPLUS:
+        _bwd_loop(ACT_SOFTPLUS, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_GELU:
+        _bwd_loop(ACT_GELU, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_GELU_TANH:
+        _bwd_loop(ACT_GELU_TANH, a, X__i, xs, G__i, gs, D__i, ds, n)
+    else:
+        _bwd_loop(ACT_IDENTITY, a, X__i, xs, G__i, gs, D__i, ds, n)
+
+
+# ------------------------------------------------------------------------------------------------
+# Softmax rows: the row maximum is subtracted before exp (no overflow); sums accumulate in double.
+
+cdef void _softmax_row(bint log_, const floating_t* X__k, intp_t xs,   # IN
+                       floating_t* Y__k, intp_t ys, intp_t n) noexcept nogil:  # OUT
+    """Y := softmax(X) (or log_softmax) of one row; Y may be X (same stride)."""
+    cdef intp_t k
+    cdef floating_t mx, e
+    cdef double s = 0.0, lse
+    if n <= 0:
+        return
+    mx = X__k[0]
+    for k in range(1, n):
+        if X__k[k * xs] > mx:
+            mx = X__k[k * xs]
+    if log_:
+        for k in range(n):
+            s += _exp(X__k[k * xs] - mx)
+        lse = mx + log(s)
+        for k in range(n):
+            Y__k[k * ys] = <floating_t>(X__k[k * xs] - lse)
+    else:
+        # exp written once into Y (which may be X: each X[k] is read before Y[k] is written)
+        for k in range(n):
+            e = _exp(X__k[k * xs] - mx)
+            Y__k[k * ys] = e
+            s += e
+        e = <floating_t>(1.0 / s)
+        for k in range(n):
+            Y__k[k * ys] = Y__k[k * ys] * e
+
+
+cdef void _softmax_bwd_row(bint log_, const floating_t* X__k, intp_t xs,  # IN
+                           const floating_t* G__k, intp_t gs,             # IN
+                           floating_t* D__k, intp_t ds, intp_t n) noexcept nogil:  # OUT
+    """D := J(X)^T G for the row softmax (D = y*(G - <G, y>)) or log-softmax
+    (D = G - softmax(X)*sum(G)); D may be X or G."""
+    cdef intp_t k
+    cdef floating_t mx
+    cdef double s = 0.0, lse, dot = 0.0, y
+    if n <= 0:
+        return
+    mx = X__k[0]
+    for k in range(1, n):
+        if X__k[k * xs] > mx:
+            mx = X__k[k * xs]
+    for k in range(n):
+        s += _exp(X__k[k * xs] - mx)
+    lse = mx + log(s)
+    if log_:
+        for k in range(n):
+            dot += G__k[k * gs]
+        for k in range(n):
+            y = _exp(<floating_t>(X__k[k * xs] - lse))
+            D__k[k * ds] = <floating_t>(G__k[k * gs] - y * dot)
+    else:
+        for k in range(n):
+            dot += G__k[k * gs] * <double>_exp(<floating_t>(X__k[k * xs] - lse))
+        for k in range(n):
+            y = _exp(<floating_t>(X__k[k * xs] - lse))
+            D__k[k * ds] = <floating_t>(y * (G__k[k * gs] - dot))
+
+
+# ------------------------------------------------------------------------------------------------
+# The C-level tile API (see _activations.pxd)
+
+cdef inline void _tile(int code, floating_t alpha, floating_t* Y, intp_t m, intp_t n,
+                       intp_t rs, intp_t cs) noexcept nogil:
+    cdef intp_t i
+    for i in range(m):
+        if code == ACT_SOFTMAX or code == ACT_LOG_SOFTMAX:
+            _softmax_row(code == ACT_LOG_SOFTMAX, Y + i * rs, cs, Y + i * rs, cs, n)
+        else:
+            _fwd_1d(code, alpha, Y + i * rs, cs, Y + i * rs, cs, n)
+
+
+cdef inline void _btile(int code, floating_t alpha, const floating_t* X, intp_t xrs,
+                        intp_t xcs, const floating_t* G, intp_t grs, intp_t gcs, floating_t* D,
+                        intp_t drs, intp_t dcs, intp_t m, intp_t n) noexcept nogil:
+    cdef intp_t i
+    for i in range(m):
+        if code == ACT_SOFTMAX or code == ACT_LOG_SOFTMAX:
+            _softmax_bwd_row(code == ACT_LOG_SOFTMAX, X + i * xrs, xcs, G + i * grs, gcs,
+                             D + i * drs, dcs, n)
+        else:
+            _bwd_1d(code, alpha, X + i * xrs, xcs, G + i * grs, gcs, D + i * drs, dcs, n)
+
+
+cdef void act_tile_f32(int code, float32_t alpha, float32_t* Y,
+                       intp_t m, intp_t n, intp_t rs, intp_t cs) noexcept nogil:
+    _tile(code, alpha, Y, m, n, rs, cs)
+
+
+cdef void act_tile_f64(int code, float64_t alpha, float64_t* Y,
+                       intp_t m, intp_t n, intp_t rs, intp_t cs) noexcept nogil:
+    _tile(code, alpha, Y, m, n, rs, cs)
+
+
+cdef void act_backward_tile_f32(int code, float32_t alpha,
+                                const float32_t* X, intp_t xrs, intp_t xcs,
+                                const float32_t* G, intp_t grs, intp_t gcs,
+                                float32_t* D, intp_t drs, intp_t dcs,
+                                intp_t m, intp_t n) noexcept nogil:
+    _btile(code, alpha, X, xrs, xcs, G, grs, gcs, D, drs, dcs, m, n)
+
+
+cdef void act_backward_tile_f64(int code, float64_t alpha,
+                                const float64_t* X, intp_t xrs, intp_t xcs,
+                                const float64_t* G, intp_t grs, intp_t gcs,
+                                float64_t* D, intp_t drs, intp_t dcs,
+                                intp_t m, intp_t n) noexcept nogil:
+    _btile(code, alpha, X, xrs, xcs, G, grs, gcs, D, drs, dcs, m, n)
+
+
+cdef void softmax_rows_f32(bint log_, float32_t* Y, intp_t m, intp_t n,
+                           intp_t rs, intp_t cs) noexcept nogil:
+    _tile(ACT_LOG_SOFTMAX if log_ else ACT_SOFTMAX, <float32_t>0, Y, m, n, rs, cs)
+
+
+cdef void softmax_rows_f64(bint log_, float64_t* Y, intp_t m, intp_t n,
+                           intp_t rs, intp_t cs) noexcept nogil:
+    _tile(ACT_LOG_SOFTMAX if log_ else ACT_SOFTMAX, <float64_t>0, Y, m, n, rs, cs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Strided N-D iteration. Operands of one shape are described by a collapsed plan: size-1 axes
+# dropped, neighbouring axes merged where every operand is contiguous across them (a C-contiguous
+# array becomes one axis). The last plan axis is the inner loop; the others are "rows" that
+# threads split between them. An axis may be left out (softmax's reduction axis).
+
+cdef struct Plan:
+    int nd
+    intp_t shape[NDWS_MAXDIMS]
+    intp_t s0[NDWS_MAXDIMS]    # element strides of operand 0 (x)
+    intp_t s1[NDWS_MAXDIMS]    # operand 1 (grad_output), 0 when absent
+    intp_t s2[NDWS_MAXDIMS]    # operand 2 (the output)
+
+
+cdef void _plan(Plan* p, NDArray a, NDArray b, NDArray c, int skip) noexcept:
+    cdef intp_t isz = a._itemsize, n, t0, t1, t2
+    cdef int d, k = 0
+    for d in range(a._ndim):
+        n = a._shape[d]
+        if d == skip or n == 1:
+            continue
+        t0 = a._strides[d] // isz
+        t1 = b._strides[d] // isz if b is not None else 0
+        t2 = c._strides[d] // isz
+        if k > 0 and p.s0[k - 1] == t0 * n and p.s1[k - 1] == t1 * n and p.s2[k - 1] == t2 * n:
+            p.shape[k - 1] *= n
+            p.s0[k - 1] = t0
+            p.s1[k - 1] = t1
+            p.s2[k - 1] = t2
+        else:
+            p.shape[k] = n
+            p.s0[k] = t0
+            p.s1[k] = t1
+            p.s2[k] = t2
+            k += 1
+    if k == 0:
+        p.shape[0] = 1
+        p.s0[0] = p.s1[0] = p.s2[0] = 1
+        k = 1
+    p.nd = k
+
+
+cdef inline void _offsets(const Plan* p, int nd, intp_t r, intp_t* o0, intp_t* o1,
+                          intp_t* o2) noexcept nogil:
+    # element offsets of "row" r: r unravelled over the first nd plan axes (C order)
+    cdef int d
+    cdef intp_t i
+    o0[0] = o1[0] = o2[0] = 0
+    for d in range(nd - 1, -1, -1):
+        i = r % p.shape[d]
+        r = r // p.shape[d]
+        o0[0] += i * p.s0[d]
+        o1[0] += i * p.s1[d]
+        o2[0] += i * p.s2[d]
+
+
+cdef void _ew_block(bint bwd, int code, floating_t a, const Plan* p,
+                    const floating_t* X, const floating_t* G, floating_t* Y,  # IN, IN, OUT
+                    intp_t r0, intp_t r1, intp_t l0, intp_t l1) noexcept nogil:
+    """Rows [r0, r1) x inner elements [l0, l1) of an elementwise op."""
+    cdef int nd = p.nd
+    cdef intp_t r, o0, o1, o2
+    cdef intp_t i0 = p.s0[nd - 1], i1 = p.s1[nd - 1], i2 = p.s2[nd - 1]
+    for r in range(r0, r1):
+        _offsets(p, nd - 1, r, &o0, &o1, &o2)
+        o0 += l0 * i0
+        o1 += l0 * i1
+        o2 += l0 * i2
+        if bwd:
+            _bwd_1d(code, a, X + o0, i0, G + o1, i1, Y + o2, i2, l1 - l0)
+        else:
+            _fwd_1d(code, a, X + o0, i0, Y + o2, i2, l1 - l0)
+
+
+cdef void _ew_run(bint bwd, int code, floating_t a, const Plan* p,
+                  const floating_t* X, const floating_t* G, floating_t* Y,
+                  int nthreads) noexcept nogil:
+    cdef intp_t rows = 1, L = p.shape[p.nd - 1], lo, hi
+    cdef int d, c
+    for d in range(p.nd - 1):
+        rows *= p.shape[d]
+    if nthreads <= 1:
+        _ew_block(bwd, code, a, p, X, G, Y, 0, rows, 0, L)
+    elif rows >= nthreads:
+        # each thread a fixed, contiguous range of rows
+        for c in prange(nthreads, schedule='static', num_threads=nthreads):
+            _ew_block(bwd, code, a, p, X, G, Y, c * rows // nthreads,
+                      (c + 1) * rows // nthreads, 0, L)
+    else:
+        # few long rows: each thread a fixed range of the inner axis, cut on 16-element
+        # (64-byte for float32) boundaries so no two threads share a cache line of Y
+        for c in prange(nthreads, schedule='static', num_threads=nthreads):
+            lo = (c * L // nthreads) & ~(<intp_t>15)
+            hi = L if c == nthreads - 1 else ((c + 1) * L // nthreads) & ~(<intp_t>15)
+            _ew_block(bwd, code, a, p, X, G, Y, 0, rows, lo, hi)
+
+
+cdef void _sm_block(bint bwd, bint log_, const Plan* p, intp_t L, intp_t a0, intp_t a1,
+                    intp_t a2, const floating_t* X, const floating_t* G, floating_t* Y,
+                    intp_t r0, intp_t r1) noexcept nogil:
+    cdef intp_t r, o0, o1, o2
+    for r in range(r0, r1):
+        _offsets(p, p.nd, r, &o0, &o1, &o2)
+        if bwd:
+            _softmax_bwd_row(log_, X + o0, a0, G + o1, a1, Y + o2, a2, L)
+        else:
+            _softmax_row(log_, X + o0, a0, Y + o2, a2, L)
+
+
+cdef void _sm_run(bint bwd, bint log_, const Plan* p, intp_t rows, intp_t L, intp_t a0,
+                  intp_t a1, intp_t a2, const floating_t* X, const floating_t* G, floating_t* Y,
+                  int nthreads) noexcept nogil:
+    cdef int c
+    if nthreads <= 1 or rows < nthreads:
+        _sm_block(bwd, log_, p, L, a0, a1, a2, X, G, Y, 0, rows)
+    else:
+        for c in prange(nthreads, schedule='static', num_threads=nthreads):
+            _sm_block(bwd, log_, p, L, a0, a1, a2, X, G, Y, c * rows // nthreads,
+                      (c + 1) * rows // nthreads)
+
+
+# ------------------------------------------------------------------------------------------------
+# Argument handling (GIL held): the operand readers are ndws._dispatch's (float_arg, out_arg, ...)
+
+cdef void copy_into(NDArray src, NDArray dst) noexcept:
+    # identity kernel from a fresh contiguous temporary into a (clashing) out=
+    cdef Plan p
+    _plan(&p, src, None, dst, -1)
+    if src._itemsize == 4:
+        _ew_run(False, ACT_IDENTITY, <float32_t>0, &p, <float32_t*>src._data, NULL,
+                <float32_t*>dst._data, 1)
+    else:
+        _ew_run(False, ACT_IDENTITY, <float64_t>0, &p, <float64_t*>src._data, NULL,
+                <float64_t*>dst._data, 1)
+
+
+cdef inline Grain _grain(int code) noexcept:
+    if code <= ACT_LEAKY_RELU:
+        return GRAIN_NN_CHEAP
+    return GRAIN_NN_TRANSC
+
+
+cdef object _elementwise(str op, int code, double alpha, object x, object g, object out,
+                         bint bwd):
+    """Forward or (bwd) backward of an elementwise activation: validate, place, run. A
+    backward call needs `g` (grad_output): None is an error, never a silent forward."""
+    cdef NDArray a = float_arg(x, op, "x")
+    cdef NDArray b = None, y, o = None
+    cdef Plan p
+    cdef int nt
+    if bwd:
+        b = float_arg(g, op, "grad_output", a._dtype)
+        same_as(a, b, op, "grad_output", "x")
+    if out is None:
+        y = new_result(a._dtype, a._ndim, a._shape, op)
+    else:
+        o = out_arg(out, a, op, "out", "x")
+        y = o
+        if clashes(o, a) or clashes(o, b):
+            y = new_result(a._dtype, a._ndim, a._shape, op)
+    if a._size:
+        _plan(&p, a, b, y, -1)
+        nt = threads_for(a._size, _grain(code))
+        if a._itemsize == 4:
+            if release_gil(a._size * a._itemsize, nt):
+                with nogil:
+                    _ew_run(bwd, code, <float32_t>alpha, &p, <float32_t*>a._data,
+                            <float32_t*>(b._data if bwd else NULL), <float32_t*>y._data, nt)
+            else:
+                _ew_run(bwd, code, <float32_t>alpha, &p, <float32_t*>a._data,
+                        <float32_t*>(b._data if bwd else NULL), <float32_t*>y._data, nt)
+        else:
+            if release_gil(a._size * a._itemsize, nt):
+                with nogil:
+                    _ew_run(bwd, code, alpha, &p, <float64_t*>a._data,
+                            <float64_t*>(b._data if bwd else NULL), <float64_t*>y._data, nt)
+            else:
+                _ew_run(bwd, code, alpha, &p, <float64_t*>a._data,
+                        <float64_t*>(b._data if bwd else NULL), <float64_t*>y._data, nt)
+    if o is None:
+        return y
+    if y is not o:
+        copy_into(y, o)
+        discard_result(y)
+    return out
+
+
+cdef int _axis(object axis, int ndim, str op) except -100:
+    cdef long ax
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{op}: axis must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:          # compared as Python ints: no OverflowError
+        raise ValueError(f"{op}: axis {axis} is out of bounds for an array of dimension {ndim}")
+    ax = axis
+    return ax + ndim if ax < 0 else ax
+
+
+cdef void _sm_dispatch(bint bwd, bint log_, const Plan* p, intp_t rows, intp_t L, int ax,
+                       NDArray a, NDArray b, NDArray y, int nt) noexcept nogil:
+    # reads only C fields of the (GIL-held, referenced by the caller) arrays
+    cdef intp_t isz = a._itemsize
+    cdef intp_t gs = b._strides[ax] // isz if bwd else 0
+    if isz == 4:
+        _sm_run(bwd, log_, p, rows, L, a._strides[ax] // isz, gs, y._strides[ax] // isz,
+                <float32_t*>a._data, <float32_t*>(b._data if bwd else NULL),
+                <float32_t*>y._data, nt)
+    else:
+        _sm_run(bwd, log_, p, rows, L, a._strides[ax] // isz, gs, y._strides[ax] // isz,
+                <float64_t*>a._data, <float64_t*>(b._data if bwd else NULL),
+                <float64_t*>y._data, nt)
+
+
+cdef object _softmax_call(str op, bint log_, object x, object g, object axis, object out,
+                          bint bwd):
+    cdef NDArray a = float_arg(x, op, "x")
+    cdef NDArray b = None, y, o = None
+    cdef Plan p
+    cdef int nt, ax
+    cdef intp_t L, rows, isz = a._itemsize
+    if a._ndim == 0:
+        raise ValueError(f"{op}: x must have at least one dimension, got a 0-d array")
+    ax = _axis(axis, a._ndim, op)
+    if bwd:
+        b = float_arg(g, op, "grad_output", a._dtype)
+        same_as(a, b, op, "grad_output", "x")
+    if out is None:
+        y = new_result(a._dtype, a._ndim, a._shape, op)
+    else:
+        o = out_arg(out, a, op, "out", "x")
+        y = o
+        if clashes(o, a) or clashes(o, b):
+            y = new_result(a._dtype, a._ndim, a._shape, op)
+    if a._size:
+        _plan(&p, a, b, y, ax)
+        L = a._shape[ax]
+        rows = a._size // L
+        nt = threads_for(a._size, GRAIN_NN_TRANSC)
+        if release_gil(a._size * a._itemsize, nt):
+            with nogil:
+                _sm_dispatch(bwd, log_, &p, rows, L, ax, a, b, y, nt)
+        else:
+            _sm_dispatch(bwd, log_, &p, rows, L, ax, a, b, y, nt)
+    if o is None:
+        return y
+    if y is not o:
+        copy_into(y, o)
+        discard_result(y)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Activation names (DL4J-ish and torch-ish aliases) and the C-level code lookup
+
+_NAMES = {
+    "identity": ACT_IDENTITY, "linear": ACT_IDENTITY,
+    "relu": ACT_RELU,
+    "leakyrelu": ACT_LEAKY_RELU, "leaky_relu": ACT_LEAKY_RELU,
+    "elu": ACT_ELU,
+    "sigmoid": ACT_SIGMOID,
+    "tanh": ACT_TANH,
+    "softplus": ACT_SOFTPLUS,
+    "gelu": ACT_GELU,
+    "softmax": ACT_SOFTMAX,
+    "logsoftmax": ACT_LOG_SOFTMAX, "log_softmax": ACT_LOG_SOFTMAX,
+}
+ACTIVATIONS = tuple(sorted(_NAMES))
+_DEFAULT_ALPHA = {ACT_LEAKY_RELU: 0.01, ACT_ELU: 1.0}
+
+
+cdef int _lookup(object name, dict params, double* alpha, list axis, str op) except -1:
+    """The code of `name` with `params`; the scalar parameter into alpha[0], the softmax axis
+    into axis[0] (-1 by default)."""
+    cdef int code
+    if not isinstance(name, str):
+        raise TypeError(f"{op}: name must be a str, got {name!r}")
+    code = _NAMES.get(name.lower(), -1)
+    if code < 0:
+        raise ValueError(f"{op}: unknown activation {name!r}; valid names: "
+                         f"{', '.join(ACTIVATIONS)}")
+    alpha[0] = _DEFAULT_ALPHA.get(code, 0.0)
+    axis[0] = -1
+    for key, value in (params or {}).items():
+        if key == "alpha" and code in (ACT_LEAKY_RELU, ACT_ELU):
+            alpha[0] = real_arg(value, op, "alpha")
+        elif key == "approximate" and code == ACT_GELU:
+            if value == "tanh":
+                code = ACT_GELU_TANH
+            elif value != "none":
+                raise ValueError(f"{op}: approximate must be 'none' or 'tanh', got {value!r}")
+        elif key == "axis" and code in (ACT_SOFTMAX, ACT_LOG_SOFTMAX):
+            axis[0] = value
+        else:
+            raise TypeError(f"{op}: unexpected parameter {key!r} for activation {name!r}")
+    return code
+
+
+cdef int activation_code(object name, dict params, double* alpha) except -1:
+    cdef list ax = [-1]
+    cdef int code = _lookup(name, params, alpha, ax, "activation")
+    axis = ax[0]
+    if code >= ACT_N_ELEMENTWISE and axis is not None and axis != -1:
+        raise ValueError(f"activation: a fused {name!r} works along the last axis only, "
+                         f"got axis={axis!r}")
+    return code
+
+
+# ------------------------------------------------------------------------------------------------
+# Public activations (re-exported by ndws.nn.functional)
+
+def identity(x, out=None):
+    """Identity activation: ``y := x`` (a copy, or into `out`).
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+        A new array in the current workspace, or `out`.
+    """
+    return _elementwise("identity", ACT_IDENTITY, 0.0, x, None, out, False)
+
+
+def relu(x, out=None):
+    """Rectified linear unit: ``y := max(x, 0)``; NaN stays NaN (as torch).
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+        A new array in the current workspace, or `out`.
+
+    Examples
+    --------
+    >>> import ndws, ndws.nn.functional as F
+    >>> F.relu(ndws.array([-1.0, 0.5])).tolist()
+    [0.0, 0.5]
+    """
+    return _elementwise("relu", ACT_RELU, 0.0, x, None, out, False)
+
+
+def leaky_relu(x, alpha=0.01, out=None):
+    """Leaky ReLU: ``y := x if x > 0 else alpha * x``.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    alpha : float
+        Slope for negative inputs (DL4J's and torch's default 0.01).
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("leaky_relu", ACT_LEAKY_RELU, real_arg(alpha, "leaky_relu", "alpha"), x,
+                        None, out, False)
+
+
+def elu(x, alpha=1.0, out=None):
+    """Exponential linear unit: ``y := x if x > 0 else alpha * (exp(x) - 1)``.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    alpha : float
+        Scale of the negative branch (default 1.0).
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("elu", ACT_ELU, real_arg(alpha, "elu", "alpha"), x, None, out,
+                        False)
+
+
+def sigmoid(x, out=None):
+    """Logistic sigmoid: ``y := 1 / (1 + exp(-x))``, computed without overflow (+-inf give 1/0).
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("sigmoid", ACT_SIGMOID, 0.0, x, None, out, False)
+
+
+def tanh(x, out=None):
+    """Hyperbolic tangent: ``y := tanh(x)`` (saturates at +-1).
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("tanh", ACT_TANH, 0.0, x, None, out, False)
+
+
+def softplus(x, out=None):
+    """Softplus: ``y := log(1 + exp(x))``, computed as ``max(x, 0) + log1p(exp(-|x|))``.
+
+    No overflow, and exactly x for large x (torch's beta=1 softplus switches to x above 20
+    instead; the two differ by less than 2.1e-9 there).
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("softplus", ACT_SOFTPLUS, 0.0, x, None, out, False)
+
+
+cdef int _gelu_code(object approximate, str op) except -1:
+    if approximate == "none":
+        return ACT_GELU
+    if approximate == "tanh":
+        return ACT_GELU_TANH
+    raise ValueError(f"{op}: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def gelu(x, approximate="none", out=None):
+    """Gaussian error linear unit, torch's two forms.
+
+    ``approximate="none"``: ``y := x * Phi(x) = x/2 * erfc(-x/sqrt(2))``;
+    ``approximate="tanh"``: ``y := x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3)))``.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    approximate : {"none", "tanh"}
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("gelu", _gelu_code(approximate, "gelu"), 0.0, x, None, out,
+                        False)
+
+
+def softmax(x, axis=-1, out=None):
+    """Softmax along `axis`: ``y := exp(x - max) / sum(exp(x - max))`` (the row maximum is
+    subtracted first, so no overflow; sums accumulate in float64).
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64, at least 1-D
+    axis : int
+        The axis that sums to one (default the last; negative counts from the end).
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _softmax_call("softmax", False, x, None, axis, out, False)
+
+
+def log_softmax(x, axis=-1, out=None):
+    """Log-softmax along `axis`: ``y := x - max - log(sum(exp(x - max)))``.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64, at least 1-D
+    axis : int
+        Default the last axis.
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _softmax_call("log_softmax", True, x, None, axis, out, False)
+
+
+def identity_backward(x, grad_output, out=None):
+    """Gradient of `identity`: ``dx := grad_output``.
+
+    All ``*_backward`` functions take the FORWARD INPUT `x` and ``grad_output`` = dL/dy (same
+    shape and dtype) and return dL/dx = f'(x) * dL/dy (DL4J's ``IActivation.backprop(in,
+    epsilon)``); `out` may be `x` or `grad_output` (in place). f'(NaN) is NaN.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("identity_backward", ACT_IDENTITY, 0.0, x, grad_output, out, True)
+
+
+def relu_backward(x, grad_output, out=None):
+    """Gradient of `relu`: ``dx := grad_output * (1 if x > 0 else 0)`` (see
+    `identity_backward` for the convention).
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("relu_backward", ACT_RELU, 0.0, x, grad_output, out, True)
+
+
+def leaky_relu_backward(x, grad_output, alpha=0.01, out=None):
+    """Gradient of `leaky_relu`: ``dx := grad_output * (1 if x > 0 else alpha)``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    alpha : float
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("leaky_relu_backward", ACT_LEAKY_RELU,
+                        real_arg(alpha, "leaky_relu_backward", "alpha"), x, grad_output, out,
+                        True)
+
+
+def elu_backward(x, grad_output, alpha=1.0, out=None):
+    """Gradient of `elu`: ``dx := grad_output * (1 if x > 0 else alpha * exp(x))``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    alpha : float
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("elu_backward", ACT_ELU, real_arg(alpha, "elu_backward", "alpha"), x,
+                        grad_output, out, True)
+
+
+def sigmoid_backward(x, grad_output, out=None):
+    """Gradient of `sigmoid`: ``dx := grad_output * s * (1 - s)``, ``s = sigmoid(x)``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("sigmoid_backward", ACT_SIGMOID, 0.0, x, grad_output, out, True)
+
+
+def tanh_backward(x, grad_output, out=None):
+    """Gradient of `tanh`: ``dx := grad_output * (1 - tanh(x)**2)``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("tanh_backward", ACT_TANH, 0.0, x, grad_output, out, True)
+
+
+def softplus_backward(x, grad_output, out=None):
+    """Gradient of `softplus`: ``dx := grad_output * sigmoid(x)``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("softplus_backward", ACT_SOFTPLUS, 0.0, x, grad_output, out, True)
+
+
+def gelu_backward(x, grad_output, approximate="none", out=None):
+    """Gradient of `gelu`: ``dx := grad_output * (Phi(x) + x * phi(x))`` for the exact form,
+    the derivative of the tanh formula for ``approximate="tanh"``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    approximate : {"none", "tanh"}
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("gelu_backward", _gelu_code(approximate, "gelu_backward"), 0.0, x,
+                        grad_output, out, True)
+
+
+def softmax_backward(x, grad_output, axis=-1, out=None):
+    """Gradient of `softmax` along `axis`: ``dx := y * (g - sum(g * y, axis))``, with
+    ``y = softmax(x, axis)`` recomputed from the forward input `x` and ``g = grad_output``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    axis : int
+    out : NDArray or numpy.ndarray, optional
+        May be `x` or `grad_output` (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _softmax_call("softmax_backward", False, x, grad_output, axis, out, True)
+
+
+def log_softmax_backward(x, grad_output, axis=-1, out=None):
+    """Gradient of `log_softmax` along `axis`: ``dx := g - softmax(x, axis) * sum(g, axis)``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    axis : int
+    out : NDArray or numpy.ndarray, optional
+        May be `x` or `grad_output` (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _softmax_call("log_softmax_backward", True, x, grad_output, axis, out, True)
+
+
+def activation(name, x, out=None, **params):
+    """Apply activation `name` (one of `ACTIVATIONS`, case-insensitive: "identity", "relu",
+    "leakyrelu"/"leaky_relu", "elu", "sigmoid", "tanh", "softplus", "gelu", "softmax",
+    "logsoftmax"/"log_softmax").
+
+    Parameters
+    ----------
+    name : str
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+    **params
+        ``alpha`` (leaky_relu, elu), ``approximate`` (gelu), ``axis`` (softmax, log_softmax).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+
+    Raises
+    ------
+    ValueError
+        Unknown name (the message lists the valid ones).
+    TypeError
+        A parameter the activation does not take.
+    """
+    cdef double alpha
+    cdef list ax = [-1]
+    cdef int code = _lookup(name, params, &alpha, ax, "activation")
+    axis = ax[0]
+    if code == ACT_SOFTMAX or code == ACT_LOG_SOFTMAX:
+        return _softmax_call("activation", code == ACT_LOG_SOFTMAX, x, None, axis, out, False)
+    return _elementwise("activation", code, alpha, x, None, out, False)
+
+
+def activation_backward(name, x, grad_output, out=None, **params):
+    """dL/dx of activation `name` at forward input `x`, given ``grad_output`` = dL/dy (see
+    `activation` for names and parameters, `identity_backward` for the convention).
+
+    Parameters
+    ----------
+    name : str
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+    **params
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    cdef double alpha
+    cdef list ax = [-1]
+    cdef int code = _lookup(name, params, &alpha, ax, "activation_backward")
+    axis = ax[0]
+    if code == ACT_SOFTMAX or code == ACT_LOG_SOFTMAX:
+        return _softmax_call("activation_backward", code == ACT_LOG_SOFTMAX, x, grad_output,
+                             axis, out, True)
+    return _elementwise("activation_backward", code, alpha, x, grad_output, out, True)

@@ -1,0 +1,64 @@
+# Scalar math in the element type for ndws.nn's kernels (float32 stays in float: expf etc.);
+# inline, so each kernel module compiles it into its own loops.
+from libc.math cimport (erfc, erfcf, exp, expf, expm1, expm1f, fabs, fabsf, log1p, log1pf, sqrt,
+                        sqrtf, tanhf)
+from libc.math cimport tanh as c_tanh
+from ndws._typedefs cimport float32_t, floating_t
+
+
+cdef inline floating_t _exp(floating_t v) noexcept nogil:
+    if floating_t is float32_t:
+        return expf(v)
+    else:
+        return exp(v)
+
+
+cdef inline floating_t _expm1(floating_t v) noexcept nogil:
+    if floating_t is float32_t:
+        return expm1f(v)
+    else:
+        return expm1(v)
+
+
+cdef inline floating_t _log1p(floating_t v) noexcept nogil:
+    if floating_t is float32_t:
+        return log1pf(v)
+    else:
+        return log1p(v)
+
+
+cdef inline floating_t _tanh(floating_t v) noexcept nogil:
+    if floating_t is float32_t:
+        return tanhf(v)
+    else:
+        return c_tanh(v)
+
+
+cdef inline floating_t _erfc(floating_t v) noexcept nogil:
+    if floating_t is float32_t:
+        return erfcf(v)
+    else:
+        return erfc(v)
+
+
+cdef inline floating_t _fabs(floating_t v) noexcept nogil:
+    if floating_t is float32_t:
+        return fabsf(v)
+    else:
+        return fabs(v)
+
+
+cdef inline floating_t _sqrt(floating_t v) noexcept nogil:
+    if floating_t is float32_t:
+        return sqrtf(v)
+    else:
+        return sqrt(v)
+
+
+cdef inline floating_t _sigmoid(floating_t v) noexcept nogil:
+    # exp of a non-positive number only: never overflows; +-inf give exactly 1 / 0
+    cdef floating_t e
+    if v >= 0:
+        return 1 / (1 + _exp(-v))
+    e = _exp(v)
+    return e / (1 + e)

@@ -1,0 +1,337 @@
+"""Native fused in-place updaters (`ndws.nn.functional`'s sgd/momentum/adam/adamw/rmsprop/
+adagrad).
+
+Two layers, as everywhere in ndws: ``cdef ... noexcept nogil`` kernels over raw pointers,
+lengths and element strides (fused float32/float64), and thin ``def`` wrappers that validate
+every argument (through ndws._dispatch), place the output (``out=`` wins, else the current
+workspace) and run the kernel without the GIL. The public surface is `ndws.nn.functional`.
+
+Inputs: an `ndws.NDArray`, or anything `numpy.asarray` accepts (a NumPy array is wrapped
+without a copy, as `ndws.from_numpy` does; other array_likes are converted first). The dtype
+must be float32 or float64 (TypeError naming the argument otherwise); all float operands of a
+call share one dtype. Any strides work (views, negative strides); contiguous operands take the
+fast path.
+"""
+cimport cython
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.math cimport INFINITY, NAN, isinf, log, logf, sqrt
+
+import numpy as np
+
+from ndws._core cimport NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, pin_foreign
+from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, same_as, clashes,
+                             whole_strides, shape_of, arrays_overlap, real_arg)
+from ndws._threads cimport (threads_for, release_gil, Grain, GRAIN_NN_CHEAP, GRAIN_NN_TRANSC,
+                            GRAIN_NN_UPDATE)
+from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
+from ndws.nn._math cimport _exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sqrt, _sigmoid
+from ndws._core import from_numpy as _from_numpy
+
+cnp.import_array()
+
+cdef enum:
+    UPD_SGD = 0
+    UPD_MOMENTUM = 1
+    UPD_ADAM = 2
+    UPD_RMSPROP = 3
+    UPD_ADAGRAD = 4
+
+
+# ------------------------------------------------------------------------------------------------
+# Updaters: fused in-place loops over a flat parameter array, its gradient and state arrays
+# (PyTorch's formulas and defaults: ndws' DL4J reference states none for updaters).
+
+cdef struct Hyper:
+    int kind
+    bint nesterov
+    double lr, mu, b1, b2, eps, wd, step_size, bc2_sqrt
+
+
+cdef void _upd_chunk(const Hyper* h, floating_t* P__i, const floating_t* G__i,  # OUT, IN
+                     floating_t* S__i, floating_t* V__i, intp_t n) noexcept nogil:  # OUT, OUT
+    # coefficients in the element type, as torch computes with a float32 parameter
+    cdef floating_t lr = <floating_t>h.lr, mu = <floating_t>h.mu, b1 = <floating_t>h.b1
+    cdef floating_t b2 = <floating_t>h.b2, eps = <floating_t>h.eps
+    cdef floating_t decay = <floating_t>(1.0 - h.lr * h.wd)
+    cdef floating_t step_size = <floating_t>h.step_size, bc2 = <floating_t>h.bc2_sqrt
+    cdef floating_t g, s
+    cdef intp_t i
+    if h.kind == UPD_SGD:
+        for i in range(n):
+            P__i[i] = P__i[i] - lr * G__i[i]
+    elif h.kind == UPD_MOMENTUM:
+        for i in range(n):
+            g = G__i[i]
+            s = mu * S__i[i] + g
+            S__i[i] = s
+            P__i[i] = P__i[i] - lr * ((g + mu * s) if h.nesterov else s)
+    elif h.kind == UPD_ADAM:
+        for i in range(n):
+            g = G__i[i]
+            s = b1 * S__i[i] + (1 - b1) * g
+            S__i[i] = s
+            V__i[i] = b2 * V__i[i] + (1 - b2) * g * g
+            P__i[i] = (P__i[i] * decay if h.wd != 0 else P__i[i]) - step_size * s / (
+                _sqrt(V__i[i]) / bc2 + eps)
+    elif h.kind == UPD_RMSPROP:
+        for i in range(n):
+            g = G__i[i]
+            s = mu * S__i[i] + (1 - mu) * g * g
+            S__i[i] = s
+            P__i[i] = P__i[i] - lr * g / (_sqrt(s) + eps)
+    else:  # UPD_ADAGRAD
+        for i in range(n):
+            g = G__i[i]
+            s = S__i[i] + g * g
+            S__i[i] = s
+            P__i[i] = P__i[i] - lr * g / (_sqrt(s) + eps)
+
+
+cdef void _upd_run(const Hyper* h, floating_t* P, const floating_t* G, floating_t* S,
+                   floating_t* V, intp_t n, int nthreads) noexcept nogil:
+    cdef int c
+    cdef intp_t lo, hi
+    if nthreads <= 1:
+        _upd_chunk(h, P, G, S, V, n)
+        return
+    # fixed ranges cut on 16-element boundaries (no cache line shared between threads)
+    for c in prange(nthreads, schedule='static', num_threads=nthreads):
+        lo = (c * n // nthreads) & ~(<intp_t>15)
+        hi = n if c == nthreads - 1 else ((c + 1) * n // nthreads) & ~(<intp_t>15)
+        _upd_chunk(h, P + lo, G + lo, (S + lo) if S != NULL else NULL,
+                   (V + lo) if V != NULL else NULL, hi - lo)
+
+
+cdef NDArray _upd_arg(object x, str op, str role, NDArray like, bint write):
+    cdef NDArray a
+    if write and not isinstance(x, (NDArray, np.ndarray)):
+        raise TypeError(f"{op}: {role} must be an NDArray or numpy.ndarray (updated in place), "
+                        f"got {type(x).__name__}")
+    if write and not (x.flags.c_contiguous if isinstance(x, np.ndarray)
+                      else whole_strides(<NDArray>x) and _c_contiguous(<NDArray>x)):
+        # checked before _arg, which would make a contiguous copy: the update would then go
+        # to the copy and the caller's array would never change
+        raise ValueError(f"{op}: {role} must be C-contiguous to be updated in place, got "
+                         f"strides {x.strides}")
+    a = float_arg(x, op, role, like._dtype if like is not None else None)
+    if like is not None:
+        same_as(like, a, op, role, "param")
+    if not _c_contiguous(a):
+        raise ValueError(f"{op}: {role} must be C-contiguous (updaters run over flat arrays)")
+    if write and not a._writeable:
+        raise ValueError(f"{op}: {role} is read-only")
+    return a
+
+
+cdef double _hyper(object v, str op, str role, double lo, double hi, bint hi_open) except? -1.0:
+    cdef double f = real_arg(v, op, role)
+    if not (f >= lo and (f < hi if hi_open else f <= hi)):
+        raise ValueError(f"{op}: {role} must be in [{lo:g}, {hi:g}{')' if hi_open else ']'}, "
+                         f"got {v!r}")
+    return f
+
+
+cdef object _update(str op, Hyper* h, object param, object grad, object s1, object s2):
+    cdef NDArray p = _upd_arg(param, op, "param", None, True)
+    cdef NDArray g = _upd_arg(grad, op, "grad", p, False)
+    cdef NDArray a = None, b = None
+    cdef int nt, i, j
+    if s1 is not None:
+        a = _upd_arg(s1[1], op, s1[0], p, True)
+    if s2 is not None:
+        b = _upd_arg(s2[1], op, s2[0], p, True)
+    # the kernel updates param and the state in one pass: arrays that share memory would read
+    # values it has already written (adam_update(p, g, m, m, ...)), so refuse them all
+    cdef list args = [("param", p), ("grad", g)]
+    if a is not None:
+        args.append((s1[0], a))
+    if b is not None:
+        args.append((s2[0], b))
+    for i in range(len(args)):
+        for j in range(i + 1, len(args)):
+            if arrays_overlap(<NDArray>args[i][1], <NDArray>args[j][1]):
+                raise ValueError(f"{op}: {args[i][0]} and {args[j][0]} share memory; each must "
+                                 f"be an array of its own")
+    nt = threads_for(p._size, GRAIN_NN_CHEAP if h.kind <= UPD_MOMENTUM else GRAIN_NN_UPDATE)
+    if p._itemsize == 4:
+        if release_gil(p._size * p._itemsize, nt):
+            with nogil:
+                _upd_run(h, <float32_t*>p._data, <float32_t*>g._data,
+                         <float32_t*>(a._data if a is not None else NULL),
+                         <float32_t*>(b._data if b is not None else NULL), p._size, nt)
+        else:
+            _upd_run(h, <float32_t*>p._data, <float32_t*>g._data,
+                     <float32_t*>(a._data if a is not None else NULL),
+                     <float32_t*>(b._data if b is not None else NULL), p._size, nt)
+    else:
+        if release_gil(p._size * p._itemsize, nt):
+            with nogil:
+                _upd_run(h, <float64_t*>p._data, <float64_t*>g._data,
+                         <float64_t*>(a._data if a is not None else NULL),
+                         <float64_t*>(b._data if b is not None else NULL), p._size, nt)
+        else:
+            _upd_run(h, <float64_t*>p._data, <float64_t*>g._data,
+                     <float64_t*>(a._data if a is not None else NULL),
+                     <float64_t*>(b._data if b is not None else NULL), p._size, nt)
+    return param
+
+
+cdef double _INF = float("inf")
+cdef Hyper _H0        # all zero (static storage): the start of every Hyper
+
+
+def sgd_update(param, grad, lr):
+    """Plain SGD, in place: ``p := p - lr * g``.
+
+    Parameters
+    ----------
+    param : NDArray or numpy.ndarray of float32 or float64, C-contiguous, writeable
+    grad : same shape and dtype as param, C-contiguous
+    lr : float >= 0
+
+    Returns
+    -------
+    param
+    """
+    cdef Hyper h = _H0
+    h.kind = UPD_SGD
+    h.lr = _hyper(lr, "sgd_update", "lr", 0.0, _INF, False)
+    return _update("sgd_update", &h, param, grad, None, None)
+
+
+def momentum_update(param, grad, velocity, lr, momentum=0.9, nesterov=False):
+    """SGD with momentum (torch's, dampening 0), in place:
+    ``v := momentum*v + g; p := p - lr * (g + momentum*v if nesterov else v)``.
+
+    Parameters
+    ----------
+    param : NDArray or numpy.ndarray of float32 or float64, C-contiguous, writeable
+    grad : same shape and dtype as param
+    velocity : same shape and dtype as param, writeable; start at zeros
+    lr : float >= 0
+    momentum : float in [0, 1]
+    nesterov : bool
+
+    Returns
+    -------
+    param
+    """
+    cdef Hyper h = _H0
+    h.kind = UPD_MOMENTUM
+    h.lr = _hyper(lr, "momentum_update", "lr", 0.0, _INF, False)
+    h.mu = _hyper(momentum, "momentum_update", "momentum", 0.0, 1.0, False)
+    h.nesterov = bool(nesterov)
+    return _update("momentum_update", &h, param, grad, ("velocity", velocity), None)
+
+
+cdef object _adam(str op, object param, object grad, object m, object v, object step,
+                  object lr, object beta1, object beta2, object eps, object weight_decay):
+    cdef Hyper h = _H0
+    cdef long t
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+        raise TypeError(f"{op}: step must be an int (the 1-based number of this update), "
+                        f"got {step!r}")
+    if step < 1:
+        raise ValueError(f"{op}: step must be >= 1 (the 1-based number of this update), "
+                         f"got {step!r}")
+    t = step
+    h.kind = UPD_ADAM
+    h.lr = _hyper(lr, op, "lr", 0.0, _INF, False)
+    h.b1 = _hyper(beta1, op, "beta1", 0.0, 1.0, True)
+    h.b2 = _hyper(beta2, op, "beta2", 0.0, 1.0, True)
+    h.eps = _hyper(eps, op, "eps", 0.0, _INF, False)
+    h.wd = _hyper(weight_decay, op, "weight_decay", 0.0, _INF, False)
+    h.step_size = h.lr / (1.0 - h.b1 ** t)
+    h.bc2_sqrt = sqrt(1.0 - h.b2 ** t)
+    return _update(op, &h, param, grad, ("m", m), ("v", v))
+
+
+def adam_update(param, grad, m, v, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
+    """Adam (torch's formulation), in place:
+    ``m := b1*m + (1-b1)*g; v := b2*v + (1-b2)*g**2;
+    p := p - lr/(1-b1**step) * m / (sqrt(v)/sqrt(1-b2**step) + eps)``.
+
+    Parameters
+    ----------
+    param : NDArray or numpy.ndarray of float32 or float64, C-contiguous, writeable
+    grad : same shape and dtype as param
+    m, v : same shape and dtype as param, writeable; first and second moments, start at zeros
+    step : int >= 1
+        The number of this update (1 for the first).
+    lr : float >= 0
+    beta1, beta2 : float in [0, 1)
+    eps : float >= 0
+
+    Returns
+    -------
+    param
+    """
+    return _adam("adam_update", param, grad, m, v, step, lr, beta1, beta2, eps, 0.0)
+
+
+def adamw_update(param, grad, m, v, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                 weight_decay=1e-2):
+    """AdamW (decoupled weight decay, torch's), in place: ``p := p * (1 - lr*weight_decay)``,
+    then the `adam_update` step.
+
+    Parameters
+    ----------
+    param, grad, m, v, step, lr, beta1, beta2, eps
+        As in `adam_update`.
+    weight_decay : float >= 0
+
+    Returns
+    -------
+    param
+    """
+    return _adam("adamw_update", param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay)
+
+
+def rmsprop_update(param, grad, sq, lr=1e-2, rho=0.99, eps=1e-8):
+    """RMSProp (torch's, not centered, no momentum), in place:
+    ``sq := rho*sq + (1-rho)*g**2; p := p - lr * g / (sqrt(sq) + eps)``.
+
+    Parameters
+    ----------
+    param : NDArray or numpy.ndarray of float32 or float64, C-contiguous, writeable
+    grad : same shape and dtype as param
+    sq : same shape and dtype as param, writeable; running mean of squares, start at zeros
+    lr : float >= 0
+    rho : float in [0, 1]
+        Decay (torch's ``alpha``, default 0.99; DL4J's RmsProp uses 0.95).
+    eps : float >= 0
+
+    Returns
+    -------
+    param
+    """
+    cdef Hyper h = _H0
+    h.kind = UPD_RMSPROP
+    h.lr = _hyper(lr, "rmsprop_update", "lr", 0.0, _INF, False)
+    h.mu = _hyper(rho, "rmsprop_update", "rho", 0.0, 1.0, False)
+    h.eps = _hyper(eps, "rmsprop_update", "eps", 0.0, _INF, False)
+    return _update("rmsprop_update", &h, param, grad, ("sq", sq), None)
+
+
+def adagrad_update(param, grad, hist, lr=1e-2, eps=1e-10):
+    """AdaGrad (torch's), in place: ``hist := hist + g**2; p := p - lr * g / (sqrt(hist) +
+    eps)``.
+
+    Parameters
+    ----------
+    param : NDArray or numpy.ndarray of float32 or float64, C-contiguous, writeable
+    grad : same shape and dtype as param
+    hist : same shape and dtype as param, writeable; sum of squares, start at zeros
+    lr : float >= 0
+    eps : float >= 0
+
+    Returns
+    -------
+    param
+    """
+    cdef Hyper h = _H0
+    h.kind = UPD_ADAGRAD
+    h.lr = _hyper(lr, "adagrad_update", "lr", 0.0, _INF, False)
+    h.eps = _hyper(eps, "adagrad_update", "eps", 0.0, _INF, False)
+    return _update("adagrad_update", &h, param, grad, ("hist", hist), None)
