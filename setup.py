@@ -173,7 +173,7 @@ generate("ndws/_entries.pxi.tp")
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h", "ndws/_pool.h"]
 DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
                             "ndws/_poison.h", "ndws/_tls.h"],
-           "ndws._core": ["ndws/_poison.h", "ndws/_tls.h"],
+           "ndws._core": ["ndws/_poison.h", "ndws/_tls.h", "ndws/_dlpack.h"],
            "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._memory": ["ndws/_poison.h"]}
 

@@ -29,28 +29,27 @@ For more details, see the ND4J User Guide: https://deeplearning4j.konduit.ai/nd4
 
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
-from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer,
-                                PyCapsule_SetName)
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.object cimport PyTypeObject
-from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_FORMAT,
-                             PyBUF_ND, PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS,
-                             PyBUF_ANY_CONTIGUOUS)
-from cpython.pystate cimport PyThreadState_GetDict
+from cpython.buffer cimport (PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES,
+                             PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS)
 from cpython.number cimport PyNumber_Index
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from libc.stdlib cimport malloc, calloc, free
+from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t, int32_t, int64_t
+from libc.stdint cimport uint8_t, int32_t, int64_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 cimport numpy as cnp
 
 from ndws._openmp cimport NDWS_OPENMP
+from ndws._dlpack cimport (DLDataType, DLTensor, DLManagedTensor, DLManagedTensorVersioned,
+                          DL_CPU, DL_INT, DL_UINT, DL_FLOAT, DL_COMPLEX, DL_BOOL,
+                          DL_READ_ONLY, DL_IS_COPIED)
 from ndws._threads cimport release_gil, thread_limit
-from ndws._arena cimport (Arena, ThreadState, tstate, open_ids, round_up, epoch_ptr,
-                          debug_mode_ptr, ndws_share, ndws_current_tid, ndws_debug,
-                          DEBUG_SPILL_EVERYTHING, _LAST_MAIN)
+from ndws._arena cimport (Arena, tstate, open_ids, round_up, epoch_ptr, debug_mode_ptr,
+                          ndws_share, ndws_debug, DEBUG_SPILL_EVERYTHING, _LAST_MAIN)
 from ndws._memory cimport (MemoryBlock, NDWS_ALIGNMENT, NDWS_SANITIZED, ndws_unpoison,
-                           allocate_block, foreign_block, empty_block, held, BLOCK_DETACHED)
+                           allocate_block, foreign_block, empty_block, BLOCK_DETACHED)
 
 import numpy as np
 
@@ -878,68 +877,9 @@ cdef object _operand(object x, object op, object role):
 
 
 # -- DLPack (docs/workspaces.md, "NumPy interop") ----------------------------------------------
-# The structs of dlpack.h (v1.0), declared here so the build needs no extra header. A DLPack
+# The structs of dlpack.h (v1.0) and its codes are in _dlpack.h / _dlpack.pxd. A DLPack
 # capsule is an export like a buffer: the block's export count holds it until the consumer's
 # deleter runs, so a cycle end leaves the block to it (docs/architecture.md, invariant 6).
-
-cdef extern from *:
-    """
-    #include <stdint.h>
-    typedef struct { uint32_t major; uint32_t minor; } ndws_DLPackVersion;
-    typedef struct { int32_t device_type; int32_t device_id; } ndws_DLDevice;
-    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } ndws_DLDataType;
-    typedef struct {
-        void *data; ndws_DLDevice device; int32_t ndim; ndws_DLDataType dtype;
-        int64_t *shape; int64_t *strides; uint64_t byte_offset;
-    } ndws_DLTensor;
-    typedef struct ndws_DLManagedTensor {
-        ndws_DLTensor dl_tensor; void *manager_ctx;
-        void (*deleter)(struct ndws_DLManagedTensor *self);
-    } ndws_DLManagedTensor;
-    typedef struct ndws_DLManagedTensorVersioned {
-        ndws_DLPackVersion version; void *manager_ctx;
-        void (*deleter)(struct ndws_DLManagedTensorVersioned *self);
-        uint64_t flags; ndws_DLTensor dl_tensor;
-    } ndws_DLManagedTensorVersioned;
-    """
-    ctypedef struct DLPackVersion "ndws_DLPackVersion":
-        uint32_t major
-        uint32_t minor
-    ctypedef struct DLDevice "ndws_DLDevice":
-        int32_t device_type
-        int32_t device_id
-    ctypedef struct DLDataType "ndws_DLDataType":
-        uint8_t code
-        uint8_t bits
-        uint16_t lanes
-    ctypedef struct DLTensor "ndws_DLTensor":
-        void* data
-        DLDevice device
-        int32_t ndim
-        DLDataType dtype
-        int64_t* shape
-        int64_t* strides
-        uint64_t byte_offset
-    ctypedef struct DLManagedTensor "ndws_DLManagedTensor":
-        DLTensor dl_tensor
-        void* manager_ctx
-        void (*deleter)(DLManagedTensor*) noexcept
-    ctypedef struct DLManagedTensorVersioned "ndws_DLManagedTensorVersioned":
-        DLPackVersion version
-        void* manager_ctx
-        void (*deleter)(DLManagedTensorVersioned*) noexcept
-        uint64_t flags
-        DLTensor dl_tensor
-
-cdef enum:
-    _DL_CPU = 1
-    _DL_INT = 0
-    _DL_UINT = 1
-    _DL_FLOAT = 2
-    _DL_COMPLEX = 5
-    _DL_BOOL = 6
-    _DL_READ_ONLY = 1
-    _DL_IS_COPIED = 2
 
 #: the DLPack version ndws produces (and the newest it understands)
 DLPACK_VERSION = (1, 0)
@@ -982,15 +922,15 @@ cdef int _dl_dtype(object dt, DLDataType* out) except -1:
     out.lanes = 1
     out.bits = <uint8_t>(dt.itemsize * 8)
     if kind == "b":
-        out.code = _DL_BOOL
+        out.code = DL_BOOL
     elif kind == "i":
-        out.code = _DL_INT
+        out.code = DL_INT
     elif kind == "u":
-        out.code = _DL_UINT
+        out.code = DL_UINT
     elif kind == "f" and dt.itemsize <= 8:
-        out.code = _DL_FLOAT
+        out.code = DL_FLOAT
     elif kind == "c" and dt.itemsize <= 16:
-        out.code = _DL_COMPLEX
+        out.code = DL_COMPLEX
     else:
         raise BufferError(f"DLPack has no type for dtype {dt!r}")
     return 0
@@ -1028,7 +968,7 @@ cdef object _dlpack_capsule(NDArray a, bint versioned, bint copied):
     a._block.exports += 1
     Py_INCREF(ctx)
     t.data = a._data
-    t.device.device_type = _DL_CPU
+    t.device.device_type = DL_CPU
     t.device.device_id = 0
     t.ndim = a._ndim
     t.shape = dims
@@ -1042,8 +982,8 @@ cdef object _dlpack_capsule(NDArray a, bint versioned, bint copied):
         (<DLManagedTensorVersioned*>mem).version.minor = DLPACK_VERSION[1]
         (<DLManagedTensorVersioned*>mem).manager_ctx = <void*>ctx
         (<DLManagedTensorVersioned*>mem).deleter = _dl_deleter_versioned
-        (<DLManagedTensorVersioned*>mem).flags = ((0 if a._writeable else _DL_READ_ONLY)
-                                                  | (_DL_IS_COPIED if copied else 0))
+        (<DLManagedTensorVersioned*>mem).flags = ((0 if a._writeable else DL_READ_ONLY)
+                                                  | (DL_IS_COPIED if copied else 0))
         return PyCapsule_New(mem, b"dltensor_versioned", _dl_capsule_destructor_versioned)
     (<DLManagedTensor*>mem).manager_ctx = <void*>ctx
     (<DLManagedTensor*>mem).deleter = _dl_deleter
@@ -1428,7 +1368,7 @@ cdef class NDArray:
         if stream is not None and stream != -1:
             raise BufferError(f"stream: ndws arrays live on the CPU, which has no streams; "
                               f"got {stream!r}")
-        if dl_device is not None and tuple(dl_device) != (_DL_CPU, 0):
+        if dl_device is not None and tuple(dl_device) != (DL_CPU, 0):
             raise BufferError(f"dl_device: ndws arrays live on the CPU (1, 0), got "
                               f"{dl_device!r}")
         if not (copy is None or copy is True or copy is False):
@@ -1448,7 +1388,7 @@ cdef class NDArray:
 
     def __dlpack_device__(self):
         """``(1, 0)``: DLPack's CPU device."""
-        return (_DL_CPU, 0)
+        return (DL_CPU, 0)
 
     def __getbuffer__(self, Py_buffer* buf, int flags):
         check_array(self, "__buffer__", "a")

@@ -22,11 +22,11 @@ from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.string cimport memcpy
 cimport numpy as cnp
 
-from ndws._core cimport NDArray, NDWS_MAXDIMS, check_array, pin_foreign
+from ndws._core cimport NDArray, NDWS_MAXDIMS, pin_foreign
 from ndws._dispatch cimport (Operand, read_operand, float_operand, operands_overlap,
                              self_overlapping, new_result, discard_result)
 from ndws._threads cimport threads_for, GRAIN_GEMM_F32, GRAIN_GEMM_F64
-from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
+from ndws._typedefs cimport float32_t, float64_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
 
 import importlib

@@ -6,7 +6,7 @@ cimport numpy as cnp
 
 import numpy as np
 
-from ndws._core cimport NDArray, check_array, pin_foreign
+from ndws._core cimport NDArray, pin_foreign
 from ndws._dispatch cimport (Operand, float_operand, operands_overlap, self_overlapping,
                              new_result, discard_result)
 from ndws._gemm_types cimport epilogue_fn

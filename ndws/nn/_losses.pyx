@@ -1,34 +1,23 @@
 """Native losses with their gradients in one pass (`ndws.nn.functional`'s losses).
 
-Two layers, as everywhere in ndws: ``cdef ... noexcept nogil`` kernels over raw pointers,
-lengths and element strides (fused float32/float64), and thin ``def`` wrappers that validate
-every argument (through ndws._dispatch), place the output (``out=`` wins, else the current
-workspace) and run the kernel without the GIL. The public surface is `ndws.nn.functional`.
-
-Inputs: an `ndws.NDArray`, or anything `numpy.asarray` accepts (a NumPy array is wrapped
-without a copy, as `ndws.from_numpy` does; other array_likes are converted first). The dtype
-must be float32 or float64 (TypeError naming the argument otherwise); all float operands of a
-call share one dtype. Any strides work (views, negative strides); contiguous operands take the
-fast path.
+Conventions (inputs, dtypes, out=, placement) are those of `ndws.nn.functional`.
 """
-cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.math cimport INFINITY, NAN, isinf, log, logf, sqrt
+from libc.math cimport log
 
 import numpy as np
 
-from ndws._core cimport NDArray, NDWS_MAXDIMS, _c_contiguous, check_array, pin_foreign
+from ndws._core cimport NDArray, check_array
 from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, same_as, clashes,
-                             whole_strides, shape_of, arrays_overlap, real_arg)
-from ndws._threads cimport (threads_for, release_gil, Grain, GRAIN_NN_CHEAP, GRAIN_NN_TRANSC,
-                            GRAIN_NN_UPDATE)
+                             shape_of)
+from ndws._threads cimport threads_for, GRAIN_NN_TRANSC
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
-from ndws.nn._math cimport _exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sqrt, _sigmoid
+from ndws.nn._activations cimport copy_into
+from ndws.nn._math cimport _exp, _fabs, _log1p, _sigmoid
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
-from ndws.nn._activations cimport copy_into
 
 # Losses reduce in a fixed number of row chunks that depends only on the row count, summed in
 # order afterwards: the loss is bit-identical whatever the thread count.
