@@ -97,3 +97,24 @@ class Arena:
     def thread_ident(self) -> int: ...
     @property
     def is_circular(self) -> bool: ...
+
+MAX_BLOCK_BYTES: int
+SCOPE_PANIC_MSG: str
+
+class WorkspaceError(RuntimeError):
+    kind: str | None
+    workspace_id: str | None
+    op: str | None
+    def __init__(self, message: str, kind: str | None = ..., workspace_id: str | None = ...,
+                 op: str | None = ...) -> None: ...
+
+class NoSuchWorkspaceError(WorkspaceError, KeyError):
+    def __init__(self, workspace_id: str, op: str | None = ...) -> None: ...
+
+class ConfigurationError(WorkspaceError, ValueError):
+    field: str
+    def __init__(self, message: str, field: str, workspace_id: str | None = ...) -> None: ...
+
+class WorkspaceWarning(RuntimeWarning): ...
+
+def current_workspace() -> Any: ...

@@ -4,31 +4,19 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ndws._arena import Arena
+# the workspace mechanics' Python surface, re-exported by ndws._core
+from ndws._arena import (MAX_BLOCK_BYTES as MAX_BLOCK_BYTES, SCOPE_PANIC_MSG as SCOPE_PANIC_MSG,
+                         ConfigurationError as ConfigurationError,
+                         NoSuchWorkspaceError as NoSuchWorkspaceError,
+                         WorkspaceError as WorkspaceError, WorkspaceWarning as WorkspaceWarning,
+                         current_workspace as current_workspace)
 
 _Shape = int | Sequence[int]
 _DType = Any
 
 ALIGNMENT: int
 MAXDIMS: int
-MAX_BLOCK_BYTES: int
 DLPACK_VERSION: tuple[int, int]
-SCOPE_PANIC_MSG: str
-
-class WorkspaceError(RuntimeError):
-    kind: str | None
-    workspace_id: str | None
-    op: str | None
-    def __init__(self, message: str, kind: str | None = ..., workspace_id: str | None = ...,
-                 op: str | None = ...) -> None: ...
-
-class NoSuchWorkspaceError(WorkspaceError, KeyError):
-    def __init__(self, workspace_id: str, op: str | None = ...) -> None: ...
-
-class ConfigurationError(WorkspaceError, ValueError):
-    field: str
-    def __init__(self, message: str, field: str, workspace_id: str | None = ...) -> None: ...
-
-class WorkspaceWarning(RuntimeWarning): ...
 
 class NDArray:
     def __init__(self, shape: _Shape, dtype: _DType = ..., order: str = ...) -> None: ...
@@ -124,7 +112,6 @@ class NDArray:
 
 def allocation_counters() -> dict[str, int]: ...
 def new_filled(shape: _Shape, dtype: _DType, fill: Any, *, op: str = ..., detached: bool = ...) -> NDArray: ...
-def current_workspace() -> Any: ...
 def _np_result(result: Any, *, detached: bool = ...) -> NDArray: ...
 def check(a: NDArray, op: str = ..., role: str = ...) -> None: ...
 def _float_dtypes() -> tuple[np.dtype, np.dtype]: ...

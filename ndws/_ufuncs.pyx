@@ -40,8 +40,8 @@ import warnings
 
 import numpy as np
 
-from ndws._core import new_filled, _float_dtypes
-from ndws._creation import array
+from ndws._core import new_filled as _place_filled, _float_dtypes
+from ndws._creation import array as _array
 from ndws._linalg import matmul as _linalg_matmul
 
 ndws_share(epoch_ptr(), debug_mode_ptr())
@@ -1183,7 +1183,7 @@ def _numpy_matmul(x1, x2, out=None):
     shape = batch + ((an[-2],) if a.ndim > 1 else ()) + ((bn[-1],) if b.ndim > 1 else ())
     dt = np.matmul.resolve_dtypes((a.dtype, b.dtype, None))[2]
     _check_dtype(dt, "matmul: the result")
-    return new_filled(shape, dt, lambda v: np.matmul(a, b, out=v), op="matmul")
+    return _place_filled(shape, dt, lambda v: np.matmul(a, b, out=v), op="matmul")
 
 
 @cython.wraparound(True)
@@ -1210,7 +1210,7 @@ cdef object _dot(object a, object b, object out):
     shape = av.shape[:-1] + bv.shape[:-2] + (bv.shape[-1:] if bv.ndim > 1 else ())
     dt = np.result_type(av, bv)
     _check_dtype(dt, "dot: the result")
-    return new_filled(shape, dt, lambda v: np.dot(av, bv, out=v), op="dot")
+    return _place_filled(shape, dt, lambda v: np.dot(av, bv, out=v), op="dot")
 
 
 def clip(a, a_min=None, a_max=None, out=None):
@@ -1224,7 +1224,7 @@ cdef object _clip(object a, object a_min, object a_max, object out):
         if out is not None:
             np.copyto(_operand(out, "clip", "out"), as_operand(a, "clip", "a"))
             return out
-        return array(a)
+        return _array(a)
     if a_min is None:
         return _ufunc_call(np.minimum, (a, a_max), out, {}, False)
     if a_max is None:
