@@ -55,7 +55,7 @@ cdef enum:
     _LAST_OTHER = 4
 
 cdef class _Scope:
-    # One open scope of a thread (see "Scopes" in _core.pyx): an entry, a nested re-entry, a
+    # One open scope of a thread (see "Scopes" in _arena.pyx): an entry, a nested re-entry, a
     # borrow or a scope-out, and the workspace that was current when it began.
     cdef Arena ws               # None for a scope-out
     cdef Arena restore          # made current again when this scope ends as the innermost one
@@ -103,7 +103,7 @@ cdef class Arena:
     cdef object _pinned
     cdef Arena _previous        # parent: what was current when the open cycle was entered
 
-    # scopes (see "Scopes" in _core.pyx): entries that keep the workspace open (_is_open is
+    # scopes (see "Scopes" in _arena.pyx): entries that keep the workspace open (_is_open is
     # _depth > 0), live borrows, the scope the last entry or borrow pushed, and the scopes of
     # the `with` statements over this object, innermost last
     cdef int _depth, _borrows

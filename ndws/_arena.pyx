@@ -199,7 +199,7 @@ cdef enum:
 
 @cython.final
 cdef class _Scope:
-    """One open scope of a thread (internal; see "Scopes" in ndws._core)."""
+    """One open scope of a thread (internal; see "Scopes" above)."""
 
     @property
     def workspace(self):

@@ -1,5 +1,5 @@
-"""ndws._core: NDArray (storage, views, exports), the validity check, placement and the creation
-functions.
+"""ndws._core: NDArray (storage, views, exports), the validity check, placement (`new_array`) and
+`from_numpy`; the creation functions are ndws._creation's.
 
 Above the workspace mechanics (ndws._arena) and the memory blocks (ndws._memory); below the
 kernel contract (ndws._dispatch) and the ops (ndws._ufuncs, which fills NDArray's operator
