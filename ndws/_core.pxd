@@ -48,8 +48,15 @@ cdef inline bint _foreign(NDArray a) noexcept:
     return a._arena is not None and a._arena._owner_tid != ndws_current_tid()
 
 
-# WorkspaceError (ND4J's op-message format, naming `op` and `role`) unless `a` may be used.
-cdef int check_array(NDArray a, object op, object role) except -1
+# WorkspaceError (ND4J's op-message format, naming `op` and `role`) unless `a` may be used:
+# inline, so every entry in every module pays the compares, not a call.
+cdef int raise_stale(NDArray a, object op, object role) except -1
+
+
+cdef inline int check_array(NDArray a, object op, object role) except -1:
+    if _is_valid(a):
+        return 0
+    return raise_stale(a, op, role)
 
 # -- placement (docs/architecture.md, invariant 3) -----------------------------------------------
 
@@ -102,9 +109,33 @@ cdef object _operand(object x, object op, object role)
 # owner's reuse while the result lives); anything else as it is. For kernels that read raw
 # pointers without the GIL (docs/workspaces.md, "Threads").
 cdef object pin_foreign(object x, object op, object role)
-# Whether `a` is C- / Fortran-contiguous (size-1 axes may have any stride; empty arrays are).
-cdef bint _c_contiguous(NDArray a) noexcept
-cdef bint _f_contiguous(NDArray a) noexcept
+# Whether `a` is C- / Fortran-contiguous (size-1 axes may have any stride; empty arrays are);
+# inline: every fast path asks.
+cdef inline bint _c_contiguous(NDArray a) noexcept:
+    cdef Py_ssize_t s = a._itemsize
+    cdef int i
+    if a._size == 0:
+        return True
+    for i in range(a._ndim - 1, -1, -1):
+        if a._shape[i] != 1:
+            if a._strides[i] != s:
+                return False
+            s *= a._shape[i]
+    return True
+
+
+cdef inline bint _f_contiguous(NDArray a) noexcept:
+    cdef Py_ssize_t s = a._itemsize
+    cdef int i
+    if a._size == 0:
+        return True
+    for i in range(a._ndim):
+        if a._shape[i] != 1:
+            if a._strides[i] != s:
+                return False
+            s *= a._shape[i]
+    return True
+
 
 
 # -- the operator table ----------------------------------------------------------------------------

@@ -162,10 +162,8 @@ cdef int _raise_stale(NDArray a, object op, object role, object prefix) except -
     raise WorkspaceError(msg, kind, wid, op)
 
 
-cdef int check_array(NDArray a, object op, object role) except -1:
-    """Raise WorkspaceError (ND4J's op-message format) unless `a` may be used."""
-    if _is_valid(a):
-        return 0
+cdef int raise_stale(NDArray a, object op, object role) except -1:
+    # check_array's slow path (check_array itself is inline in _core.pxd)
     return _raise_stale(a, op, role, None)
 
 
@@ -774,32 +772,6 @@ cdef bint _fill_fast(NDArray a, object value) except -1:
     return False
 
 
-cdef bint _c_contiguous(NDArray a) noexcept:
-    cdef Py_ssize_t s = a._itemsize
-    cdef int i
-    if a._size == 0:
-        return True
-    for i in range(a._ndim - 1, -1, -1):
-        if a._shape[i] != 1:
-            if a._strides[i] != s:
-                return False
-            s *= a._shape[i]
-    return True
-
-
-cdef bint _f_contiguous(NDArray a) noexcept:
-    cdef Py_ssize_t s = a._itemsize
-    cdef int i
-    if a._size == 0:
-        return True
-    for i in range(a._ndim):
-        if a._shape[i] != 1:
-            if a._strides[i] != s:
-                return False
-            s *= a._shape[i]
-    return True
-
-
 cdef NDArray _copy_array(NDArray a, Arena target, bint detached):
     # A C-contiguous copy of (already validated) `a` placed in target / current / detached.
     cdef NDArray out = new_array(a._dtype, a._ndim, a._shape, False, False, target, detached)
@@ -1003,10 +975,15 @@ cdef void install_operators(const Operators* table) noexcept:
     _ops_installed = True
 
 
-cdef int _need_ops() except -1:
+cdef int _not_installed() except -1:
     # `import ndws` installs the table before any array exists; this only guards a partial import
+    raise RuntimeError("ndws._ufuncs is not imported: import ndws first")
+
+
+cdef inline int _need_ops() except -1:
+    # inline: the operators pay one predictable branch, not a call
     if not _ops_installed:
-        raise RuntimeError("ndws._ufuncs is not imported: import ndws first")
+        _not_installed()
     return 0
 
 

@@ -4,7 +4,7 @@
 # a copy), asks for its result here (placed like every result, given back on failure), decides
 # overlap with the one definition here, and signals "this path does not cover this case" by
 # returning NotImplemented. The thread count and the GIL threshold are ndws._threads'.
-from ndws._core cimport NDArray, NDWS_MAXDIMS, check_array
+from ndws._core cimport NDArray, NDWS_MAXDIMS, check_array, new_array, discard, _is_valid
 from ndws._typedefs cimport intp_t
 
 
@@ -13,8 +13,18 @@ from ndws._typedefs cimport intp_t
 # A fresh C-contiguous result placed like every op's result (the current workspace, else
 # detached memory) and checked like any output; the caller fills it in a nogil kernel. On an
 # error before it is returned, `discard_result` gives its bytes back.
-cdef NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object op)
-cdef void discard_result(NDArray a) noexcept
+cdef inline NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object op):
+    # inline, so a kernel entry makes one call into _core for its result (new_array), not two
+    cdef NDArray out = new_array(dtype, ndim, shape, False, False, None, False)
+    if not _is_valid(out):
+        # a closed current workspace yields a dead array: give its bytes back, then raise
+        discard(out)
+        check_array(out, op, "out")
+    return out
+
+
+cdef inline void discard_result(NDArray a) noexcept:
+    discard(a)
 
 cdef inline NDArray place_result(NDArray out, object dtype, int ndim, const Py_ssize_t* shape,
                                  object op):

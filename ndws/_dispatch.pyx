@@ -8,8 +8,7 @@ and whether it drops the GIL is ndws._threads'.
 """
 cimport numpy as cnp
 
-from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, new_array, np_view, pin_foreign,
-                         discard, _is_valid)
+from ndws._core cimport NDArray, NDWS_MAXDIMS, check_array, np_view, pin_foreign
 from ndws._typedefs cimport intp_t
 
 import numpy as np
@@ -20,22 +19,6 @@ cnp.import_array()
 
 cdef object _F32, _F64
 _F32, _F64 = _float_dtypes()
-
-
-# ------------------------------------------------------------------------------------------------
-# Results
-
-cdef NDArray new_result(object dtype, int ndim, const Py_ssize_t* shape, object op):
-    cdef NDArray out = new_array(dtype, ndim, shape, False, False, None, False)
-    if not _is_valid(out):
-        # a closed current workspace yields a dead array: give its bytes back, then raise
-        discard(out)
-        check_array(out, op, "out")
-    return out
-
-
-cdef void discard_result(NDArray a) noexcept:
-    discard(a)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,7 +18,31 @@ cdef enum Grain:               # the measured grains themselves are in _threads.
     GRAIN_EVAL_ROWS = 7        # rows: the confusion-matrix counting of ndws.evaluation
     N_GRAINS = 8
 
-cdef int threads_for(Py_ssize_t work, Grain grain) noexcept
+cdef extern from *:
+    """
+    /* This module's pointer to ndws._threads' grain table, set on first use by threads_for (every
+       module that cimports _threads has its own; all point at the one table). */
+    static const Py_ssize_t *ndws_grain_table = NULL;
+    """
+    const Py_ssize_t* ndws_grain_table
+
+cdef const Py_ssize_t* grain_table() noexcept
+cdef int threads_over_grain(Py_ssize_t work, Py_ssize_t grain) noexcept
+
+
+cdef inline int threads_for(Py_ssize_t work, Grain grain) noexcept:
+    # inline: the common answer for a small call (one thread) costs two loads, not a call
+    global ndws_grain_table
+    cdef Py_ssize_t g
+    if <unsigned int>grain >= N_GRAINS:
+        return 1                   # not a Grain: never read outside the table
+    if ndws_grain_table == NULL:
+        ndws_grain_table = grain_table()
+    g = ndws_grain_table[<int>grain]
+    if g <= 0 or work < 2 * g:
+        return 1                   # before the thread-local lookup: most calls are small
+    return threads_over_grain(work, g)
+
 
 cdef inline bint release_gil(Py_ssize_t nbytes, int nthreads) noexcept:
     return nthreads > 1 or nbytes > NOGIL_BYTES

@@ -65,19 +65,18 @@ _GRAIN_NAMES = ("elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap", "nn
                 "nn_update", "eval_rows")
 
 
-cdef int threads_for(Py_ssize_t work, Grain grain) noexcept:
-    cdef Py_ssize_t g
-    cdef int n
+cdef const Py_ssize_t* grain_table() noexcept:
+    return _grains
+
+
+cdef int threads_over_grain(Py_ssize_t work, Py_ssize_t grain) noexcept:
+    # threads_for's answer for work of at least two grains: the calling thread's limit, capped
+    # so each thread gets a grain's worth
+    cdef int n = thread_limit()
     cdef Py_ssize_t useful
-    if <unsigned int>grain >= N_GRAINS:
-        return 1                   # not a Grain: never read outside the table
-    g = _grains[<int>grain]
-    if g <= 0 or work < 2 * g:
-        return 1                   # before the thread-local lookup: most calls are small
-    n = thread_limit()
     if n <= 1:
         return 1
-    useful = work // g
+    useful = work // grain
     if useful < n:
         return <int>useful if useful > 1 else 1
     return n
