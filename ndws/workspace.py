@@ -46,6 +46,7 @@ __all__ = [
     "Workspace",
     "WorkspaceConfiguration",
     "WorkspaceManager",
+    "WorkspaceMode",
     "WorkspaceType",
     "current_workspace",
     "destroyAllWorkspacesForCurrentThread",
@@ -104,6 +105,21 @@ class WorkspaceType(enum.Enum):
     DUMMY = 0
     SCOPED = 1
     CIRCULAR = 2
+
+
+class WorkspaceMode(enum.Enum):
+    """How a network uses workspaces (DL4J's ``WorkspaceMode``). Unlike DL4J, where SINGLE and
+    SEPARATE are deprecated aliases of ENABLED, each is its own layout (docs/porting-from-dl4j.md,
+    "Deliberate differences")."""
+
+    #: no workspaces: every temporary is ordinary memory
+    NONE = "NONE"
+    #: the recommended layout for the phase: SEPARATE for training, SINGLE for inference
+    ENABLED = "ENABLED"
+    #: one workspace entered once per iteration holds all of it (fastest, most memory)
+    SINGLE = "SINGLE"
+    #: DL4J's per-layer working memory and ping-pong activation workspaces (least memory)
+    SEPARATE = "SEPARATE"
 
 
 _ENUM_FIELDS = {
