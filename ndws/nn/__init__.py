@@ -2,6 +2,22 @@
 holds the native activation, loss and updater kernels; `ArrayType` and `LayerWorkspaceMgr` say
 which workspace each array a layer makes goes to."""
 from ndws.nn import functional
+from ndws.nn.updaters import (
+    AdaGrad,
+    Adam,
+    AdamW,
+    CycleSchedule,
+    ExponentialSchedule,
+    Nesterovs,
+    RmsProp,
+    Schedule,
+    ScheduleType,
+    Sgd,
+    StepSchedule,
+    Updater,
+)
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesCloseable
 
-__all__ = ["ArrayType", "LayerWorkspaceMgr", "WorkspacesCloseable", "functional"]
+__all__ = ["AdaGrad", "Adam", "AdamW", "ArrayType", "CycleSchedule", "ExponentialSchedule",
+           "LayerWorkspaceMgr", "Nesterovs", "RmsProp", "Schedule", "ScheduleType", "Sgd",
+           "StepSchedule", "Updater", "WorkspacesCloseable", "functional"]
