@@ -2,6 +2,18 @@
 holds the native activation, loss and updater kernels; `ArrayType` and `LayerWorkspaceMgr` say
 which workspace each array a layer makes goes to."""
 from ndws.nn import functional
+from ndws.nn.conf import MultiLayerConfiguration
+from ndws.nn.layers import (
+    Activation,
+    ActivationLayer,
+    DenseLayer,
+    DropoutLayer,
+    Layer,
+    LossFunction,
+    LossLayer,
+    OutputLayer,
+    WeightInit,
+)
 from ndws.nn.updaters import (
     AdaGrad,
     Adam,
@@ -18,6 +30,8 @@ from ndws.nn.updaters import (
 )
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesCloseable
 
-__all__ = ["AdaGrad", "Adam", "AdamW", "ArrayType", "CycleSchedule", "ExponentialSchedule",
-           "LayerWorkspaceMgr", "Nesterovs", "RmsProp", "Schedule", "ScheduleType", "Sgd",
-           "StepSchedule", "Updater", "WorkspacesCloseable", "functional"]
+__all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
+           "CycleSchedule", "DenseLayer", "DropoutLayer", "ExponentialSchedule", "Layer",
+           "LayerWorkspaceMgr", "LossFunction", "LossLayer", "MultiLayerConfiguration",
+           "Nesterovs", "OutputLayer", "RmsProp", "Schedule", "ScheduleType", "Sgd",
+           "StepSchedule", "Updater", "WeightInit", "WorkspacesCloseable", "functional"]

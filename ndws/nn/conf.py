@@ -1,0 +1,235 @@
+"""`MultiLayerConfiguration`: the frozen, validated description of a `MultiLayerNetwork` (DL4J's
+``MultiLayerConfiguration`` / ``NeuralNetConfiguration.Builder().list()``), with an exact JSON
+round trip.
+
+Network-wide defaults (activation, weight_init, dropout, l1, l2, weight_decay, bias_init) apply to
+every layer that leaves the field unset (None); a layer's own value wins. A layer's `n_in` is
+inferred from the previous layer's output when omitted (DL4J's ``setInputType``).
+
+Examples
+--------
+>>> from ndws.nn import MultiLayerConfiguration, DenseLayer, OutputLayer, Adam
+>>> conf = MultiLayerConfiguration(
+...     layers=[DenseLayer(n_in=4, n_out=8), OutputLayer(n_out=3, activation="softmax")],
+...     seed=42, updater=Adam(1e-2), activation="relu")
+>>> [(l.n_in, l.n_out, l.activation.value) for l in conf.resolved_layers]
+[(4, 8, 'relu'), (8, 3, 'softmax')]
+>>> MultiLayerConfiguration.from_json(conf.to_json()) == conf
+True
+"""
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from typing import Any
+
+import numpy as np
+
+from ndws.nn.layers import Activation, Layer, WeightInit, _nonneg
+from ndws.nn.updaters import Sgd, Updater
+from ndws.workspace import WorkspaceMode
+
+__all__ = ["MultiLayerConfiguration"]
+
+#: what to_json writes as "format", and the version from_json reads
+_FORMAT, _VERSION = "ndws.MultiLayerConfiguration", 1
+
+_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+
+
+def _mode(value: Any, name: str) -> WorkspaceMode:
+    if isinstance(value, WorkspaceMode):
+        return value
+    if isinstance(value, str) and value.upper() in WorkspaceMode.__members__:
+        return WorkspaceMode[value.upper()]
+    raise ValueError(f"{name}: expected an ndws.WorkspaceMode (NONE, ENABLED, SINGLE, SEPARATE), "
+                     f"got {value!r:.40}")
+
+
+class MultiLayerConfiguration:
+    """A stack of layers and the network-wide settings.
+
+    Parameters
+    ----------
+    layers : sequence of Layer
+        At least one; copied, so changing the objects afterwards changes nothing here.
+    seed : int, optional
+        Seeds weight initialisation and dropout; drawn at random (and kept) when omitted.
+    updater : Updater, optional
+        Default ``Sgd(1e-3)`` (DL4J's).
+    activation : str or Activation, optional
+        Default for layers without one: ``sigmoid`` (DL4J's).
+    weight_init : str or WeightInit, optional
+        Default ``XAVIER``.
+    dropout, l1, l2, weight_decay, bias_init : float, optional
+        Defaults for layers without their own.
+    training_workspace_mode, inference_workspace_mode : WorkspaceMode or str
+        Default ENABLED (SEPARATE for training, SINGLE for inference).
+    dtype : {"float32", "float64"}
+        Of parameters, activations and gradients.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the layer (``layers[i]``) and the field, e.g. a layer whose n_in disagrees
+        with the previous layer's output, or a loss that does not fit its activation.
+    """
+
+    __slots__ = ("layers", "seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
+                 "weight_decay", "bias_init", "training_workspace_mode",
+                 "inference_workspace_mode", "dtype", "resolved_layers", "_frozen")
+
+    def __init__(self, layers: Any, *, seed: int | None = None, updater: Updater | None = None,
+                 activation: Any = None, weight_init: Any = None, dropout: float | None = None,
+                 l1: float | None = None, l2: float | None = None,
+                 weight_decay: float | None = None, bias_init: float | None = None,
+                 training_workspace_mode: Any = WorkspaceMode.ENABLED,
+                 inference_workspace_mode: Any = WorkspaceMode.ENABLED,
+                 dtype: Any = "float32"):
+        set_ = object.__setattr__
+        if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+            raise TypeError(f"layers: expected a sequence of ndws.nn layers, got "
+                            f"{type(layers).__name__}")
+        layers = list(layers)
+        if not layers:
+            raise ValueError("layers: a network needs at least one layer")
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, Layer):
+                raise TypeError(f"layers[{i}]: expected an ndws.nn layer (DenseLayer, "
+                                f"OutputLayer, ... or a Layer subclass), got "
+                                f"{type(layer).__name__}")
+        if seed is None:
+            seed = secrets.randbits(63)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+                or not 0 <= seed < 1 << 63:
+            raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r:.40}")
+        if updater is None:
+            updater = Sgd(1e-3)
+        if not isinstance(updater, Updater):
+            raise TypeError(f"updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
+                            f"{type(updater).__name__}")
+        dt = _DTYPES.get(str(np.dtype(dtype)) if _is_dtype(dtype) else None)
+        if dt is None:
+            raise ValueError(f"dtype: expected float32 or float64, got {dtype!r:.40}")
+        set_(self, "layers", tuple(layer.clone() for layer in layers))
+        set_(self, "seed", int(seed))
+        set_(self, "updater", updater)
+        set_(self, "activation", Activation.parse(activation or Activation.SIGMOID,
+                                                  "activation"))
+        set_(self, "weight_init", WeightInit.parse(weight_init or WeightInit.XAVIER,
+                                                   "weight_init"))
+        set_(self, "dropout", _nonneg("MultiLayerConfiguration", "dropout", dropout, 1.0,
+                                      open_lo=True))
+        set_(self, "l1", _nonneg("MultiLayerConfiguration", "l1", l1))
+        set_(self, "l2", _nonneg("MultiLayerConfiguration", "l2", l2))
+        set_(self, "weight_decay", _nonneg("MultiLayerConfiguration", "weight_decay",
+                                           weight_decay))
+        if bias_init is not None and (isinstance(bias_init, bool)
+                                      or not isinstance(bias_init, (int, float))
+                                      or not math.isfinite(bias_init)):
+            raise ValueError(f"bias_init: expected a finite real number, got {bias_init!r:.40}")
+        set_(self, "bias_init", None if bias_init is None else float(bias_init))
+        set_(self, "training_workspace_mode", _mode(training_workspace_mode,
+                                                    "training_workspace_mode"))
+        set_(self, "inference_workspace_mode", _mode(inference_workspace_mode,
+                                                     "inference_workspace_mode"))
+        set_(self, "dtype", dt)
+        set_(self, "resolved_layers", self._resolve())
+        set_(self, "_frozen", True)
+
+    def _resolve(self) -> tuple:
+        defaults = {"activation": self.activation, "weight_init": self.weight_init,
+                    "dropout": self.dropout, "l1": self.l1, "l2": self.l2,
+                    "weight_decay": self.weight_decay, "bias_init": self.bias_init}
+        out = []
+        width = None
+        for i, layer in enumerate(self.layers):
+            where = f"layers[{i}]"
+            if layer.n_in is not None and width is not None and layer.n_in != width:
+                raise ValueError(f"{where}.n_in: {layer.n_in} does not match the output width "
+                                 f"{width} of layers[{i - 1}]")
+            try:
+                resolved = layer.resolved(defaults, width, where)
+            except (TypeError, ValueError) as exc:
+                msg = str(exc)
+                raise type(exc)(msg if msg.startswith(where) else f"{where}: {msg}") from None
+            resolved.index = i
+            out.append(resolved)
+            width = resolved.output_width()
+        return tuple(out)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"MultiLayerConfiguration is frozen: build a new one instead of "
+                             f"setting {name}")
+
+    # -- JSON -----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """The configuration as JSON-ready data (the layers as given, before defaults)."""
+        return {"format": _FORMAT, "version": _VERSION, "seed": self.seed,
+                "updater": self.updater.to_dict(), "activation": self.activation.name,
+                "weight_init": self.weight_init.name, "dropout": self.dropout, "l1": self.l1,
+                "l2": self.l2, "weight_decay": self.weight_decay, "bias_init": self.bias_init,
+                "training_workspace_mode": self.training_workspace_mode.name,
+                "inference_workspace_mode": self.inference_workspace_mode.name,
+                "dtype": self.dtype.name, "layers": [layer.to_dict() for layer in self.layers]}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """`to_dict` as JSON text; `from_json` rebuilds an equal configuration."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "MultiLayerConfiguration":
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            raise ValueError(f"configuration: expected a dict with format {_FORMAT!r}, got "
+                             f"{data!r:.80}")
+        if data.get("version") != _VERSION:
+            raise ValueError(f"configuration: unsupported version {data.get('version')!r} "
+                             f"(this ndws reads version {_VERSION})")
+        known = {"format", "version", "layers", "seed", "updater", "activation", "weight_init",
+                 "dropout", "l1", "l2", "weight_decay", "bias_init", "training_workspace_mode",
+                 "inference_workspace_mode", "dtype"}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
+        layers = data.get("layers")
+        if not isinstance(layers, list):
+            raise ValueError(f"configuration.layers: expected a list, got {layers!r:.40}")
+        kwargs = {k: v for k, v in data.items() if k not in ("format", "version", "layers")}
+        if isinstance(kwargs.get("updater"), dict):
+            kwargs["updater"] = Updater.from_dict(kwargs["updater"])
+        built = []
+        for i, d in enumerate(layers):
+            try:
+                built.append(Layer.from_dict(d))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"layers[{i}]: {exc}") from None
+        return cls(built, **kwargs)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "MultiLayerConfiguration":
+        """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"configuration: not JSON text ({exc})") from None
+        return cls.from_dict(data)
+
+    def __eq__(self, other: Any) -> bool:
+        return (isinstance(other, MultiLayerConfiguration)
+                and other.to_dict() == self.to_dict())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"MultiLayerConfiguration({len(self.layers)} layers, seed={self.seed}, "
+                f"updater={self.updater!r}, dtype={self.dtype.name})")
+
+
+def _is_dtype(value: Any) -> bool:
+    try:
+        np.dtype(value)
+    except TypeError:
+        return False
+    return True

@@ -1,0 +1,591 @@
+"""Layers of a `MultiLayerNetwork`, each with its forward and backward side by side, on the fused
+kernels of `ndws.nn.functional`, and `Layer`, the base class of custom layers.
+
+A layer object is first a configuration (its keyword arguments, DL4J's builder fields in
+snake_case; None means "the network's default"); the network clones it when it is built and
+gives the clone views of its parameters and gradients in the network's flat buffers
+(``layer.params["W"]``, ``layer.grads["W"]``). Every array a layer makes comes from the
+`LayerWorkspaceMgr` it is handed, under the `ArrayType` that says how long it lives.
+
+Examples
+--------
+>>> from ndws.nn import DenseLayer, OutputLayer
+>>> DenseLayer(n_in=4, n_out=3, activation="relu")
+DenseLayer(n_in=4, n_out=3, activation=Activation.RELU)
+>>> OutputLayer(n_out=2, activation="softmax", loss_function="mcxent").loss_function
+<LossFunction.MCXENT: 'MCXENT'>
+"""
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+import ndws
+from ndws._core import NDArray, _np_view
+from ndws.nn import functional as F
+from ndws.nn.updaters import Updater
+from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+
+__all__ = ["Activation", "LossFunction", "WeightInit", "Layer", "DenseLayer", "OutputLayer",
+           "LossLayer", "ActivationLayer", "DropoutLayer"]
+
+
+class Activation(enum.Enum):
+    """Activation functions with a native kernel (DL4J's ``Activation`` names); layers also take
+    the lower-case names (``"relu"``, ``"leakyrelu"`` / ``"leaky_relu"``, ...)."""
+
+    IDENTITY = "identity"
+    RELU = "relu"
+    LEAKYRELU = "leakyrelu"
+    ELU = "elu"
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    SOFTPLUS = "softplus"
+    GELU = "gelu"
+    SOFTMAX = "softmax"
+
+    @classmethod
+    def parse(cls, value: Any, where: str) -> "Activation":
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            key = value.lower().replace("_", "")
+            for m in cls:
+                if m.value == key or m.name.lower() == key:
+                    return m
+            if key == "linear":
+                return cls.IDENTITY
+        names = ", ".join(m.value for m in cls)
+        raise ValueError(f"{where}: unknown activation {value!r:.40}; expected one of {names} "
+                         f"(or an ndws.nn.Activation)")
+
+
+class LossFunction(enum.Enum):
+    """Losses of output layers (DL4J's ``LossFunctions.LossFunction`` names). Scores follow
+    DL4J: the per-example loss (summed over outputs, or averaged for MSE and
+    MEAN_ABSOLUTE_ERROR), averaged over the examples."""
+
+    MCXENT = "MCXENT"
+    NEGATIVELOGLIKELIHOOD = "NEGATIVELOGLIKELIHOOD"
+    XENT = "XENT"
+    MSE = "MSE"
+    L1 = "L1"
+    L2 = "L2"
+    SQUARED_LOSS = "SQUARED_LOSS"
+    MEAN_ABSOLUTE_ERROR = "MEAN_ABSOLUTE_ERROR"
+
+    @classmethod
+    def parse(cls, value: Any, where: str) -> "LossFunction":
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        raise ValueError(f"{where}: unknown loss function {value!r:.40}; expected one of "
+                         f"{', '.join(cls.__members__)} (any case, or an ndws.nn.LossFunction)")
+
+
+class WeightInit(enum.Enum):
+    """Weight initialisation schemes (DL4J's ``WeightInit``), fan-in / fan-out based."""
+
+    XAVIER = "XAVIER"     # N(0, 2 / (fan_in + fan_out))
+    RELU = "RELU"         # He: N(0, 2 / fan_in)
+    UNIFORM = "UNIFORM"   # U(-a, a), a = 1 / sqrt(fan_in)
+    NORMAL = "NORMAL"     # N(0, 1 / fan_in)
+    ZERO = "ZERO"
+
+    @classmethod
+    def parse(cls, value: Any, where: str) -> "WeightInit":
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        raise ValueError(f"{where}: unknown weight_init {value!r:.40}; expected one of "
+                         f"{', '.join(cls.__members__)}")
+
+    def sample(self, rng: np.random.Generator, shape: tuple, fan_in: int, fan_out: int
+               ) -> np.ndarray:
+        """Initial values of a weight array (float64; the network casts them)."""
+        if self is WeightInit.ZERO:
+            return np.zeros(shape)
+        if self is WeightInit.UNIFORM:
+            a = 1.0 / math.sqrt(fan_in)
+            return rng.uniform(-a, a, shape)
+        std = {WeightInit.XAVIER: math.sqrt(2.0 / (fan_in + fan_out)),
+               WeightInit.RELU: math.sqrt(2.0 / fan_in),
+               WeightInit.NORMAL: 1.0 / math.sqrt(fan_in)}[self]
+        return rng.standard_normal(shape) * std
+
+
+def _size(owner: str, name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{owner}.{name}: expected an int >= 1, got {type(value).__name__} "
+                        f"{value!r:.40}")
+    if not 1 <= value <= 1 << 31:
+        raise ValueError(f"{owner}.{name}: expected an int in [1, 2**31], got {value!r}")
+    return int(value)
+
+
+def _nonneg(owner: str, name: str, value: Any, hi: float = math.inf,
+            open_lo: bool = False) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{owner}.{name}: expected a real number, got {type(value).__name__} "
+                        f"{value!r:.40}")
+    v = float(value)
+    if not math.isfinite(v) or v > hi or (v <= 0 if open_lo else v < 0):
+        lo = "(0" if open_lo else "[0"
+        raise ValueError(f"{owner}.{name}: must be in {lo}, {hi:g}], got {value!r}")
+    return v
+
+
+_LAYERS: dict[str, type] = {}
+
+
+class Layer:
+    """Base class of layers, built-in and custom.
+
+    A custom layer sets its fields in ``__init__`` (listing them in ``fields`` so
+    `to_dict` / `MultiLayerConfiguration.from_json` can rebuild it), declares its parameters in
+    `param_shapes`, fills them in `init_params`, and implements `activate` and
+    `backprop_gradient` with arrays from the manager it is given.
+
+    Parameters (common to every layer; None takes the network's default)
+    ----------
+    n_in, n_out : int, optional
+        Input and output width (n_in is inferred from the previous layer when omitted).
+    activation : str or Activation, optional
+    dropout : float in (0, 1], optional
+        DL4J's retain probability of the layer's *input* (0.8 keeps 80%), inverted dropout.
+    weight_init : str or WeightInit, optional
+    bias_init : float, optional
+    l1, l2, weight_decay : float >= 0, optional
+        Regularisation of the weights (not of biases).
+    updater : Updater, optional
+        This layer's updater instead of the network's.
+    name : str, optional
+    """
+
+    #: the constructor's keyword arguments (what to_dict stores and from_dict passes back)
+    fields: ClassVar[tuple[str, ...]] = ("n_in", "n_out", "activation", "dropout", "weight_init",
+                                         "bias_init", "l1", "l2", "weight_decay", "updater",
+                                         "name")
+    #: whether the layer has weights of shape (n_in, n_out) (n_in/n_out required)
+    has_weights: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        _LAYERS[cls.__name__] = cls
+
+    def __init__(self, *, n_in: int | None = None, n_out: int | None = None,
+                 activation: Any = None, dropout: float | None = None, weight_init: Any = None,
+                 bias_init: float | None = None, l1: float | None = None,
+                 l2: float | None = None, weight_decay: float | None = None,
+                 updater: Updater | None = None, name: str | None = None):
+        owner = type(self).__name__
+        self.n_in = _size(owner, "n_in", n_in)
+        self.n_out = _size(owner, "n_out", n_out)
+        self.activation = (None if activation is None
+                           else Activation.parse(activation, f"{owner}.activation"))
+        self.dropout = _nonneg(owner, "dropout", dropout, 1.0, open_lo=True)
+        self.weight_init = (None if weight_init is None
+                            else WeightInit.parse(weight_init, f"{owner}.weight_init"))
+        if bias_init is not None:
+            if isinstance(bias_init, bool) or not isinstance(bias_init, (int, float)) \
+                    or not math.isfinite(bias_init):
+                raise (TypeError if not isinstance(bias_init, (int, float))
+                       or isinstance(bias_init, bool) else ValueError)(
+                    f"{owner}.bias_init: expected a finite real number, got {bias_init!r:.40}")
+            bias_init = float(bias_init)
+        self.bias_init = bias_init
+        self.l1 = _nonneg(owner, "l1", l1)
+        self.l2 = _nonneg(owner, "l2", l2)
+        self.weight_decay = _nonneg(owner, "weight_decay", weight_decay)
+        if updater is not None and not isinstance(updater, Updater):
+            raise TypeError(f"{owner}.updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
+                            f"{type(updater).__name__}")
+        self.updater = updater
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{owner}.name: expected a str, got {type(name).__name__}")
+        self.name = name
+        # set by the network when it is built
+        self.params: dict[str, NDArray] = {}
+        self.grads: dict[str, NDArray] = {}
+        self.index: int = -1
+
+    # -- configuration --------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """The layer's configuration: {"@class": class name, field: value} (JSON-ready)."""
+        out: dict[str, Any] = {"@class": type(self).__name__}
+        for f in self.fields:
+            v = getattr(self, f)
+            if isinstance(v, enum.Enum):
+                v = v.name
+            elif isinstance(v, Updater):
+                v = v.to_dict()
+            out[f] = v
+        return out
+
+    @staticmethod
+    def from_dict(data: dict) -> "Layer":
+        """Rebuild a layer from `to_dict`'s output. Only classes already defined (imported) are
+        known: a configuration never imports code."""
+        if not isinstance(data, dict) or not isinstance(data.get("@class"), str):
+            raise ValueError(f"layer: expected a dict with an '@class' entry, got {data!r:.60}")
+        cls = _LAYERS.get(data["@class"])
+        if cls is None:
+            raise ValueError(f"layer: unknown layer class {data['@class']!r} (a custom layer's "
+                             f"module must be imported before its configuration is loaded)")
+        kwargs = {k: v for k, v in data.items() if k != "@class"}
+        unknown = set(kwargs) - set(cls.fields)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+        if isinstance(kwargs.get("updater"), dict):
+            kwargs["updater"] = Updater.from_dict(kwargs["updater"])
+        return cls(**kwargs)
+
+    def clone(self) -> "Layer":
+        """A fresh layer with the same configuration (no parameters)."""
+        return Layer.from_dict(self.to_dict())
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable at run time
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in self.fields:
+            v = getattr(self, f)
+            if v is not None:
+                shown.append(f"{f}={v}" if not isinstance(v, str) else f"{f}={v!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    def resolved(self, defaults: dict, n_in: int | None, where: str) -> "Layer":
+        """A copy with every None field that has a network default filled in, and `n_in` set
+        when it was omitted (the configuration calls this; errors name `where`)."""
+        layer = self.clone()
+        for f, v in defaults.items():
+            if f in layer.fields and getattr(layer, f) is None and v is not None:
+                setattr(layer, f, v)
+        if layer.n_in is None:
+            layer.n_in = n_in
+        layer._check_resolved(where)
+        return layer
+
+    def _check_resolved(self, where: str) -> None:
+        if self.has_weights and self.n_in is None:
+            raise ValueError(f"{where}.n_in: unknown (set n_in on the first layer)")
+        if self.has_weights and self.n_out is None:
+            raise ValueError(f"{where}.n_out: required for {type(self).__name__}")
+
+    def output_width(self) -> int | None:
+        """The width of this layer's output (n_out; n_in for layers that keep the width)."""
+        return self.n_out if self.n_out is not None else self.n_in
+
+    # -- parameters -----------------------------------------------------------------------------
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Parameter name -> shape, in the order they sit in the flat buffer."""
+        return {}
+
+    def init_params(self, rng: np.random.Generator) -> None:
+        """Fill `self.params` (views the network set) with initial values."""
+
+    def regularization_score(self) -> float:
+        """The l1/l2 terms of the score (DL4J's: l1*sum|W| + 0.5*l2*sum(W**2))."""
+        return 0.0
+
+    # -- forward and backward -------------------------------------------------------------------
+
+    def activate(self, x: NDArray, training: bool, mgr: LayerWorkspaceMgr) -> NDArray:
+        """This layer's output for input `x`, made with ``mgr.create(ArrayType.ACTIVATIONS,
+        ...)``; keep on `self` what `backprop_gradient` needs."""
+        raise NotImplementedError(f"{type(self).__name__}.activate")
+
+    def backprop_gradient(self, epsilon: NDArray, mgr: LayerWorkspaceMgr
+                          ) -> tuple[dict[str, NDArray], NDArray]:
+        """Given dL/d(output), return ``(gradients, dL/d(input))``: gradients by parameter name
+        (written into `self.grads` views, or returned to be copied there), the epsilon in
+        ``ArrayType.ACTIVATION_GRAD``."""
+        raise NotImplementedError(f"{type(self).__name__}.backprop_gradient")
+
+    def _apply_dropout(self, x: NDArray, training: bool, mgr: LayerWorkspaceMgr,
+                       rng: np.random.Generator | None) -> NDArray:
+        # inverted dropout on the input (DL4J's retain probability): kept / p, dropped 0; the
+        # scaled input and its mask live as long as the input (backprop needs the mask)
+        self._mask = None
+        if not training or self.dropout is None or self.dropout >= 1.0 or rng is None:
+            return x
+        p = self.dropout
+        keep = rng.random(x.shape) < p
+        mask = mgr.create_uninitialized(ArrayType.INPUT, x.shape, dtype=x.dtype)
+        np.multiply(keep, 1.0 / p, out=_np_view(mask), casting="unsafe")
+        out = mgr.create_uninitialized(ArrayType.INPUT, x.shape, dtype=x.dtype)
+        ndws.multiply(x, mask, out=out)
+        self._mask = mask
+        return out
+
+    def _dropout_backward(self, eps: NDArray) -> NDArray:
+        if self._mask is not None:
+            ndws.multiply(eps, self._mask, out=eps)
+        return eps
+
+
+class _WeightsMixin:
+    # W (n_in, n_out) and b (n_out,), the first sized by fan-in/fan-out
+    has_weights = True
+
+    def param_shapes(self):
+        return {"W": (self.n_in, self.n_out), "b": (self.n_out,)}
+
+    def init_params(self, rng):
+        w = (self.weight_init or WeightInit.XAVIER).sample(rng, (self.n_in, self.n_out),
+                                                           self.n_in, self.n_out)
+        np.copyto(_np_view(self.params["W"]), w, casting="unsafe")
+        self.params["b"].fill(self.bias_init or 0.0)
+
+    def regularization_score(self):
+        s = 0.0
+        if self.l1:
+            s += self.l1 * float(np.abs(_np_view(self.params["W"])).sum())
+        if self.l2:
+            s += 0.5 * self.l2 * float(np.square(_np_view(self.params["W"])).sum())
+        return s
+
+    def _weight_gradients(self, x: NDArray, dz: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        # dW := x.T @ dz, db := sum over rows of dz, written into the flat gradient views;
+        # returns dL/dx := dz @ W.T in ACTIVATION_GRAD
+        ndws.gemm(x, dz, out=self.grads["W"], trans_a=True)
+        if self.l2:
+            ndws.add(self.grads["W"], ndws.multiply(self.params["W"], self.l2),
+                     out=self.grads["W"])
+        if self.l1:
+            ndws.add(self.grads["W"], np.sign(_np_view(self.params["W"])) * self.l1,
+                     out=self.grads["W"])
+        ndws.sum(dz, axis=0, out=self.grads["b"])
+        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, x.shape, dtype=x.dtype)
+        ndws.gemm(dz, self.params["W"], out=eps, trans_b=True)
+        return eps
+
+
+class DenseLayer(_WeightsMixin, Layer):
+    """Fully connected layer, ``y = f(x @ W + b)``; W is (n_in, n_out) (DL4J's layout)."""
+
+    def activate(self, x, training, mgr):
+        x = self._apply_dropout(x, training, mgr, getattr(self, "_rng", None))
+        self._x = x
+        act = self.activation or Activation.IDENTITY
+        if not training:
+            y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, (x.shape[0], self.n_out),
+                                         dtype=x.dtype)
+            return F.linear(x, self.params["W"], self.params["b"], act.value, out=y)
+        # training keeps the pre-activation for the derivative
+        z = mgr.create_uninitialized(ArrayType.INPUT, (x.shape[0], self.n_out), dtype=x.dtype)
+        F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
+        self._z = z
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, z.shape, dtype=x.dtype)
+        return F.activation(act.value, z, out=y)
+
+    def backprop_gradient(self, epsilon, mgr):
+        act = self.activation or Activation.IDENTITY
+        dz = mgr.create_uninitialized(ArrayType.BP_WORKING_MEM, self._z.shape,
+                                      dtype=self._z.dtype)
+        F.activation_backward(act.value, self._z, epsilon, out=dz)
+        eps = self._weight_gradients(self._x, dz, mgr)
+        return dict(self.grads), self._dropout_backward(eps)
+
+
+_PROBABILITY_LOSSES = (LossFunction.MCXENT, LossFunction.NEGATIVELOGLIKELIHOOD)
+
+
+def _check_loss_fits(loss: LossFunction, act: Activation, where: str) -> None:
+    if loss in _PROBABILITY_LOSSES and act is not Activation.SOFTMAX:
+        raise ValueError(f"{where}.loss_function: {loss.name} needs activation softmax (class "
+                         f"probabilities), got {act.value}")
+    if loss is LossFunction.XENT and act is not Activation.SIGMOID:
+        raise ValueError(f"{where}.loss_function: XENT needs activation sigmoid (independent "
+                         f"probabilities), got {act.value}")
+
+
+class _LossMixin:
+    # the score and dL/dz of an output: fused with its activation where the kernels allow
+    # (softmax + cross-entropy, sigmoid + binary cross-entropy), else loss then activation
+    # backward; DL4J's scaling (per-example sums averaged over the batch)
+
+    def _loss(self, z: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr,
+              want_grad: bool) -> tuple[float, NDArray | None]:
+        loss = self.loss_function
+        act = self.activation or Activation.IDENTITY
+        n, width = z.shape
+        dz = (mgr.create_uninitialized(ArrayType.BP_WORKING_MEM, z.shape, dtype=z.dtype)
+              if want_grad else None)
+        per_example_sum = loss in (LossFunction.XENT, LossFunction.L1, LossFunction.L2,
+                                   LossFunction.SQUARED_LOSS)
+        weights = None
+        if per_example_sum and width > 1:
+            # mean over all elements times the width = per-example sum averaged over examples
+            weights = self._width_weights(n, width, z.dtype)
+        if loss in _PROBABILITY_LOSSES:
+            return self._unpack(F.softmax_cross_entropy(z, labels, grad=want_grad, grad_out=dz),
+                                want_grad)
+        if loss is LossFunction.XENT:
+            return self._unpack(F.binary_cross_entropy_with_logits(
+                z, labels, weights=weights, grad=want_grad, grad_out=dz), want_grad)
+        # regression losses act on the activated output
+        pred = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, z.shape, dtype=z.dtype)
+        F.activation(act.value, z, out=pred)
+        fn = F.mse_loss if loss in (LossFunction.MSE, LossFunction.L2,
+                                    LossFunction.SQUARED_LOSS) else F.mae_loss
+        res = fn(pred, labels, weights=weights, grad=want_grad, grad_out=pred if want_grad
+                 else None)
+        score, dpred = self._unpack(res, want_grad)
+        if want_grad:
+            F.activation_backward(act.value, z, dpred, out=dz)
+        return score, dz
+
+    @staticmethod
+    def _unpack(res: Any, want_grad: bool) -> tuple[float, Any]:
+        return (res[0], res[1]) if want_grad else (res, None)
+
+    def _width_weights(self, n: int, width: int, dtype: Any) -> NDArray:
+        cached = getattr(self, "_weights_cache", None)
+        if cached is None or cached.shape[0] != n or cached.dtype != dtype:
+            cached = ndws.full(n, float(width), dtype=dtype, detached=True)
+            self._weights_cache = cached
+        return cached
+
+
+class OutputLayer(_LossMixin, _WeightsMixin, Layer):
+    """Dense output layer with a loss: ``p = f(x @ W + b)``, scored against the labels.
+
+    Parameters
+    ----------
+    loss_function : str or LossFunction
+        MCXENT / NEGATIVELOGLIKELIHOOD need softmax, XENT needs sigmoid; MSE, L1, L2,
+        SQUARED_LOSS and MEAN_ABSOLUTE_ERROR take any activation.
+    **common
+        As `Layer` (n_out required).
+    """
+
+    fields = Layer.fields + ("loss_function",)
+
+    def __init__(self, *, loss_function: Any = "MCXENT", **common: Any):
+        super().__init__(**common)
+        self.loss_function = LossFunction.parse(loss_function,
+                                                f"{type(self).__name__}.loss_function")
+
+    def _check_resolved(self, where):
+        super()._check_resolved(where)
+        _check_loss_fits(self.loss_function, self.activation or Activation.IDENTITY, where)
+
+    def activate(self, x, training, mgr):
+        x = self._apply_dropout(x, training, mgr, getattr(self, "_rng", None))
+        self._x = x
+        act = self.activation or Activation.IDENTITY
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, (x.shape[0], self.n_out),
+                                     dtype=x.dtype)
+        if not training:
+            return F.linear(x, self.params["W"], self.params["b"], act.value, out=y)
+        z = mgr.create_uninitialized(ArrayType.INPUT, y.shape, dtype=x.dtype)
+        F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
+        self._z = z
+        return F.activation(act.value, z, out=y)
+
+    def compute_score_and_gradient(self, labels: NDArray, mgr: LayerWorkspaceMgr
+                                   ) -> tuple[float, dict, NDArray]:
+        """After a training `activate`: the score (without regularisation), the parameter
+        gradients and dL/d(input)."""
+        score, dz = self._loss(self._z, labels, mgr, True)
+        eps = self._weight_gradients(self._x, dz, mgr)
+        return score, dict(self.grads), self._dropout_backward(eps)
+
+    def compute_score(self, labels: NDArray, mgr: LayerWorkspaceMgr) -> float:
+        """After a training `activate`: the score only."""
+        return self._loss(self._z, labels, mgr, False)[0]
+
+
+class LossLayer(_LossMixin, Layer):
+    """A loss on its input, without parameters (DL4J's ``LossLayer``): the input is the
+    pre-activation."""
+
+    fields = Layer.fields + ("loss_function",)
+
+    def __init__(self, *, loss_function: Any = "MCXENT", **common: Any):
+        super().__init__(**common)
+        self.loss_function = LossFunction.parse(loss_function,
+                                                f"{type(self).__name__}.loss_function")
+
+    def _check_resolved(self, where):
+        super()._check_resolved(where)
+        if self.n_out is not None and self.n_in is not None and self.n_out != self.n_in:
+            raise ValueError(f"{where}.n_out: a LossLayer keeps its width ({self.n_in}), got "
+                             f"{self.n_out}")
+        _check_loss_fits(self.loss_function, self.activation or Activation.IDENTITY, where)
+
+    def activate(self, x, training, mgr):
+        act = self.activation or Activation.IDENTITY
+        self._z = x
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
+        return F.activation(act.value, x, out=y)
+
+    def compute_score_and_gradient(self, labels, mgr):
+        score, dz = self._loss(self._z, labels, mgr, True)
+        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, dz.shape, dtype=dz.dtype)
+        ndws.multiply(dz, 1, out=eps)
+        return score, {}, eps
+
+    def compute_score(self, labels, mgr):
+        return self._loss(self._z, labels, mgr, False)[0]
+
+
+class ActivationLayer(Layer):
+    """An activation function on its input, without parameters."""
+
+    def _check_resolved(self, where):
+        if self.n_out is not None and self.n_in is not None and self.n_out != self.n_in:
+            raise ValueError(f"{where}.n_out: an ActivationLayer keeps its width ({self.n_in}), "
+                             f"got {self.n_out}")
+
+    def activate(self, x, training, mgr):
+        self._x = x
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
+        return F.activation((self.activation or Activation.IDENTITY).value, x, out=y)
+
+    def backprop_gradient(self, epsilon, mgr):
+        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, epsilon.shape,
+                                       dtype=epsilon.dtype)
+        F.activation_backward((self.activation or Activation.IDENTITY).value, self._x, epsilon,
+                              out=eps)
+        return {}, eps
+
+
+class DropoutLayer(Layer):
+    """Inverted dropout of its input during training (`dropout` is DL4J's retain probability);
+    the identity at inference."""
+
+    def __init__(self, dropout: float | None = None, **common: Any):
+        super().__init__(dropout=dropout, **common)
+
+    def _check_resolved(self, where):
+        if self.n_out is not None and self.n_in is not None and self.n_out != self.n_in:
+            raise ValueError(f"{where}.n_out: a DropoutLayer keeps its width ({self.n_in}), got "
+                             f"{self.n_out}")
+
+    def activate(self, x, training, mgr):
+        x = self._apply_dropout(x, training, mgr, getattr(self, "_rng", None))
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
+        ndws.multiply(x, 1, out=y)
+        return y
+
+    def backprop_gradient(self, epsilon, mgr):
+        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, epsilon.shape,
+                                       dtype=epsilon.dtype)
+        ndws.multiply(epsilon, 1, out=eps)
+        return {}, self._dropout_backward(eps)
