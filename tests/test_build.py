@@ -70,7 +70,8 @@ def test_core_docstring_examples():
 
 def test_python_module_doctests():
     for name in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random",
-                 "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers", "ndws.nn.conf"):
+                 "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
+                 "ndws.nn.conf", "ndws.nn.network"):
         module = importlib.import_module(name)
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, name
@@ -81,7 +82,8 @@ def test_all_names_exist_and_stub_agrees():
     for name in ndws.__all__:
         assert hasattr(ndws, name), name
     for module in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random", "ndws.nn",
-                   "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers", "ndws.nn.conf"):
+                   "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
+                   "ndws.nn.conf", "ndws.nn.network"):
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert hasattr(mod, name), f"{module}.{name}"

@@ -3,6 +3,7 @@ holds the native activation, loss and updater kernels; `ArrayType` and `LayerWor
 which workspace each array a layer makes goes to."""
 from ndws.nn import functional
 from ndws.nn.conf import MultiLayerConfiguration
+from ndws.nn.network import MultiLayerNetwork
 from ndws.nn.layers import (
     Activation,
     ActivationLayer,
@@ -33,5 +34,6 @@ from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesClosea
 __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
            "CycleSchedule", "DenseLayer", "DropoutLayer", "ExponentialSchedule", "Layer",
            "LayerWorkspaceMgr", "LossFunction", "LossLayer", "MultiLayerConfiguration",
+           "MultiLayerNetwork",
            "Nesterovs", "OutputLayer", "RmsProp", "Schedule", "ScheduleType", "Sgd",
            "StepSchedule", "Updater", "WeightInit", "WorkspacesCloseable", "functional"]

@@ -1,0 +1,533 @@
+"""`MultiLayerNetwork`: a stack of layers trained and served with every temporary in workspaces
+(DL4J's ``MultiLayerNetwork``), in the layout its `ndws.WorkspaceMode` says.
+
+All parameters live in one flat, contiguous array and all gradients in another (each layer's
+weights are views into them, as DL4J's flattened params), and the updater state is flat too, so
+an update is one fused kernel call per updater over one buffer.
+
+Examples
+--------
+>>> import numpy as np, ndws
+>>> from ndws.nn import MultiLayerConfiguration, MultiLayerNetwork, DenseLayer, OutputLayer, Sgd
+>>> conf = MultiLayerConfiguration(
+...     [DenseLayer(n_in=2, n_out=8, activation="tanh"),
+...      OutputLayer(n_out=2, activation="softmax", loss_function="MCXENT")],
+...     seed=0, updater=Sgd(0.5))
+>>> net = MultiLayerNetwork(conf)
+>>> net.init()
+>>> x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
+>>> y = np.array([0, 1, 1, 0])
+>>> net.fit(x, y, batch_size=4, epochs=500)
+>>> out = net.output(x)
+>>> out.is_attached(), out.numpy().argmax(axis=1).tolist()
+(False, [0, 1, 1, 0])
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterable
+
+import numpy as np
+
+import ndws
+from ndws._core import NDArray
+from ndws.data.dataset import DataSet
+from ndws.nn.conf import MultiLayerConfiguration
+from ndws.nn.layers import Layer
+from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+from ndws.workspace import (LearningPolicy, SpillPolicy, WorkspaceConfiguration, WorkspaceMode,
+                            scope_out_of_workspaces)
+
+__all__ = ["MultiLayerNetwork"]
+
+# DL4J's workspace names (reference: MultiLayerNetwork workspaces)
+WS_ALL_LAYERS_ACT = "WS_ALL_LAYERS_ACT"
+WS_LAYER_WORKING_MEM = "WS_LAYER_WORKING_MEM"
+WS_LAYER_ACT = ("WS_LAYER_ACT_1", "WS_LAYER_ACT_2")
+WS_SINGLE = "WS_SINGLE"
+WS_INFERENCE = "WS_INFERENCE"
+
+
+def _workspace_configs(n_layers: int) -> dict[str, WorkspaceConfiguration]:
+    # DL4J's configurations of its network workspaces (reference: MultiLayerNetwork workspaces)
+    over_time = dict(overallocation_limit=0.02, policy_learning=LearningPolicy.OVER_TIME,
+                     policy_spill=SpillPolicy.REALLOCATE)
+    all_act = WorkspaceConfiguration(overallocation_limit=0.05,
+                                     policy_learning=LearningPolicy.FIRST_LOOP,
+                                     policy_spill=SpillPolicy.REALLOCATE)
+    return {
+        WS_LAYER_WORKING_MEM: WorkspaceConfiguration(
+            cycles_before_initialization=2 * n_layers, **over_time),
+        WS_ALL_LAYERS_ACT: all_act,
+        WS_LAYER_ACT[0]: WorkspaceConfiguration(cycles_before_initialization=n_layers,
+                                                **over_time),
+        WS_LAYER_ACT[1]: WorkspaceConfiguration(cycles_before_initialization=n_layers,
+                                                **over_time),
+        WS_SINGLE: all_act,
+        WS_INFERENCE: all_act,
+    }
+
+
+class MultiLayerNetwork:
+    """A feed-forward network of `conf`'s layers.
+
+    Parameters
+    ----------
+    conf : MultiLayerConfiguration
+
+    Call `init` before using it. One network serves one thread at a time: a second thread that
+    calls `fit` / `output` while the first is inside gets a ``RuntimeError``.
+    """
+
+    def __init__(self, conf: MultiLayerConfiguration):
+        if not isinstance(conf, MultiLayerConfiguration):
+            raise TypeError(f"conf: expected an ndws.nn.MultiLayerConfiguration, got "
+                            f"{type(conf).__name__}")
+        self.conf = conf
+        self.layers: list[Layer] = []
+        self.iteration = 0
+        self.epoch = 0
+        self._score = float("nan")
+        self._busy = threading.Lock()
+        self._params: NDArray | None = None
+
+    # -- building -------------------------------------------------------------------------------
+
+    def init(self, params: Any = None) -> None:
+        """Build the layers, lay their parameters out in one flat array and initialise them
+        from the seed (or copy `params`, a flat array of `num_params()` values)."""
+        conf = self.conf
+        layers = [layer.clone() for layer in conf.resolved_layers]
+        for i, layer in enumerate(layers):
+            layer.index = i
+        total = 0
+        layout = []
+        for layer in layers:
+            for name, shape in layer.param_shapes().items():
+                size = int(np.prod(shape, dtype=np.int64))
+                layout.append((layer, name, shape, total, size))
+                total += size
+        dt = conf.dtype
+        flat_p = ndws.zeros(total, dt, detached=True)
+        flat_g = ndws.zeros(total, dt, detached=True)
+        for layer, name, shape, off, size in layout:
+            layer.params[name] = flat_p[off:off + size].reshape(shape)
+            layer.grads[name] = flat_g[off:off + size].reshape(shape)
+        rng = np.random.default_rng(conf.seed)
+        for layer in layers:
+            layer.init_params(rng)
+        # one updater segment per run of layers sharing an updater: [start, end) of the buffers
+        segments = []
+        for layer, name, shape, off, size in layout:
+            upd = layer.updater or conf.updater
+            if segments and segments[-1][0] == upd and segments[-1][2] == off:
+                segments[-1][2] = off + size
+            else:
+                segments.append([upd, off, off + size])
+        self._segments = [(u, s, e, [ndws.zeros(e - s, dt, detached=True)
+                                     for _ in range(u.n_state)]) for u, s, e in segments]
+        self._dropout_rng = np.random.default_rng([conf.seed, 1])
+        for layer in layers:
+            layer._rng = self._dropout_rng
+        self.layers = layers
+        self._params, self._grads = flat_p, flat_g
+        self._configs = _workspace_configs(len(layers))
+        self._managers: dict = {}
+        if params is not None:
+            self.set_params(params)
+
+    def _check_init(self) -> None:
+        if self._params is None:
+            raise RuntimeError("MultiLayerNetwork: call init() first")
+
+    @contextlib.contextmanager
+    def _exclusive(self, op: str):
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError(f"MultiLayerNetwork.{op}: the network is in use by another thread "
+                               f"(one network serves one thread at a time; give each thread "
+                               f"its own, e.g. with clone())")
+        try:
+            yield
+        finally:
+            self._busy.release()
+
+    # -- parameters -----------------------------------------------------------------------------
+
+    def params(self) -> NDArray:
+        """The flat parameter array (the network's own, detached; layers' weights are views)."""
+        self._check_init()
+        return self._params
+
+    def num_params(self) -> int:
+        self._check_init()
+        return int(self._params.shape[0])
+
+    def set_params(self, params: Any) -> None:
+        """Copy `params` (a flat array of num_params() values) into the network's parameters."""
+        self._check_init()
+        if isinstance(params, NDArray):
+            src = params
+        else:
+            src = np.asarray(params)
+        if src.shape != (self.num_params(),):
+            raise ValueError(f"params: expected shape ({self.num_params()},), got "
+                             f"{tuple(src.shape)}")
+        if src.dtype.kind != "f":
+            raise TypeError(f"params: expected a float array, got dtype {src.dtype}")
+        self._params.assign(src)
+
+    def get_layer(self, index: int) -> Layer:
+        self._check_init()
+        return self.layers[index]
+
+    def n_layers(self) -> int:
+        return len(self.conf.layers)
+
+    def score(self, ds: DataSet | None = None) -> float:
+        """The score (loss plus regularisation) of the last training iteration, or of `ds`
+        (forward only, without dropout, nothing updated)."""
+        if ds is None:
+            return self._score
+        self._check_init()
+        if not isinstance(ds, DataSet):
+            raise TypeError(f"ds: expected a DataSet, got {type(ds).__name__}")
+        with self._exclusive("score"):
+            return self._forward_score(ds)
+
+    def _forward_score(self, ds: DataSet) -> float:
+        out_layer = self._output_layer()
+        x, labels = self._batch_arrays(ds)
+        mgr = self._manager(WorkspaceMode.NONE, True)
+        saved = [getattr(layer, "_rng", None) for layer in self.layers]
+        try:
+            for layer in self.layers:
+                layer._rng = None                  # no dropout when scoring
+            with scope_out_of_workspaces():
+                a = x
+                for layer in self.layers:
+                    a = layer.activate(a, True, mgr)
+                score = out_layer.compute_score(labels, mgr)
+        finally:
+            for layer, r in zip(self.layers, saved):
+                layer._rng = r
+        return score + sum(layer.regularization_score() for layer in self.layers)
+
+    def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray]:
+        x = self._as_input(ds.features, "features")
+        if ds.labels is None:
+            raise ValueError("the DataSet has no labels")
+        labels = ds.labels
+        if labels.ndim == 2 and labels.dtype != self.conf.dtype:
+            with scope_out_of_workspaces():
+                labels = labels.astype(self.conf.dtype)
+        return x, labels
+
+    # -- workspace managers ---------------------------------------------------------------------
+
+    def _train_mode(self) -> WorkspaceMode:
+        m = self.conf.training_workspace_mode
+        return WorkspaceMode.SEPARATE if m is WorkspaceMode.ENABLED else m
+
+    def _inference_mode(self) -> WorkspaceMode:
+        m = self.conf.inference_workspace_mode
+        return WorkspaceMode.SINGLE if m is WorkspaceMode.ENABLED else m
+
+    def _manager(self, mode: WorkspaceMode, training: bool, role: str = "") -> LayerWorkspaceMgr:
+        # built once per (mode, phase, role) and kept: only the ping-pong mappings change
+        key = (mode, training, role)
+        mgr = self._managers.get(key)
+        if mgr is None:
+            mgr = self._managers[key] = self._build_manager(mode, training)
+        return mgr
+
+    def _build_manager(self, mode: WorkspaceMode, training: bool) -> LayerWorkspaceMgr:
+        c = self._configs
+        if mode is WorkspaceMode.NONE:
+            return LayerWorkspaceMgr.no_workspaces()
+        if mode is WorkspaceMode.SINGLE:
+            name = WS_SINGLE if training else WS_INFERENCE
+            return LayerWorkspaceMgr.builder().default_workspace(name, c[name]).build()
+        b = LayerWorkspaceMgr.builder()
+        if training:
+            for t in (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.UPDATER_WORKING_MEM,
+                      ArrayType.FF_CACHE):
+                b.with_(t, WS_ALL_LAYERS_ACT, c[WS_ALL_LAYERS_ACT])
+            b.with_(ArrayType.ACTIVATION_GRAD, WS_LAYER_ACT[0], c[WS_LAYER_ACT[0]])
+        else:
+            for t in (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.FF_CACHE):
+                b.with_(t, WS_LAYER_ACT[0], c[WS_LAYER_ACT[0]])
+        return b.default_workspace(WS_LAYER_WORKING_MEM, c[WS_LAYER_WORKING_MEM]).build()
+
+    @staticmethod
+    def _check_location(layer: Layer, t: ArrayType, array: Any, mgr: LayerWorkspaceMgr,
+                        op: str) -> None:
+        # what a layer returns must live where its ArrayType says (the classic mistake: an
+        # activation left in the layer's working memory, gone when that scope closes)
+        if not isinstance(array, NDArray):
+            raise TypeError(f"layers[{layer.index}] ({type(layer).__name__}).{op} returned "
+                            f"{type(array).__name__}, expected an ndws.NDArray")
+        try:
+            mgr.validate_array_location(t, array, False, False)
+        except ndws.WorkspaceError as exc:
+            raise ndws.WorkspaceError(
+                f"layers[{layer.index}] ({type(layer).__name__}).{op}: array ({t}) workspace "
+                f"validation failed - array is defined in incorrect workspace: {exc}. Make it "
+                f"with mgr.create({t}, ...) or move it there with mgr.leverage_to({t}, array) "
+                f"before returning it", "location", array.workspace_id) from None
+
+    @staticmethod
+    def _scope(mgr: LayerWorkspaceMgr, mode: WorkspaceMode, t: ArrayType) -> Any:
+        # a per-layer scope: none in SINGLE mode, whose one workspace is entered once per
+        # iteration (entering it again would start a new cycle under the layers' feet)
+        if mode is WorkspaceMode.SINGLE:
+            return contextlib.nullcontext()
+        return mgr.notify_scope_entered(t)
+
+    # -- inference ------------------------------------------------------------------------------
+
+    def _as_input(self, x: Any, name: str = "x") -> NDArray:
+        dt = self.conf.dtype
+        if isinstance(x, NDArray):
+            a = x
+        else:
+            try:
+                arr = np.asarray(x)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"{name}: expected an array of numbers, got "
+                                f"{type(x).__name__}") from exc
+            if arr.dtype.kind not in "biuf":
+                raise TypeError(f"{name}: expected an array of numbers, got dtype {arr.dtype}")
+            if arr.dtype != dt or not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr, dtype=dt)
+            a = ndws.from_numpy(arr)
+        if a.ndim != 2:
+            raise ValueError(f"{name}: expected a 2-d array (n_samples, n_features), got shape "
+                             f"{a.shape}")
+        width = self.layers[0].n_in
+        if width is not None and a.shape[1] != width:
+            raise ValueError(f"{name}: expected {width} features (layers[0].n_in), got "
+                             f"{a.shape[1]}")
+        if a.dtype != dt:
+            with scope_out_of_workspaces():
+                a = a.astype(dt)
+        return a
+
+    def output(self, x: Any, train: bool = False, output_workspace: Any = None) -> NDArray:
+        """The network's output for `x`: a detached array (the last layer writes straight into
+        detached memory), or an array in `output_workspace`, an open workspace of the caller.
+        Works whether or not the caller has a workspace open; the network's own workspaces
+        never leak into the caller's scope."""
+        self._check_init()
+        with self._exclusive("output"):
+            a = self._as_input(x)
+            if output_workspace is not None:
+                if not isinstance(output_workspace, ndws.Workspace):
+                    raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
+                                    f"{type(output_workspace).__name__}")
+                if not output_workspace.is_scope_active:
+                    raise ndws.WorkspaceError(
+                        f"output_workspace: workspace [{output_workspace.id}] is not open; open it "
+                        f"before calling output (closing it stays the caller's job)", "closed",
+                        output_workspace.id)
+            mode = self._inference_mode() if not train else self._train_mode()
+            return self._forward_detached(a, train, mode, output_workspace)[-1]
+
+    def feed_forward(self, x: Any, train: bool = False) -> list[NDArray]:
+        """Every layer's activations for `x` (the input first), each detached."""
+        self._check_init()
+        with self._exclusive("feed_forward"):
+            a = self._as_input(x)
+            outs = self._forward_detached(a, train, WorkspaceMode.NONE, None, keep_all=True)
+            return [a.detach()] + outs
+
+    def _forward_detached(self, a: NDArray, training: bool, mode: WorkspaceMode,
+                          output_ws: Any, keep_all: bool = False) -> list[NDArray]:
+        mgr = self._manager(mode, False)
+        last = self._manager(mode, False, "last")
+        if output_ws is None:
+            last.set_scoped_out_for(ArrayType.ACTIVATIONS)
+        else:
+            last.set_workspace(ArrayType.ACTIVATIONS, output_ws.id, output_ws.config)
+        if a.workspace_id is not None:
+            mgr.set_no_leverage_override(a.workspace_id)     # never copy the caller's input
+        outs: list[NDArray] = []
+        n = len(self.layers)
+        held: list[Any] = []          # SEPARATE: the ping-pong scopes still open
+        with scope_out_of_workspaces():
+            whole = (mgr.notify_scope_entered(ArrayType.ACTIVATIONS)
+                     if mode is WorkspaceMode.SINGLE else contextlib.nullcontext())
+            try:
+                with whole:
+                    for i, layer in enumerate(self.layers):
+                        m = last if i == n - 1 else mgr
+                        if mode is WorkspaceMode.SEPARATE and i < n - 1:
+                            # layer i's activations live in ACT_(i % 2) until layer i + 1 has
+                            # read them (reference: WS_LAYER_ACT_1 / _2)
+                            name = WS_LAYER_ACT[i % 2]
+                            m.set_workspace(ArrayType.ACTIVATIONS, name, self._configs[name])
+                            held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
+                        with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
+                            a = layer.activate(a, training, m)
+                        self._check_location(layer, ArrayType.ACTIVATIONS, a, m, "activate")
+                        if len(held) > 1 or (held and i == n - 1):
+                            held.pop(0).close()          # layer i's input has been read
+                        if keep_all:
+                            outs.append(a.detach() if i < n - 1 else a)
+            finally:
+                while held:
+                    held.pop().close()
+            if not keep_all:
+                outs.append(a)
+        return outs
+
+    # -- training -------------------------------------------------------------------------------
+
+    def fit(self, data: Any, labels: Any = None, *, batch_size: int | None = None,
+            epochs: int = 1) -> None:
+        """Train on `data`: a DataSet, an iterable (or DataSetIterator) of DataSets, or
+        features with `labels` (arrays) cut into batches of `batch_size`."""
+        self._check_init()
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
+        with self._exclusive("fit"):
+            for _ in range(epochs):
+                for ds in self._batches(data, labels, batch_size):
+                    self._fit_batch(ds)
+                self.epoch += 1
+                if hasattr(data, "reset") and callable(data.reset):
+                    data.reset()
+
+    def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
+        if labels is not None:
+            x = self._as_input(data)
+            y = labels if isinstance(labels, NDArray) else ndws.from_numpy(
+                np.ascontiguousarray(labels))
+            n = x.shape[0]
+            if y.shape[0] != n:
+                raise ValueError(f"labels: {y.shape[0]} rows for {n} examples")
+            if batch_size is None:
+                batch_size = n
+            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+                raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+            for s in range(0, n, batch_size):
+                yield DataSet(x[s:s + batch_size], y[s:s + batch_size])
+            return
+        if isinstance(data, DataSet):
+            yield data
+            return
+        if not hasattr(data, "__iter__"):
+            raise TypeError(f"data: expected a DataSet, an iterable of DataSets or arrays, got "
+                            f"{type(data).__name__}")
+        for i, ds in enumerate(data):
+            if not isinstance(ds, DataSet):
+                raise TypeError(f"data: item {i} is a {type(ds).__name__}, not a DataSet")
+            yield ds
+
+    def _output_layer(self) -> Layer:
+        layer = self.layers[-1]
+        if not hasattr(layer, "compute_score_and_gradient"):
+            raise ValueError(f"fit: the last layer ({type(layer).__name__}) is not an output "
+                             f"layer (OutputLayer or LossLayer)")
+        return layer
+
+    def _fit_batch(self, ds: DataSet) -> None:
+        score = self._gradient_and_score(ds, self._train_mode())
+        # the update: one fused kernel call per updater segment of the flat buffers (detached
+        # memory: no workspace needs to be open)
+        for upd, s, e, state in self._segments:
+            upd.apply(self._params[s:e], self._grads[s:e], state, self.iteration, self.epoch)
+        self._score = score
+        self.iteration += 1
+
+    def compute_gradient_and_score(self, ds: DataSet) -> float:
+        """Forward and backward on `ds` without updating (DL4J's
+        ``computeGradientAndScore``): the gradients are left in `gradient()`; returns the score
+        (loss plus regularisation). Dropout is on, as in training."""
+        self._check_init()
+        if not isinstance(ds, DataSet):
+            raise TypeError(f"ds: expected a DataSet, got {type(ds).__name__}")
+        with self._exclusive("compute_gradient_and_score"):
+            self._score = self._gradient_and_score(ds, self._train_mode())
+            return self._score
+
+    def gradient(self) -> NDArray:
+        """The flat gradient array of the last backward pass (layers' gradients are views)."""
+        self._check_init()
+        return self._grads
+
+    def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode) -> float:
+        out_layer = self._output_layer()
+        x, labels = self._batch_arrays(ds)
+        mgr = self._manager(mode, True)
+        if x.workspace_id is not None:
+            mgr.set_no_leverage_override(x.workspace_id)
+        n = len(self.layers)
+        open_eps: list[Any] = []      # SEPARATE: the epsilon scopes still open
+        with scope_out_of_workspaces():
+            outer = (mgr.notify_scope_entered(ArrayType.ACTIVATIONS)
+                     if mode is not WorkspaceMode.NONE else contextlib.nullcontext())
+            try:
+                with outer:
+                    a = x
+                    for layer in self.layers:
+                        with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
+                            a = layer.activate(a, True, mgr)
+                        self._check_location(layer, ArrayType.ACTIVATIONS, a, mgr, "activate")
+                    # backward; in SEPARATE mode the epsilons ping-pong between two workspaces,
+                    # each closed once the layer below has read it
+                    eps = None
+                    for i in range(n - 1, -1, -1):
+                        layer = self.layers[i]
+                        if mode is WorkspaceMode.SEPARATE:
+                            name = WS_LAYER_ACT[i % 2]
+                            mgr.set_workspace(ArrayType.ACTIVATION_GRAD, name, self._configs[name])
+                            open_eps.append(mgr.notify_scope_entered(ArrayType.ACTIVATION_GRAD))
+                        with self._scope(mgr, mode, ArrayType.BP_WORKING_MEM):
+                            if i == n - 1:
+                                score, _, eps = out_layer.compute_score_and_gradient(labels, mgr)
+                            else:
+                                grads, eps = layer.backprop_gradient(eps, mgr)
+                                self._take_gradients(layer, grads)
+                        self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps, mgr,
+                                             "backprop_gradient")
+                        if len(open_eps) > 1:
+                            open_eps.pop(0).close()
+            finally:
+                while open_eps:
+                    open_eps.pop().close()
+        return score + sum(layer.regularization_score() for layer in self.layers)
+
+    @staticmethod
+    def _take_gradients(layer: Layer, grads: Any) -> None:
+        # a custom layer may return new arrays instead of writing into its views: copy them in
+        if not isinstance(grads, dict):
+            raise TypeError(f"layers[{layer.index}] ({type(layer).__name__}).backprop_gradient "
+                            f"must return (gradients dict, epsilon), got {type(grads).__name__}")
+        for name, g in grads.items():
+            view = layer.grads.get(name)
+            if view is None:
+                raise ValueError(f"layers[{layer.index}] ({type(layer).__name__}): gradient "
+                                 f"{name!r} is not one of its parameters "
+                                 f"{sorted(layer.grads)}")
+            if g is not view:
+                view.assign(g)
+
+    # -- misc -----------------------------------------------------------------------------------
+
+    def clone(self) -> "MultiLayerNetwork":
+        """A new network with the same configuration and a copy of the parameters and updater
+        state (counters included)."""
+        self._check_init()
+        other = MultiLayerNetwork(self.conf)
+        other.init(self._params)
+        for (_, _, _, mine), (_, _, _, theirs) in zip(self._segments, other._segments):
+            for a, b in zip(mine, theirs):
+                b.assign(a)
+        other.iteration, other.epoch = self.iteration, self.epoch
+        return other
+
+    def __repr__(self) -> str:
+        state = f"{self.num_params()} params" if self._params is not None else "not initialised"
+        return f"<MultiLayerNetwork {len(self.conf.layers)} layers, {state}>"
+

@@ -1,0 +1,376 @@
+"""ndws.nn.network: MultiLayerNetwork against a pure-NumPy reference, the workspace modes
+(equivalent, and allocation-free after warm-up), detached output, custom layers and the
+location check, thread exclusion, hostile input."""
+import threading
+
+import numpy as np
+import pytest
+
+import ndws
+from ndws._memory import allocation_counters
+from ndws.data.dataset import DataSet
+from ndws.datasets import load_digits
+from ndws.nn import (ActivationLayer, Adam, ArrayType, DenseLayer, Layer, LossLayer,
+                     MultiLayerConfiguration,
+                     MultiLayerNetwork, OutputLayer, Sgd)
+
+MODES = ["NONE", "SINGLE", "SEPARATE", "ENABLED"]
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    yield
+    ndws.destroy_all_workspaces_for_current_thread()
+
+
+def conf_for(mode, *, dtype="float32", dropout=None, updater=None, layers=None, loss="MCXENT",
+             out_act="softmax"):
+    layers = layers or [DenseLayer(n_in=6, n_out=7, activation="relu"),
+                        DenseLayer(n_out=5, activation="tanh", dropout=dropout),
+                        OutputLayer(n_out=3, activation=out_act, loss_function=loss)]
+    return MultiLayerConfiguration(layers, seed=11, updater=updater or Sgd(0.1), dtype=dtype,
+                                   training_workspace_mode=mode, inference_workspace_mode=mode)
+
+
+def data(rng, n=16, dtype=np.float32):
+    return rng.standard_normal((n, 6)).astype(dtype), rng.integers(0, 3, n)
+
+
+class NumpyMLP:
+    """The same relu/tanh/softmax-cross-entropy network and SGD step, in float64 NumPy."""
+
+    def __init__(self, params):
+        shapes = [(6, 7), (7,), (7, 5), (5,), (5, 3), (3,)]
+        self.p, off = [], 0
+        for s in shapes:
+            size = int(np.prod(s))
+            self.p.append(params[off:off + size].reshape(s).astype(np.float64))
+            off += size
+
+    def step(self, x, y, lr):
+        W1, b1, W2, b2, W3, b3 = self.p
+        z1 = x @ W1 + b1
+        a1 = np.maximum(z1, 0)
+        z2 = a1 @ W2 + b2
+        a2 = np.tanh(z2)
+        z3 = a2 @ W3 + b3
+        e = np.exp(z3 - z3.max(axis=1, keepdims=True))
+        prob = e / e.sum(axis=1, keepdims=True)
+        n = x.shape[0]
+        loss = -np.log(prob[np.arange(n), y]).mean()
+        dz3 = prob.copy()
+        dz3[np.arange(n), y] -= 1
+        dz3 /= n
+        dz2 = (dz3 @ W3.T) * (1 - a2 ** 2)
+        dz1 = (dz2 @ W2.T) * (z1 > 0)
+        grads = [x.T @ dz1, dz1.sum(0), a1.T @ dz2, dz2.sum(0), a2.T @ dz3, dz3.sum(0)]
+        for p, g in zip(self.p, grads):
+            p -= lr * g
+        return loss
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fifty_steps_match_numpy_reference(mode, rng):
+    net = MultiLayerNetwork(conf_for(mode, dtype="float64"))
+    net.init()
+    ref = NumpyMLP(net.params().numpy())
+    for _ in range(50):
+        x, y = data(rng, dtype=np.float64)
+        net.fit(DataSet(x, y))
+        loss = ref.step(x, y, 0.1)
+        assert net.score() == pytest.approx(loss, rel=1e-10, abs=1e-12)
+    np.testing.assert_allclose(net.params().numpy(), np.concatenate([p.ravel() for p in ref.p]),
+                               rtol=1e-10, atol=1e-12)
+    assert net.iteration == 50 and net.epoch == 50
+
+
+def test_modes_train_to_identical_parameters_with_dropout(rng):
+    x, y = data(rng, 32)
+    results = {}
+    for mode in MODES:
+        net = MultiLayerNetwork(conf_for(mode, dropout=0.7, updater=Adam(1e-2)))
+        net.init()
+        net.fit(x, y, batch_size=8, epochs=5)
+        results[mode] = (net.params().numpy(), net.score(), net.output(x).numpy())
+        ndws.destroy_all_workspaces_for_current_thread()
+    for mode in MODES[1:]:
+        for a, b in zip(results[mode], results["NONE"]):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", ["SINGLE", "SEPARATE", "ENABLED"])
+def test_no_heap_allocation_after_warm_up(mode, rng):
+    net = MultiLayerNetwork(conf_for(mode, dropout=0.8, updater=Adam(1e-3)))
+    net.init()
+    x, y = data(rng, 32)
+    ds = DataSet(ndws.from_numpy(x), ndws.from_numpy(y))
+    for _ in range(30):
+        net.fit(ds)
+        net.output(x)
+    before = allocation_counters()
+    for _ in range(20):
+        net.fit(ds)
+    assert allocation_counters()["allocations"] == before["allocations"]
+    out_before = allocation_counters()
+    out = net.output(x)
+    assert allocation_counters()["allocations"] == out_before["allocations"] + 1  # the result
+    assert out.nbytes == 32 * 3 * 4 and not out.is_attached()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_output_is_detached_repeatable_and_leaves_the_caller_alone(mode, rng):
+    net = MultiLayerNetwork(conf_for(mode))
+    net.init()
+    x, _ = data(rng)
+    with ndws.workspace("CALLER") as caller:
+        xin = ndws.asarray(x)                       # an input that lives in a workspace
+        used = caller.this_cycle_allocations
+        a = net.output(xin)
+        b = net.output(xin)
+        assert ndws.current_workspace() is caller
+        assert caller.this_cycle_allocations == used     # input not copied, nothing left here
+    assert not a.is_attached() and a.stale is None
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_allclose(a.numpy().sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_output_workspace_receives_the_result(rng):
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    x, _ = data(rng)
+    with ndws.workspace("OUT") as out_ws:
+        y = net.output(x, output_workspace=out_ws)
+        assert y.workspace_id == "OUT"
+        np.testing.assert_array_equal(y.numpy(), net.output(x).numpy())
+    closed = ndws.get_workspace_manager().get_workspace_for_current_thread("OUT")
+    with pytest.raises(ndws.WorkspaceError, match=r"output_workspace: workspace \[OUT\] is not "
+                                                  r"open"):
+        net.output(x, output_workspace=closed)
+    with pytest.raises(TypeError, match="output_workspace: expected an open ndws.Workspace"):
+        net.output(x, output_workspace="OUT")
+
+
+class Doubling(Layer):
+    """A custom layer without parameters: y = 2x."""
+
+    def activate(self, x, training, mgr):
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
+        ndws.multiply(x, 2.0, out=y)
+        return y
+
+    def backprop_gradient(self, epsilon, mgr):
+        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, epsilon.shape,
+                                       dtype=epsilon.dtype)
+        ndws.multiply(epsilon, 2.0, out=eps)
+        return {}, eps
+
+
+class LeakyDoubling(Doubling):
+    """The workspace mistake: the result is left in working memory."""
+
+    def activate(self, x, training, mgr):
+        y = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, x.shape, dtype=x.dtype)
+        ndws.multiply(x, 2.0, out=y)
+        return y
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_custom_layer_trains_in_every_mode(mode, rng):
+    layers = [DenseLayer(n_in=6, n_out=7, activation="relu"), Doubling(),
+              OutputLayer(n_out=3, activation="softmax")]
+    plain = [DenseLayer(n_in=6, n_out=7, activation="relu"),
+             OutputLayer(n_out=3, activation="softmax")]
+    net = MultiLayerNetwork(conf_for(mode, layers=layers))
+    net.init()
+    x, y = data(rng, 32)
+    first = None
+    for _ in range(30):
+        net.fit(x, y)
+        first = first if first is not None else net.score()
+    assert net.score() < first
+    twin = MultiLayerNetwork(conf_for(mode, layers=plain))
+    twin.init()
+    assert net.num_params() == twin.num_params()          # the custom layer has none
+    out = net.output(x)
+    assert not out.is_attached()
+
+
+def test_layer_returning_working_memory_is_named():
+    layers = [DenseLayer(n_in=6, n_out=7), LeakyDoubling(),
+              OutputLayer(n_out=3, activation="softmax")]
+    net = MultiLayerNetwork(conf_for("SEPARATE", layers=layers))
+    net.init()
+    x = np.ones((4, 6), np.float32)
+    with pytest.raises(ndws.WorkspaceError,
+                       match=r'^layers\[1\] \(LeakyDoubling\).activate: array \(ACTIVATIONS\) '
+                             r'workspace validation failed - array is defined in incorrect '
+                             r'workspace: .*"WS_LAYER_WORKING_MEM".* mgr.create\(ACTIVATIONS'):
+        net.fit(x, np.zeros(4, np.int64))
+    assert ndws.current_workspace() is None
+    assert not any(ws.is_scope_active for ws in
+                   ndws.get_workspace_manager().get_all_workspaces_for_current_thread())
+    with pytest.raises(ndws.WorkspaceError, match=r"^layers\[1\] \(LeakyDoubling\)"):
+        net.output(x)
+    assert ndws.current_workspace() is None
+
+
+def test_a_busy_network_refuses_a_second_thread(rng):
+    inside, release = threading.Event(), threading.Event()
+
+    class Waiting(Doubling):
+        def activate(self, x, training, mgr):
+            inside.set()
+            release.wait(10)
+            return super().activate(x, training, mgr)
+
+    layers = [DenseLayer(n_in=6, n_out=7), Waiting(), OutputLayer(n_out=3, activation="softmax")]
+    net = MultiLayerNetwork(conf_for("ENABLED", layers=layers))
+    net.init()
+    x, y = data(rng)
+    errors = []
+    t = threading.Thread(target=lambda: net.fit(x, y))
+    t.start()
+    assert inside.wait(10)
+    try:
+        with pytest.raises(RuntimeError, match=r"^MultiLayerNetwork.output: the network is in "
+                                               r"use by another thread"):
+            net.output(x)
+    finally:
+        release.set()
+        t.join(10)
+    assert not t.is_alive() and not errors
+    assert net.iteration == 1
+
+
+def test_digits_reach_95_percent(rng):
+    X, y = load_digits()
+    X = X / 16.0
+    order = rng.permutation(len(X))
+    X, y = X[order], y[order]
+    conf = MultiLayerConfiguration(
+        [DenseLayer(n_in=64, n_out=128, activation="relu"),
+         OutputLayer(n_out=10, activation="softmax", loss_function="MCXENT")],
+        seed=1, updater=Adam(3e-3))
+    net = MultiLayerNetwork(conf)
+    net.init()
+    net.fit(X[:1400], y[:1400], batch_size=32, epochs=15)
+    acc = (net.output(X[1400:]).numpy().argmax(axis=1) == y[1400:]).mean()
+    assert acc >= 0.95
+
+
+@pytest.mark.parametrize("loss, act", [("XENT", "sigmoid"), ("MSE", "identity"), ("L2", "tanh"),
+                                       ("L1", "identity"), ("MEAN_ABSOLUTE_ERROR", "sigmoid")])
+def test_other_losses_follow_dl4j_scaling(loss, act, rng):
+    net = MultiLayerNetwork(conf_for("ENABLED", dtype="float64", loss=loss, out_act=act))
+    net.init()
+    x = rng.standard_normal((8, 6))
+    t = rng.random((8, 3))
+    pred = net.output(x).numpy()
+    net.fit(x, t)
+    per_example = {"XENT": lambda: -(t * np.log(pred) + (1 - t) * np.log(1 - pred)).sum(1),
+                   "MSE": lambda: ((pred - t) ** 2).mean(1),
+                   "L2": lambda: ((pred - t) ** 2).sum(1),
+                   "L1": lambda: np.abs(pred - t).sum(1),
+                   "MEAN_ABSOLUTE_ERROR": lambda: np.abs(pred - t).mean(1)}[loss]()
+    assert net.score() == pytest.approx(per_example.mean(), rel=1e-9)
+
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda n: n.fit(np.ones((4, 5)), np.zeros(4, np.int64)), ValueError,
+     r"^x: expected 6 features \(layers\[0\].n_in\), got 5$"),
+    (lambda n: n.fit(np.ones((4, 6)), np.zeros(3, np.int64)), ValueError,
+     r"^labels: 3 rows for 4 examples$"),
+    (lambda n: n.fit(np.ones((4, 6)), np.zeros(4, np.int64), epochs=0), ValueError,
+     r"^epochs: expected an int >= 1, got 0$"),
+    (lambda n: n.fit(np.ones((4, 6)), np.zeros(4, np.int64), batch_size=0), ValueError,
+     r"^batch_size: expected an int >= 1, got 0$"),
+    (lambda n: n.fit(42), TypeError, r"^data: expected a DataSet"),
+    (lambda n: n.fit([np.ones(3)]), TypeError, r"^data: item 0 is a ndarray, not a DataSet$"),
+    (lambda n: n.output(np.ones((2, 3, 6))), ValueError, r"^x: expected a 2-d array"),
+    (lambda n: n.output(np.array([["a"] * 6])), TypeError, r"^x: expected an array of numbers"),
+    (lambda n: n.output(object()), TypeError, r"^x: expected an array of numbers"),
+    (lambda n: n.set_params(np.zeros(3)), ValueError, r"^params: expected shape \("),
+    (lambda n: n.set_params(np.zeros(n.num_params(), np.int64)), TypeError,
+     r"^params: expected a float array"),
+    (lambda n: n.fit(np.ones((4, 6)), np.full(4, 7)), ValueError, r"out of range"),
+])
+def test_hostile_input(call, exc, msg):
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    before = net.params().numpy()
+    with pytest.raises(exc, match=msg):
+        call(net)
+    np.testing.assert_array_equal(net.params().numpy(), before)   # nothing half-applied
+    assert ndws.current_workspace() is None and net.iteration == 0
+
+
+def test_uninitialised_and_wrong_construction():
+    with pytest.raises(TypeError, match=r"^conf: expected an ndws.nn.MultiLayerConfiguration"):
+        MultiLayerNetwork({"layers": []})
+    net = MultiLayerNetwork(conf_for("NONE"))
+    with pytest.raises(RuntimeError, match=r"call init\(\) first"):
+        net.output(np.ones((1, 6)))
+
+
+def test_set_params_clone_and_views(rng):
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    n = net.num_params()
+    assert n == 6 * 7 + 7 + 7 * 5 + 5 + 5 * 3 + 3
+    w = net.get_layer(0).params["W"]
+    new = rng.standard_normal(n).astype(np.float32)
+    net.set_params(new)
+    np.testing.assert_array_equal(w.numpy().ravel(), new[:42])   # layers' weights are views
+    twin = net.clone()
+    x, y = data(rng)
+    net.fit(x, y)
+    twin.fit(x, y)
+    np.testing.assert_array_equal(net.params().numpy(), twin.params().numpy())
+
+
+def _gradient_check(net, ds, eps=1e-6):
+    net.compute_gradient_and_score(ds)
+    analytic = net.gradient().numpy()
+    p0 = net.params().numpy()
+    numeric = np.empty_like(p0)
+    for i in range(p0.size):
+        for sign in (1, -1):
+            p = p0.copy()
+            p[i] += sign * eps
+            net.set_params(p)
+            numeric[i] = net.score(ds) if sign == 1 else (numeric[i] - net.score(ds)) / (2 * eps)
+    net.set_params(p0)
+    return analytic, numeric
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("hidden, loss, out_act", [
+    ("relu", "MCXENT", "softmax"), ("leakyrelu", "NEGATIVELOGLIKELIHOOD", "softmax"),
+    ("elu", "XENT", "sigmoid"), ("sigmoid", "MSE", "identity"), ("tanh", "L2", "tanh"),
+    ("softplus", "L1", "identity"), ("gelu", "MEAN_ABSOLUTE_ERROR", "sigmoid"),
+    ("identity", "SQUARED_LOSS", "softplus"),
+])
+def test_gradients_match_finite_differences(mode, hidden, loss, out_act, rng):
+    # DL4J GradientCheckUtil style: float64, central differences, every parameter
+    layers = [DenseLayer(n_in=4, n_out=5, activation=hidden, l2=0.01, l1=0.001),
+              ActivationLayer(activation="tanh"),
+              OutputLayer(n_out=3, activation=out_act, loss_function=loss)]
+    net = MultiLayerNetwork(conf_for(mode, dtype="float64", layers=layers))
+    net.init()
+    x = rng.standard_normal((6, 4))
+    if loss in ("MCXENT", "NEGATIVELOGLIKELIHOOD"):
+        y = np.eye(3)[rng.integers(0, 3, 6)]               # one-hot labels, DL4J's form
+    else:
+        y = rng.random((6, 3))
+    analytic, numeric = _gradient_check(net, DataSet(x, y))
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-4, atol=1e-7)
+
+
+def test_gradient_check_through_a_loss_layer_and_custom_layer(rng):
+    layers = [DenseLayer(n_in=4, n_out=3, activation="identity"), Doubling(),
+              LossLayer(loss_function="MCXENT", activation="softmax")]
+    net = MultiLayerNetwork(conf_for("SEPARATE", dtype="float64", layers=layers))
+    net.init()
+    x = rng.standard_normal((5, 4))
+    analytic, numeric = _gradient_check(net, DataSet(x, rng.integers(0, 3, 5)))
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8)
