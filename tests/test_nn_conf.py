@@ -127,8 +127,8 @@ def test_json_round_trip_is_exact():
     text = conf.to_json()
     back = MultiLayerConfiguration.from_json(text)
     assert back == conf and back.to_json() == text
-    assert json.loads(text)["layers"][2] == {"@class": "Scale", **{f: None for f in Layer.fields},
-                                             "factor": 3.0}
+    assert json.loads(text)["layers"][2] == {"@class": f"{Scale.__module__}.Scale",
+                                             **{f: None for f in Layer.fields}, "factor": 3.0}
     assert [type(l).__name__ for l in back.resolved_layers] == [
         "DenseLayer", "DropoutLayer", "Scale", "ActivationLayer", "OutputLayer", "LossLayer"]
 

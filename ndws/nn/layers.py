@@ -147,6 +147,12 @@ def _nonneg(owner: str, name: str, value: Any, hi: float = math.inf,
 _LAYERS: dict[str, type] = {}
 
 
+def _class_key(cls: type) -> str:
+    # what "@class" says: the bare name for ndws' own layers, module.qualname for the others
+    # (two custom layers may share a name)
+    return cls.__name__ if cls.__module__ == __name__ else f"{cls.__module__}.{cls.__qualname__}"
+
+
 class Layer:
     """Base class of layers, built-in and custom.
 
@@ -180,7 +186,7 @@ class Layer:
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        _LAYERS[cls.__name__] = cls
+        _LAYERS[_class_key(cls)] = cls
 
     def __init__(self, *, n_in: int | None = None, n_out: int | None = None,
                  activation: Any = None, dropout: float | None = None, weight_init: Any = None,
@@ -222,7 +228,7 @@ class Layer:
 
     def to_dict(self) -> dict:
         """The layer's configuration: {"@class": class name, field: value} (JSON-ready)."""
-        out: dict[str, Any] = {"@class": type(self).__name__}
+        out: dict[str, Any] = {"@class": _class_key(type(self))}
         for f in self.fields:
             v = getattr(self, f)
             if isinstance(v, enum.Enum):
@@ -252,7 +258,8 @@ class Layer:
 
     def clone(self) -> "Layer":
         """A fresh layer with the same configuration (no parameters)."""
-        return Layer.from_dict(self.to_dict())
+        kwargs = {f: getattr(self, f) for f in self.fields}
+        return type(self)(**kwargs)
 
     def __eq__(self, other: Any) -> bool:
         return type(other) is type(self) and other.to_dict() == self.to_dict()

@@ -86,8 +86,8 @@ class MultiLayerNetwork:
                             f"{type(conf).__name__}")
         self.conf = conf
         self.layers: list[Layer] = []
-        self.iteration = 0
-        self.epoch = 0
+        self._iteration = 0
+        self._epoch = 0
         self._score = float("nan")
         self._busy = threading.Lock()
         self._params: NDArray | None = None
@@ -176,6 +176,24 @@ class MultiLayerNetwork:
         if src.dtype.kind != "f":
             raise TypeError(f"params: expected a float array, got dtype {src.dtype}")
         self._params.assign(src)
+
+    @property
+    def iteration(self) -> int:
+        """Training iterations done so far (DL4J's iteration count; the next one's number)."""
+        return self._iteration
+
+    @iteration.setter
+    def iteration(self, value: int) -> None:
+        self._iteration = _counter("iteration", value)
+
+    @property
+    def epoch(self) -> int:
+        """Epochs done so far (DL4J's epoch count)."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epoch = _counter("epoch", value)
 
     def get_layer(self, index: int) -> Layer:
         self._check_init()
@@ -394,7 +412,7 @@ class MultiLayerNetwork:
             for _ in range(epochs):
                 for ds in self._batches(data, labels, batch_size):
                     self._fit_batch(ds)
-                self.epoch += 1
+                self._epoch += 1
                 if hasattr(data, "reset") and callable(data.reset):
                     data.reset()
 
@@ -436,9 +454,9 @@ class MultiLayerNetwork:
         # the update: one fused kernel call per updater segment of the flat buffers (detached
         # memory: no workspace needs to be open)
         for upd, s, e, state in self._segments:
-            upd.apply(self._params[s:e], self._grads[s:e], state, self.iteration, self.epoch)
+            upd.apply(self._params[s:e], self._grads[s:e], state, self._iteration, self._epoch)
         self._score = score
-        self.iteration += 1
+        self._iteration += 1
 
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward and backward on `ds` without updating (DL4J's
@@ -531,3 +549,8 @@ class MultiLayerNetwork:
         state = f"{self.num_params()} params" if self._params is not None else "not initialised"
         return f"<MultiLayerNetwork {len(self.conf.layers)} layers, {state}>"
 
+
+def _counter(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name}: expected an int >= 0, got {value!r:.40}")
+    return int(value)
