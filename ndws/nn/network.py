@@ -35,6 +35,7 @@ from ndws._core import NDArray
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.nn.layers import Layer
+from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import (LearningPolicy, SpillPolicy, WorkspaceConfiguration, WorkspaceMode,
                             scope_out_of_workspaces)
@@ -530,6 +531,35 @@ class MultiLayerNetwork:
                                  f"{sorted(layer.grads)}")
             if g is not view:
                 view.assign(g)
+
+    # -- saving -------------------------------------------------------------------------------
+
+    def save(self, path: Any, save_updater: bool = True) -> None:
+        """Save to `path`: a zip of the configuration, the parameters, the updater state (with
+        `save_updater`) and the training counters and random state (docs/networks.md)."""
+        self._check_init()
+        with self._exclusive("save"):
+            save_network(self, path, save_updater)
+
+    @classmethod
+    def load(cls, path: Any, load_updater: bool = True) -> "MultiLayerNetwork":
+        """A network saved by `save`; with the updater state it resumes training exactly."""
+        return load_network(cls, path, load_updater)
+
+    def _updater_state_flat(self) -> np.ndarray:
+        parts = [a.numpy() for _, _, _, state in self._segments for a in state]
+        return np.concatenate(parts) if parts else np.zeros(0, self.conf.dtype)
+
+    def _set_updater_state_flat(self, flat: np.ndarray, where: str) -> None:
+        sizes = [a.shape[0] for _, _, _, state in self._segments for a in state]
+        if flat.shape != (sum(sizes),) or flat.dtype != self.conf.dtype:
+            raise ValueError(f"{where} holds {flat.dtype} {flat.shape}, the configuration's "
+                             f"updaters need {self.conf.dtype} ({sum(sizes)},)")
+        off = 0
+        for _, _, _, state in self._segments:
+            for a in state:
+                a.assign(flat[off:off + a.shape[0]])
+                off += a.shape[0]
 
     # -- misc -----------------------------------------------------------------------------------
 
