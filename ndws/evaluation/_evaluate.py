@@ -64,6 +64,7 @@ def evaluate(predict: Callable[[Any], Any], iterator: Iterable, *evaluations: An
     reset = getattr(iterator, "reset", None)
     if callable(reset):
         reset()
+    commit = None
     for index, item in enumerate(iterator):
         features, labels, mask = _batch(item, index)
         predictions = predict(features)
@@ -77,4 +78,7 @@ def evaluate(predict: Callable[[Any], Any], iterator: Iterable, *evaluations: An
                 ev.eval(labels, predictions, mask)
         for commit in commits:
             commit()
+        # drop this batch's views before asking for the next: a predict that reuses its
+        # memory per batch (a network's output workspace) must find no export still alive
+        commits = commit = predictions = labels = mask = item = None
     return evaluations[0] if len(evaluations) == 1 else evaluations

@@ -1,7 +1,7 @@
 """Neural-network building blocks: `ndws.nn.functional` (``import ndws.nn.functional as F``)
 holds the native activation, loss and updater kernels; `ArrayType` and `LayerWorkspaceMgr` say
 which workspace each array a layer makes goes to."""
-from ndws.nn import functional
+from ndws.nn import functional, listeners
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.nn.network import MultiLayerNetwork
 from ndws.nn.layers import (
@@ -36,4 +36,5 @@ __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayTy
            "LayerWorkspaceMgr", "LossFunction", "LossLayer", "MultiLayerConfiguration",
            "MultiLayerNetwork",
            "Nesterovs", "OutputLayer", "RmsProp", "Schedule", "ScheduleType", "Sgd",
-           "StepSchedule", "Updater", "WeightInit", "WorkspacesCloseable", "functional"]
+           "StepSchedule", "Updater", "WeightInit", "WorkspacesCloseable", "functional",
+           "listeners"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import Any, Iterable
 
 import numpy as np
@@ -34,11 +35,13 @@ import ndws
 from ndws._core import NDArray
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
+from ndws.evaluation import evaluate as _evaluate
 from ndws.nn.layers import Layer
+from ndws.nn.listeners import TrainingListener
 from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import (LearningPolicy, SpillPolicy, WorkspaceConfiguration, WorkspaceMode,
-                            scope_out_of_workspaces)
+                            get_workspace_manager, scope_out_of_workspaces)
 
 __all__ = ["MultiLayerNetwork"]
 
@@ -48,6 +51,7 @@ WS_LAYER_WORKING_MEM = "WS_LAYER_WORKING_MEM"
 WS_LAYER_ACT = ("WS_LAYER_ACT_1", "WS_LAYER_ACT_2")
 WS_SINGLE = "WS_SINGLE"
 WS_INFERENCE = "WS_INFERENCE"
+WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
 
 
 def _workspace_configs(n_layers: int) -> dict[str, WorkspaceConfiguration]:
@@ -92,6 +96,11 @@ class MultiLayerNetwork:
         self._score = float("nan")
         self._busy = threading.Lock()
         self._params: NDArray | None = None
+        self._listeners: list[TrainingListener] = []
+        #: milliseconds the last fit iteration waited for its batch (DL4J's lastEtlTime)
+        self.last_etl_time = 0.0
+        #: examples in the last fit iteration's batch
+        self.last_batch_size = 0
 
     # -- building -------------------------------------------------------------------------------
 
@@ -411,10 +420,20 @@ class MultiLayerNetwork:
             raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
         with self._exclusive("fit"):
             for _ in range(epochs):
-                for ds in self._batches(data, labels, batch_size):
+                for listener in self._listeners:
+                    listener.on_epoch_start(self)
+                batches = iter(self._batches(data, labels, batch_size))
+                while True:
+                    waited = time.perf_counter()
+                    ds = next(batches, None)
+                    if ds is None:
+                        break
+                    self.last_etl_time = (time.perf_counter() - waited) * 1000.0
                     self._fit_batch(ds)
                 self._epoch += 1
-                if hasattr(data, "reset") and callable(data.reset):
+                for listener in self._listeners:
+                    listener.on_epoch_end(self)
+                if labels is None and hasattr(data, "reset") and callable(data.reset):
                     data.reset()
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
@@ -452,12 +471,18 @@ class MultiLayerNetwork:
 
     def _fit_batch(self, ds: DataSet) -> None:
         score = self._gradient_and_score(ds, self._train_mode())
+        self._score = score
+        self.last_batch_size = int(ds.features.shape[0])
+        for listener in self._listeners:
+            listener.on_gradient_calculation(self)
         # the update: one fused kernel call per updater segment of the flat buffers (detached
         # memory: no workspace needs to be open)
         for upd, s, e, state in self._segments:
             upd.apply(self._params[s:e], self._grads[s:e], state, self._iteration, self._epoch)
-        self._score = score
+        done = self._iteration
         self._iteration += 1
+        for listener in self._listeners:
+            listener.iteration_done(self, done, self._epoch)
 
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward and backward on `ds` without updating (DL4J's
@@ -489,10 +514,16 @@ class MultiLayerNetwork:
             try:
                 with outer:
                     a = x
+                    acts = [x] if self._listeners else None
                     for layer in self.layers:
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
                             a = layer.activate(a, True, mgr)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, mgr, "activate")
+                        if acts is not None:
+                            acts.append(a)
+                    if acts is not None:
+                        for listener in self._listeners:
+                            listener.on_forward_pass(self, acts)
                     # backward; in SEPARATE mode the epsilons ping-pong between two workspaces,
                     # each closed once the layer below has read it
                     eps = None
@@ -515,6 +546,8 @@ class MultiLayerNetwork:
             finally:
                 while open_eps:
                     open_eps.pop().close()
+            for listener in self._listeners:
+                listener.on_backward_pass(self)
         return score + sum(layer.regularization_score() for layer in self.layers)
 
     @staticmethod
@@ -532,6 +565,69 @@ class MultiLayerNetwork:
             if g is not view:
                 view.assign(g)
 
+    # -- listeners ----------------------------------------------------------------------------
+
+    def set_listeners(self, *listeners: TrainingListener) -> None:
+        """Replace the listeners (hooks in docs/networks.md, "Listeners")."""
+        self._listeners = _listener_list(listeners)
+
+    def add_listeners(self, *listeners: TrainingListener) -> None:
+        self._listeners = self._listeners + _listener_list(listeners)
+
+    def get_listeners(self) -> list[TrainingListener]:
+        return list(self._listeners)
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def do_evaluation(self, iterator: Any, *evaluations: Any) -> Any:
+        """Evaluate the network's output over `iterator` (DataSets with one-hot labels) with
+        each evaluation; returns the evaluation when given one, else the tuple (the same
+        objects). Each batch's output goes to a workspace (WS_OUTPUT_MEM) that starts a new
+        cycle per batch, so after the first batch nothing is allocated per batch."""
+        self._check_init()
+        with self._exclusive("do_evaluation"):
+            return self._do_evaluation_unlocked(iterator, *evaluations)
+
+    def _do_evaluation_unlocked(self, iterator: Any, *evaluations: Any) -> Any:
+        mode = self._inference_mode()
+        held: list[Any] = []
+        ws = None
+        if mode is not WorkspaceMode.NONE:
+            ws = get_workspace_manager().get_workspace_for_current_thread(
+                self._configs[WS_ALL_LAYERS_ACT], WS_OUTPUT_MEM)
+
+        def predict(features: Any) -> NDArray:
+            # the previous batch has been counted: end its cycle, start this one's
+            while held:
+                held.pop().close()
+            a = self._as_input(features, "features")
+            if ws is None:
+                return self._forward_detached(a, False, mode, None)[-1]
+            held.append(ws.notify_scope_entered())
+            with scope_out_of_workspaces():
+                return self._forward_detached(a, False, mode, ws)[-1]
+
+        try:
+            return _evaluate(predict, iterator, *evaluations)
+        finally:
+            while held:
+                held.pop().close()
+
+    def evaluate(self, iterator: Any) -> Any:
+        """An `ndws.evaluation.Evaluation` of the network over `iterator`."""
+        from ndws.evaluation import Evaluation
+        return self.do_evaluation(iterator, Evaluation())
+
+    def evaluate_roc_multi_class(self, iterator: Any, threshold_steps: int = 0) -> Any:
+        """An `ndws.evaluation.ROCMultiClass` of the network over `iterator`."""
+        from ndws.evaluation import ROCMultiClass
+        return self.do_evaluation(iterator, ROCMultiClass(threshold_steps))
+
+    def evaluate_regression(self, iterator: Any) -> Any:
+        """An `ndws.evaluation.RegressionEvaluation` of the network over `iterator`."""
+        from ndws.evaluation import RegressionEvaluation
+        return self.do_evaluation(iterator, RegressionEvaluation())
+
     # -- saving -------------------------------------------------------------------------------
 
     def save(self, path: Any, save_updater: bool = True) -> None:
@@ -539,7 +635,10 @@ class MultiLayerNetwork:
         `save_updater`) and the training counters and random state (docs/networks.md)."""
         self._check_init()
         with self._exclusive("save"):
-            save_network(self, path, save_updater)
+            self._save_unlocked(path, save_updater)
+
+    def _save_unlocked(self, path: Any, save_updater: bool) -> None:
+        save_network(self, path, save_updater)
 
     @classmethod
     def load(cls, path: Any, load_updater: bool = True) -> "MultiLayerNetwork":
@@ -584,3 +683,11 @@ def _counter(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"{name}: expected an int >= 0, got {value!r:.40}")
     return int(value)
+
+
+def _listener_list(listeners: tuple) -> list:
+    for i, listener in enumerate(listeners):
+        if not isinstance(listener, TrainingListener):
+            raise TypeError(f"listeners[{i}]: expected an ndws.nn.listeners.TrainingListener, got "
+                            f"{type(listener).__name__}")
+    return list(listeners)

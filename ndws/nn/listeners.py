@@ -1,0 +1,258 @@
+"""Training listeners (DL4J's ``TrainingListener`` and its common implementations), reporting
+through `logging` (logger ``"ndws"``).
+
+Hooks run in this order each iteration: `on_forward_pass` (the layers' activations), then
+`on_backward_pass` and `on_gradient_calculation` (the gradients are in ``model.gradient()``),
+then the update, then `iteration_done(model, iteration, epoch)` with the iteration's number
+(counting from 0). `on_epoch_start` / `on_epoch_end` frame each epoch. Arrays a listener receives
+are valid only during the call (in a workspace mode, keeping one raises the usual stale-array
+error later).
+
+Examples
+--------
+>>> from ndws.nn.listeners import ScoreIterationListener, CollectScoresListener
+>>> ScoreIterationListener(5)
+ScoreIterationListener(5)
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+__all__ = ["TrainingListener", "ScoreIterationListener", "PerformanceListener",
+           "CollectScoresListener", "CheckpointListener", "EvaluativeListener"]
+
+log = logging.getLogger("ndws")
+
+
+def _frequency(owner: str, value: Any, name: str = "frequency") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}.{name}: expected an int > 0, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"Invalid frequency, must be > 0: Got {value}")
+    return value
+
+
+class TrainingListener:
+    """Base class: every hook does nothing; override the ones you need."""
+
+    def iteration_done(self, model: Any, iteration: int, epoch: int) -> None:
+        """After an iteration's update; `iteration` is its number (from 0)."""
+
+    def on_epoch_start(self, model: Any) -> None:
+        """Before the first iteration of an epoch."""
+
+    def on_epoch_end(self, model: Any) -> None:
+        """After the last iteration of an epoch."""
+
+    def on_forward_pass(self, model: Any, activations: list) -> None:
+        """After the forward pass of a training iteration: the input, then each layer's
+        output (valid during the call only)."""
+
+    def on_gradient_calculation(self, model: Any) -> None:
+        """After the gradients are computed, before the update."""
+
+    def on_backward_pass(self, model: Any) -> None:
+        """After the backward pass."""
+
+
+class ScoreIterationListener(TrainingListener):
+    """Logs ``Score at iteration <i> is <score>`` every `print_iterations` iterations."""
+
+    def __init__(self, print_iterations: int = 10):
+        self.print_iterations = _frequency("ScoreIterationListener", print_iterations,
+                                           "print_iterations")
+
+    def iteration_done(self, model, iteration, epoch):
+        if iteration % self.print_iterations == 0:
+            log.info("Score at iteration %d is %s", iteration, model.score())
+
+    def __repr__(self) -> str:
+        return f"ScoreIterationListener({self.print_iterations})"
+
+
+class CollectScoresListener(TrainingListener):
+    """Keeps ``(iteration, score)`` every `frequency` iterations in `iterations` and `scores`;
+    logs each when `log_score`."""
+
+    def __init__(self, frequency: int = 1, log_score: bool = False):
+        self.frequency = _frequency("CollectScoresListener", frequency)
+        self.log_score = bool(log_score)
+        self.iterations: list[int] = []
+        self.scores: list[float] = []
+
+    def iteration_done(self, model, iteration, epoch):
+        if iteration % self.frequency == 0:
+            self.iterations.append(iteration)
+            self.scores.append(model.score())
+            if self.log_score:
+                log.info("Score at iteration %d is %s", iteration, model.score())
+
+
+class _GcWatch:
+    # Python's collections per generation and their time, from gc.callbacks
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0]
+        self.times = [0.0, 0.0, 0.0]
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            g = info.get("generation", 0)
+            self.counts[g] += 1
+            self.times[g] += time.perf_counter() - self._start
+
+    def close(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+
+class PerformanceListener(TrainingListener):
+    """Logs timing every `frequency` iterations (DL4J's ``PerformanceListener``):
+    ``ETL: <ms> ms; iteration <i>; iteration time: <ms> ms; samples/sec: <x>; batches/sec: <x>;
+    score: <s>;`` and, with `report_gc`, Python's collections per generation since the last
+    report. The timers are per thread (for data-parallel workers).
+    """
+
+    def __init__(self, frequency: int = 1, report_score: bool = False, report_gc: bool = False,
+                 report_sample: bool = True, report_batch: bool = True,
+                 report_iteration: bool = True, report_time: bool = True,
+                 report_etl: bool = True):
+        self.frequency = _frequency("PerformanceListener", frequency)
+        self.report_score = bool(report_score)
+        self.report_sample = bool(report_sample)
+        self.report_batch = bool(report_batch)
+        self.report_iteration = bool(report_iteration)
+        self.report_time = bool(report_time)
+        self.report_etl = bool(report_etl)
+        self.report_gc = bool(report_gc)
+        self._local = threading.local()
+        self._gc = _GcWatch() if report_gc else None
+        self._gc_last: tuple | None = None
+        self.last_line: str | None = None
+
+    def iteration_done(self, model, iteration, epoch):
+        now = time.perf_counter()
+        last = getattr(self._local, "last", None)
+        self._local.last = now
+        if last is None or iteration % self.frequency != 0:
+            return
+        seconds = max(now - last, 1e-12)
+        parts = []
+        if self.report_etl:
+            parts.append(f"ETL: {getattr(model, 'last_etl_time', 0):.0f} ms; ")
+        if self.report_iteration:
+            parts.append(f"iteration {iteration}; ")
+        if self.report_time:
+            parts.append(f"iteration time: {seconds * 1000:.0f} ms; ")
+        if self.report_sample:
+            parts.append(f"samples/sec: {getattr(model, 'last_batch_size', 0) / seconds:.3f}; ")
+        if self.report_batch:
+            parts.append(f"batches/sec: {1 / seconds:.3f}; ")
+        if self.report_score:
+            parts.append(f"score: {model.score()};")
+        if self._gc is not None:
+            snap = (tuple(self._gc.counts), tuple(self._gc.times))
+            if self._gc_last is not None:
+                gens = [f"[gen{g}: {snap[0][g] - self._gc_last[0][g]} "
+                        f"({(snap[1][g] - self._gc_last[1][g]) * 1000:.0f}ms)]" for g in range(3)]
+                parts.append(f" GC: {', '.join(gens)};")
+            self._gc_last = snap
+        self.last_line = "".join(parts).rstrip()
+        log.info("%s", self.last_line)
+
+    def __del__(self) -> None:
+        if getattr(self, "_gc", None) is not None:
+            self._gc.close()
+
+
+class CheckpointListener(TrainingListener):
+    """Saves the model (its `save` format) every `every_n_iterations` iterations and/or every
+    `every_n_epochs` epochs into `directory`, keeping the newest `keep_last` files (all when
+    None). Files are named ``checkpoint_<n>_iter<i>_epoch<e>.zip``."""
+
+    def __init__(self, directory: Any, every_n_iterations: int | None = None,
+                 every_n_epochs: int | None = None, keep_last: int | None = None,
+                 save_updater: bool = True):
+        if not isinstance(directory, (str, os.PathLike)):
+            raise TypeError(f"CheckpointListener.directory: expected a path, got "
+                            f"{type(directory).__name__}")
+        directory = os.fspath(directory)
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"CheckpointListener.directory: not a directory: "
+                                    f"{directory!r}")
+        if every_n_iterations is None and every_n_epochs is None:
+            raise ValueError("CheckpointListener: give every_n_iterations or every_n_epochs")
+        self.directory = directory
+        self.every_n_iterations = (None if every_n_iterations is None else
+                                   _frequency("CheckpointListener", every_n_iterations,
+                                              "every_n_iterations"))
+        self.every_n_epochs = (None if every_n_epochs is None else
+                               _frequency("CheckpointListener", every_n_epochs, "every_n_epochs"))
+        self.keep_last = (None if keep_last is None else
+                          _frequency("CheckpointListener", keep_last, "keep_last"))
+        self.save_updater = bool(save_updater)
+        self.saved: list[str] = []
+
+    def _save(self, model: Any) -> None:
+        name = (f"checkpoint_{len(self.saved)}_iter{model.iteration}_epoch{model.epoch}.zip")
+        path = os.path.join(self.directory, name)
+        model._save_unlocked(path, self.save_updater)
+        self.saved.append(path)
+        if self.keep_last is not None:
+            while len(self.saved) > self.keep_last:
+                old = self.saved.pop(0)
+                if os.path.exists(old):
+                    os.unlink(old)
+        log.info("Model checkpoint saved: %s", path)
+
+    def iteration_done(self, model, iteration, epoch):
+        if self.every_n_iterations and (iteration + 1) % self.every_n_iterations == 0:
+            self._save(model)
+
+    def on_epoch_end(self, model):
+        if self.every_n_epochs and model.epoch % self.every_n_epochs == 0:
+            self._save(model)
+
+
+class EvaluativeListener(TrainingListener):
+    """Runs ``model.do_evaluation(iterator, *evaluations)`` every `frequency` iterations (or
+    epochs with ``invocation="epoch_end"``) and logs the first evaluation's `stats()`; the
+    evaluations are reset before each run and kept in `last`."""
+
+    def __init__(self, iterator: Any, frequency: int, *evaluations: Any,
+                 invocation: str = "iteration_end"):
+        if not evaluations:
+            raise ValueError("EvaluativeListener: give at least one evaluation")
+        if invocation not in ("iteration_end", "epoch_end"):
+            raise ValueError(f"EvaluativeListener.invocation: expected 'iteration_end' or "
+                             f"'epoch_end', got {invocation!r:.40}")
+        self.iterator = iterator
+        self.frequency = _frequency("EvaluativeListener", frequency)
+        self.evaluations = evaluations
+        self.invocation = invocation
+        self.last: Any = None
+
+    def _run(self, model: Any) -> None:
+        for ev in self.evaluations:
+            if hasattr(ev, "reset"):
+                ev.reset()
+        self.last = model._do_evaluation_unlocked(self.iterator, *self.evaluations)
+        first = self.evaluations[0]
+        if hasattr(first, "stats"):
+            log.info("Evaluation at iteration %d:\n%s", model.iteration, first.stats())
+
+    def iteration_done(self, model, iteration, epoch):
+        if self.invocation == "iteration_end" and iteration % self.frequency == 0:
+            self._run(model)
+
+    def on_epoch_end(self, model):
+        if self.invocation == "epoch_end" and model.epoch % self.frequency == 0:
+            self._run(model)
