@@ -71,7 +71,7 @@ def test_core_docstring_examples():
 def test_python_module_doctests():
     for name in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random",
                  "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
-                 "ndws.nn.conf", "ndws.nn.network", "ndws.nn.listeners"):
+                 "ndws.nn.conf", "ndws.nn.network", "ndws.nn.listeners", "ndws.nn.history"):
         module = importlib.import_module(name)
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, name
@@ -84,7 +84,7 @@ def test_all_names_exist_and_stub_agrees():
     for module in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random", "ndws.nn",
                    "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
                    "ndws.nn.conf", "ndws.nn.network", "ndws.nn.serialization",
-                   "ndws.nn.listeners"):
+                   "ndws.nn.listeners", "ndws.nn.history"):
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert hasattr(mod, name), f"{module}.{name}"

@@ -44,3 +44,49 @@ def test_python_dash_m_runs():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "speed-up with the workspace" in proc.stdout
+
+
+def test_train_reports_epochs_evaluation_and_the_mode_table():
+    from ndws.__main__ import run_train
+    out = io.StringIO()
+    results = run_train(epochs=4, mode_epochs=2, progress=False, out=out)
+    text = out.getvalue()
+    assert results["accuracy"] >= 0.93
+    assert "epoch   4/4: score" in text and "held-out accuracy" in text
+    assert "Accuracy:" in text and "Confusion Matrix" in text      # Evaluation.stats()
+    modes = results["modes"]
+    assert list(modes) == ["NONE", "SINGLE", "SEPARATE", "ENABLED"]
+    assert modes["NONE"]["allocations_per_iteration"] > 0
+    assert all(modes[m]["allocations_per_iteration"] == 0 for m in ("SINGLE", "SEPARATE",
+                                                                      "ENABLED"))
+    assert modes["NONE"]["workspace_bytes"] == 0
+    assert modes["SEPARATE"]["workspace_bytes"] < modes["SINGLE"]["workspace_bytes"]
+    accs = {m["accuracy"] for m in modes.values()}
+    assert len(accs) == 1                                   # every mode: the same network
+    assert "total parameters: 26,122" in text
+
+
+def test_train_progress_bar_goes_to_stderr(capsys):
+    assert main(["train", "--epochs", "1", "--progress"]) == 0
+    captured = capsys.readouterr()
+    assert "epoch 0:" in captured.err and "/44 [" in captured.err     # 44 batches of 32
+    assert "epoch   1/1" in captured.out
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["train", "--epochs", "0"], "--epochs must be at least 1"),
+    (["train", "--batch-size", "0"], "--batch-size must be at least 1"),
+    (["train", "--seed", "-1"], "--seed must be in"),
+])
+def test_train_rejects_bad_arguments(args, msg, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_python_m_ndws_train_runs():
+    proc = subprocess.run([sys.executable, "-m", "ndws", "train", "--epochs", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Workspace modes" in proc.stdout and proc.stderr == ""   # no bar off a terminal

@@ -3,8 +3,8 @@
 The fused dense layer `linear` (GEMM + bias + activation), activations (forward and
 derivative), softmax / log-softmax along an axis, losses with their gradients, and fused
 in-place updaters. Every function is a compiled function of `ndws.nn._activations`,
-`_losses`, `_updaters` or `_linear` (the fused layer runs on `ndws._linalg`'s GEMM), with no Python layer in between: a call on a small array costs
-a few hundred nanoseconds.
+`_losses`, `_updaters` or `_linear` (the fused layer runs on `ndws._linalg`'s GEMM), with no
+Python layer in between: a call on a small array costs a few hundred nanoseconds.
 
 Conventions
 -----------

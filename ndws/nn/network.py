@@ -17,7 +17,9 @@ Examples
 >>> net.init()
 >>> x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
 >>> y = np.array([0, 1, 1, 0])
->>> net.fit(x, y, batch_size=4, epochs=500)
+>>> history = net.fit(x, y, batch_size=4, epochs=500)
+>>> history.epoch_scores[-1] < 0.1
+True
 >>> out = net.output(x)
 >>> out.is_attached(), out.numpy().argmax(axis=1).tolist()
 (False, [0, 1, 1, 0])
@@ -36,6 +38,7 @@ from ndws._core import NDArray
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation import evaluate as _evaluate
+from ndws.nn.history import History, _Progress
 from ndws.nn.layers import Layer
 from ndws.nn.listeners import TrainingListener
 from ndws.nn.serialization import load_network, save_network
@@ -412,29 +415,44 @@ class MultiLayerNetwork:
     # -- training -------------------------------------------------------------------------------
 
     def fit(self, data: Any, labels: Any = None, *, batch_size: int | None = None,
-            epochs: int = 1) -> None:
+            epochs: int = 1, progress: bool | None = None) -> History:
         """Train on `data`: a DataSet, an iterable (or DataSetIterator) of DataSets, or
-        features with `labels` (arrays) cut into batches of `batch_size`."""
+        features with `labels` (arrays) cut into batches of `batch_size`; returns the `History`.
+        `progress` shows a progress bar (default: when stderr is a terminal)."""
         self._check_init()
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
+        if progress is not None and not isinstance(progress, bool):
+            raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
+        history = History()
         with self._exclusive("fit"):
             for _ in range(epochs):
                 for listener in self._listeners:
                     listener.on_epoch_start(self)
-                batches = iter(self._batches(data, labels, batch_size))
-                while True:
-                    waited = time.perf_counter()
-                    ds = next(batches, None)
-                    if ds is None:
-                        break
-                    self.last_etl_time = (time.perf_counter() - waited) * 1000.0
-                    self._fit_batch(ds)
+                history._start_epoch(self._epoch)
+                total = _length(data, labels, batch_size)
+                bar = _Progress(progress, total, f"epoch {self._epoch}")
+                try:
+                    batches = iter(self._batches(data, labels, batch_size))
+                    while True:
+                        waited = time.perf_counter()
+                        ds = next(batches, None)
+                        if ds is None:
+                            break
+                        self.last_etl_time = (time.perf_counter() - waited) * 1000.0
+                        self._fit_batch(ds)
+                        history._iteration(self._iteration - 1, self._score,
+                                           self.last_batch_size)
+                        bar.update(self._score)
+                finally:
+                    bar.close()
+                history._end_epoch()
                 self._epoch += 1
                 for listener in self._listeners:
                     listener.on_epoch_end(self)
                 if labels is None and hasattr(data, "reset") and callable(data.reset):
                     data.reset()
+        return history
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
         if labels is not None:
@@ -565,6 +583,26 @@ class MultiLayerNetwork:
             if g is not view:
                 view.assign(g)
 
+    def summary(self) -> str:
+        """A table of the layers: index, type, n_in, n_out, parameters, activation (and loss)."""
+        self._check_init()
+        rows = [("#", "layer", "n_in", "n_out", "params", "activation")]
+        for layer in self.layers:
+            n = sum(int(np.prod(s)) for s in layer.param_shapes().values())
+            act = layer.activation.value if layer.activation is not None else "-"
+            loss = getattr(layer, "loss_function", None)
+            rows.append((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
+                         str(layer.output_width() or "-"), f"{n:,}",
+                         act + (f" / {loss.name}" if loss is not None else "")))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) if i in (1, 5) else c.rjust(w)
+                           for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        lines.append(f"total parameters: {self.num_params():,}; dtype {self.conf.dtype.name}; "
+                     f"workspace modes: training {self.conf.training_workspace_mode.name}, "
+                     f"inference {self.conf.inference_workspace_mode.name}")
+        return "\n".join(lines)
+
     # -- listeners ----------------------------------------------------------------------------
 
     def set_listeners(self, *listeners: TrainingListener) -> None:
@@ -691,3 +729,17 @@ def _listener_list(listeners: tuple) -> list:
             raise TypeError(f"listeners[{i}]: expected an ndws.nn.listeners.TrainingListener, got "
                             f"{type(listener).__name__}")
     return list(listeners)
+
+
+def _length(data: Any, labels: Any, batch_size: Any) -> int | None:
+    # the number of batches of an epoch, when it can be known without consuming anything
+    if labels is not None:
+        n = len(data)
+        bs = batch_size if isinstance(batch_size, int) and batch_size > 0 else n
+        return -(-n // bs) if bs else None
+    if isinstance(data, DataSet):
+        return 1
+    try:
+        return len(data)
+    except TypeError:
+        return None
