@@ -10,7 +10,8 @@ import ndws
 from ndws._memory import allocation_counters
 from ndws.data.dataset import DataSet
 from ndws.datasets import load_digits
-from ndws.nn import (ActivationLayer, Adam, ArrayType, DenseLayer, Layer, LossLayer,
+from ndws.nn import (ActivationLayer, Adam, ArrayType, BatchNormalization, DenseLayer, Layer,
+                     LossLayer,
                      MultiLayerConfiguration,
                      MultiLayerNetwork, OutputLayer, Sgd)
 
@@ -328,7 +329,10 @@ def test_set_params_clone_and_views(rng):
     np.testing.assert_array_equal(net.params().numpy(), twin.params().numpy())
 
 
-def _gradient_check(net, ds, eps=1e-6):
+def _gradient_check(net, ds, eps=1e-6, score=None):
+    # score: the loss the gradient is of; net.score(ds) (an inference pass) unless a layer
+    # behaves differently in training (batch normalisation: then the training pass itself)
+    score = score or net.score
     net.compute_gradient_and_score(ds)
     analytic = net.gradient().numpy()
     p0 = net.params().numpy()
@@ -338,7 +342,7 @@ def _gradient_check(net, ds, eps=1e-6):
             p = p0.copy()
             p[i] += sign * eps
             net.set_params(p)
-            numeric[i] = net.score(ds) if sign == 1 else (numeric[i] - net.score(ds)) / (2 * eps)
+            numeric[i] = score(ds) if sign == 1 else (numeric[i] - score(ds)) / (2 * eps)
     net.set_params(p0)
     return analytic, numeric
 
@@ -374,3 +378,59 @@ def test_gradient_check_through_a_loss_layer_and_custom_layer(rng):
     x = rng.standard_normal((5, 4))
     analytic, numeric = _gradient_check(net, DataSet(x, rng.integers(0, 3, 5)))
     np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batch_normalization_gradients_and_running_statistics(mode, rng):
+    layers = [DenseLayer(n_in=4, n_out=5, activation="identity"), BatchNormalization(decay=0.5),
+              ActivationLayer(activation="tanh"), OutputLayer(n_out=3, activation="softmax")]
+    net = MultiLayerNetwork(conf_for(mode, dtype="float64", layers=layers))
+    net.init()
+    x = rng.standard_normal((7, 4))
+    ds = DataSet(x, rng.integers(0, 3, 7))
+    analytic, numeric = _gradient_check(net, ds, score=net.compute_gradient_and_score)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8)
+    bn = net.get_layer(1)
+    assert not analytic[_offset(net, 1, "mean"):_offset(net, 1, "var") + 5].any()
+    # running statistics: decay 0.5 towards the batch's, untouched by the updater
+    net.set_params(net.params().numpy())
+    bn.params["mean"].fill(0.0)
+    bn.params["var"].fill(1.0)
+    z = x @ net.get_layer(0).params["W"].numpy() + net.get_layer(0).params["b"].numpy()
+    net.fit(ds)
+    np.testing.assert_allclose(bn.params["mean"].numpy(), 0.5 * z.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(bn.params["var"].numpy(), 0.5 + 0.5 * z.var(0), rtol=1e-12)
+    # inference uses the running statistics: the NumPy formula
+    net2_out = net.output(x).numpy()
+    assert net2_out.shape == (7, 3) and np.allclose(net2_out.sum(1), 1)
+
+
+def _offset(net, index, name):
+    off = 0
+    for layer in net.layers:
+        for pname, shape in layer.param_shapes().items():
+            if layer.index == index and pname == name:
+                return off
+            off += int(np.prod(shape))
+    raise KeyError(name)
+
+
+def test_fit_never_collects_unless_occasional_gc_is_configured(monkeypatch, rng):
+    import gc
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or 0)
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    x, y = data(rng, 32)
+    net.fit(x, y, batch_size=8, epochs=2)
+    assert calls == []
+    mm = ndws.get_memory_manager()
+    saved = mm.occasional_gc_frequency, mm.auto_gc_window
+    mm.set_occasional_gc_frequency(2)
+    mm.set_auto_gc_window(0)
+    try:
+        net.fit(x, y, batch_size=8, epochs=1)
+    finally:
+        mm.set_occasional_gc_frequency(saved[0])
+        mm.set_auto_gc_window(saved[1])
+    assert len(calls) == 2                                   # every second iteration of 4

@@ -7,6 +7,7 @@ from ndws.nn.network import MultiLayerNetwork
 from ndws.nn.layers import (
     Activation,
     ActivationLayer,
+    BatchNormalization,
     DenseLayer,
     DropoutLayer,
     Layer,
@@ -32,6 +33,7 @@ from ndws.nn.updaters import (
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesCloseable
 
 __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
+           "BatchNormalization",
            "CycleSchedule", "DenseLayer", "DropoutLayer", "ExponentialSchedule", "Layer",
            "LayerWorkspaceMgr", "LossFunction", "LossLayer", "MultiLayerConfiguration",
            "MultiLayerNetwork",

@@ -30,7 +30,7 @@ from ndws.nn.updaters import Updater
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["Activation", "LossFunction", "WeightInit", "Layer", "DenseLayer", "OutputLayer",
-           "LossLayer", "ActivationLayer", "DropoutLayer"]
+           "LossLayer", "ActivationLayer", "DropoutLayer", "BatchNormalization"]
 
 
 class Activation(enum.Enum):
@@ -301,6 +301,11 @@ class Layer:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Parameter name -> shape, in the order they sit in the flat buffer."""
         return {}
+
+    def trainable(self, name: str) -> bool:
+        """Whether the updater changes parameter `name` (running statistics are parameters
+        that only the forward pass changes)."""
+        return True
 
     def init_params(self, rng: np.random.Generator) -> None:
         """Fill `self.params` (views the network set) with initial values."""
@@ -596,3 +601,101 @@ class DropoutLayer(Layer):
                                        dtype=epsilon.dtype)
         ndws.multiply(epsilon, 1, out=eps)
         return {}, self._dropout_backward(eps)
+
+
+class BatchNormalization(Layer):
+    """Batch normalisation over the examples (DL4J's ``BatchNormalization`` for dense input):
+    ``y = gamma * (x - mean) / sqrt(var + eps) + beta`` with the batch's statistics in training
+    (biased variance) and the running ones at inference; each training pass moves the running
+    statistics: ``running = decay * running + (1 - decay) * batch``. The running mean and
+    variance live in the flat parameter buffer (saved, averaged, broadcast with it) but the
+    updater leaves them alone.
+
+    Parameters
+    ----------
+    decay : float in [0, 1]
+    eps : float > 0
+    lock_gamma_beta : bool
+        Keep gamma = 1 and beta = 0 (not trained).
+    **common
+        As `Layer` (n_out equals n_in).
+    """
+
+    fields = Layer.fields + ("decay", "eps", "lock_gamma_beta")
+
+    def __init__(self, *, decay: float = 0.9, eps: float = 1e-5, lock_gamma_beta: bool = False,
+                 **common: Any):
+        super().__init__(**common)
+        self.decay = _nonneg("BatchNormalization", "decay", decay, 1.0)
+        self.eps = _nonneg("BatchNormalization", "eps", eps, open_lo=True)
+        if not isinstance(lock_gamma_beta, bool):
+            raise TypeError(f"BatchNormalization.lock_gamma_beta: expected a bool, got "
+                            f"{type(lock_gamma_beta).__name__}")
+        self.lock_gamma_beta = lock_gamma_beta
+
+    def _check_resolved(self, where):
+        if self.n_in is None:
+            raise ValueError(f"{where}.n_in: unknown (set n_in on the first layer)")
+        if self.n_out is not None and self.n_out != self.n_in:
+            raise ValueError(f"{where}.n_out: a BatchNormalization keeps its width "
+                             f"({self.n_in}), got {self.n_out}")
+
+    def param_shapes(self):
+        n = self.n_in
+        return {"gamma": (n,), "beta": (n,), "mean": (n,), "var": (n,)}
+
+    def trainable(self, name):
+        return name in ("gamma", "beta") and not self.lock_gamma_beta
+
+    def init_params(self, rng):
+        self.params["gamma"].fill(1.0)
+        self.params["beta"].fill(0.0)
+        self.params["mean"].fill(0.0)
+        self.params["var"].fill(1.0)
+
+    def activate(self, x, training, mgr):
+        p = self.params
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
+        if not training:
+            # y = (x - running_mean) * (gamma / sqrt(running_var + eps)) + beta
+            scale = ndws.divide(p["gamma"], ndws.sqrt(ndws.add(p["var"], self.eps)))
+            ndws.subtract(x, p["mean"], out=y)
+            ndws.multiply(y, scale, out=y)
+            return ndws.add(y, p["beta"], out=y)
+        n = x.shape[0]
+        mean = ndws.mean(x, axis=0)
+        xc = ndws.subtract(x, mean)
+        var = ndws.mean(ndws.multiply(xc, xc), axis=0)
+        # kept for backprop: the normalised input and 1 / sqrt(var + eps)
+        inv_std = mgr.create_uninitialized(ArrayType.INPUT, (x.shape[1],), dtype=x.dtype)
+        ndws.divide(1.0, ndws.sqrt(ndws.add(var, self.eps)), out=inv_std)
+        x_hat = mgr.create_uninitialized(ArrayType.INPUT, x.shape, dtype=x.dtype)
+        ndws.multiply(xc, inv_std, out=x_hat)
+        self._x_hat, self._inv_std, self._n = x_hat, inv_std, n
+        ndws.multiply(x_hat, p["gamma"], out=y)
+        ndws.add(y, p["beta"], out=y)
+        # running statistics, in place in the parameter buffer
+        d = self.decay
+        ndws.add(ndws.multiply(p["mean"], d), ndws.multiply(mean, 1.0 - d), out=p["mean"])
+        ndws.add(ndws.multiply(p["var"], d), ndws.multiply(var, 1.0 - d), out=p["var"])
+        return y
+
+    def backprop_gradient(self, epsilon, mgr):
+        g = self.grads
+        x_hat, inv_std = self._x_hat, self._inv_std
+        dy_xhat = ndws.multiply(epsilon, x_hat)
+        if self.lock_gamma_beta:
+            g["gamma"].fill(0.0)
+            g["beta"].fill(0.0)
+        else:
+            ndws.sum(dy_xhat, axis=0, out=g["gamma"])
+            ndws.sum(epsilon, axis=0, out=g["beta"])
+        g["mean"].fill(0.0)
+        g["var"].fill(0.0)
+        # dx = gamma * inv_std * (dy - mean(dy) - x_hat * mean(dy * x_hat))
+        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, epsilon.shape,
+                                       dtype=epsilon.dtype)
+        ndws.subtract(epsilon, ndws.mean(epsilon, axis=0), out=eps)
+        ndws.subtract(eps, ndws.multiply(x_hat, ndws.mean(dy_xhat, axis=0)), out=eps)
+        ndws.multiply(eps, ndws.multiply(self.params["gamma"], inv_std), out=eps)
+        return dict(self.grads), eps

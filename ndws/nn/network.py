@@ -48,6 +48,8 @@ from ndws.workspace import (LearningPolicy, SpillPolicy, WorkspaceConfiguration,
 
 __all__ = ["MultiLayerNetwork"]
 
+_memory_manager = ndws.get_memory_manager()
+
 # DL4J's workspace names (reference: MultiLayerNetwork workspaces)
 WS_ALL_LAYERS_ACT = "WS_ALL_LAYERS_ACT"
 WS_LAYER_WORKING_MEM = "WS_LAYER_WORKING_MEM"
@@ -133,6 +135,8 @@ class MultiLayerNetwork:
         # one updater segment per run of layers sharing an updater: [start, end) of the buffers
         segments = []
         for layer, name, shape, off, size in layout:
+            if not layer.trainable(name):
+                continue                      # e.g. running statistics: no updater state
             upd = layer.updater or conf.updater
             if segments and segments[-1][0] == upd and segments[-1][2] == off:
                 segments[-1][2] = off + size
@@ -217,7 +221,7 @@ class MultiLayerNetwork:
 
     def score(self, ds: DataSet | None = None) -> float:
         """The score (loss plus regularisation) of the last training iteration, or of `ds`
-        (forward only, without dropout, nothing updated)."""
+        (an inference pass: no dropout, running statistics, nothing updated)."""
         if ds is None:
             return self._score
         self._check_init()
@@ -237,7 +241,10 @@ class MultiLayerNetwork:
             with scope_out_of_workspaces():
                 a = x
                 for layer in self.layers:
-                    a = layer.activate(a, True, mgr)
+                    # DL4J's score(ds): inference for every layer (running statistics, no
+                    # dropout); the output layer's training pass only keeps its
+                    # pre-activation for the loss
+                    a = layer.activate(a, layer is out_layer, mgr)
                 score = out_layer.compute_score(labels, mgr)
         finally:
             for layer, r in zip(self.layers, saved):
@@ -501,6 +508,9 @@ class MultiLayerNetwork:
         self._iteration += 1
         for listener in self._listeners:
             listener.iteration_done(self, done, self._epoch)
+        # DL4J asks the memory manager once per iteration; it collects only when its occasional
+        # GC is configured (off by default), so fit never triggers a collection on its own
+        _memory_manager.invoke_gc_occasionally()
 
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward and backward on `ds` without updating (DL4J's
