@@ -223,6 +223,10 @@ class Layer:
         self.params: dict[str, NDArray] = {}
         self.grads: dict[str, NDArray] = {}
         self.index: int = -1
+        #: whether backprop_gradient must return dL/d(input): the network clears it for its
+        #: first layer, whose input gradient nothing reads (a built-in layer then returns
+        #: None and skips that product, the largest of a typical first layer)
+        self.input_gradient_needed = True
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -344,8 +348,8 @@ class Layer:
         self._mask = mask
         return out
 
-    def _dropout_backward(self, eps: NDArray) -> NDArray:
-        if self._mask is not None:
+    def _dropout_backward(self, eps: NDArray | None) -> NDArray | None:
+        if eps is not None and self._mask is not None:
             ndws.multiply(eps, self._mask, out=eps)
         return eps
 
@@ -382,9 +386,15 @@ class _WeightsMixin:
             ndws.add(self.grads["W"], np.sign(_np_view(self.params["W"])) * self.l1,
                      out=self.grads["W"])
         ndws.sum(dz, axis=0, out=self.grads["b"])
+        if not self.input_gradient_needed:
+            return None
         eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, x.shape, dtype=x.dtype)
         ndws.gemm(dz, self.params["W"], out=eps, trans_b=True)
         return eps
+
+
+#: activations whose derivative the output determines as well as the input does
+_FROM_OUTPUT = (Activation.RELU, Activation.IDENTITY)
 
 
 class DenseLayer(_WeightsMixin, Layer):
@@ -394,15 +404,18 @@ class DenseLayer(_WeightsMixin, Layer):
         x = self._apply_dropout(x, training, mgr, getattr(self, "_rng", None))
         self._x = x
         act = self.activation or Activation.IDENTITY
-        if not training:
-            y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, (x.shape[0], self.n_out),
-                                         dtype=x.dtype)
-            return F.linear(x, self.params["W"], self.params["b"], act.value, out=y)
-        # training keeps the pre-activation for the derivative
-        z = mgr.create_uninitialized(ArrayType.INPUT, (x.shape[0], self.n_out), dtype=x.dtype)
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, (x.shape[0], self.n_out),
+                                     dtype=x.dtype)
+        if not training or act in _FROM_OUTPUT:
+            # one fused pass; relu's and identity's derivatives are read off the output
+            # (relu(z) > 0 exactly where z > 0), so training keeps y itself
+            F.linear(x, self.params["W"], self.params["b"], act.value, out=y)
+            self._z = y
+            return y
+        # other activations need the pre-activation for the derivative
+        z = mgr.create_uninitialized(ArrayType.INPUT, y.shape, dtype=x.dtype)
         F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
         self._z = z
-        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, z.shape, dtype=x.dtype)
         return F.activation(act.value, z, out=y)
 
     def backprop_gradient(self, epsilon, mgr):
@@ -549,6 +562,8 @@ class LossLayer(_LossMixin, Layer):
 
     def compute_score_and_gradient(self, labels, mgr):
         score, dz = self._loss(self._z, labels, mgr, True)
+        if not self.input_gradient_needed:
+            return score, {}, None
         eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, dz.shape, dtype=dz.dtype)
         ndws.multiply(dz, 1, out=eps)
         return score, {}, eps

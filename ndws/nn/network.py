@@ -116,6 +116,7 @@ class MultiLayerNetwork:
         layers = [layer.clone() for layer in conf.resolved_layers]
         for i, layer in enumerate(layers):
             layer.index = i
+            layer.input_gradient_needed = i > 0
         total = 0
         layout = []
         for layer in layers:
@@ -567,8 +568,9 @@ class MultiLayerNetwork:
                             else:
                                 grads, eps = layer.backprop_gradient(eps, mgr)
                                 self._take_gradients(layer, grads)
-                        self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps, mgr,
-                                             "backprop_gradient")
+                        if i > 0:
+                            self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps, mgr,
+                                                 "backprop_gradient")
                         if len(open_eps) > 1:
                             open_eps.pop(0).close()
             finally:

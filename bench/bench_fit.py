@@ -1,0 +1,257 @@
+#!/usr/bin/env python
+"""One `MultiLayerNetwork.fit()` iteration of a 784-256-256-10 MLP (ReLU, softmax
+cross-entropy, SGD) against PyTorch eager, the hand-written fused step of bench_mlp_step.py and
+the GEMM-only floor (the same eight matrix products, alone, into preallocated outputs); the
+workspace modes (time per iteration, workspace bytes, heap allocations per iteration); and
+`output()` latency at batch 1 and 64 against PyTorch under ``torch.inference_mode()``.
+
+Each thread count runs in a fresh interpreter with ``OMP_NUM_THREADS`` /
+``OPENBLAS_NUM_THREADS`` set before NumPy is imported, and ``torch.set_num_threads``. Before
+timing, one step from identical parameters is checked to give the same parameters in every
+contender. Medians of the timed iterations; every ratio comes from the same run.
+
+Usage::
+
+    python bench/bench_fit.py            # batch 32 and 128, 1 and 2 threads
+    python bench/bench_fit.py --quick    # fewer iterations, noisier numbers
+    python bench/bench_fit.py --noisy    # also with a busy neighbour process on one core
+
+Targets: fit() within 1.15x of the GEMM floor at batch 128 and 1.3x at batch 32, and faster
+than PyTorch eager in every row. A miss is printed, never hidden; the exit status is 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for path in (ROOT, os.path.join(ROOT, "bench")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import bench_mlp_step as mlp  # noqa: E402  (the same model, data and hand-written step)
+
+TARGET_FLOOR = {32: 1.3, 128: 1.15}
+STEPS = (300, 60)
+WARMUP = 20
+MODES = ("NONE", "SINGLE", "SEPARATE", "ENABLED")
+
+
+def make_fit(params0, x0, y0, mode="ENABLED"):
+    import numpy as np
+
+    import ndws
+    from ndws.data.dataset import DataSet
+    from ndws.nn import DenseLayer, MultiLayerConfiguration, MultiLayerNetwork, OutputLayer, Sgd
+
+    s = mlp.SIZES
+    conf = MultiLayerConfiguration(
+        [DenseLayer(n_in=s[0], n_out=s[1], activation="relu"),
+         DenseLayer(n_out=s[2], activation="relu"),
+         OutputLayer(n_out=s[3], activation="softmax", loss_function="MCXENT")],
+        seed=0, updater=Sgd(mlp.LR), training_workspace_mode=mode,
+        inference_workspace_mode=mode)
+    net = MultiLayerNetwork(conf)
+    net.init(np.concatenate([p.ravel() for p in params0]))
+    ds = DataSet(ndws.array(x0, detached=True), ndws.array(y0, detached=True))
+
+    def step():
+        net.fit(ds, progress=False)
+
+    def params():
+        flat, out, off = net.params().numpy(), [], 0
+        for p in params0:
+            out.append(flat[off:off + p.size].reshape(p.shape))
+            off += p.size
+        return out
+
+    return step, params, net
+
+
+def make_floor(params0, x0, y0):
+    # the eight GEMMs of a step (3 forward, 5 backward), into preallocated outputs
+    import ndws
+
+    w1, _, w2, _, w3, _ = [ndws.array(p, detached=True) for p in params0]
+    x = ndws.array(x0, detached=True)
+    n = x0.shape[0]
+    s = mlp.SIZES
+    buf = {k: ndws.empty(shape, "float32", detached=True) for k, shape in {
+        "h1": (n, s[1]), "h2": (n, s[2]), "z": (n, s[3]), "dw3": (s[2], s[3]),
+        "dh2": (n, s[2]), "dw2": (s[1], s[2]), "dh1": (n, s[1]), "dw1": (s[0], s[1])}.items()}
+
+    def step():
+        ndws.gemm(x, w1, out=buf["h1"])
+        ndws.gemm(buf["h1"], w2, out=buf["h2"])
+        ndws.gemm(buf["h2"], w3, out=buf["z"])
+        ndws.gemm(buf["h2"], buf["z"], out=buf["dw3"], trans_a=True)
+        ndws.gemm(buf["z"], w3, out=buf["dh2"], trans_b=True)
+        ndws.gemm(buf["h1"], buf["dh2"], out=buf["dw2"], trans_a=True)
+        ndws.gemm(buf["dh2"], w2, out=buf["dh1"], trans_b=True)
+        ndws.gemm(x, buf["dh1"], out=buf["dw1"], trans_a=True)
+
+    return step
+
+
+def _median_us(step, n):
+    for _ in range(WARMUP):
+        step()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        step()
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1e3
+
+
+def run_child(threads, quick):
+    import numpy as np
+
+    import ndws
+    from ndws._memory import allocation_counters
+
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    ndws.set_num_threads(threads)
+    n = STEPS[1] if quick else STEPS[0]
+    rng = np.random.default_rng(0)
+    out = {"threads": threads, "torch": None if torch is None else torch.__version__,
+           "batches": {}, "modes": {}, "output": {}}
+    for batch in mlp.BATCHES:
+        params0 = mlp.init_params(rng)
+        x, y = mlp.make_batch(rng, batch)
+        fit_step, fit_params, _ = make_fit(params0, x, y)
+        hand_step, hand_params = mlp.make_ndws(params0, x, y)
+        contenders = {"fit": (fit_step, fit_params), "fused step": (hand_step, hand_params)}
+        if torch is not None:
+            contenders["torch"] = mlp.make_torch(params0, x, y)
+        for step, _ in contenders.values():
+            step()
+        reference = hand_params()
+        for name, (_, params) in contenders.items():
+            for got, want in zip(params(), reference):
+                np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-5,
+                                           err_msg=f"{name} step differs from the fused step")
+        row = {name: _median_us(step, n) for name, (step, _) in contenders.items()}
+        row["gemm floor"] = _median_us(make_floor(params0, x, y), n)
+        out["batches"][batch] = row
+        ndws.destroy_all_workspaces_for_current_thread()
+    # the modes, batch 128: time, workspace bytes, heap allocations per iteration
+    params0 = mlp.init_params(rng)
+    x, y = mlp.make_batch(rng, 128)
+    for mode in MODES:
+        ndws.destroy_all_workspaces_for_current_thread()
+        step, _, net = make_fit(params0, x, y, mode)
+        for _ in range(WARMUP):
+            step()
+        before = allocation_counters()["allocations"]
+        us = _median_us(step, n)
+        allocs = (allocation_counters()["allocations"] - before) / (n + WARMUP)
+        ws_bytes = sum(w.current_size for w in
+                       ndws.get_workspace_manager().get_all_workspaces_for_current_thread())
+        flat = 3 * net.num_params() * 4          # parameters + gradients (+ SGD: no state)
+        out["modes"][mode] = {"us": us, "workspace_bytes": ws_bytes, "allocs": allocs,
+                              "param_bytes": flat}
+    # output() latency
+    ndws.destroy_all_workspaces_for_current_thread()
+    _, _, net = make_fit(params0, x, y)
+    for batch in (1, 64):
+        xb = x[:batch].copy()
+        row = {"fit net output()": _median_us(lambda: net.output(xb), n)}
+        if torch is not None:
+            model = _torch_model(params0)
+            tx = torch.from_numpy(xb)
+
+            def infer():
+                with torch.inference_mode():
+                    model(tx)
+            row["torch inference_mode"] = _median_us(infer, n)
+        out["output"][batch] = row
+    print(json.dumps(out))
+
+
+def _torch_model(params0):
+    import torch
+    layers = []
+    for i in range(3):
+        lin = torch.nn.Linear(mlp.SIZES[i], mlp.SIZES[i + 1])
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(params0[2 * i].T.copy()))
+            lin.bias.copy_(torch.from_numpy(params0[2 * i + 1]))
+        layers += [lin, torch.nn.ReLU()] if i < 2 else [lin, torch.nn.Softmax(dim=1)]
+    return torch.nn.Sequential(*layers)
+
+
+def _child(threads, quick, busy):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    neighbour = None
+    if busy:
+        neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--child", str(threads)]
+                              + (["--quick"] if quick else []), env=env, capture_output=True,
+                              text=True, check=True)
+    finally:
+        if neighbour is not None:
+            neighbour.kill()
+            neighbour.wait()
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def report(results, label):
+    print(f"\n{label}")
+    print(f"{'threads':>7} {'batch':>5} {'fit':>9} {'fused':>9} {'floor':>9} {'torch':>9} "
+          f"{'fit/floor':>9} {'torch/fit':>9}  targets")
+    for r in results:
+        for batch, row in r["batches"].items():
+            batch = int(batch)
+            fit, floor = row["fit"], row["gemm floor"]
+            torch_us = row.get("torch", float("nan"))
+            ok_floor = fit / floor <= TARGET_FLOOR[batch]
+            ok_torch = torch_us != torch_us or fit < torch_us
+            print(f"{r['threads']:>7} {batch:>5} {fit:>9.1f} {row['fused step']:>9.1f} "
+                  f"{floor:>9.1f} {torch_us:>9.1f} {fit / floor:>9.2f} {torch_us / fit:>9.2f}  "
+                  f"{'PASS' if ok_floor else 'MISS'} <= {TARGET_FLOOR[batch]}x floor, "
+                  f"{'PASS' if ok_torch else 'MISS'} faster than torch")
+    for r in results:
+        print(f"\nworkspace modes, batch 128, {r['threads']} thread(s): us/iteration, workspace "
+              f"bytes, heap allocations/iteration (parameters+gradients: "
+              f"{r['modes']['NONE']['param_bytes']:,} B)")
+        for mode, m in r["modes"].items():
+            print(f"  {mode:<9} {m['us']:>9.1f} us {m['workspace_bytes']:>12,} B "
+                  f"{m['allocs']:>8.2f}")
+        for batch, row in r["output"].items():
+            cells = ", ".join(f"{k} {v:.1f} us" for k, v in row.items())
+            print(f"  output() batch {batch}: {cells}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--noisy", action="store_true", help="also with a busy neighbour process")
+    p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        run_child(args.child, args.quick)
+        return 0
+    print(f"$ python bench/bench_fit.py{' --quick' if args.quick else ''}"
+          f"{' --noisy' if args.noisy else ''}")
+    quiet = [_child(t, args.quick, False) for t in (1, 2)]
+    print(f"torch: {quiet[0]['torch'] or 'not installed (skipped)'}; medians in microseconds")
+    report(quiet, "quiet machine")
+    if args.noisy:
+        report([_child(t, args.quick, True) for t in (1, 2)],
+               "with a busy neighbour process on one core")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
