@@ -434,3 +434,76 @@ def test_fit_never_collects_unless_occasional_gc_is_configured(monkeypatch, rng)
         mm.set_occasional_gc_frequency(saved[0])
         mm.set_auto_gc_window(saved[1])
     assert len(calls) == 2                                   # every second iteration of 4
+
+
+@pytest.mark.parametrize("loss, act", [("MCXENT", "softmax"), ("XENT", "sigmoid"),
+                                       ("MSE", "identity"), ("L1", "tanh")])
+def test_score_examples_average_to_the_score(loss, act, rng):
+    layers = [DenseLayer(n_in=6, n_out=5, activation="tanh", l2=0.1),
+              OutputLayer(n_out=3, activation=act, loss_function=loss)]
+    net = MultiLayerNetwork(conf_for("ENABLED", dtype="float64", layers=layers))
+    net.init()
+    x = rng.standard_normal((9, 6))
+    t = np.eye(3)[rng.integers(0, 3, 9)] if loss == "MCXENT" else rng.random((9, 3))
+    ds = DataSet(x, t)
+    per = net.score_examples(ds, add_regularization=False)
+    assert per.shape == (9,) and not per.is_attached()
+    reg = net.get_layer(0).regularization_score()
+    assert per.numpy().mean() + reg == pytest.approx(net.score(ds), rel=1e-12)
+    with_reg = net.score_examples(ds)
+    np.testing.assert_allclose(with_reg.numpy(), per.numpy() + reg, rtol=1e-12)
+    with pytest.raises(TypeError, match=r"^add_regularization: expected a bool"):
+        net.score_examples(ds, add_regularization="yes")
+
+
+def test_feed_forward_is_detached_and_matches_output(rng):
+    net = MultiLayerNetwork(conf_for("SEPARATE"))
+    net.init()
+    x, _ = data(rng)
+    acts = net.feed_forward(x)
+    assert [a.shape for a in acts] == [(16, 6), (16, 7), (16, 5), (16, 3)]
+    assert not any(a.is_attached() for a in acts)
+    np.testing.assert_array_equal(acts[-1].numpy(), net.output(x).numpy())
+    np.testing.assert_array_equal(acts[0].numpy(), x)
+
+
+def test_history_records_and_plots(rng):
+    import matplotlib
+    matplotlib.use("Agg")
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    x, y = data(rng, 32)
+    history = net.fit(x, y, batch_size=8, epochs=3)
+    assert history.iterations == list(range(12)) and history.epochs == [0, 1, 2]
+    assert history.epoch_scores[0] == pytest.approx(np.mean(history.scores[:4]))
+    assert len(history.epoch_seconds) == 3 and all(s > 0 for s in history.samples_per_second)
+    ax = history.plot()
+    assert [line.get_label() for line in ax.get_lines()] == ["iteration score", "epoch mean"]
+    assert repr(history).startswith("<History 3 epochs, 12 iterations, last epoch score ")
+    with pytest.raises(TypeError, match=r"^progress: expected True, False or None"):
+        net.fit(x, y, progress="yes")
+
+
+def test_training_in_a_worker_thread(rng):
+    import threading
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    x, y = data(rng, 32)
+    done = threading.Event()
+    errors = []
+
+    def work():
+        try:
+            net.fit(x, y, batch_size=8, epochs=2)
+        except BaseException as exc:             # reported below
+            errors.append(exc)
+        finally:
+            ndws.destroy_all_workspaces_for_current_thread()
+            done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    assert done.wait(30)
+    t.join()
+    assert errors == [] and net.iteration == 8
+    assert net.output(x).shape == (32, 3)        # then used from this thread

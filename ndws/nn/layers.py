@@ -475,6 +475,27 @@ class _LossMixin:
             F.activation_backward(act.value, z, dpred, out=dz)
         return score, dz
 
+    def compute_score_examples(self, labels: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        """After a training `activate`: each example's loss, (n_samples,) (DL4J's scaling)."""
+        loss = self.loss_function
+        act = self.activation or Activation.IDENTITY
+        z = self._z
+        if loss in _PROBABILITY_LOSSES:
+            return F.softmax_cross_entropy(z, labels, reduction="none", grad=False)
+        if loss is LossFunction.XENT:
+            per = F.binary_cross_entropy_with_logits(z, labels, reduction="none", grad=False)
+        else:
+            pred = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, z.shape, dtype=z.dtype)
+            F.activation(act.value, z, out=pred)
+            fn = F.mse_loss if loss in (LossFunction.MSE, LossFunction.L2,
+                                        LossFunction.SQUARED_LOSS) else F.mae_loss
+            per = fn(pred, labels, reduction="none", grad=False)
+        if per.ndim == 1:
+            return per
+        if loss in (LossFunction.MSE, LossFunction.MEAN_ABSOLUTE_ERROR):
+            return ndws.mean(per, axis=1)
+        return ndws.sum(per, axis=1)
+
     @staticmethod
     def _unpack(res: Any, want_grad: bool) -> tuple[float, Any]:
         return (res[0], res[1]) if want_grad else (res, None)

@@ -231,7 +231,24 @@ class MultiLayerNetwork:
         with self._exclusive("score"):
             return self._forward_score(ds)
 
-    def _forward_score(self, ds: DataSet) -> float:
+    def score_examples(self, ds: DataSet, add_regularization: bool = True) -> NDArray:
+        """Each example's score in `ds` (an inference pass), with the regularisation terms
+        added to each when `add_regularization` (DL4J's ``scoreExamples``); detached."""
+        self._check_init()
+        if not isinstance(ds, DataSet):
+            raise TypeError(f"ds: expected a DataSet, got {type(ds).__name__}")
+        if not isinstance(add_regularization, bool):
+            raise TypeError(f"add_regularization: expected a bool, got "
+                            f"{type(add_regularization).__name__}")
+        with self._exclusive("score_examples"):
+            per = self._forward_score(ds, per_example=True)
+            if add_regularization:
+                reg = sum(layer.regularization_score() for layer in self.layers)
+                if reg:
+                    ndws.add(per, reg, out=per)
+            return per
+
+    def _forward_score(self, ds: DataSet, per_example: bool = False) -> Any:
         out_layer = self._output_layer()
         x, labels = self._batch_arrays(ds)
         mgr = self._manager(WorkspaceMode.NONE, True)
@@ -246,6 +263,8 @@ class MultiLayerNetwork:
                     # dropout); the output layer's training pass only keeps its
                     # pre-activation for the loss
                     a = layer.activate(a, layer is out_layer, mgr)
+                if per_example:
+                    return out_layer.compute_score_examples(labels, mgr)
                 score = out_layer.compute_score(labels, mgr)
         finally:
             for layer, r in zip(self.layers, saved):
