@@ -84,7 +84,7 @@ def test_all_names_exist_and_stub_agrees():
     for module in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random", "ndws.nn",
                    "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
                    "ndws.nn.conf", "ndws.nn.network", "ndws.nn.serialization",
-                   "ndws.nn.listeners", "ndws.nn.history"):
+                   "ndws.nn.listeners", "ndws.nn.history", "ndws.nn.memory_report"):
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert hasattr(mod, name), f"{module}.{name}"

@@ -318,6 +318,18 @@ class Layer:
         """The l1/l2 terms of the score (DL4J's: l1*sum|W| + 0.5*l2*sum(W**2))."""
         return 0.0
 
+    def memory_use(self, batch: int, training: bool, itemsize: int) -> list | None:
+        """The arrays one pass makes, as ``(pass, ArrayType, bytes)`` with pass "forward" or
+        "backward" (bytes before alignment), for `MultiLayerNetwork.memory_report`; None when
+        the layer does not say (a custom layer, by default)."""
+        return None
+
+    def _dropout_use(self, batch: int, training: bool, itemsize: int) -> list:
+        if not training or self.dropout is None or self.dropout >= 1.0:
+            return []
+        size = batch * self.n_in * itemsize
+        return [("forward", ArrayType.INPUT, size), ("forward", ArrayType.INPUT, size)]
+
     # -- forward and backward -------------------------------------------------------------------
 
     def activate(self, x: NDArray, training: bool, mgr: LayerWorkspaceMgr) -> NDArray:
@@ -375,6 +387,16 @@ class _WeightsMixin:
             s += 0.5 * self.l2 * float(np.square(_np_view(self.params["W"])).sum())
         return s
 
+    def _weight_gradient_use(self, batch: int, itemsize: int) -> list:
+        # what _weight_gradients makes: the l2 term's temporary (in the working memory), the
+        # input gradient
+        use = []
+        if self.l2:
+            use.append(("backward", ArrayType.BP_WORKING_MEM, self.n_in * self.n_out * itemsize))
+        if self.input_gradient_needed:
+            use.append(("backward", ArrayType.ACTIVATION_GRAD, batch * self.n_in * itemsize))
+        return use
+
     def _weight_gradients(self, x: NDArray, dz: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         # dW := x.T @ dz, db := sum over rows of dz, written into the flat gradient views;
         # returns dL/dx := dz @ W.T in ACTIVATION_GRAD
@@ -399,6 +421,18 @@ _FROM_OUTPUT = (Activation.RELU, Activation.IDENTITY)
 
 class DenseLayer(_WeightsMixin, Layer):
     """Fully connected layer, ``y = f(x @ W + b)``; W is (n_in, n_out) (DL4J's layout)."""
+
+    def memory_use(self, batch, training, itemsize):
+        out = batch * self.n_out * itemsize
+        use = self._dropout_use(batch, training, itemsize)
+        act = self.activation or Activation.IDENTITY
+        if training and act not in _FROM_OUTPUT:
+            use.append(("forward", ArrayType.INPUT, out))
+        use.append(("forward", ArrayType.ACTIVATIONS, out))
+        if training:
+            use.append(("backward", ArrayType.BP_WORKING_MEM, out))
+            use += self._weight_gradient_use(batch, itemsize)
+        return use
 
     def activate(self, x, training, mgr):
         x = self._apply_dropout(x, training, mgr, getattr(self, "_rng", None))
@@ -475,6 +509,14 @@ class _LossMixin:
             F.activation_backward(act.value, z, dpred, out=dz)
         return score, dz
 
+    def _loss_use(self, batch: int, itemsize: int) -> list:
+        # the gradient buffer, and the activated output of the regression losses
+        out = batch * self.output_width() * itemsize
+        use = [("backward", ArrayType.BP_WORKING_MEM, out)]
+        if self.loss_function not in _PROBABILITY_LOSSES + (LossFunction.XENT,):
+            use.append(("backward", ArrayType.FF_WORKING_MEM, out))
+        return use
+
     def compute_score_examples(self, labels: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         """After a training `activate`: each example's loss, (n_samples,) (DL4J's scaling)."""
         loss = self.loss_function
@@ -544,6 +586,16 @@ class OutputLayer(_LossMixin, _WeightsMixin, Layer):
         self._z = z
         return F.activation(act.value, z, out=y)
 
+    def memory_use(self, batch, training, itemsize):
+        out = batch * self.n_out * itemsize
+        use = self._dropout_use(batch, training, itemsize)
+        use.append(("forward", ArrayType.ACTIVATIONS, out))
+        if training:
+            use.append(("forward", ArrayType.INPUT, out))
+            use += self._loss_use(batch, itemsize)
+            use += self._weight_gradient_use(batch, itemsize)
+        return use
+
     def compute_score_and_gradient(self, labels: NDArray, mgr: LayerWorkspaceMgr
                                    ) -> tuple[float, dict, NDArray]:
         """After a training `activate`: the score (without regularisation), the parameter
@@ -581,6 +633,14 @@ class LossLayer(_LossMixin, Layer):
         y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
         return F.activation(act.value, x, out=y)
 
+    def memory_use(self, batch, training, itemsize):
+        use = [("forward", ArrayType.ACTIVATIONS, batch * self.n_in * itemsize)]
+        if training:
+            use += self._loss_use(batch, itemsize)
+            if self.input_gradient_needed:
+                use.append(("backward", ArrayType.ACTIVATION_GRAD, batch * self.n_in * itemsize))
+        return use
+
     def compute_score_and_gradient(self, labels, mgr):
         score, dz = self._loss(self._z, labels, mgr, True)
         if not self.input_gradient_needed:
@@ -600,6 +660,13 @@ class ActivationLayer(Layer):
         if self.n_out is not None and self.n_in is not None and self.n_out != self.n_in:
             raise ValueError(f"{where}.n_out: an ActivationLayer keeps its width ({self.n_in}), "
                              f"got {self.n_out}")
+
+    def memory_use(self, batch, training, itemsize):
+        size = batch * self.n_in * itemsize
+        use = [("forward", ArrayType.ACTIVATIONS, size)]
+        if training:
+            use.append(("backward", ArrayType.ACTIVATION_GRAD, size))
+        return use
 
     def activate(self, x, training, mgr):
         self._x = x
@@ -625,6 +692,14 @@ class DropoutLayer(Layer):
         if self.n_out is not None and self.n_in is not None and self.n_out != self.n_in:
             raise ValueError(f"{where}.n_out: a DropoutLayer keeps its width ({self.n_in}), got "
                              f"{self.n_out}")
+
+    def memory_use(self, batch, training, itemsize):
+        size = batch * self.n_in * itemsize
+        use = self._dropout_use(batch, training, itemsize)
+        use.append(("forward", ArrayType.ACTIVATIONS, size))
+        if training:
+            use.append(("backward", ArrayType.ACTIVATION_GRAD, size))
+        return use
 
     def activate(self, x, training, mgr):
         x = self._apply_dropout(x, training, mgr, getattr(self, "_rng", None))

@@ -41,6 +41,7 @@ from ndws.evaluation import evaluate as _evaluate
 from ndws.nn.history import History, _Progress
 from ndws.nn.layers import Layer
 from ndws.nn.listeners import TrainingListener
+from ndws.nn.memory_report import MemoryReport, merge as _merge, plan as _plan
 from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import (LearningPolicy, SpillPolicy, WorkspaceConfiguration, WorkspaceMode,
@@ -152,6 +153,7 @@ class MultiLayerNetwork:
         self._params, self._grads = flat_p, flat_g
         self._configs = _workspace_configs(len(layers))
         self._managers: dict = {}
+        self._presized: dict = {}
         if params is not None:
             self.set_params(params)
 
@@ -283,13 +285,45 @@ class MultiLayerNetwork:
 
     # -- workspace managers ---------------------------------------------------------------------
 
+    @staticmethod
+    def _resolve(mode: WorkspaceMode, training: bool) -> WorkspaceMode:
+        # ENABLED: the recommended layout for the phase
+        if mode is WorkspaceMode.ENABLED:
+            return WorkspaceMode.SEPARATE if training else WorkspaceMode.SINGLE
+        return mode
+
     def _train_mode(self) -> WorkspaceMode:
-        m = self.conf.training_workspace_mode
-        return WorkspaceMode.SEPARATE if m is WorkspaceMode.ENABLED else m
+        return self._resolve(self.conf.training_workspace_mode, True)
 
     def _inference_mode(self) -> WorkspaceMode:
-        m = self.conf.inference_workspace_mode
-        return WorkspaceMode.SINGLE if m is WorkspaceMode.ENABLED else m
+        return self._resolve(self.conf.inference_workspace_mode, False)
+
+    def memory_report(self, batch_size: int) -> MemoryReport:
+        """The bytes every workspace needs in every mode for batches of `batch_size`, per
+        layer and in total, from the shapes (nothing runs); printable as a table."""
+        self._check_init()
+        return MemoryReport(self, batch_size)
+
+    def _presize(self, batch: int) -> None:
+        # before a thread's first pass with this batch size: create the workspaces at the size
+        # the plan says for training and inference, so even the first pass does not spill
+        # (they go on learning as configured); a custom layer without memory_use leaves them
+        # to learn
+        done = self._presized.setdefault(threading.get_ident(), set())
+        if batch in done:
+            return
+        done.add(batch)
+        size = self.conf.dtype.itemsize
+        plans = []
+        for mode, training in ((self._train_mode(), True), (self._inference_mode(), False)):
+            uses = [layer.memory_use(batch, training, size) for layer in self.layers]
+            if any(u is None for u in uses):
+                return
+            plans.append(_plan(uses, mode, training))
+        wsm = get_workspace_manager()
+        for name, nbytes in _merge(*plans).items():
+            if nbytes and not wsm.check_if_workspace_exists(name):
+                wsm.create_new_workspace(self._configs[name].replace(initial_size=nbytes), name)
 
     def _manager(self, mode: WorkspaceMode, training: bool, role: str = "") -> LayerWorkspaceMgr:
         # built once per (mode, phase, role) and kept: only the ping-pong mappings change
@@ -409,6 +443,8 @@ class MultiLayerNetwork:
             last.set_workspace(ArrayType.ACTIVATIONS, output_ws.id, output_ws.config)
         if a.workspace_id is not None:
             mgr.set_no_leverage_override(a.workspace_id)     # never copy the caller's input
+        if not keep_all:
+            self._presize(a.shape[0])
         outs: list[NDArray] = []
         n = len(self.layers)
         held: list[Any] = []          # SEPARATE: the ping-pong scopes still open
@@ -554,6 +590,7 @@ class MultiLayerNetwork:
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
+        self._presize(x.shape[0])
         n = len(self.layers)
         open_eps: list[Any] = []      # SEPARATE: the epsilon scopes still open
         with scope_out_of_workspaces():

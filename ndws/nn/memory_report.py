@@ -1,0 +1,163 @@
+"""`MemoryReport`: the bytes each workspace of a network needs in each `WorkspaceMode`, per layer
+and in total, computed from the shapes before anything runs (DL4J's ``MemoryReport``). The
+network also sizes its workspaces from it before the first iteration, so that iteration does
+not spill.
+
+Every array a layer makes takes its size rounded up to ``ndws.ALIGNMENT`` in a workspace; a
+workspace's need is its largest cycle: one iteration for the workspaces entered once per
+iteration, one layer's pass for the per-layer working memory and the ping-pong workspaces.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ndws
+from ndws.nn.workspace_mgr import ArrayType
+from ndws.workspace import WorkspaceMode
+
+__all__ = ["MemoryReport"]
+
+_KEPT = (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.UPDATER_WORKING_MEM,
+         ArrayType.FF_CACHE)
+_WORKING = (ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM,
+            ArrayType.RNN_FF_LOOP_WORKING_MEM, ArrayType.RNN_BP_LOOP_WORKING_MEM)
+
+
+def _aligned(nbytes: int) -> int:
+    a = ndws.ALIGNMENT
+    return -(-nbytes // a) * a
+
+
+def plan(uses: list, mode: WorkspaceMode, training: bool) -> dict[str, int]:
+    """Workspace name -> bytes of its largest cycle, for per-layer `uses` (a list, per layer,
+    of ``(pass, ArrayType, bytes)``) in `mode` (never ENABLED: resolve it first)."""
+    from ndws.nn.network import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT,
+                                 WS_LAYER_WORKING_MEM, WS_SINGLE)
+    n = len(uses)
+    if mode is WorkspaceMode.NONE:
+        return {}
+    if mode is WorkspaceMode.SINGLE:
+        if training:
+            return {WS_SINGLE: sum(_aligned(b) for layer in uses for _, _, b in layer)}
+        total = sum(_aligned(b) for i, layer in enumerate(uses) for _, t, b in layer
+                    if not (i == n - 1 and t is ArrayType.ACTIVATIONS))
+        return {WS_INFERENCE: total}
+    out: dict[str, int] = {}
+    work = 0
+    ping = [0, 0]
+    kept = 0
+    for i, layer in enumerate(uses):
+        for phase in ("forward", "backward"):
+            cycle = sum(_aligned(b) for p, t, b in layer if p == phase and t in _WORKING)
+            work = max(work, cycle)
+        if training:
+            kept += sum(_aligned(b) for _, t, b in layer if t in _KEPT)
+            grads = sum(_aligned(b) for _, t, b in layer if t is ArrayType.ACTIVATION_GRAD)
+            ping[i % 2] = max(ping[i % 2], grads)
+        elif i < n - 1:
+            acts = sum(_aligned(b) for _, t, b in layer if t is ArrayType.ACTIVATIONS)
+            ping[i % 2] = max(ping[i % 2], acts)
+    if training:
+        out[WS_ALL_LAYERS_ACT] = kept
+    out[WS_LAYER_WORKING_MEM] = work
+    # the ping-pong workspaces a pass enters: training, one per layer's backward (layer i in
+    # ACT_(i % 2)); inference, one per layer but the last
+    users = range(n) if training else range(n - 1)
+    for k in (0, 1):
+        if any(i % 2 == k for i in users):
+            out[WS_LAYER_ACT[k]] = ping[k]
+    return out
+
+
+def merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    """Two plans of one thread's workspaces: the larger need per workspace."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = max(out.get(k, 0), v)
+    return out
+
+
+class MemoryReport:
+    """What `MultiLayerNetwork.memory_report(batch_size)` returns.
+
+    Attributes
+    ----------
+    batch_size : int
+    layers : list of dict
+        Per layer: index, type, and its bytes per `ArrayType` in training and in inference
+        (None for a layer that does not declare its use).
+    parameter_bytes : int
+        Parameters, gradients and updater state (the flat buffers, outside every workspace).
+    """
+
+    def __init__(self, net: Any, batch_size: int):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+        self.batch_size = batch_size
+        itemsize = net.conf.dtype.itemsize
+        self._uses = {}
+        for training in (True, False):
+            self._uses[training] = [layer.memory_use(batch_size, training, itemsize)
+                                    for layer in net.layers]
+        self.complete = all(u is not None for uses in self._uses.values() for u in uses)
+        state = sum(a.shape[0] for _, _, _, s in net._segments for a in s)
+        self.parameter_bytes = (2 * net.num_params() + state) * itemsize
+        self.layers = []
+        for i, layer in enumerate(net.layers):
+            row: dict[str, Any] = {"index": i, "type": type(layer).__name__}
+            for training, key in ((True, "training"), (False, "inference")):
+                use = self._uses[training][i]
+                if use is None:
+                    row[key] = None
+                    continue
+                per: dict[str, int] = {}
+                for _, t, b in use:
+                    per[t.name] = per.get(t.name, 0) + _aligned(b)
+                row[key] = per
+            self.layers.append(row)
+        self._modes = {mode: (net._resolve(mode, True), net._resolve(mode, False))
+                       for mode in WorkspaceMode}
+
+    def workspace_bytes(self, mode: WorkspaceMode, training: bool) -> dict[str, int] | None:
+        """Workspace name -> bytes in `mode` for training or inference (None when a layer does
+        not declare its use)."""
+        if not self.complete:
+            return None
+        resolved = self._modes[mode][0 if training else 1]
+        return plan(self._uses[training], resolved, training)
+
+    def workspaces(self, mode: WorkspaceMode) -> dict[str, int] | None:
+        """Workspace name -> bytes for training and inference together in `mode` (a workspace
+        both phases use needs the larger of the two)."""
+        if not self.complete:
+            return None
+        return merge(self.workspace_bytes(mode, True), self.workspace_bytes(mode, False))
+
+    def total_bytes(self, mode: WorkspaceMode) -> int | None:
+        """Parameters, gradients and updater state plus every workspace of training and of
+        inference in `mode` (None when a layer does not declare its use)."""
+        if not self.complete:
+            return None
+        return self.parameter_bytes + sum(self.workspaces(mode).values())
+
+    def __str__(self) -> str:
+        lines = [f"Memory report, batch size {self.batch_size} (bytes)",
+                 f"parameters + gradients + updater state: {self.parameter_bytes:,}"]
+        lines.append(f"{'#':>3}  {'layer':<20}{'training':>12}{'inference':>12}")
+        for row in self.layers:
+            cells = ["?" if row[k] is None else f"{sum(row[k].values()):,}"
+                     for k in ("training", "inference")]
+            lines.append(f"{row['index']:>3}  {row['type']:<20}{cells[0]:>12}{cells[1]:>12}")
+        for mode in WorkspaceMode:
+            if not self.complete:
+                lines.append(f"{mode.name}: unknown (a layer does not declare its memory use)")
+                continue
+            parts = []
+            for training, key in ((True, "training"), (False, "inference")):
+                ws = self.workspace_bytes(mode, training)
+                parts.append(f"{key} " + (", ".join(f"{k} {v:,}" for k, v in ws.items())
+                                          or "no workspace"))
+            lines.append(f"{mode.name}: total {self.total_bytes(mode):,}; " + "; ".join(parts))
+        return "\n".join(lines)
+
+    __repr__ = __str__
