@@ -507,3 +507,22 @@ def test_training_in_a_worker_thread(rng):
     t.join()
     assert errors == [] and net.iteration == 8
     assert net.output(x).shape == (32, 3)        # then used from this thread
+
+
+def test_async_capable_iterators_are_prefetched(rng):
+    from ndws.data.iterators import ArrayDataSetIterator
+    x, y = data(rng, 40)
+    onehot = np.eye(3, dtype=np.float32)[y]
+    it = ArrayDataSetIterator(x, onehot, batch_size=8)
+    assert it.async_supported()
+    import threading
+    before = set(threading.enumerate())
+    a = MultiLayerNetwork(conf_for("ENABLED", dropout=0.8))
+    a.init()
+    a.fit(it, epochs=2)                               # through AsyncDataSetIterator
+    assert set(threading.enumerate()) == before       # its producer thread is gone
+    b = MultiLayerNetwork(conf_for("ENABLED", dropout=0.8))
+    b.init()
+    b.fit([DataSet(x[i:i + 8], onehot[i:i + 8]) for i in range(0, 40, 8)], epochs=2)
+    np.testing.assert_array_equal(a.params().numpy(), b.params().numpy())
+    assert a.iteration == 10 and a.last_etl_time >= 0

@@ -35,6 +35,7 @@ import numpy as np
 
 import ndws
 from ndws._core import NDArray
+from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation import evaluate as _evaluate
@@ -488,7 +489,15 @@ class MultiLayerNetwork:
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
         history = History()
-        with self._exclusive("fit"):
+        wrapper = None
+        if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
+                and callable(getattr(data, "async_supported", None)) and data.async_supported()):
+            # DL4J's fit: an async-capable iterator is prefetched on a producer thread (queue 2);
+            # the time fit waits for a batch is the ETL time
+            wrapper = data = AsyncDataSetIterator(data, queue_size=2)
+        with self._exclusive("fit"), contextlib.ExitStack() as stack:
+            if wrapper is not None:
+                stack.callback(wrapper.shutdown)
             for _ in range(epochs):
                 for listener in self._listeners:
                     listener.on_epoch_start(self)
