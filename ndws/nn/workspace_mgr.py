@@ -24,6 +24,7 @@ Examples
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 from typing import Any, Iterable
 
@@ -66,6 +67,10 @@ class ArrayType(enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    # members are singletons compared by identity: hash them in C (Enum's own __hash__ is a
+    # Python call, and the managers look types up in dicts several times per layer and pass)
+    __hash__ = object.__hash__
 
 
 def _array_type(value: Any, name: str = "type") -> ArrayType:
@@ -345,10 +350,18 @@ class LayerWorkspaceMgr:
     # -- allocation -----------------------------------------------------------------------------
 
     def _in(self, t: ArrayType) -> Any:
-        # the scope an allocation of type t happens in: its workspace borrowed, or scoped out
+        # the scope an allocation of type t happens in: its workspace borrowed, or scoped out;
+        # nothing to do when that workspace is already the current one (the common case: a
+        # layer allocating in the scope the network entered for it)
+        name = self._names.get(t)
+        if name is not None:
+            current = current_workspace()
+            if current is not None and current.id == name:
+                return contextlib.nullcontext()
         self._validate(t)
         if t in self._scoped_out:
-            return scope_out_of_workspaces()
+            return scope_out_of_workspaces() if current_workspace() is not None \
+                else contextlib.nullcontext()
         return self._open_workspace(t).borrow()
 
     def create(self, type: ArrayType, shape: Any, dtype: Any = None, order: str = "C") -> NDArray:
