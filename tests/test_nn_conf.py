@@ -65,7 +65,8 @@ def test_dl4j_defaults():
     ([DenseLayer(n_in=4, n_out=8)], {"activation": "swish"}, ValueError,
      r"^activation: unknown activation 'swish'"),
     ([DenseLayer(n_in=4, n_out=8)], {"training_workspace_mode": "FAST"}, ValueError,
-     r"^training_workspace_mode: expected an ndws.WorkspaceMode"),
+     r"^training_workspace_mode: unknown workspace mode 'FAST'; expected one of NONE, ENABLED, "
+     r"SINGLE, SEPARATE \(or an ndws.WorkspaceMode\)$"),
     ([DenseLayer(n_in=4, n_out=8)], {"dropout": 0.0}, ValueError,
      r"^MultiLayerConfiguration.dropout: must be in \(0, 1\]"),
     ([DenseLayer(n_in=4, n_out=8)], {"l2": float("nan")}, ValueError,

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ndws.nn.layers import Activation, Layer, WeightInit, _nonneg
+from ndws.nn.layers import Activation, Layer, WeightInit, _nonneg, member
 from ndws.nn.updaters import Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
@@ -39,12 +39,8 @@ _DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 
 
 def _mode(value: Any, name: str) -> WorkspaceMode:
-    if isinstance(value, WorkspaceMode):
-        return value
-    if isinstance(value, str) and value.upper() in WorkspaceMode.__members__:
-        return WorkspaceMode[value.upper()]
-    raise ValueError(f"{name}: expected an ndws.WorkspaceMode (NONE, ENABLED, SINGLE, SEPARATE), "
-                     f"got {value!r:.40}")
+    return member(WorkspaceMode, value, f"{name}: unknown workspace mode",
+                  "(or an ndws.WorkspaceMode)")
 
 
 class MultiLayerConfiguration:

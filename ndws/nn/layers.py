@@ -33,6 +33,17 @@ __all__ = ["Activation", "LossFunction", "WeightInit", "Layer", "DenseLayer", "O
            "LossLayer", "ActivationLayer", "DropoutLayer", "BatchNormalization"]
 
 
+def member(cls: type, value: Any, unknown: str, hint: str = "") -> Any:
+    """`value` as a member of enum `cls`: the member itself or its name in any case; else
+    ValueError "<unknown> <value>; expected one of <names> <hint>"."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str) and value.upper() in cls.__members__:
+        return cls[value.upper()]
+    raise ValueError(f"{unknown} {value!r:.40}; expected one of "
+                     f"{', '.join(cls.__members__)}{' ' + hint if hint else ''}")
+
+
 class Activation(enum.Enum):
     """Activation functions with a native kernel (DL4J's ``Activation`` names); layers also take
     the lower-case names (``"relu"``, ``"leakyrelu"`` / ``"leaky_relu"``, ...)."""
@@ -79,12 +90,8 @@ class LossFunction(enum.Enum):
 
     @classmethod
     def parse(cls, value: Any, where: str) -> "LossFunction":
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
-        raise ValueError(f"{where}: unknown loss function {value!r:.40}; expected one of "
-                         f"{', '.join(cls.__members__)} (any case, or an ndws.nn.LossFunction)")
+        return member(cls, value, f"{where}: unknown loss function",
+                      "(any case, or an ndws.nn.LossFunction)")
 
 
 class WeightInit(enum.Enum):
@@ -98,12 +105,7 @@ class WeightInit(enum.Enum):
 
     @classmethod
     def parse(cls, value: Any, where: str) -> "WeightInit":
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
-        raise ValueError(f"{where}: unknown weight_init {value!r:.40}; expected one of "
-                         f"{', '.join(cls.__members__)}")
+        return member(cls, value, f"{where}: unknown weight_init")
 
     def sample(self, rng: np.random.Generator, shape: tuple, fan_in: int, fan_out: int
                ) -> np.ndarray:
