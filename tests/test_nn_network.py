@@ -526,3 +526,41 @@ def test_async_capable_iterators_are_prefetched(rng):
     b.fit([DataSet(x[i:i + 8], onehot[i:i + 8]) for i in range(0, 40, 8)], epochs=2)
     np.testing.assert_array_equal(a.params().numpy(), b.params().numpy())
     assert a.iteration == 10 and a.last_etl_time >= 0
+
+
+def test_weight_decay_shrinks_weights_after_the_update(rng):
+    layers = [DenseLayer(n_in=6, n_out=7, activation="relu", weight_decay=0.5),
+              OutputLayer(n_out=3, activation="softmax")]
+    plain = MultiLayerNetwork(conf_for("ENABLED", dtype="float64", layers=[
+        DenseLayer(n_in=6, n_out=7, activation="relu"), OutputLayer(n_out=3, activation="softmax")]))
+    decayed = MultiLayerNetwork(conf_for("ENABLED", dtype="float64", layers=layers))
+    plain.init()
+    decayed.init()
+    x, y = data(rng, dtype=np.float64)
+    plain.fit(x, y)
+    decayed.fit(x, y)
+    w_plain = plain.get_layer(0).params["W"].numpy()
+    np.testing.assert_allclose(decayed.get_layer(0).params["W"].numpy(),
+                               w_plain * (1 - 0.1 * 0.5), rtol=1e-12)   # lr 0.1 (Sgd)
+    np.testing.assert_array_equal(decayed.get_layer(1).params["W"].numpy(),
+                                  plain.get_layer(1).params["W"].numpy())
+    assert decayed.score() == plain.score()          # not part of the score
+
+
+@pytest.mark.parametrize("scheme, std", [("XAVIER", (2 / (300 + 200)) ** 0.5),
+                                         ("RELU", (2 / 300) ** 0.5), ("NORMAL", 300 ** -0.5),
+                                         ("UNIFORM", 300 ** -0.5 / 3 ** 0.5), ("ZERO", 0.0)])
+def test_weight_init_schemes(scheme, std):
+    conf = MultiLayerConfiguration([DenseLayer(n_in=300, n_out=200, weight_init=scheme,
+                                               bias_init=0.25)], seed=9)
+    net = MultiLayerNetwork(conf)
+    net.init()
+    w = net.get_layer(0).params["W"].numpy()
+    assert w.std() == pytest.approx(std, rel=0.02, abs=1e-12)
+    assert abs(w.mean()) < 0.01
+    if scheme == "UNIFORM":
+        assert np.abs(w).max() <= 300 ** -0.5
+    assert (net.get_layer(0).params["b"].numpy() == 0.25).all()
+    again = MultiLayerNetwork(conf)
+    again.init()
+    np.testing.assert_array_equal(again.params().numpy(), net.params().numpy())  # seeded

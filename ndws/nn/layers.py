@@ -173,7 +173,9 @@ class Layer:
     weight_init : str or WeightInit, optional
     bias_init : float, optional
     l1, l2, weight_decay : float >= 0, optional
-        Regularisation of the weights (not of biases).
+        Regularisation of the weights (not of biases): l1 and l2 enter the score and the
+        gradient; weight_decay is DL4J's ``WeightDecay`` (``W -= lr * weight_decay * W`` after
+        each update, not part of the score).
     updater : Updater, optional
         This layer's updater instead of the network's.
     name : str, optional

@@ -147,6 +147,8 @@ class MultiLayerNetwork:
                 segments.append([upd, off, off + size])
         self._segments = [(u, s, e, [ndws.zeros(e - s, dt, detached=True)
                                      for _ in range(u.n_state)]) for u, s, e in segments]
+        self._decayed = [layer for layer in layers
+                         if layer.weight_decay and "W" in layer.param_shapes()]
         self._dropout_rng = np.random.default_rng([conf.seed, 1])
         for layer in layers:
             layer._rng = self._dropout_rng
@@ -569,6 +571,12 @@ class MultiLayerNetwork:
         # memory: no workspace needs to be open)
         for upd, s, e, state in self._segments:
             upd.apply(self._params[s:e], self._grads[s:e], state, self._iteration, self._epoch)
+        for layer in self._decayed:
+            # DL4J's WeightDecay (applyLR): W -= lr * coefficient * W after the update, in place
+            upd = layer.updater or self.conf.updater
+            lr = upd.learning_rate_at(self._iteration, self._epoch)
+            w = layer.params["W"]
+            ndws.multiply(w, 1.0 - lr * layer.weight_decay, out=w)
         done = self._iteration
         self._iteration += 1
         for listener in self._listeners:
