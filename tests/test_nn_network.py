@@ -564,3 +564,28 @@ def test_weight_init_schemes(scheme, std):
     again = MultiLayerNetwork(conf)
     again.init()
     np.testing.assert_array_equal(again.params().numpy(), net.params().numpy())  # seeded
+
+
+@pytest.mark.parametrize("loss, act", [("MCXENT", "softmax"), ("XENT", "sigmoid"),
+                                       ("MSE", "identity"), ("L1", "tanh")])
+def test_label_masks_follow_dl4j(loss, act, rng):
+    layers = [DenseLayer(n_in=6, n_out=5, activation="tanh"),
+              OutputLayer(n_out=3, activation=act, loss_function=loss)]
+    net = MultiLayerNetwork(conf_for("ENABLED", dtype="float64", layers=layers))
+    net.init()
+    x = rng.standard_normal((8, 6))
+    t = np.eye(3)[rng.integers(0, 3, 8)] if loss == "MCXENT" else rng.random((8, 3))
+    per = net.score_examples(DataSet(x, t), add_regularization=False).numpy()
+    ones = DataSet(x, t, labels_mask=np.ones((8, 1)))
+    assert net.score(ones) == pytest.approx(net.score(DataSet(x, t)), rel=1e-12)
+    keep = np.array([1, 0, 1, 1, 0, 0, 1, 1.0])
+    masked = DataSet(x, t, labels_mask=keep.reshape(8, 1))
+    # masked-out examples add nothing; the sum is still divided by the batch size (DL4J)
+    assert net.score(masked) == pytest.approx((per * keep).sum() / 8, rel=1e-12)
+    np.testing.assert_allclose(net.score_examples(masked, False).numpy(), per * keep,
+                               rtol=1e-12)
+    analytic, numeric = _gradient_check(net, masked)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8)
+    weighted = DataSet(x, t, labels_mask=np.linspace(0.5, 2.0, 8).reshape(8, 1))
+    assert net.score(weighted) == pytest.approx((per * np.linspace(0.5, 2.0, 8)).sum() / 8,
+                                                rel=1e-12)

@@ -483,7 +483,7 @@ class _LossMixin:
     # backward; DL4J's scaling (per-example sums averaged over the batch)
 
     def _loss(self, z: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr,
-              want_grad: bool) -> tuple[float, NDArray | None]:
+              want_grad: bool, mask: NDArray | None = None) -> tuple[float, NDArray | None]:
         loss = self.loss_function
         act = self.activation or Activation.IDENTITY
         n, width = z.shape
@@ -492,22 +492,32 @@ class _LossMixin:
         per_example_sum = loss in (LossFunction.XENT, LossFunction.L1, LossFunction.L2,
                                    LossFunction.SQUARED_LOSS)
         weights = None
-        if per_example_sum and width > 1:
+        reduction = "mean"
+        if mask is not None:
+            # DL4J: masked-out examples add nothing and the sum is still divided by the
+            # batch size (not by the mask's sum); a mask value weighs its example's loss
+            reduction = "sum"
+            scale = 1.0 / n if (per_example_sum or loss in _PROBABILITY_LOSSES) \
+                else 1.0 / (n * width)
+            weights = self._width_weights(n, scale, z.dtype)
+        elif per_example_sum and width > 1:
             # mean over all elements times the width = per-example sum averaged over examples
-            weights = self._width_weights(n, width, z.dtype)
+            weights = self._width_weights(n, float(width), z.dtype)
         if loss in _PROBABILITY_LOSSES:
-            return self._unpack(F.softmax_cross_entropy(z, labels, grad=want_grad, grad_out=dz),
-                                want_grad)
+            return self._unpack(F.softmax_cross_entropy(
+                z, labels, weights=weights, mask=mask, reduction=reduction, grad=want_grad,
+                grad_out=dz), want_grad)
         if loss is LossFunction.XENT:
             return self._unpack(F.binary_cross_entropy_with_logits(
-                z, labels, weights=weights, grad=want_grad, grad_out=dz), want_grad)
+                z, labels, weights=weights, mask=mask, reduction=reduction, grad=want_grad,
+                grad_out=dz), want_grad)
         # regression losses act on the activated output
         pred = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, z.shape, dtype=z.dtype)
         F.activation(act.value, z, out=pred)
         fn = F.mse_loss if loss in (LossFunction.MSE, LossFunction.L2,
                                     LossFunction.SQUARED_LOSS) else F.mae_loss
-        res = fn(pred, labels, weights=weights, grad=want_grad, grad_out=pred if want_grad
-                 else None)
+        res = fn(pred, labels, weights=weights, mask=mask, reduction=reduction, grad=want_grad,
+                 grad_out=pred if want_grad else None)
         score, dpred = self._unpack(res, want_grad)
         if want_grad:
             F.activation_backward(act.value, z, dpred, out=dz)
@@ -521,21 +531,24 @@ class _LossMixin:
             use.append(("backward", ArrayType.FF_WORKING_MEM, out))
         return use
 
-    def compute_score_examples(self, labels: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        """After a training `activate`: each example's loss, (n_samples,) (DL4J's scaling)."""
+    def compute_score_examples(self, labels: NDArray, mgr: LayerWorkspaceMgr,
+                               mask: NDArray | None = None) -> NDArray:
+        """After a training `activate`: each example's loss, (n_samples,) (DL4J's scaling; a
+        label mask multiplies it)."""
         loss = self.loss_function
         act = self.activation or Activation.IDENTITY
         z = self._z
         if loss in _PROBABILITY_LOSSES:
-            return F.softmax_cross_entropy(z, labels, reduction="none", grad=False)
+            return F.softmax_cross_entropy(z, labels, mask=mask, reduction="none", grad=False)
         if loss is LossFunction.XENT:
-            per = F.binary_cross_entropy_with_logits(z, labels, reduction="none", grad=False)
+            per = F.binary_cross_entropy_with_logits(z, labels, mask=mask, reduction="none",
+                                                     grad=False)
         else:
             pred = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, z.shape, dtype=z.dtype)
             F.activation(act.value, z, out=pred)
             fn = F.mse_loss if loss in (LossFunction.MSE, LossFunction.L2,
                                         LossFunction.SQUARED_LOSS) else F.mae_loss
-            per = fn(pred, labels, reduction="none", grad=False)
+            per = fn(pred, labels, mask=mask, reduction="none", grad=False)
         if per.ndim == 1:
             return per
         if loss in (LossFunction.MSE, LossFunction.MEAN_ABSOLUTE_ERROR):
@@ -546,11 +559,13 @@ class _LossMixin:
     def _unpack(res: Any, want_grad: bool) -> tuple[float, Any]:
         return (res[0], res[1]) if want_grad else (res, None)
 
-    def _width_weights(self, n: int, width: int, dtype: Any) -> NDArray:
-        cached = getattr(self, "_weights_cache", None)
-        if cached is None or cached.shape[0] != n or cached.dtype != dtype:
-            cached = ndws.full(n, float(width), dtype=dtype, detached=True)
-            self._weights_cache = cached
+    def _width_weights(self, n: int, value: float, dtype: Any) -> NDArray:
+        # a constant per-example weight array, made once per (batch size, value, dtype)
+        cache = self.__dict__.setdefault("_weights_cache", {})
+        key = (n, value, np.dtype(dtype).str)
+        cached = cache.get(key)
+        if cached is None:
+            cached = cache[key] = ndws.full(n, value, dtype=dtype, detached=True)
         return cached
 
 
@@ -600,17 +615,19 @@ class OutputLayer(_LossMixin, _WeightsMixin, Layer):
             use += self._weight_gradient_use(batch, itemsize)
         return use
 
-    def compute_score_and_gradient(self, labels: NDArray, mgr: LayerWorkspaceMgr
+    def compute_score_and_gradient(self, labels: NDArray, mgr: LayerWorkspaceMgr,
+                                   mask: NDArray | None = None
                                    ) -> tuple[float, dict, NDArray]:
         """After a training `activate`: the score (without regularisation), the parameter
-        gradients and dL/d(input)."""
-        score, dz = self._loss(self._z, labels, mgr, True)
+        gradients and dL/d(input). `mask`: DL4J's label mask, (n,) or like the labels."""
+        score, dz = self._loss(self._z, labels, mgr, True, mask)
         eps = self._weight_gradients(self._x, dz, mgr)
         return score, dict(self.grads), self._dropout_backward(eps)
 
-    def compute_score(self, labels: NDArray, mgr: LayerWorkspaceMgr) -> float:
+    def compute_score(self, labels: NDArray, mgr: LayerWorkspaceMgr,
+                      mask: NDArray | None = None) -> float:
         """After a training `activate`: the score only."""
-        return self._loss(self._z, labels, mgr, False)[0]
+        return self._loss(self._z, labels, mgr, False, mask)[0]
 
 
 class LossLayer(_LossMixin, Layer):
@@ -645,16 +662,16 @@ class LossLayer(_LossMixin, Layer):
                 use.append(("backward", ArrayType.ACTIVATION_GRAD, batch * self.n_in * itemsize))
         return use
 
-    def compute_score_and_gradient(self, labels, mgr):
-        score, dz = self._loss(self._z, labels, mgr, True)
+    def compute_score_and_gradient(self, labels, mgr, mask=None):
+        score, dz = self._loss(self._z, labels, mgr, True, mask)
         if not self.input_gradient_needed:
             return score, {}, None
         eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, dz.shape, dtype=dz.dtype)
         ndws.multiply(dz, 1, out=eps)
         return score, {}, eps
 
-    def compute_score(self, labels, mgr):
-        return self._loss(self._z, labels, mgr, False)[0]
+    def compute_score(self, labels, mgr, mask=None):
+        return self._loss(self._z, labels, mgr, False, mask)[0]
 
 
 class ActivationLayer(Layer):

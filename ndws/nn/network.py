@@ -255,7 +255,7 @@ class MultiLayerNetwork:
 
     def _forward_score(self, ds: DataSet, per_example: bool = False) -> Any:
         out_layer = self._output_layer()
-        x, labels = self._batch_arrays(ds)
+        x, labels, mask = self._batch_arrays(ds)
         mgr = self._manager(WorkspaceMode.NONE, True)
         saved = [getattr(layer, "_rng", None) for layer in self.layers]
         try:
@@ -269,22 +269,28 @@ class MultiLayerNetwork:
                     # pre-activation for the loss
                     a = layer.activate(a, layer is out_layer, mgr)
                 if per_example:
-                    return out_layer.compute_score_examples(labels, mgr)
-                score = out_layer.compute_score(labels, mgr)
+                    return out_layer.compute_score_examples(labels, mgr, mask)
+                score = out_layer.compute_score(labels, mgr, mask)
         finally:
             for layer, r in zip(self.layers, saved):
                 layer._rng = r
         return score + sum(layer.regularization_score() for layer in self.layers)
 
-    def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray]:
+    def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray, NDArray | None]:
         x = self._as_input(ds.features, "features")
         if ds.labels is None:
             raise ValueError("the DataSet has no labels")
         labels = ds.labels
-        if labels.ndim == 2 and labels.dtype != self.conf.dtype:
-            with scope_out_of_workspaces():
+        mask = ds.labels_mask
+        with scope_out_of_workspaces():
+            if labels.ndim == 2 and labels.dtype != self.conf.dtype:
                 labels = labels.astype(self.conf.dtype)
-        return x, labels
+            if mask is not None:
+                if mask.ndim == 2 and mask.shape[1] == 1:
+                    mask = mask.reshape(mask.shape[0])        # DL4J's (n, 1) per-example mask
+                if mask.dtype != self.conf.dtype:
+                    mask = mask.astype(self.conf.dtype)
+        return x, labels, mask
 
     # -- workspace managers ---------------------------------------------------------------------
 
@@ -603,7 +609,7 @@ class MultiLayerNetwork:
 
     def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode) -> float:
         out_layer = self._output_layer()
-        x, labels = self._batch_arrays(ds)
+        x, labels, mask = self._batch_arrays(ds)
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
@@ -637,7 +643,8 @@ class MultiLayerNetwork:
                             open_eps.append(mgr.notify_scope_entered(ArrayType.ACTIVATION_GRAD))
                         with self._scope(mgr, mode, ArrayType.BP_WORKING_MEM):
                             if i == n - 1:
-                                score, _, eps = out_layer.compute_score_and_gradient(labels, mgr)
+                                score, _, eps = out_layer.compute_score_and_gradient(labels, mgr,
+                                                                                    mask)
                             else:
                                 grads, eps = layer.backprop_gradient(eps, mgr)
                                 self._take_gradients(layer, grads)
