@@ -589,3 +589,26 @@ def test_label_masks_follow_dl4j(loss, act, rng):
     weighted = DataSet(x, t, labels_mask=np.linspace(0.5, 2.0, 8).reshape(8, 1))
     assert net.score(weighted) == pytest.approx((per * np.linspace(0.5, 2.0, 8)).sum() / 8,
                                                 rel=1e-12)
+
+
+def test_rss_stays_flat_over_10000_iterations(rng):
+    # after the learning iterations, training and output() reuse the same memory: RSS does not
+    # grow (measured from the kernel's own count of resident pages)
+    import resource
+    net = MultiLayerNetwork(conf_for("ENABLED", dropout=0.9, updater=Adam(1e-3)))
+    net.init()
+    x, y = data(rng, 16)
+    ds = DataSet(ndws.from_numpy(x), ndws.from_numpy(y))
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+
+    for _ in range(1000):
+        net.fit(ds)
+        net.output(x)
+    before, allocs = rss(), allocation_counters()["allocations"]
+    for _ in range(9000):
+        net.fit(ds)
+    assert allocation_counters()["allocations"] == allocs
+    assert rss() - before < 256 * 1024
