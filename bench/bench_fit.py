@@ -157,9 +157,17 @@ def run_child(threads, quick):
         allocs = (allocation_counters()["allocations"] - before) / (n + WARMUP)
         ws_bytes = sum(w.current_size for w in
                        ndws.get_workspace_manager().get_all_workspaces_for_current_thread())
-        flat = 3 * net.num_params() * 4          # parameters + gradients (+ SGD: no state)
+        report = net.memory_report(128)
         out["modes"][mode] = {"us": us, "workspace_bytes": ws_bytes, "allocs": allocs,
-                              "param_bytes": flat}
+                              "param_bytes": report.parameter_bytes}
+        if mode == "SEPARATE":
+            # the minimal live set of a step: parameters, gradients and updater state, what
+            # backprop keeps, and the largest layer's working memory (from the shapes)
+            ws = report.workspace_bytes(ndws.WorkspaceMode.SEPARATE, True)
+            from ndws.nn.network import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM
+            out["minimal_live"] = (report.parameter_bytes + ws[WS_ALL_LAYERS_ACT]
+                                   + ws[WS_LAYER_WORKING_MEM])
+            out["separate_peak"] = report.parameter_bytes + sum(ws.values())
     # output() latency
     ndws.destroy_all_workspaces_for_current_thread()
     _, _, net = make_fit(params0, x, y)
@@ -223,11 +231,18 @@ def report(results, label):
                   f"{'PASS' if ok_torch else 'MISS'} faster than torch")
     for r in results:
         print(f"\nworkspace modes, batch 128, {r['threads']} thread(s): us/iteration, workspace "
-              f"bytes, heap allocations/iteration (parameters+gradients: "
+              f"bytes, heap allocations/iteration (parameters, gradients, updater state: "
               f"{r['modes']['NONE']['param_bytes']:,} B)")
         for mode, m in r["modes"].items():
             print(f"  {mode:<9} {m['us']:>9.1f} us {m['workspace_bytes']:>12,} B "
                   f"{m['allocs']:>8.2f}")
+        ratio = r["separate_peak"] / r["minimal_live"]
+        print(f"  SEPARATE training peak {r['separate_peak']:,} B = {ratio:.2f}x the minimal live "
+              f"set {r['minimal_live']:,} B: {'PASS' if ratio <= 1.2 else 'MISS'} <= 1.2x")
+        fastest = min(("SINGLE", "SEPARATE"), key=lambda m: r["modes"][m]["us"])
+        print(f"  SINGLE faster than SEPARATE: {'PASS' if fastest == 'SINGLE' else 'MISS'}; "
+              f"zero heap allocations in SINGLE, SEPARATE, ENABLED: "
+              f"{'PASS' if all(r['modes'][m]['allocs'] == 0 for m in MODES[1:]) else 'MISS'}")
         for batch, row in r["output"].items():
             cells = ", ".join(f"{k} {v:.1f} us" for k, v in row.items())
             print(f"  output() batch {batch}: {cells}")
