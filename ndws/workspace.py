@@ -507,6 +507,9 @@ def scope_out_of_workspaces() -> DummyWorkspace:
 
 
 _DEFAULT_ENTRY = object()
+# the debug mode's code -> member, without an Enum call per lookup (managers ask per scope)
+_DEBUG_BY_CODE = {m.value: m for m in DebugMode}
+_BYPASS = DebugMode.BYPASS_EVERYTHING.value
 
 
 def _lookup_args(conf: Any, id: Any) -> tuple[Any, Any]:
@@ -581,9 +584,9 @@ class WorkspaceManager:
         one-argument form."""
         conf, id = _lookup_args(conf, id)
         self._check_owner("create workspaces")
-        if self.debug_mode is DebugMode.BYPASS_EVERYTHING:
+        if _core._get_debug_mode() == _BYPASS:
             return DummyWorkspace()
-        ws = self._workspaces.get(id)
+        ws = self._state._workspaces.get(id)
         if ws is None:
             ws = Workspace(conf or self._default_configuration, id)
             self._workspaces[id] = ws
@@ -688,7 +691,7 @@ class WorkspaceManager:
     @property
     def debug_mode(self) -> DebugMode:
         """Process-wide DebugMode (None sets DISABLED, as in ND4J)."""
-        return DebugMode(_core._get_debug_mode())
+        return _DEBUG_BY_CODE[_core._get_debug_mode()]
 
     @debug_mode.setter
     def debug_mode(self, mode: DebugMode | None) -> None:

@@ -356,3 +356,19 @@ def test_each_thread_gets_its_own_workspaces():
         done.set()
         t.join(5)
     assert not t.is_alive()
+
+
+def test_bypass_debug_mode_is_honoured_for_existing_workspaces():
+    mgr = mgr_act_work()
+    with mgr.notify_scope_entered(A):                  # the workspace exists from now on
+        pass
+    wsm = ndws.get_workspace_manager()
+    wsm.debug_mode = ndws.DebugMode.BYPASS_EVERYTHING
+    try:
+        scope = mgr.notify_scope_entered(A)
+        assert isinstance(scope, ndws.DummyWorkspace)
+        scope.close()
+    finally:
+        wsm.debug_mode = ndws.DebugMode.DISABLED
+    with mgr.notify_scope_entered(A) as ws:
+        assert isinstance(ws, ndws.Workspace) and ws.id == "WS_ACT"
