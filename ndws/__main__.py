@@ -138,7 +138,7 @@ def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: i
     net.init()
     print(f"ndws train: digits (8x8, 10 classes), {len(x)} training / {len(xt)} held-out "
           f"examples, batch {batch_size}, {epochs} epochs\n", file=out)
-    print(net.summary(), file=out)
+    print(net.summary(batch_size), file=out)
     print(file=out)
     started = time.perf_counter()
     accuracy = 0.0

@@ -64,6 +64,7 @@ def test_train_reports_epochs_evaluation_and_the_mode_table():
     accs = {m["accuracy"] for m in modes.values()}
     assert len(accs) == 1                                   # every mode: the same network
     assert "total parameters: 26,122" in text
+    assert "train B (32)" in text                          # summary with memory per layer
 
 
 def test_train_progress_bar_goes_to_stderr(capsys):

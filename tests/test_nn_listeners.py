@@ -194,3 +194,14 @@ def test_evaluate_regression(rng):
     pred = net.output(x).numpy()
     assert reg.mean_squared_error(0) == pytest.approx(((pred[:, 0] - t[:, 0]) ** 2).mean(),
                                                       rel=1e-5)
+
+
+def test_do_evaluation_progress_bar(rng, capsys):
+    net, batches = net_and_batches(rng, n_batches=3)
+    net.do_evaluation(batches, Evaluation(), progress=True)
+    err = capsys.readouterr().err
+    assert "evaluating:" in err and "/3 [" in err
+    net.do_evaluation(batches, Evaluation())             # off a terminal: nothing
+    assert capsys.readouterr().err == ""
+    with pytest.raises(TypeError, match=r"^progress: expected True, False or None"):
+        net.do_evaluation(batches, Evaluation(), progress=1)

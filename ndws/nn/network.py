@@ -675,17 +675,27 @@ class MultiLayerNetwork:
             if g is not view:
                 view.assign(g)
 
-    def summary(self) -> str:
-        """A table of the layers: index, type, n_in, n_out, parameters, activation (and loss)."""
+    def summary(self, batch_size: int | None = None) -> str:
+        """A table of the layers: index, type, n_in, n_out, parameters, activation (and loss);
+        with `batch_size`, also the bytes each layer's arrays take in training and in inference
+        (from `memory_report`; the modes place the same arrays in different workspaces)."""
         self._check_init()
-        rows = [("#", "layer", "n_in", "n_out", "params", "activation")]
+        report = None if batch_size is None else MemoryReport(self, batch_size)
+        rows = [("#", "layer", "n_in", "n_out", "params", "activation")
+                + (() if report is None else (f"train B ({batch_size})",
+                                              f"infer B ({batch_size})"))]
         for layer in self.layers:
             n = sum(int(np.prod(s)) for s in layer.param_shapes().values())
             act = layer.activation.value if layer.activation is not None else "-"
             loss = getattr(layer, "loss_function", None)
-            rows.append((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
-                         str(layer.output_width() or "-"), f"{n:,}",
-                         act + (f" / {loss.name}" if loss is not None else "")))
+            row = (str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
+                   str(layer.output_width() or "-"), f"{n:,}",
+                   act + (f" / {loss.name}" if loss is not None else ""))
+            if report is not None:
+                use = report.layers[layer.index]
+                row += tuple("?" if use[k] is None else f"{sum(use[k].values()):,}"
+                             for k in ("training", "inference"))
+            rows.append(row)
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) if i in (1, 5) else c.rjust(w)
                            for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
@@ -709,16 +719,20 @@ class MultiLayerNetwork:
 
     # -- evaluation -----------------------------------------------------------------------------
 
-    def do_evaluation(self, iterator: Any, *evaluations: Any) -> Any:
+    def do_evaluation(self, iterator: Any, *evaluations: Any, progress: bool | None = None
+                      ) -> Any:
         """Evaluate the network's output over `iterator` (DataSets with one-hot labels) with
         each evaluation; returns the evaluation when given one, else the tuple (the same
         objects). Each batch's output goes to a workspace (WS_OUTPUT_MEM) that starts a new
         cycle per batch, so after the first batch nothing is allocated per batch."""
         self._check_init()
+        if progress is not None and not isinstance(progress, bool):
+            raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
         with self._exclusive("do_evaluation"):
-            return self._do_evaluation_unlocked(iterator, *evaluations)
+            return self._do_evaluation_unlocked(iterator, *evaluations, progress=progress)
 
-    def _do_evaluation_unlocked(self, iterator: Any, *evaluations: Any) -> Any:
+    def _do_evaluation_unlocked(self, iterator: Any, *evaluations: Any,
+                                progress: bool | None = False) -> Any:
         mode = self._inference_mode()
         held: list[Any] = []
         ws = None
@@ -726,10 +740,13 @@ class MultiLayerNetwork:
             ws = get_workspace_manager().get_workspace_for_current_thread(
                 self._configs[WS_ALL_LAYERS_ACT], WS_OUTPUT_MEM)
 
+        bar = _Progress(progress, _length(iterator, None, None), "evaluating")
+
         def predict(features: Any) -> NDArray:
             # the previous batch has been counted: end its cycle, start this one's
             while held:
                 held.pop().close()
+            bar.update(float("nan"))
             a = self._as_input(features, "features")
             if ws is None:
                 return self._forward_detached(a, False, mode, None)[-1]
@@ -740,6 +757,7 @@ class MultiLayerNetwork:
         try:
             return _evaluate(predict, iterator, *evaluations)
         finally:
+            bar.close()
             while held:
                 held.pop().close()
 
