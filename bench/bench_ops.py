@@ -38,7 +38,7 @@ if ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 import ndws  # noqa: E402
-from ndws import _threads, _ufuncs  # noqa: E402
+from ndws import _threads  # noqa: E402
 
 TARGET = 0.5                 # ndws per-call time / NumPy per-call time, at 16 elements
 SIZES = [16, 1024, 1 << 20]

@@ -8,7 +8,6 @@ import re
 import types
 
 import ndws
-from ndws import _core
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
