@@ -612,3 +612,65 @@ def test_rss_stays_flat_over_10000_iterations(rng):
         net.fit(ds)
     assert allocation_counters()["allocations"] == allocs
     assert rss() - before < 256 * 1024
+
+
+def test_exotic_inputs(rng):
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    x = rng.random((8, 6)).astype(np.float32)
+    ref = net.output(x).numpy()
+    # views of any layout give the contiguous copy's answer
+    np.testing.assert_allclose(net.output(ndws.asarray(x)[::-1]).numpy(), ref[::-1], rtol=1e-6)
+    np.testing.assert_allclose(net.output(ndws.asarray(np.asfortranarray(x))).numpy(), ref,
+                               rtol=1e-6)
+    wide = ndws.asarray(np.repeat(x, 2, axis=1))
+    np.testing.assert_allclose(net.output(wide[:, ::2]).numpy(), ref, rtol=1e-6)
+    # other dtypes are cast to the network's; bool is a number; complex is refused
+    assert net.output(x.astype(np.float64)).dtype == np.float32
+    assert net.output(x > 0.5).shape == (8, 3)
+    with pytest.raises(TypeError, match=r"^x: expected an array of numbers, got dtype complex64"):
+        net.output(x.astype(np.complex64))
+    # empty batches and NaN: NumPy semantics, no crash
+    assert net.output(np.zeros((0, 6), np.float32)).shape == (0, 3)
+    assert np.isnan(net.output(np.full((2, 6), np.nan, np.float32)).numpy()).all()
+    before = net.params().numpy()
+    net.fit(DataSet(np.zeros((0, 6), np.float32), np.zeros(0, np.int64)))
+    np.testing.assert_array_equal(net.params().numpy(), before)   # nothing to learn from
+    with pytest.raises(ValueError, match=r"labels has shape \(8, 4\), expected \(8, 3\)"):
+        net.fit(x, np.zeros((8, 4), np.float32))
+    with pytest.raises(TypeError, match=r"dtype: ndws arrays hold numbers"):
+        net.fit(x, np.array([None] * 8))
+    np.testing.assert_array_equal(net.params().numpy(), before)
+
+
+def test_inputs_from_closed_and_foreign_workspaces(rng):
+    import threading
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    x, y = data(rng)
+    with ndws.workspace("GONE"):
+        stale = ndws.asarray(x)
+    with pytest.raises(ndws.WorkspaceError, match="leaked"):
+        net.output(stale)
+    with pytest.raises(ndws.WorkspaceError, match="leaked"):
+        net.fit(stale, y)
+    assert net.iteration == 0
+    ready, done = threading.Event(), threading.Event()
+    box = {}
+
+    def owner():                                   # another thread's valid array: read pinned
+        with ndws.workspace("THEIRS"):
+            box["x"] = ndws.asarray(x)
+            ready.set()
+            done.wait(10)
+        ndws.destroy_all_workspaces_for_current_thread()
+
+    t = threading.Thread(target=owner)
+    t.start()
+    try:
+        assert ready.wait(10)
+        np.testing.assert_allclose(net.output(box["x"]).numpy(), net.output(x).numpy(),
+                                   rtol=1e-6)
+    finally:
+        done.set()
+        t.join(10)
