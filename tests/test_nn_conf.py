@@ -165,3 +165,18 @@ def test_configuration_is_frozen_and_copies_layers():
     assert conf.layers[0].n_out == 2
     with pytest.raises(AttributeError, match="frozen"):
         conf.seed = 2
+
+
+@pytest.mark.parametrize("make", [
+    lambda: DenseLayer(n_out="8"), lambda: DenseLayer(dropout="0.5"), lambda: DenseLayer(name=3),
+    lambda: DenseLayer(updater="adam"), lambda: DenseLayer(bias_init="0"),
+    lambda: MultiLayerConfiguration("layers"), lambda: MultiLayerConfiguration([3]),
+    lambda: MultiLayerConfiguration([DenseLayer(n_in=2, n_out=2)], updater=Adam),
+    lambda: Sgd("0.1"), lambda: StepSchedule("EPOCH", 0.1, 0.5, 1),
+])
+def test_every_configuration_error_is_a_value_error(make):
+    # a wrong type is a TypeError as everywhere in ndws, and a ValueError like every other
+    # configuration error, so one `except ValueError` catches them all
+    with pytest.raises(ValueError) as info:
+        make()
+    assert isinstance(info.value, TypeError)

@@ -20,14 +20,13 @@ True
 from __future__ import annotations
 
 import json
-import math
 import secrets
 from typing import Any
 
 import numpy as np
 
-from ndws.nn.layers import Activation, Layer, WeightInit, _nonneg, member
-from ndws.nn.updaters import Sgd, Updater
+from ndws.nn.layers import Activation, Layer, WeightInit, _finite, _nonneg, member
+from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
 __all__ = ["MultiLayerConfiguration"]
@@ -85,14 +84,14 @@ class MultiLayerConfiguration:
                  dtype: Any = "float32"):
         set_ = object.__setattr__
         if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
-            raise TypeError(f"layers: expected a sequence of ndws.nn layers, got "
+            raise FieldTypeError(f"layers: expected a sequence of ndws.nn layers, got "
                             f"{type(layers).__name__}")
         layers = list(layers)
         if not layers:
             raise ValueError("layers: a network needs at least one layer")
         for i, layer in enumerate(layers):
             if not isinstance(layer, Layer):
-                raise TypeError(f"layers[{i}]: expected an ndws.nn layer (DenseLayer, "
+                raise FieldTypeError(f"layers[{i}]: expected an ndws.nn layer (DenseLayer, "
                                 f"OutputLayer, ... or a Layer subclass), got "
                                 f"{type(layer).__name__}")
         if seed is None:
@@ -103,7 +102,7 @@ class MultiLayerConfiguration:
         if updater is None:
             updater = Sgd(1e-3)
         if not isinstance(updater, Updater):
-            raise TypeError(f"updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
+            raise FieldTypeError(f"updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
                             f"{type(updater).__name__}")
         dt = _DTYPES.get(str(np.dtype(dtype)) if _is_dtype(dtype) else None)
         if dt is None:
@@ -121,11 +120,7 @@ class MultiLayerConfiguration:
         set_(self, "l2", _nonneg("MultiLayerConfiguration", "l2", l2))
         set_(self, "weight_decay", _nonneg("MultiLayerConfiguration", "weight_decay",
                                            weight_decay))
-        if bias_init is not None and (isinstance(bias_init, bool)
-                                      or not isinstance(bias_init, (int, float))
-                                      or not math.isfinite(bias_init)):
-            raise ValueError(f"bias_init: expected a finite real number, got {bias_init!r:.40}")
-        set_(self, "bias_init", None if bias_init is None else float(bias_init))
+        set_(self, "bias_init", _finite("MultiLayerConfiguration", "bias_init", bias_init))
         set_(self, "training_workspace_mode", _mode(training_workspace_mode,
                                                     "training_workspace_mode"))
         set_(self, "inference_workspace_mode", _mode(inference_workspace_mode,

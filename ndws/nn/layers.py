@@ -26,7 +26,7 @@ import numpy as np
 import ndws
 from ndws._core import NDArray, _np_view
 from ndws.nn import functional as F
-from ndws.nn.updaters import Updater
+from ndws.nn.updaters import FieldTypeError, Updater
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["Activation", "LossFunction", "WeightInit", "Layer", "DenseLayer", "OutputLayer",
@@ -125,7 +125,7 @@ def _size(owner: str, name: str, value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{owner}.{name}: expected an int >= 1, got {type(value).__name__} "
+        raise FieldTypeError(f"{owner}.{name}: expected an int >= 1, got {type(value).__name__} "
                         f"{value!r:.40}")
     if not 1 <= value <= 1 << 31:
         raise ValueError(f"{owner}.{name}: expected an int in [1, 2**31], got {value!r}")
@@ -137,13 +137,24 @@ def _nonneg(owner: str, name: str, value: Any, hi: float = math.inf,
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{owner}.{name}: expected a real number, got {type(value).__name__} "
+        raise FieldTypeError(f"{owner}.{name}: expected a real number, got {type(value).__name__} "
                         f"{value!r:.40}")
     v = float(value)
     if not math.isfinite(v) or v > hi or (v <= 0 if open_lo else v < 0):
         lo = "(0" if open_lo else "[0"
         raise ValueError(f"{owner}.{name}: must be in {lo}, {hi:g}], got {value!r}")
     return v
+
+
+def _finite(owner: str, name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise FieldTypeError(f"{owner}.{name}: expected a finite real number, got "
+                             f"{type(value).__name__} {value!r:.40}")
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}.{name}: expected a finite real number, got {value!r}")
+    return float(value)
 
 
 _LAYERS: dict[str, type] = {}
@@ -205,23 +216,16 @@ class Layer:
         self.dropout = _nonneg(owner, "dropout", dropout, 1.0, open_lo=True)
         self.weight_init = (None if weight_init is None
                             else WeightInit.parse(weight_init, f"{owner}.weight_init"))
-        if bias_init is not None:
-            if isinstance(bias_init, bool) or not isinstance(bias_init, (int, float)) \
-                    or not math.isfinite(bias_init):
-                raise (TypeError if not isinstance(bias_init, (int, float))
-                       or isinstance(bias_init, bool) else ValueError)(
-                    f"{owner}.bias_init: expected a finite real number, got {bias_init!r:.40}")
-            bias_init = float(bias_init)
-        self.bias_init = bias_init
+        self.bias_init = _finite(owner, "bias_init", bias_init)
         self.l1 = _nonneg(owner, "l1", l1)
         self.l2 = _nonneg(owner, "l2", l2)
         self.weight_decay = _nonneg(owner, "weight_decay", weight_decay)
         if updater is not None and not isinstance(updater, Updater):
-            raise TypeError(f"{owner}.updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
+            raise FieldTypeError(f"{owner}.updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
                             f"{type(updater).__name__}")
         self.updater = updater
         if name is not None and not isinstance(name, str):
-            raise TypeError(f"{owner}.name: expected a str, got {type(name).__name__}")
+            raise FieldTypeError(f"{owner}.name: expected a str, got {type(name).__name__}")
         self.name = name
         # set by the network when it is built
         self.params: dict[str, NDArray] = {}
@@ -761,7 +765,7 @@ class BatchNormalization(Layer):
         self.decay = _nonneg("BatchNormalization", "decay", decay, 1.0)
         self.eps = _nonneg("BatchNormalization", "eps", eps, open_lo=True)
         if not isinstance(lock_gamma_beta, bool):
-            raise TypeError(f"BatchNormalization.lock_gamma_beta: expected a bool, got "
+            raise FieldTypeError(f"BatchNormalization.lock_gamma_beta: expected a bool, got "
                             f"{type(lock_gamma_beta).__name__}")
         self.lock_gamma_beta = lock_gamma_beta
 

@@ -24,8 +24,14 @@ import numpy as np
 
 from ndws.nn import functional as F
 
-__all__ = ["ScheduleType", "Schedule", "StepSchedule", "ExponentialSchedule", "CycleSchedule",
+__all__ = ["FieldTypeError", "ScheduleType", "Schedule", "StepSchedule", "ExponentialSchedule", "CycleSchedule",
            "Updater", "Sgd", "Nesterovs", "Adam", "AdamW", "RmsProp", "AdaGrad"]
+
+
+class FieldTypeError(TypeError, ValueError):
+    """A configuration field of the wrong type. A TypeError, as bad types are everywhere in
+    ndws, and a ValueError, as every configuration error of a network is (so one
+    ``except ValueError`` catches them all)."""
 
 
 class ScheduleType(enum.Enum):
@@ -39,7 +45,7 @@ def _real(owner: str, name: str, value: Any, lo: float = 0.0, hi: float = math.i
           hi_open: bool = False) -> float:
     # a finite real in [lo, hi] (or [lo, hi)), named in the error as owner.name
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{owner}.{name}: expected a real number, got {type(value).__name__} "
+        raise FieldTypeError(f"{owner}.{name}: expected a real number, got {type(value).__name__} "
                         f"{value!r:.40}")
     v = float(value)
     if not math.isfinite(v) or v < lo or (v >= hi if hi_open else v > hi):
@@ -51,7 +57,7 @@ def _real(owner: str, name: str, value: Any, lo: float = 0.0, hi: float = math.i
 
 def _count(owner: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{owner}.{name}: expected an int >= 1, got {type(value).__name__} "
+        raise FieldTypeError(f"{owner}.{name}: expected an int >= 1, got {type(value).__name__} "
                         f"{value!r:.40}")
     if value < 1:
         raise ValueError(f"{owner}.{name}: expected an int >= 1, got {value!r}")
@@ -114,7 +120,8 @@ class Schedule(_Serial):
 
     def _check_type(self) -> None:
         if not isinstance(self.schedule_type, ScheduleType):
-            raise TypeError(f"{type(self).__name__}.schedule_type: expected a ScheduleType, got "
+            raise FieldTypeError(f"{type(self).__name__}.schedule_type: expected a ScheduleType, "
+                                 f"got "
                             f"{self.schedule_type!r:.40}")
 
     def _count_of(self, iteration: int, epoch: int) -> int:
