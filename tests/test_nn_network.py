@@ -674,3 +674,15 @@ def test_inputs_from_closed_and_foreign_workspaces(rng):
     finally:
         done.set()
         t.join(10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_output_in_training_mode_applies_dropout(mode, rng):
+    net = MultiLayerNetwork(conf_for(mode, dropout=0.5))
+    net.init()
+    x, _ = data(rng)
+    plain = net.output(x).numpy()
+    noisy = net.output(x, train=True)
+    assert not noisy.is_attached()
+    assert not np.allclose(noisy.numpy(), plain)            # dropped inputs, scaled kept ones
+    np.testing.assert_array_equal(net.output(x).numpy(), plain)   # inference is deterministic
