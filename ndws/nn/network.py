@@ -356,8 +356,10 @@ class MultiLayerNetwork:
                 b.with_(t, WS_ALL_LAYERS_ACT, c[WS_ALL_LAYERS_ACT])
             b.with_(ArrayType.ACTIVATION_GRAD, WS_LAYER_ACT[0], c[WS_LAYER_ACT[0]])
         else:
-            for t in (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.FF_CACHE):
-                b.with_(t, WS_LAYER_ACT[0], c[WS_LAYER_ACT[0]])
+            # inference: the activations ping-pong; what a layer keeps for a backward pass that
+            # will not come (output(train=True): dropout masks, pre-activations) is working
+            # memory of that layer's pass
+            b.with_(ArrayType.ACTIVATIONS, WS_LAYER_ACT[0], c[WS_LAYER_ACT[0]])
         return b.default_workspace(WS_LAYER_WORKING_MEM, c[WS_LAYER_WORKING_MEM]).build()
 
     @staticmethod
