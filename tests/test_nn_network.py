@@ -686,3 +686,17 @@ def test_output_in_training_mode_applies_dropout(mode, rng):
     assert not noisy.is_attached()
     assert not np.allclose(noisy.numpy(), plain)            # dropped inputs, scaled kept ones
     np.testing.assert_array_equal(net.output(x).numpy(), plain)   # inference is deterministic
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_layers_keep_no_workspace_arrays_between_iterations(mode, rng):
+    layers = [DenseLayer(n_in=6, n_out=7, activation="tanh", dropout=0.8), BatchNormalization(),
+              OutputLayer(n_out=3, activation="softmax")]
+    net = MultiLayerNetwork(conf_for(mode, layers=layers))
+    net.init()
+    x, y = data(rng)
+    net.fit(x, y)
+    net.output(x)
+    for layer in net.layers:
+        kept = [k for k in Layer._pass_state if k in layer.__dict__]
+        assert kept == [], (type(layer).__name__, kept)

@@ -352,6 +352,17 @@ class Layer:
         ``ArrayType.ACTIVATION_GRAD``."""
         raise NotImplementedError(f"{type(self).__name__}.backprop_gradient")
 
+    #: attributes a pass leaves on the layer for the next step (arrays in the network's
+    #: workspaces); `clear` drops them
+    _pass_state: ClassVar[tuple[str, ...]] = ("_x", "_z", "_mask", "_x_hat", "_inv_std")
+
+    def clear(self) -> None:
+        """Forget what the last pass kept for backprop (DL4J's ``clear``): the network calls it
+        after every iteration and inference pass, so no workspace memory stays referenced
+        between them. A custom layer keeping other arrays overrides it (and calls super)."""
+        for name in self._pass_state:
+            self.__dict__.pop(name, None)
+
     def _apply_dropout(self, x: NDArray, training: bool, mgr: LayerWorkspaceMgr,
                        rng: np.random.Generator | None) -> NDArray:
         # inverted dropout on the input (DL4J's retain probability): kept / p, dropped 0; the

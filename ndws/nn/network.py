@@ -274,6 +274,7 @@ class MultiLayerNetwork:
         finally:
             for layer, r in zip(self.layers, saved):
                 layer._rng = r
+                layer.clear()
         return score + sum(layer.regularization_score() for layer in self.layers)
 
     def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray, NDArray | None]:
@@ -482,6 +483,8 @@ class MultiLayerNetwork:
             finally:
                 while held:
                     held.pop().close()
+                for layer in self.layers:
+                    layer.clear()
             if not keep_all:
                 outs.append(a)
         return outs
@@ -658,6 +661,8 @@ class MultiLayerNetwork:
             finally:
                 while open_eps:
                     open_eps.pop().close()
+                for layer in self.layers:
+                    layer.clear()
             for listener in self._listeners:
                 listener.on_backward_pass(self)
         return score + sum(layer.regularization_score() for layer in self.layers)
