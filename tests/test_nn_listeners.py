@@ -73,7 +73,7 @@ def test_hooks_run_in_dl4j_order(rng):
     assert net.get_listeners() == [rec]
 
 
-@pytest.mark.parametrize("mode", ["SINGLE", "SEPARATE"])
+@pytest.mark.parametrize("mode", ["NONE", "SINGLE", "SEPARATE", "ENABLED"])
 def test_listener_arrays_are_valid_only_during_the_call(mode, rng):
     net, batches = net_and_batches(rng, mode)
     rec = Recorder()

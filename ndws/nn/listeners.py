@@ -5,8 +5,8 @@ Hooks run in this order each iteration: `on_forward_pass` (the layers' activatio
 `on_backward_pass` and `on_gradient_calculation` (the gradients are in ``model.gradient()``),
 then the update, then `iteration_done(model, iteration, epoch)` with the iteration's number
 (counting from 0). `on_epoch_start` / `on_epoch_end` frame each epoch. Arrays a listener receives
-are valid only during the call (in a workspace mode, keeping one raises the usual stale-array
-error later).
+are valid only during the call, in every workspace mode: keeping one raises the usual
+stale-array error later.
 
 Examples
 --------

@@ -59,6 +59,7 @@ WS_LAYER_ACT = ("WS_LAYER_ACT_1", "WS_LAYER_ACT_2")
 WS_SINGLE = "WS_SINGLE"
 WS_INFERENCE = "WS_INFERENCE"
 WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
+WS_LISTENER = "WS_LISTENER"          # NONE mode: what listeners see, for the call only
 
 
 def _workspace_configs(n_layers: int) -> dict[str, WorkspaceConfiguration]:
@@ -635,8 +636,7 @@ class MultiLayerNetwork:
                         if acts is not None:
                             acts.append(a)
                     if acts is not None:
-                        for listener in self._listeners:
-                            listener.on_forward_pass(self, acts)
+                        self._notify_forward(acts, mode)
                     # backward; in SEPARATE mode the epsilons ping-pong between two workspaces,
                     # each closed once the layer below has read it
                     eps = None
@@ -666,6 +666,24 @@ class MultiLayerNetwork:
             for listener in self._listeners:
                 listener.on_backward_pass(self)
         return score + sum(layer.regularization_score() for layer in self.layers)
+
+    def _notify_forward(self, acts: list, mode: WorkspaceMode) -> None:
+        # Listeners get the activations valid for the call only. In a workspace mode they are
+        # the iteration's own arrays (stale once it ends); with no workspace they would be
+        # detached and live on, so a listener that looks at them gets copies in a workspace
+        # closed right after the call.
+        listening = [l for l in self._listeners
+                     if type(l).on_forward_pass is not TrainingListener.on_forward_pass]
+        if not listening:
+            return
+        if mode is not WorkspaceMode.NONE:
+            for listener in listening:
+                listener.on_forward_pass(self, acts)
+            return
+        with ndws.workspace(WS_LISTENER):
+            copies = [a.dup() for a in acts]
+            for listener in listening:
+                listener.on_forward_pass(self, copies)
 
     @staticmethod
     def _take_gradients(layer: Layer, grads: Any) -> None:
