@@ -50,6 +50,9 @@ from ndws.workspace import (LearningPolicy, SpillPolicy, WorkspaceConfiguration,
 
 __all__ = ["MultiLayerNetwork"]
 
+_BUSY = ("MultiLayerNetwork.{op}: the network is in use by another thread (one network serves "
+         "one thread at a time; give each thread its own, e.g. with clone())")
+
 _memory_manager = ndws.get_memory_manager()
 
 # DL4J's workspace names (reference: MultiLayerNetwork workspaces)
@@ -168,9 +171,7 @@ class MultiLayerNetwork:
     @contextlib.contextmanager
     def _exclusive(self, op: str):
         if not self._busy.acquire(blocking=False):
-            raise RuntimeError(f"MultiLayerNetwork.{op}: the network is in use by another thread "
-                               f"(one network serves one thread at a time; give each thread "
-                               f"its own, e.g. with clone())")
+            raise RuntimeError(_BUSY.format(op=op))
         try:
             yield
         finally:
@@ -372,6 +373,8 @@ class MultiLayerNetwork:
         if not isinstance(array, NDArray):
             raise TypeError(f"layers[{layer.index}] ({type(layer).__name__}).{op} returned "
                             f"{type(array).__name__}, expected an ndws.NDArray")
+        if array.workspace_id == mgr._names.get(t):
+            return                     # the common case: where it belongs (or both detached)
         try:
             mgr.validate_array_location(t, array, False, False)
         except ndws.WorkspaceError as exc:
@@ -472,7 +475,7 @@ class MultiLayerNetwork:
                             # layer i's activations live in ACT_(i % 2) until layer i + 1 has
                             # read them (reference: WS_LAYER_ACT_1 / _2)
                             name = WS_LAYER_ACT[i % 2]
-                            m.set_workspace(ArrayType.ACTIVATIONS, name, self._configs[name])
+                            m._map(ArrayType.ACTIVATIONS, name, self._configs[name])
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
                             a = layer.activate(a, training, m)
@@ -509,15 +512,17 @@ class MultiLayerNetwork:
             # DL4J's fit: an async-capable iterator is prefetched on a producer thread (queue 2);
             # the time fit waits for a batch is the ETL time
             wrapper = data = AsyncDataSetIterator(data, queue_size=2)
-        with self._exclusive("fit"), contextlib.ExitStack() as stack:
+        if not self._busy.acquire(blocking=False):
             if wrapper is not None:
-                stack.callback(wrapper.shutdown)
+                wrapper.shutdown()
+            raise RuntimeError(_BUSY.format(op="fit"))
+        try:
             for _ in range(epochs):
                 for listener in self._listeners:
                     listener.on_epoch_start(self)
                 history._start_epoch(self._epoch)
-                total = _length(data, labels, batch_size)
-                bar = _Progress(progress, total, f"epoch {self._epoch}")
+                bar = (_Progress(progress, _length(data, labels, batch_size),
+                                 f"epoch {self._epoch}") if progress is not False else None)
                 try:
                     batches = iter(self._batches(data, labels, batch_size))
                     while True:
@@ -529,15 +534,21 @@ class MultiLayerNetwork:
                         self._fit_batch(ds)
                         history._iteration(self._iteration - 1, self._score,
                                            self.last_batch_size)
-                        bar.update(self._score)
+                        if bar is not None:
+                            bar.update(self._score)
                 finally:
-                    bar.close()
+                    if bar is not None:
+                        bar.close()
                 history._end_epoch()
                 self._epoch += 1
                 for listener in self._listeners:
                     listener.on_epoch_end(self)
                 if labels is None and hasattr(data, "reset") and callable(data.reset):
                     data.reset()
+        finally:
+            if wrapper is not None:
+                wrapper.shutdown()
+            self._busy.release()
         return history
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
@@ -644,7 +655,7 @@ class MultiLayerNetwork:
                         layer = self.layers[i]
                         if mode is WorkspaceMode.SEPARATE:
                             name = WS_LAYER_ACT[i % 2]
-                            mgr.set_workspace(ArrayType.ACTIVATION_GRAD, name, self._configs[name])
+                            mgr._map(ArrayType.ACTIVATION_GRAD, name, self._configs[name])
                             open_eps.append(mgr.notify_scope_entered(ArrayType.ACTIVATION_GRAD))
                         with self._scope(mgr, mode, ArrayType.BP_WORKING_MEM):
                             if i == n - 1:

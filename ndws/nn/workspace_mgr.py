@@ -213,6 +213,13 @@ class LayerWorkspaceMgr:
         self._names[t] = name
         self._configs[t] = conf
 
+    def _map(self, t: ArrayType, name: str, conf: WorkspaceConfiguration) -> None:
+        # set_workspace for ndws' own callers, whose arguments are known to be right (the
+        # network re-points its ping-pong types for every layer of every pass)
+        self._scoped_out.discard(t)
+        self._names[t] = name
+        self._configs[t] = conf
+
     def set_scoped_out_for(self, type: ArrayType) -> None:
         """Give `type` no workspace: its arrays are detached."""
         self._check_mutable()
