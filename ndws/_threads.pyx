@@ -59,6 +59,11 @@ cdef int thread_limit() noexcept:
 #   adam 13.2 vs 9.7) and lose or tie at 1024;
 # - eval_rows (ndws.evaluation's confusion counting): a row is C loads from each of two arrays,
 #   ~2-4 ns for C = 10, against a few microseconds of OpenMP start-up.
+# These are standalone measurements. In a training step an OpenMP region has a cost they do not
+# see: its worker spins afterwards and takes the second core from the GEMM's helper thread
+# (ndws/_pool.h). Measured on the 2-core Sapphire Rapids machine, 784-256-256-10 MLP, batch 128,
+# 2 threads: fit() 857 us with the flat sgd_update on 2 threads, 670 us with it on one
+# (GOMP_SPINCOUNT=0: 691 us). One pool for every kernel is the fix; the grains stay as measured.
 cdef Py_ssize_t _grains[N_GRAINS]
 _grains[:] = [1 << 15, 1 << 16, 300000, 150000, 65536, 2048, 2048, 16384]
 _GRAIN_NAMES = ("elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap", "nn_transc",
