@@ -286,6 +286,8 @@ def test_other_losses_follow_dl4j_scaling(loss, act, rng):
     (lambda n: n.fit(np.ones((4, 6)), np.zeros(4, np.int64), batch_size=0), ValueError,
      r"^batch_size: expected an int >= 1, got 0$"),
     (lambda n: n.fit(42), TypeError, r"^data: expected a DataSet"),
+    (lambda n: n.fit(DataSet(np.ones((4, 6)), np.zeros(4, np.int64)), batch_size=2), ValueError,
+     r"^batch_size: only with features and labels arrays"),
     (lambda n: n.fit([np.ones(3)]), TypeError, r"^data: item 0 is a ndarray, not a DataSet$"),
     (lambda n: n.output(np.ones((2, 3, 6))), ValueError, r"^x: expected a 2-d array"),
     (lambda n: n.output(np.array([["a"] * 6])), TypeError, r"^x: expected an array of numbers"),
@@ -700,3 +702,20 @@ def test_layers_keep_no_workspace_arrays_between_iterations(mode, rng):
     for layer in net.layers:
         kept = [k for k in Layer._pass_state if k in layer.__dict__]
         assert kept == [], (type(layer).__name__, kept)
+
+
+def test_init_with_bad_params_changes_nothing(rng):
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    before, layers = net.params().numpy(), net.layers
+    with pytest.raises(ValueError, match=r"^params: expected shape \(\d+,\), got \(3,\)$"):
+        net.init(np.zeros(3))
+    with pytest.raises(TypeError, match=r"^params: expected a float array, got dtype int64$"):
+        net.init(np.zeros(net.num_params(), np.int64))
+    assert net.layers is layers
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    fresh = MultiLayerNetwork(conf_for("ENABLED"))
+    with pytest.raises(ValueError):
+        fresh.init(np.zeros(3))
+    with pytest.raises(RuntimeError, match=r"call init\(\) first"):
+        fresh.params()

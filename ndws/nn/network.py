@@ -131,6 +131,8 @@ class MultiLayerNetwork:
                 layout.append((layer, name, shape, total, size))
                 total += size
         dt = conf.dtype
+        if params is not None:
+            _check_flat(params, total)      # before anything of the network is replaced
         flat_p = ndws.zeros(total, dt, detached=True)
         flat_g = ndws.zeros(total, dt, detached=True)
         for layer, name, shape, off, size in layout:
@@ -191,16 +193,7 @@ class MultiLayerNetwork:
     def set_params(self, params: Any) -> None:
         """Copy `params` (a flat array of num_params() values) into the network's parameters."""
         self._check_init()
-        if isinstance(params, NDArray):
-            src = params
-        else:
-            src = np.asarray(params)
-        if src.shape != (self.num_params(),):
-            raise ValueError(f"params: expected shape ({self.num_params()},), got "
-                             f"{tuple(src.shape)}")
-        if src.dtype.kind != "f":
-            raise TypeError(f"params: expected a float array, got dtype {src.dtype}")
-        self._params.assign(src)
+        self._params.assign(_check_flat(params, self.num_params()))
 
     @property
     def iteration(self) -> int:
@@ -566,6 +559,9 @@ class MultiLayerNetwork:
             for s in range(0, n, batch_size):
                 yield DataSet(x[s:s + batch_size], y[s:s + batch_size])
             return
+        if batch_size is not None:
+            raise ValueError("batch_size: only with features and labels arrays (a DataSet or an "
+                             "iterator brings its own batches)")
         if isinstance(data, DataSet):
             yield data
             return
@@ -889,3 +885,13 @@ def _length(data: Any, labels: Any, batch_size: Any) -> int | None:
         return len(data)
     except TypeError:
         return None
+
+
+def _check_flat(params: Any, total: int) -> Any:
+    # a flat parameter array for a network of `total` parameters, or the reason it is not one
+    src = params if isinstance(params, NDArray) else np.asarray(params)
+    if src.shape != (total,):
+        raise ValueError(f"params: expected shape ({total},), got {tuple(src.shape)}")
+    if src.dtype.kind != "f":
+        raise TypeError(f"params: expected a float array, got dtype {src.dtype}")
+    return src
