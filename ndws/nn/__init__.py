@@ -1,6 +1,8 @@
-"""Neural-network building blocks: `ndws.nn.functional` (``import ndws.nn.functional as F``)
-holds the native activation, loss and updater kernels; `ArrayType` and `LayerWorkspaceMgr` say
-which workspace each array a layer makes goes to."""
+"""Networks with every temporary in workspaces (docs/networks.md): `MultiLayerConfiguration`,
+`MultiLayerNetwork`, the layers (`DenseLayer`, `OutputLayer`, ..., and `Layer` for custom ones),
+the updaters and schedules, `ArrayType` and `LayerWorkspaceMgr` (which workspace each array a
+layer makes goes to), `listeners`; and `functional` (``import ndws.nn.functional as F``), the
+native activation, loss and updater kernels they are built on."""
 from ndws.nn import functional, listeners
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.nn.network import MultiLayerNetwork
