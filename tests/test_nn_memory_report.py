@@ -5,8 +5,9 @@ import pytest
 
 import ndws
 from ndws.data.dataset import DataSet
-from ndws.nn import (ActivationLayer, Adam, ArrayType, DenseLayer, DropoutLayer, Layer,
-                     LossLayer, MultiLayerConfiguration, MultiLayerNetwork, OutputLayer)
+from ndws.nn import (ActivationLayer, Adam, ArrayType, BatchNormalization, DenseLayer,
+                     DropoutLayer, Layer, LossLayer, MultiLayerConfiguration, MultiLayerNetwork,
+                     OutputLayer)
 
 MODES = ["NONE", "SINGLE", "SEPARATE", "ENABLED"]
 
@@ -25,20 +26,24 @@ def stack(kind):
     if kind == "regression":
         return [DenseLayer(n_in=20, n_out=12, activation="sigmoid"),
                 OutputLayer(n_out=3, activation="tanh", loss_function="MSE")]
+    if kind == "batchnorm":
+        return [DenseLayer(n_in=20, n_out=12, activation="identity"), BatchNormalization(),
+                ActivationLayer(activation="relu"),
+                OutputLayer(n_out=5, activation="softmax")]
     return [DenseLayer(n_in=20, n_out=7, activation="identity"),
             LossLayer(loss_function="XENT", activation="sigmoid")]
 
 
 def batch(rng, kind, n):
     x = rng.standard_normal((n, 20)).astype(np.float32)
-    if kind == "classifier":
+    if kind in ("classifier", "batchnorm"):
         return DataSet(x, rng.integers(0, 5, n))
     width = 3 if kind == "regression" else 7
     return DataSet(x, rng.random((n, width)).astype(np.float32))
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("kind", ["classifier", "regression", "loss layer"])
+@pytest.mark.parametrize("kind", ["classifier", "regression", "loss layer", "batchnorm"])
 @pytest.mark.parametrize("n", [1, 33])
 def test_plan_equals_what_the_workspaces_learn(mode, kind, n, rng):
     net = MultiLayerNetwork(MultiLayerConfiguration(

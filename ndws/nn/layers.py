@@ -791,6 +791,25 @@ class BatchNormalization(Layer):
         n = self.n_in
         return {"gamma": (n,), "beta": (n,), "mean": (n,), "var": (n,)}
 
+    def memory_use(self, batch, training, itemsize):
+        # the arrays activate/backprop_gradient make: named ones by type, and the temporaries
+        # of the ndws calls (placed in the current workspace: this pass's working memory)
+        f = self.n_in * itemsize
+        nf = batch * f
+        if not training:
+            return [("forward", ArrayType.FF_WORKING_MEM, f)] * 3 + [
+                ("forward", ArrayType.ACTIVATIONS, nf)]
+        use = [("forward", ArrayType.ACTIVATIONS, nf),
+               ("forward", ArrayType.INPUT, f), ("forward", ArrayType.INPUT, nf)]
+        # mean, xc, xc*xc, var, var+eps, sqrt; the four running-statistics products
+        use += [("forward", ArrayType.FF_WORKING_MEM, b) for b in (f, nf, nf, f, f, f)]
+        use += [("forward", ArrayType.FF_WORKING_MEM, f)] * 4
+        # dy*x_hat, mean(dy), mean(dy*x_hat), x_hat*that, gamma*inv_std
+        use += [("backward", ArrayType.BP_WORKING_MEM, b) for b in (nf, f, f, nf, f)]
+        if self.input_gradient_needed:
+            use.append(("backward", ArrayType.ACTIVATION_GRAD, nf))
+        return use
+
     def trainable(self, name):
         return name in ("gamma", "beta") and not self.lock_gamma_beta
 
