@@ -20,7 +20,7 @@ def _clean():
 
 def stack(kind):
     if kind == "classifier":
-        return [DenseLayer(n_in=20, n_out=32, activation="relu", l2=0.01),
+        return [DenseLayer(n_in=20, n_out=32, activation="relu", l2=0.01, l1=0.001),
                 DenseLayer(n_out=16, activation="tanh", dropout=0.8), DropoutLayer(0.9),
                 ActivationLayer(activation="elu"), OutputLayer(n_out=5, activation="softmax")]
     if kind == "regression":
@@ -76,7 +76,9 @@ def test_totals_show_the_trade_off():
     assert r.workspace_bytes(W.ENABLED, False) == r.workspace_bytes(W.SINGLE, False)
     row = r.layers[0]
     assert row["type"] == "DenseLayer"
-    assert row["training"] == {"ACTIVATIONS": 64 * 32 * 4, "BP_WORKING_MEM": 64 * 32 * 4 + 2560}
+    w = 20 * 32 * 4                        # the l2 and l1 terms' temporaries are weight-sized
+    assert row["training"] == {"ACTIVATIONS": 64 * 32 * 4, "BP_WORKING_MEM": 64 * 32 * 4 + 3 * w,
+                               "UPDATER_WORKING_MEM": 2 * (w + 64)}
     assert row["inference"] == {"ACTIVATIONS": 64 * 32 * 4}
     text = str(r)
     assert text.startswith("Memory report, batch size 64 (bytes)")

@@ -101,7 +101,10 @@ def test_modes_train_to_identical_parameters_with_dropout(rng):
 
 @pytest.mark.parametrize("mode", ["SINGLE", "SEPARATE", "ENABLED"])
 def test_no_heap_allocation_after_warm_up(mode, rng):
-    net = MultiLayerNetwork(conf_for(mode, dropout=0.8, updater=Adam(1e-3)))
+    layers = [DenseLayer(n_in=6, n_out=7, activation="relu", l1=1e-3, l2=1e-2),
+              DenseLayer(n_out=5, activation="tanh", dropout=0.8),
+              OutputLayer(n_out=3, activation="softmax")]
+    net = MultiLayerNetwork(conf_for(mode, updater=Adam(1e-3), layers=layers))
     net.init()
     x, y = data(rng, 32)
     ds = DataSet(ndws.from_numpy(x), ndws.from_numpy(y))

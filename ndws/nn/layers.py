@@ -399,19 +399,30 @@ class _WeightsMixin:
         self.params["b"].fill(self.bias_init or 0.0)
 
     def regularization_score(self):
+        # ndws calls, so the temporaries land in the current workspace (the network computes
+        # this inside the iteration's scope): nothing on the heap
+        w = self.params["W"]
         s = 0.0
         if self.l1:
-            s += self.l1 * float(np.abs(_np_view(self.params["W"])).sum())
+            s += self.l1 * ndws.sum(ndws.abs(w)).item()
         if self.l2:
-            s += 0.5 * self.l2 * float(np.square(_np_view(self.params["W"])).sum())
+            s += 0.5 * self.l2 * ndws.sum(ndws.multiply(w, w)).item()
         return s
 
     def _weight_gradient_use(self, batch: int, itemsize: int) -> list:
         # what _weight_gradients makes: the l2 term's temporary (in the working memory), the
         # input gradient
         use = []
+        w = self.n_in * self.n_out * itemsize
         if self.l2:
-            use.append(("backward", ArrayType.BP_WORKING_MEM, self.n_in * self.n_out * itemsize))
+            use.append(("backward", ArrayType.BP_WORKING_MEM, w))
+        if self.l1:
+            use += [("backward", ArrayType.BP_WORKING_MEM, w)] * 2
+        # regularization_score, at the end of the iteration: |W| or W*W and a 0-d sum each
+        for coefficient in (self.l1, self.l2):
+            if coefficient:
+                use += [("backward", ArrayType.UPDATER_WORKING_MEM, w),
+                        ("backward", ArrayType.UPDATER_WORKING_MEM, itemsize)]
         if self.input_gradient_needed:
             use.append(("backward", ArrayType.ACTIVATION_GRAD, batch * self.n_in * itemsize))
         return use
@@ -424,7 +435,7 @@ class _WeightsMixin:
             ndws.add(self.grads["W"], ndws.multiply(self.params["W"], self.l2),
                      out=self.grads["W"])
         if self.l1:
-            ndws.add(self.grads["W"], np.sign(_np_view(self.params["W"])) * self.l1,
+            ndws.add(self.grads["W"], ndws.multiply(ndws.sign(self.params["W"]), self.l1),
                      out=self.grads["W"])
         ndws.sum(dz, axis=0, out=self.grads["b"])
         if not self.input_gradient_needed:

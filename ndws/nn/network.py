@@ -665,6 +665,10 @@ class MultiLayerNetwork:
                                                  "backprop_gradient")
                         if len(open_eps) > 1:
                             open_eps.pop(0).close()
+                    while open_eps:
+                        open_eps.pop().close()
+                    # in the iteration's scope, so its temporaries are the iteration's
+                    reg = sum(layer.regularization_score() for layer in self.layers)
             finally:
                 while open_eps:
                     open_eps.pop().close()
@@ -672,7 +676,7 @@ class MultiLayerNetwork:
                     layer.clear()
             for listener in self._listeners:
                 listener.on_backward_pass(self)
-        return score + sum(layer.regularization_score() for layer in self.layers)
+        return score + reg
 
     def _notify_forward(self, acts: list, mode: WorkspaceMode) -> None:
         # Listeners get the activations valid for the call only. In a workspace mode they are
