@@ -198,6 +198,8 @@ class Layer:
                                          "name")
     #: whether the layer has weights of shape (n_in, n_out) (n_in/n_out required)
     has_weights: ClassVar[bool] = False
+    #: whether the output is as wide as the input (an n_out given must equal n_in)
+    keeps_width: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -303,6 +305,12 @@ class Layer:
             raise ValueError(f"{where}.n_in: unknown (set n_in on the first layer)")
         if self.has_weights and self.n_out is None:
             raise ValueError(f"{where}.n_out: required for {type(self).__name__}")
+        if (self.keeps_width and self.n_out is not None and self.n_in is not None
+                and self.n_out != self.n_in):
+            name = type(self).__name__
+            article = "an" if name[0] in "AEIOU" else "a"
+            raise ValueError(f"{where}.n_out: {article} {name} keeps its width ({self.n_in}), "
+                             f"got {self.n_out}")
 
     def output_width(self) -> int | None:
         """The width of this layer's output (n_out; n_in for layers that keep the width)."""
@@ -506,7 +514,24 @@ def _check_loss_fits(loss: LossFunction, act: Activation, where: str) -> None:
 class _LossMixin:
     # the score and dL/dz of an output: fused with its activation where the kernels allow
     # (softmax + cross-entropy, sigmoid + binary cross-entropy), else loss then activation
-    # backward; DL4J's scaling (per-example sums averaged over the batch)
+    # backward; DL4J's scaling (per-example sums averaged over the batch). Shared by the
+    # output layers: their loss_function field, its check against the activation, the score.
+
+    fields = Layer.fields + ("loss_function",)
+
+    def __init__(self, *, loss_function: Any = "MCXENT", **common: Any):
+        super().__init__(**common)
+        self.loss_function = LossFunction.parse(loss_function,
+                                                f"{type(self).__name__}.loss_function")
+
+    def _check_resolved(self, where):
+        super()._check_resolved(where)
+        _check_loss_fits(self.loss_function, self.activation or Activation.IDENTITY, where)
+
+    def compute_score(self, labels: NDArray, mgr: LayerWorkspaceMgr,
+                      mask: NDArray | None = None) -> float:
+        """After a training `activate`: the score only (without regularisation)."""
+        return self._loss(self._z, labels, mgr, False, mask)[0]
 
     def _loss(self, z: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr,
               want_grad: bool, mask: NDArray | None = None) -> tuple[float, NDArray | None]:
@@ -607,17 +632,6 @@ class OutputLayer(_LossMixin, _WeightsMixin, Layer):
         As `Layer` (n_out required).
     """
 
-    fields = Layer.fields + ("loss_function",)
-
-    def __init__(self, *, loss_function: Any = "MCXENT", **common: Any):
-        super().__init__(**common)
-        self.loss_function = LossFunction.parse(loss_function,
-                                                f"{type(self).__name__}.loss_function")
-
-    def _check_resolved(self, where):
-        super()._check_resolved(where)
-        _check_loss_fits(self.loss_function, self.activation or Activation.IDENTITY, where)
-
     def activate(self, x, training, mgr):
         x = self._apply_dropout(x, training, mgr, getattr(self, "_rng", None))
         self._x = x
@@ -650,29 +664,12 @@ class OutputLayer(_LossMixin, _WeightsMixin, Layer):
         eps = self._weight_gradients(self._x, dz, mgr)
         return score, dict(self.grads), self._dropout_backward(eps)
 
-    def compute_score(self, labels: NDArray, mgr: LayerWorkspaceMgr,
-                      mask: NDArray | None = None) -> float:
-        """After a training `activate`: the score only."""
-        return self._loss(self._z, labels, mgr, False, mask)[0]
-
 
 class LossLayer(_LossMixin, Layer):
     """A loss on its input, without parameters (DL4J's ``LossLayer``): the input is the
     pre-activation."""
 
-    fields = Layer.fields + ("loss_function",)
-
-    def __init__(self, *, loss_function: Any = "MCXENT", **common: Any):
-        super().__init__(**common)
-        self.loss_function = LossFunction.parse(loss_function,
-                                                f"{type(self).__name__}.loss_function")
-
-    def _check_resolved(self, where):
-        super()._check_resolved(where)
-        if self.n_out is not None and self.n_in is not None and self.n_out != self.n_in:
-            raise ValueError(f"{where}.n_out: a LossLayer keeps its width ({self.n_in}), got "
-                             f"{self.n_out}")
-        _check_loss_fits(self.loss_function, self.activation or Activation.IDENTITY, where)
+    keeps_width = True
 
     def activate(self, x, training, mgr):
         act = self.activation or Activation.IDENTITY
@@ -696,17 +693,11 @@ class LossLayer(_LossMixin, Layer):
         ndws.multiply(dz, 1, out=eps)
         return score, {}, eps
 
-    def compute_score(self, labels, mgr, mask=None):
-        return self._loss(self._z, labels, mgr, False, mask)[0]
-
 
 class ActivationLayer(Layer):
     """An activation function on its input, without parameters."""
 
-    def _check_resolved(self, where):
-        if self.n_out is not None and self.n_in is not None and self.n_out != self.n_in:
-            raise ValueError(f"{where}.n_out: an ActivationLayer keeps its width ({self.n_in}), "
-                             f"got {self.n_out}")
+    keeps_width = True
 
     def memory_use(self, batch, training, itemsize):
         size = batch * self.n_in * itemsize
@@ -732,13 +723,10 @@ class DropoutLayer(Layer):
     """Inverted dropout of its input during training (`dropout` is DL4J's retain probability);
     the identity at inference."""
 
+    keeps_width = True
+
     def __init__(self, dropout: float | None = None, **common: Any):
         super().__init__(dropout=dropout, **common)
-
-    def _check_resolved(self, where):
-        if self.n_out is not None and self.n_in is not None and self.n_out != self.n_in:
-            raise ValueError(f"{where}.n_out: a DropoutLayer keeps its width ({self.n_in}), got "
-                             f"{self.n_out}")
 
     def memory_use(self, batch, training, itemsize):
         size = batch * self.n_in * itemsize
@@ -791,12 +779,12 @@ class BatchNormalization(Layer):
                             f"{type(lock_gamma_beta).__name__}")
         self.lock_gamma_beta = lock_gamma_beta
 
+    keeps_width = True
+
     def _check_resolved(self, where):
-        if self.n_in is None:
+        if self.n_in is None:        # its parameters are n_in wide
             raise ValueError(f"{where}.n_in: unknown (set n_in on the first layer)")
-        if self.n_out is not None and self.n_out != self.n_in:
-            raise ValueError(f"{where}.n_out: a BatchNormalization keeps its width "
-                             f"({self.n_in}), got {self.n_out}")
+        super()._check_resolved(where)
 
     def param_shapes(self):
         n = self.n_in
