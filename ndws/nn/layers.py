@@ -26,7 +26,7 @@ import numpy as np
 import ndws
 from ndws._core import NDArray, _np_view
 from ndws.nn import functional as F
-from ndws.nn.updaters import FieldTypeError, Updater
+from ndws.nn.updaters import FieldTypeError, Updater, real_field
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["Activation", "LossFunction", "WeightInit", "Layer", "DenseLayer", "OutputLayer",
@@ -134,16 +134,8 @@ def _size(owner: str, name: str, value: Any) -> int | None:
 
 def _nonneg(owner: str, name: str, value: Any, hi: float = math.inf,
             open_lo: bool = False) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise FieldTypeError(f"{owner}.{name}: expected a real number, got {type(value).__name__} "
-                        f"{value!r:.40}")
-    v = float(value)
-    if not math.isfinite(v) or v > hi or (v <= 0 if open_lo else v < 0):
-        lo = "(0" if open_lo else "[0"
-        raise ValueError(f"{owner}.{name}: must be in {lo}, {hi:g}], got {value!r}")
-    return v
+    # an optional field in [0, hi] ((0, hi] with open_lo); None means "the default"
+    return None if value is None else real_field(owner, name, value, 0.0, hi, lo_open=open_lo)
 
 
 def _finite(owner: str, name: str, value: Any) -> float | None:

@@ -41,17 +41,19 @@ class ScheduleType(enum.Enum):
     EPOCH = "EPOCH"
 
 
-def _real(owner: str, name: str, value: Any, lo: float = 0.0, hi: float = math.inf,
-          hi_open: bool = False) -> float:
-    # a finite real in [lo, hi] (or [lo, hi)), named in the error as owner.name
+def real_field(owner: str, name: str, value: Any, lo: float = 0.0, hi: float = math.inf,
+               lo_open: bool = False, hi_open: bool = False) -> float:
+    """A configuration field that is a finite real in [lo, hi] (each end open when asked),
+    named in the error as owner.name (layers and updaters alike)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise FieldTypeError(f"{owner}.{name}: expected a real number, got {type(value).__name__} "
-                        f"{value!r:.40}")
+                             f"{value!r:.40}")
     v = float(value)
-    if not math.isfinite(v) or v < lo or (v >= hi if hi_open else v > hi):
+    if (not math.isfinite(v) or (v <= lo if lo_open else v < lo)
+            or (v >= hi if hi_open else v > hi)):
         upper = "inf" if hi == math.inf else f"{hi:g}"
-        raise ValueError(f"{owner}.{name}: must be in [{lo:g}, {upper}{')' if hi_open else ']'}, "
-                         f"got {value!r}")
+        raise ValueError(f"{owner}.{name}: must be in {'(' if lo_open else '['}{lo:g}, {upper}"
+                         f"{')' if hi_open else ']'}, got {value!r}")
     return v
 
 
@@ -139,8 +141,8 @@ class StepSchedule(Schedule):
 
     def __post_init__(self) -> None:
         self._check_type()
-        _real("StepSchedule", "initial_value", self.initial_value)
-        _real("StepSchedule", "decay_rate", self.decay_rate)
+        real_field("StepSchedule", "initial_value", self.initial_value)
+        real_field("StepSchedule", "decay_rate", self.decay_rate)
         _count("StepSchedule", "step", self.step)
 
     def value_at(self, iteration: int, epoch: int) -> float:
@@ -158,8 +160,8 @@ class ExponentialSchedule(Schedule):
 
     def __post_init__(self) -> None:
         self._check_type()
-        _real("ExponentialSchedule", "initial_value", self.initial_value)
-        _real("ExponentialSchedule", "gamma", self.gamma)
+        real_field("ExponentialSchedule", "initial_value", self.initial_value)
+        real_field("ExponentialSchedule", "gamma", self.gamma)
 
     def value_at(self, iteration: int, epoch: int) -> float:
         return self.initial_value * self.gamma ** self._count_of(iteration, epoch)
@@ -181,15 +183,15 @@ class CycleSchedule(Schedule):
 
     def __post_init__(self) -> None:
         self._check_type()
-        _real("CycleSchedule", "initial_value", self.initial_value)
-        _real("CycleSchedule", "max_value", self.max_value)
+        real_field("CycleSchedule", "initial_value", self.initial_value)
+        real_field("CycleSchedule", "max_value", self.max_value)
         _count("CycleSchedule", "cycle_length", self.cycle_length)
         if (isinstance(self.annealing_length, bool)
                 or not isinstance(self.annealing_length, (int, np.integer))
                 or not 0 <= self.annealing_length < self.cycle_length - 1):
             raise ValueError(f"CycleSchedule.annealing_length: expected an int in [0, "
                              f"cycle_length - 1), got {self.annealing_length!r:.40}")
-        _real("CycleSchedule", "annealing_decay", self.annealing_decay, 0.0, 1.0)
+        real_field("CycleSchedule", "annealing_decay", self.annealing_decay, 0.0, 1.0)
 
     def value_at(self, iteration: int, epoch: int) -> float:
         t = self._count_of(iteration, epoch) % self.cycle_length
@@ -211,7 +213,7 @@ class CycleSchedule(Schedule):
 def _lr(owner: str, value: Any) -> None:
     if isinstance(value, Schedule):
         return
-    _real(owner, "learning_rate", value)
+    real_field(owner, "learning_rate", value)
 
 
 class Updater(_Serial):
@@ -260,7 +262,7 @@ class Nesterovs(Updater):
 
     def __post_init__(self) -> None:
         _lr("Nesterovs", self.learning_rate)
-        _real("Nesterovs", "momentum", self.momentum, 0.0, 1.0)
+        real_field("Nesterovs", "momentum", self.momentum, 0.0, 1.0)
 
     def _step(self, params, grads, state, lr, iteration):
         F.momentum_update(params, grads, state[0], lr, self.momentum, nesterov=True)
@@ -278,9 +280,9 @@ class Adam(Updater):
 
     def __post_init__(self) -> None:
         _lr(type(self).__name__, self.learning_rate)
-        _real(type(self).__name__, "beta1", self.beta1, 0.0, 1.0, hi_open=True)
-        _real(type(self).__name__, "beta2", self.beta2, 0.0, 1.0, hi_open=True)
-        _real(type(self).__name__, "epsilon", self.epsilon)
+        real_field(type(self).__name__, "beta1", self.beta1, 0.0, 1.0, hi_open=True)
+        real_field(type(self).__name__, "beta2", self.beta2, 0.0, 1.0, hi_open=True)
+        real_field(type(self).__name__, "epsilon", self.epsilon)
 
     def _step(self, params, grads, state, lr, iteration):
         F.adam_update(params, grads, state[0], state[1], iteration + 1, lr, self.beta1,
@@ -295,7 +297,7 @@ class AdamW(Adam):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _real("AdamW", "weight_decay", self.weight_decay)
+        real_field("AdamW", "weight_decay", self.weight_decay)
 
     def _step(self, params, grads, state, lr, iteration):
         F.adamw_update(params, grads, state[0], state[1], iteration + 1, lr, self.beta1,
@@ -313,8 +315,8 @@ class RmsProp(Updater):
 
     def __post_init__(self) -> None:
         _lr("RmsProp", self.learning_rate)
-        _real("RmsProp", "rms_decay", self.rms_decay, 0.0, 1.0)
-        _real("RmsProp", "epsilon", self.epsilon)
+        real_field("RmsProp", "rms_decay", self.rms_decay, 0.0, 1.0)
+        real_field("RmsProp", "epsilon", self.epsilon)
 
     def _step(self, params, grads, state, lr, iteration):
         F.rmsprop_update(params, grads, state[0], lr, self.rms_decay, self.epsilon)
@@ -330,7 +332,7 @@ class AdaGrad(Updater):
 
     def __post_init__(self) -> None:
         _lr("AdaGrad", self.learning_rate)
-        _real("AdaGrad", "epsilon", self.epsilon)
+        real_field("AdaGrad", "epsilon", self.epsilon)
 
     def _step(self, params, grads, state, lr, iteration):
         F.adagrad_update(params, grads, state[0], lr, self.epsilon)
