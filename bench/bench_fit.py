@@ -164,7 +164,7 @@ def run_child(threads, quick):
             # the minimal live set of a step: parameters, gradients and updater state, what
             # backprop keeps, and the largest layer's working memory (from the shapes)
             ws = report.workspace_bytes(ndws.WorkspaceMode.SEPARATE, True)
-            from ndws.nn.network import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM
+            from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM
             out["minimal_live"] = (report.parameter_bytes + ws[WS_ALL_LAYERS_ACT]
                                    + ws[WS_LAYER_WORKING_MEM])
             out["separate_peak"] = report.parameter_bytes + sum(ws.values())

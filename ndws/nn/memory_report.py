@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import ndws
+from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
+                             WS_SINGLE)
 from ndws.nn.workspace_mgr import ArrayType
 from ndws.workspace import WorkspaceMode
 
@@ -31,8 +33,6 @@ def _aligned(nbytes: int) -> int:
 def plan(uses: list, mode: WorkspaceMode, training: bool) -> dict[str, int]:
     """Workspace name -> bytes of its largest cycle, for per-layer `uses` (a list, per layer,
     of ``(pass, ArrayType, bytes)``) in `mode` (never ENABLED: resolve it first)."""
-    from ndws.nn.network import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT,
-                                 WS_LAYER_WORKING_MEM, WS_SINGLE)
     n = len(uses)
     if mode is WorkspaceMode.NONE:
         return {}

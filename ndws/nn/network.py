@@ -42,11 +42,12 @@ from ndws.evaluation import evaluate as _evaluate
 from ndws.nn.history import History, _Progress
 from ndws.nn.layers import Layer
 from ndws.nn.listeners import TrainingListener
+from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
+                             WS_LISTENER, WS_OUTPUT_MEM, WS_SINGLE, workspace_configs)
 from ndws.nn.memory_report import MemoryReport, merge as _merge, plan as _plan
 from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
-from ndws.workspace import (LearningPolicy, SpillPolicy, WorkspaceConfiguration, WorkspaceMode,
-                            get_workspace_manager, scope_out_of_workspaces)
+from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
 
 __all__ = ["MultiLayerNetwork"]
 
@@ -54,36 +55,6 @@ _BUSY = ("MultiLayerNetwork.{op}: the network is in use by another thread (one n
          "one thread at a time; give each thread its own, e.g. with clone())")
 
 _memory_manager = ndws.get_memory_manager()
-
-# DL4J's workspace names (reference: MultiLayerNetwork workspaces)
-WS_ALL_LAYERS_ACT = "WS_ALL_LAYERS_ACT"
-WS_LAYER_WORKING_MEM = "WS_LAYER_WORKING_MEM"
-WS_LAYER_ACT = ("WS_LAYER_ACT_1", "WS_LAYER_ACT_2")
-WS_SINGLE = "WS_SINGLE"
-WS_INFERENCE = "WS_INFERENCE"
-WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
-WS_LISTENER = "WS_LISTENER"          # NONE mode: what listeners see, for the call only
-
-
-def _workspace_configs(n_layers: int) -> dict[str, WorkspaceConfiguration]:
-    # DL4J's configurations of its network workspaces (reference: MultiLayerNetwork workspaces)
-    over_time = dict(overallocation_limit=0.02, policy_learning=LearningPolicy.OVER_TIME,
-                     policy_spill=SpillPolicy.REALLOCATE)
-    all_act = WorkspaceConfiguration(overallocation_limit=0.05,
-                                     policy_learning=LearningPolicy.FIRST_LOOP,
-                                     policy_spill=SpillPolicy.REALLOCATE)
-    return {
-        WS_LAYER_WORKING_MEM: WorkspaceConfiguration(
-            cycles_before_initialization=2 * n_layers, **over_time),
-        WS_ALL_LAYERS_ACT: all_act,
-        WS_LAYER_ACT[0]: WorkspaceConfiguration(cycles_before_initialization=n_layers,
-                                                **over_time),
-        WS_LAYER_ACT[1]: WorkspaceConfiguration(cycles_before_initialization=n_layers,
-                                                **over_time),
-        WS_SINGLE: all_act,
-        WS_INFERENCE: all_act,
-    }
-
 
 class MultiLayerNetwork:
     """A feed-forward network of `conf`'s layers.
@@ -160,7 +131,7 @@ class MultiLayerNetwork:
             layer._rng = self._dropout_rng
         self.layers = layers
         self._params, self._grads = flat_p, flat_g
-        self._configs = _workspace_configs(len(layers))
+        self._configs = workspace_configs(len(layers))
         self._managers: dict = {}
         self._presized: dict = {}
         if params is not None:
@@ -466,7 +437,7 @@ class MultiLayerNetwork:
                         m = last if i == n - 1 else mgr
                         if mode is WorkspaceMode.SEPARATE and i < n - 1:
                             # layer i's activations live in ACT_(i % 2) until layer i + 1 has
-                            # read them (reference: WS_LAYER_ACT_1 / _2)
+                            # read them (DL4J's WS_LAYER_ACT_1 / _2)
                             name = WS_LAYER_ACT[i % 2]
                             m._map(ArrayType.ACTIVATIONS, name, self._configs[name])
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))

@@ -1,0 +1,35 @@
+"""The workspaces of a `MultiLayerNetwork`: DL4J's names and configurations (docs/networks.md,
+"The workspace modes"), shared by the network, which enters them, and the memory report, which
+plans their sizes."""
+from __future__ import annotations
+
+from ndws.workspace import LearningPolicy, SpillPolicy, WorkspaceConfiguration
+
+# DL4J's workspace names
+WS_ALL_LAYERS_ACT = "WS_ALL_LAYERS_ACT"
+WS_LAYER_WORKING_MEM = "WS_LAYER_WORKING_MEM"
+WS_LAYER_ACT = ("WS_LAYER_ACT_1", "WS_LAYER_ACT_2")
+WS_SINGLE = "WS_SINGLE"
+WS_INFERENCE = "WS_INFERENCE"
+WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
+WS_LISTENER = "WS_LISTENER"          # NONE mode: what listeners see, for the call only
+
+
+def workspace_configs(n_layers: int) -> dict[str, WorkspaceConfiguration]:
+    # DL4J's configurations of its network workspaces
+    over_time = dict(overallocation_limit=0.02, policy_learning=LearningPolicy.OVER_TIME,
+                     policy_spill=SpillPolicy.REALLOCATE)
+    all_act = WorkspaceConfiguration(overallocation_limit=0.05,
+                                     policy_learning=LearningPolicy.FIRST_LOOP,
+                                     policy_spill=SpillPolicy.REALLOCATE)
+    return {
+        WS_LAYER_WORKING_MEM: WorkspaceConfiguration(
+            cycles_before_initialization=2 * n_layers, **over_time),
+        WS_ALL_LAYERS_ACT: all_act,
+        WS_LAYER_ACT[0]: WorkspaceConfiguration(cycles_before_initialization=n_layers,
+                                                **over_time),
+        WS_LAYER_ACT[1]: WorkspaceConfiguration(cycles_before_initialization=n_layers,
+                                                **over_time),
+        WS_SINGLE: all_act,
+        WS_INFERENCE: all_act,
+    }
