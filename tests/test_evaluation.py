@@ -1,4 +1,4 @@
-"""Evaluation (reference §7.1): DL4J's test cases, scikit-learn parity, masks, ranks 3/4,
+"""Evaluation (DL4J's ``Evaluation``): DL4J's test cases, scikit-learn parity, masks, ranks 3/4,
 merging, serialisation, NDArray inputs, no per-batch allocation, plotting."""
 from __future__ import annotations
 

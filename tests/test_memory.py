@@ -1,4 +1,4 @@
-"""Tests for ndws.memory: the process-wide memory manager's GC controls (reference §8.3, with
+"""Tests for ndws.memory: the process-wide memory manager's GC controls (ND4J's MemoryManager, with
 the deliberate difference (docs/porting-from-dl4j.md) that periodic GC really runs) and its
 allocation statistics.
 

@@ -1,4 +1,4 @@
-"""Memory-mapped workspaces (LocationPolicy.MMAP), sized as reference §1 describes."""
+"""Memory-mapped workspaces (LocationPolicy.MMAP), sized by ND4J's MMAP rules (docs/workspaces.md)."""
 from __future__ import annotations
 
 import os

@@ -6,9 +6,8 @@ dup, leverage_to, arithmetic, reductions, in-place writes, NumPy exports and rea
 small pure-Python model of ND4J's rules, and checks after every step that ndws agrees with it:
 
 * the current-workspace pointer, open state, generation and borrow flag follow
-  nd4j-semantics.md §2.4 (enter, re-entry = nesting count, entry of an open non-current
-  workspace = new cycle), §2.5 (close), §2.8 (borrow, scope out, nesting) and §2.11
-  (destruction), with ndws' lexical scopes (docs/workspaces.md, "Scopes are lexical"): a
+  ND4J's workspace lifecycle (enter, re-entry = nesting count, entry of an open non-current
+  workspace = new cycle; close; borrow, scope out, nesting; destruction), with ndws' lexical scopes (docs/workspaces.md, "Scopes are lexical"): a
   workspace stays open while any entry of it is open, leaving a `with` ends exactly its own
   scope, and the current workspace is always open or None;
 * every array is valid or stale exactly as §3.2 and invariant 2 of docs/architecture.md say

@@ -141,7 +141,7 @@ def test_reentering_open_noncurrent_workspace_outdates_its_arrays():
     outer.notify_scope_entered()
     a = ndws.ones(4)
     inner.notify_scope_entered()
-    outer.notify_scope_entered()  # A -> B -> A: a fresh entry in ND4J (reference §2.4 hazard)
+    outer.notify_scope_entered()  # A -> B -> A: a fresh entry in ND4J (its re-entry hazard)
     assert outer.parent_workspace is inner
     assert a.stale == "outdated"
     with pytest.raises(WorkspaceError) as info:

@@ -2,7 +2,7 @@
 
 Sources: ``BasicWorkspaceTests``, ``WorkspaceProviderTests`` (nesting, borrowing, manager),
 ``SpecialWorkspaceTests`` (statistics printout) and ``AccountingTests`` (memory released by
-destruction). Byte counts are re-derived from ``reference/nd4j-semantics.md`` §1, §2 and §10
+destruction). Byte counts are re-derived from ND4J's allocation rules (docs/workspaces.md)
 with ``ALIGNMENT = 64`` and float64 data: ``array([1., 2., 3., 4., 5.])`` = 40 B -> 64,
 ``zeros(10)`` = 80 B -> 128, ``zeros(100)`` = 800 B -> 832, a full reduction's 0-d result
 one 64-byte slot.

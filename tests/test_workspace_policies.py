@@ -3,8 +3,8 @@
 Sources: ``BasicWorkspaceTests``, ``WorkspaceProviderTests``, ``SpecialWorkspaceTests``,
 ``CyclicWorkspaceTests`` and ``DebugModeTests`` (nd4j-tests, ``org.nd4j.linalg.workspace``).
 The Java tests used 16-byte alignment (and sometimes counted Java-only scratch buffers), so
-every byte count here is re-derived from the rules of ``reference/nd4j-semantics.md`` §1, §2
-and §10 with ``ALIGNMENT = 64`` and float64 data:
+every byte count here is re-derived from ND4J's allocation rules (docs/workspaces.md) with
+``ALIGNMENT = 64`` and float64 data:
 
 * an allocation of n bytes consumes ``ceil(n / 64) * 64`` bytes of the workspace;
 * ``zeros(5)`` = 40 B -> 64, ``zeros(10)`` = 80 B -> 128, ``zeros(100)`` = 800 B -> 832,
@@ -53,7 +53,7 @@ def test_alignment_is_64():
 
 
 # ------------------------------------------------------------------------------------------------
-# WorkspaceConfiguration (reference §1)
+# WorkspaceConfiguration (ND4J's)
 
 
 def test_configuration_defaults_match_nd4j():

@@ -2,7 +2,7 @@
 
 `Evaluation` accumulates a confusion matrix over batches of (labels, predictions) and derives
 accuracy, top-N accuracy, precision, recall, F-beta, G-measure, Matthews correlation and the
-false positive / negative / alarm rates from it, per class or averaged (reference §7.1).
+false positive / negative / alarm rates from it, per class or averaged (DL4J's ``Evaluation``; docs/evaluation.md).
 
 Counting runs in the nogil kernels of `ndws.evaluation._counting` directly over each batch's
 memory (NumPy arrays or ndws NDArrays, any strides): no temporary the size of the batch is made.
