@@ -141,14 +141,9 @@ class MultiLayerNetwork:
         if self._params is None:
             raise RuntimeError("MultiLayerNetwork: call init() first")
 
-    @contextlib.contextmanager
-    def _exclusive(self, op: str):
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError(_BUSY.format(op=op))
-        try:
-            yield
-        finally:
-            self._busy.release()
+    def _exclusive(self, op: str) -> "_Exclusive":
+        # one network serves one thread at a time: a second caller fails at once, by name
+        return _Exclusive(self._busy, op)
 
     # -- parameters -----------------------------------------------------------------------------
 
@@ -470,50 +465,50 @@ class MultiLayerNetwork:
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
         history = History()
-        wrapper = None
-        if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
-                and callable(getattr(data, "async_supported", None)) and data.async_supported()):
-            # DL4J's fit: an async-capable iterator is prefetched on a producer thread (queue 2);
-            # the time fit waits for a batch is the ETL time
-            wrapper = data = AsyncDataSetIterator(data, queue_size=2)
-        if not self._busy.acquire(blocking=False):
-            if wrapper is not None:
-                wrapper.shutdown()
-            raise RuntimeError(_BUSY.format(op="fit"))
-        try:
-            for _ in range(epochs):
-                for listener in self._listeners:
-                    listener.on_epoch_start(self)
-                history._start_epoch(self._epoch)
-                bar = (_Progress(progress, _length(data, labels, batch_size),
-                                 f"epoch {self._epoch}") if progress is not False else None)
-                try:
-                    batches = iter(self._batches(data, labels, batch_size))
-                    while True:
-                        waited = time.perf_counter()
-                        ds = next(batches, None)
-                        if ds is None:
-                            break
-                        self.last_etl_time = (time.perf_counter() - waited) * 1000.0
-                        self._fit_batch(ds)
-                        history._iteration(self._iteration - 1, self._score,
-                                           self.last_batch_size)
-                        if bar is not None:
-                            bar.update(self._score)
-                finally:
-                    if bar is not None:
-                        bar.close()
-                history._end_epoch()
-                self._epoch += 1
-                for listener in self._listeners:
-                    listener.on_epoch_end(self)
-                if labels is None and hasattr(data, "reset") and callable(data.reset):
-                    data.reset()
-        finally:
-            if wrapper is not None:
-                wrapper.shutdown()
-            self._busy.release()
+        with self._exclusive("fit"):
+            wrapper = None
+            if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
+                    and callable(getattr(data, "async_supported", None))
+                    and data.async_supported()):
+                # DL4J's fit: an async-capable iterator is prefetched on a producer thread
+                # (queue 2); the time fit waits for a batch is the ETL time
+                wrapper = data = AsyncDataSetIterator(data, queue_size=2)
+            try:
+                for _ in range(epochs):
+                    self._fit_epoch(data, labels, batch_size, progress, history)
+            finally:
+                if wrapper is not None:
+                    wrapper.shutdown()
         return history
+
+    def _fit_epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
+                   history: History) -> None:
+        for listener in self._listeners:
+            listener.on_epoch_start(self)
+        history._start_epoch(self._epoch)
+        bar = (_Progress(progress, _length(data, labels, batch_size), f"epoch {self._epoch}")
+               if progress is not False else None)
+        try:
+            batches = iter(self._batches(data, labels, batch_size))
+            while True:
+                waited = time.perf_counter()
+                ds = next(batches, None)
+                if ds is None:
+                    break
+                self.last_etl_time = (time.perf_counter() - waited) * 1000.0
+                self._fit_batch(ds)
+                history._iteration(self._iteration - 1, self._score, self.last_batch_size)
+                if bar is not None:
+                    bar.update(self._score)
+        finally:
+            if bar is not None:
+                bar.close()
+        history._end_epoch()
+        self._epoch += 1
+        for listener in self._listeners:
+            listener.on_epoch_end(self)
+        if labels is None and hasattr(data, "reset") and callable(data.reset):
+            data.reset()
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
         if labels is not None:
@@ -870,3 +865,21 @@ def _check_flat(params: Any, total: int) -> Any:
     if src.dtype.kind != "f":
         raise TypeError(f"params: expected a float array, got dtype {src.dtype}")
     return src
+
+
+class _Exclusive:
+    # MultiLayerNetwork's busy lock as a context manager, taken without waiting (a plain class:
+    # fit runs it once per call, and a generator-based one costs a few microseconds)
+    __slots__ = ("_lock", "_op")
+
+    def __init__(self, lock: Any, op: str):
+        self._lock = lock
+        self._op = op
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError(_BUSY.format(op=self._op))
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        self._lock.release()
+        return False
