@@ -35,6 +35,7 @@ from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport memcpy, memset
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._gemm_types cimport GemmTable, epilogue_fn
+from ndws._threads cimport pool_run, ndws_claim
 
 
 cdef extern from "_simd.h" nogil:
@@ -82,12 +83,6 @@ cdef extern from "_simd.h" nogil:
     char* ndws_scratch_get(size_t nbytes)
     long long ndws_scratch_allocations()
     long long ndws_scratch_buffers()
-
-
-cdef extern from "_pool.h" nogil:
-    ctypedef void (*ndws_job_fn)(void* ctx) noexcept nogil
-    void ndws_pool_run(ndws_job_fn fn, void* ctx, int helpers)
-    long long ndws_claim(long long* next)
 
 
 # Everything a thread needs, shared read-only (except the chunk counter `next`) by the threads.
@@ -609,7 +604,7 @@ cdef int _launch(Problem* P, int t) noexcept nogil:
     if t <= 1 or P.nchunks <= 1:
         _run_chunks(P)
     else:
-        ndws_pool_run(_run_chunks, P, <int>_min(t, P.nchunks) - 1)
+        pool_run(_run_chunks, P, <int>_min(t, P.nchunks) - 1)
     return 0
 
 

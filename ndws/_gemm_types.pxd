@@ -14,7 +14,8 @@ ctypedef void (*epilogue_fn)(const void* ctx, void* c, intp_t i0, intp_t j0, int
 
 # C := alpha*A @ B + beta*C, A (m, k), B (k, n), C (m, n), all strides in elements (any sign;
 # C's must not make two elements overlap). beta == 0 makes C write-only (NaN/inf already in C
-# are ignored, BLAS's rule). Uses `nthreads` OpenMP threads; the result does not depend on it.
+# are ignored, BLAS's rule). Uses `nthreads` threads of the kernel pool; the result does not
+# depend on it.
 # Returns 0, or -1 when the per-thread packing scratch could not be allocated (C untouched).
 ctypedef int (*sgemm_fn)(intp_t m, intp_t n, intp_t k, float32_t alpha,
                          const float32_t* a, intp_t rs_a, intp_t cs_a,

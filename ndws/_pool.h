@@ -1,4 +1,5 @@
-/* A small pool of helper threads for the GEMM, where the caller never waits for a helper
+/* The one pool of kernel helper threads (compiled into ndws._threads only, which exports it to
+ * every kernel module: see _threads.pxd), where the caller never waits for a helper
  * that has not started.
  *
  * Why not an OpenMP parallel region: a region starts only when the team has formed and ends
@@ -169,16 +170,10 @@ static void ndws_pool_run(ndws_job_fn fn, void* ctx, int helpers) {
     __atomic_store_n(&ndws_pool.busy, 0, __ATOMIC_RELEASE);
 }
 
-/* Atomic claim of the next work item of a job (shared counter in the job's context). */
-static inline long long ndws_claim(long long* next) {
-    return __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
-}
-
 #else  /* no POSIX threads: the caller does everything */
 
 typedef void (*ndws_job_fn)(void* ctx);
 static void ndws_pool_run(ndws_job_fn fn, void* ctx, int helpers) { (void)helpers; fn(ctx); }
-static inline long long ndws_claim(long long* next) { return (*next)++; }
 
 #endif
 #endif /* NDWS_POOL_H */

@@ -1,5 +1,5 @@
 # ndws._threads for other Cython modules: the one helper every kernel wrapper asks,
-# with the GIL held, how many OpenMP threads to use for `work` units when each thread should get
+# with the GIL held, how many kernel threads to use for `work` units when each thread should get
 # at least `grain` units (a measured per-kernel constant, so small calls stay on one thread).
 # One thread-and-GIL policy for every kernel entry (docs/architecture.md, "How x + y reaches a
 # loop"): `threads_for(work, grain)` gives the kernel threads a call may use, and a kernel runs
@@ -47,3 +47,29 @@ cdef inline int threads_for(Py_ssize_t work, Grain grain) noexcept:
 cdef inline bint release_gil(Py_ssize_t nbytes, int nthreads) noexcept:
     return nthreads > 1 or nbytes > NOGIL_BYTES
 cdef int thread_limit() noexcept
+
+
+# The one pool of kernel helper threads (ndws/_pool.h; docs/architecture.md, "Kernel threads"):
+# every multi-threaded kernel runs through it, so a kernel never competes for a core with another
+# pool's spinning workers. `pool_run` runs fn(ctx) on the caller and on up to `helpers` helpers
+# that join in time (the GEMM claims its own chunks with `ndws_claim`); `run_tasks` runs
+# fn(ctx, i) for i in [0, ntasks), each index exactly once, on the caller and up to nthreads - 1
+# helpers. A result must not depend on which thread ran an index.
+ctypedef void (*job_fn)(void* ctx) noexcept nogil
+ctypedef void (*task_fn)(void* ctx, Py_ssize_t i) noexcept nogil
+
+cdef extern from *:
+    """
+    /* claim the next work item of a job (a shared counter in the job's context) */
+    #if defined(__GNUC__) || defined(__clang__)
+    static inline long long ndws_claim(long long* next) {
+        return __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+    }
+    #else  /* no helper threads in such a build: the caller claims everything */
+    static inline long long ndws_claim(long long* next) { return (*next)++; }
+    #endif
+    """
+    long long ndws_claim(long long* next) noexcept nogil
+
+cdef void pool_run(job_fn fn, void* ctx, int helpers) noexcept nogil
+cdef void run_tasks(task_fn fn, void* ctx, Py_ssize_t ntasks, int nthreads) noexcept nogil

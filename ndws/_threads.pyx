@@ -9,6 +9,10 @@ only the per-thread state of ndws._arena (each Python thread's own `num_threads`
 from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads, ndws_omp_set_num_threads
 from ndws._arena cimport ThreadState, tstate, epoch_ptr, debug_mode_ptr, ndws_share
 
+cdef extern from "_pool.h" nogil:
+    ctypedef void (*ndws_job_fn)(void* ctx) noexcept nogil
+    void ndws_pool_run(ndws_job_fn fn, void* ctx, int helpers)
+
 ndws_share(epoch_ptr(), debug_mode_ptr())
 
 __all__ = ["set_num_threads", "get_num_threads", "num_threads"]
@@ -16,12 +20,13 @@ __all__ = ["set_num_threads", "get_num_threads", "num_threads"]
 # ------------------------------------------------------------------------------------------------
 # Kernel threads
 #
-# ndws owns one OpenMP pool. Its size is `_pool_threads`: OMP_NUM_THREADS (what
-# omp_get_max_threads() reports at import, the CPU count when unset) until
-# `set_num_threads` changes it. A Python thread may lower or raise its own limit with
+# Kernel threads come from two pools: the GEMM and the nn kernels run on ndws' own helper pool
+# (ndws/_pool.h, below), the ufuncs' loops on OpenMP's. Their size is `_pool_threads`:
+# OMP_NUM_THREADS (what omp_get_max_threads() reports at import, the CPU count when unset)
+# until `set_num_threads` changes it. A Python thread may lower or raise its own limit with
 # `num_threads(n)` (ThreadState._nthreads), so N Python workers can each run 1-thread kernels
 # without oversubscribing the cores. Kernels never read these: every wrapper asks `threads_for`
-# with the GIL held and passes the count into its nogil region as `num_threads=`.
+# with the GIL held and passes the count into its nogil region.
 
 cdef int _pool_threads = max(1, ndws_omp_get_max_threads())
 
@@ -59,11 +64,9 @@ cdef int thread_limit() noexcept:
 #   adam 13.2 vs 9.7) and lose or tie at 1024;
 # - eval_rows (ndws.evaluation's confusion counting): a row is C loads from each of two arrays,
 #   ~2-4 ns for C = 10, against a few microseconds of OpenMP start-up.
-# These are standalone measurements. In a training step an OpenMP region has a cost they do not
-# see: its worker spins afterwards and takes the second core from the GEMM's helper thread
-# (ndws/_pool.h). Measured on the 2-core Sapphire Rapids machine, 784-256-256-10 MLP, batch 128,
-# 2 threads: fit() 857 us with the flat sgd_update on 2 threads, 670 us with it on one
-# (GOMP_SPINCOUNT=0: 691 us). One pool for every kernel is the fix; the grains stay as measured.
+# These are standalone measurements. In a training step an OpenMP region also cost its
+# spinning worker afterwards, which took the second core from the GEMM's helper: that is why the
+# nn kernels now run on the GEMM's pool (run_tasks, below); the ufuncs' loops still use OpenMP.
 cdef Py_ssize_t _grains[N_GRAINS]
 _grains[:] = [1 << 15, 1 << 16, 300000, 150000, 65536, 2048, 2048, 16384]
 _GRAIN_NAMES = ("elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap", "nn_transc",
@@ -178,3 +181,60 @@ class num_threads:
         _set_thread_override(self._prev.pop())
         return False
 
+
+
+# ------------------------------------------------------------------------------------------------
+# The pool (ndws/_pool.h, compiled into this module only, so the process has exactly one)
+
+cdef void pool_run(job_fn fn, void* ctx, int helpers) noexcept nogil:
+    ndws_pool_run(<ndws_job_fn>fn, ctx, helpers)
+
+
+ctypedef struct _Tasks:
+    task_fn fn
+    void* ctx
+    long long ntasks
+    long long next
+
+
+cdef void _claim_tasks(void* p) noexcept nogil:
+    # the caller and every helper that joins: claim indices until none is left
+    cdef _Tasks* t = <_Tasks*>p
+    cdef long long i
+    while True:
+        i = ndws_claim(&t.next)
+        if i >= t.ntasks:
+            return
+        t.fn(t.ctx, <Py_ssize_t>i)
+
+
+cdef void run_tasks(task_fn fn, void* ctx, Py_ssize_t ntasks, int nthreads) noexcept nogil:
+    cdef _Tasks t
+    cdef Py_ssize_t i
+    if nthreads <= 1 or ntasks <= 1:
+        for i in range(ntasks):
+            fn(ctx, i)
+        return
+    t.fn = fn
+    t.ctx = ctx
+    t.ntasks = ntasks
+    t.next = 0
+    ndws_pool_run(_claim_tasks, &t, <int>(nthreads - 1 if nthreads <= ntasks else ntasks - 1))
+
+
+cdef void _census_task(void* ctx, Py_ssize_t i) noexcept nogil:
+    cdef long long* counts = <long long*>ctx
+    ndws_claim(&counts[i])          # an atomic increment: helpers may run indices concurrently
+
+
+def _run_tasks_census(Py_ssize_t ntasks, int nthreads):
+    """How many times run_tasks ran each of `ntasks` indices on `nthreads` threads (for the
+    tests: every index exactly once, whoever claimed it)."""
+    import numpy as np
+    if ntasks < 0 or nthreads < 1:
+        raise ValueError("_run_tasks_census: ntasks >= 0 and nthreads >= 1")
+    counts = np.zeros(ntasks, dtype=np.int64)
+    cdef long long[::1] c = counts
+    with nogil:
+        run_tasks(_census_task, &c[0] if ntasks > 0 else NULL, ntasks, nthreads)
+    return counts

@@ -401,3 +401,26 @@ def test_a_manager_wraps_its_threads_core_state_and_nothing_else():
     finally:
         mgr.destroy_workspace(ws)
     assert not mgr.check_if_workspace_exists("WRAPPED_STATE")
+
+
+@pytest.mark.parametrize("ntasks, nthreads", [(0, 2), (1, 2), (7, 1), (8, 2), (64, 2), (1000, 3),
+                                              (5, 64)])
+def test_the_kernel_pool_runs_every_task_exactly_once(ntasks, nthreads):
+    from ndws._threads import _run_tasks_census
+    for _ in range(50):        # many jobs, so helpers join some of them mid-way
+        counts = _run_tasks_census(ntasks, nthreads)
+        assert counts.tolist() == [1] * ntasks
+
+
+def test_the_kernel_pool_is_shared_by_every_kernel_module():
+    # one pool for the GEMM and the nn kernels: only ndws._threads compiles the pool's code
+    # (a second copy would be a second pool, whose spinning helpers take the cores from the
+    # first one's); the others reach it through _threads.pxd
+    import pathlib
+    root = pathlib.Path(ndws.__file__).parent
+    text = {str(p.relative_to(root)): p.read_text(encoding="utf-8")
+            for pattern in ("**/*.pyx", "**/*.pxi") for p in root.glob(pattern)}
+    assert {name for name, src in text.items() if '"_pool.h"' in src} == {"_threads.pyx"}
+    users = {name for name, src in text.items() if "run_tasks(" in src or "pool_run(" in src}
+    assert {"_gemm_kernel.pxi", os.path.join("nn", "_updaters.pyx"),
+            os.path.join("nn", "_activations.pyx"), os.path.join("nn", "_losses.pyx")} <= users

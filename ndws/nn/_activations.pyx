@@ -4,7 +4,6 @@ activations), and the tile API the fused `linear` applies to each GEMM tile.
 Conventions (inputs, dtypes, out=, placement) are those of `ndws.nn.functional`.
 """
 cimport numpy as cnp
-from cython.parallel cimport prange
 from libc.math cimport log
 
 import numpy as np
@@ -12,7 +11,8 @@ import numpy as np
 from ndws._core cimport NDArray, NDWS_MAXDIMS
 from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, same_as, clashes,
                              real_arg)
-from ndws._threads cimport (threads_for, release_gil, Grain, GRAIN_NN_CHEAP, GRAIN_NN_TRANSC)
+from ndws._threads cimport (threads_for, release_gil, run_tasks, Grain, GRAIN_NN_CHEAP,
+                            GRAIN_NN_TRANSC)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._math cimport _exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid
 
@@ -374,27 +374,64 @@ cdef void _ew_block(bint bwd, int code, floating_t a, const Plan* p,
             _fwd_1d(code, a, X + o0, i0, Y + o2, i2, l1 - l0)
 
 
+ctypedef struct _EwJob:
+    # one elementwise or softmax call cut into `ntasks` fixed blocks for the kernel pool
+    bint bwd, log_, by_rows, f64
+    int code
+    double a                   # the activation's alpha, exact for float32 too
+    const Plan* p
+    const void* X
+    const void* G
+    void* Y
+    intp_t rows, L, a0, a1, a2
+    Py_ssize_t ntasks
+
+
+cdef void _ew_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef _EwJob* j = <_EwJob*>ctx
+    cdef intp_t lo, hi
+    if j.by_rows:
+        # a fixed, contiguous range of rows
+        lo = c * j.rows // j.ntasks
+        hi = (c + 1) * j.rows // j.ntasks
+        if j.f64:
+            _ew_block(j.bwd, j.code, j.a, j.p, <const float64_t*>j.X, <const float64_t*>j.G,
+                      <float64_t*>j.Y, lo, hi, 0, j.L)
+        else:
+            _ew_block(j.bwd, j.code, <float32_t>j.a, j.p, <const float32_t*>j.X,
+                      <const float32_t*>j.G, <float32_t*>j.Y, lo, hi, 0, j.L)
+    else:
+        # few long rows: a fixed range of the inner axis, cut on 16-element (64-byte for
+        # float32) boundaries so no two threads share a cache line of Y
+        lo = (c * j.L // j.ntasks) & ~(<intp_t>15)
+        hi = j.L if c == j.ntasks - 1 else ((c + 1) * j.L // j.ntasks) & ~(<intp_t>15)
+        if j.f64:
+            _ew_block(j.bwd, j.code, j.a, j.p, <const float64_t*>j.X, <const float64_t*>j.G,
+                      <float64_t*>j.Y, 0, j.rows, lo, hi)
+        else:
+            _ew_block(j.bwd, j.code, <float32_t>j.a, j.p, <const float32_t*>j.X,
+                      <const float32_t*>j.G, <float32_t*>j.Y, 0, j.rows, lo, hi)
+
+
 cdef void _ew_run(bint bwd, int code, floating_t a, const Plan* p,
                   const floating_t* X, const floating_t* G, floating_t* Y,
                   int nthreads) noexcept nogil:
-    cdef intp_t rows = 1, L = p.shape[p.nd - 1], lo, hi
-    cdef int d, c
+    cdef intp_t rows = 1, L = p.shape[p.nd - 1]
+    cdef int d
+    cdef _EwJob j
     for d in range(p.nd - 1):
         rows *= p.shape[d]
     if nthreads <= 1:
         _ew_block(bwd, code, a, p, X, G, Y, 0, rows, 0, L)
-    elif rows >= nthreads:
-        # each thread a fixed, contiguous range of rows
-        for c in prange(nthreads, schedule='static', num_threads=nthreads):
-            _ew_block(bwd, code, a, p, X, G, Y, c * rows // nthreads,
-                      (c + 1) * rows // nthreads, 0, L)
-    else:
-        # few long rows: each thread a fixed range of the inner axis, cut on 16-element
-        # (64-byte for float32) boundaries so no two threads share a cache line of Y
-        for c in prange(nthreads, schedule='static', num_threads=nthreads):
-            lo = (c * L // nthreads) & ~(<intp_t>15)
-            hi = L if c == nthreads - 1 else ((c + 1) * L // nthreads) & ~(<intp_t>15)
-            _ew_block(bwd, code, a, p, X, G, Y, 0, rows, lo, hi)
+        return
+    # a few blocks per thread, on the one kernel pool (ndws._threads)
+    j.bwd, j.code, j.a, j.p, j.X, j.G, j.Y = bwd, code, a, p, X, G, Y
+    j.rows, j.L, j.f64 = rows, L, floating_t is float64_t
+    j.by_rows = rows >= nthreads
+    j.ntasks = 4 * nthreads
+    if j.by_rows and j.ntasks > rows:
+        j.ntasks = rows
+    run_tasks(_ew_task, &j, j.ntasks, nthreads)
 
 
 cdef void _sm_block(bint bwd, bint log_, const Plan* p, intp_t L, intp_t a0, intp_t a1,
@@ -409,16 +446,28 @@ cdef void _sm_block(bint bwd, bint log_, const Plan* p, intp_t L, intp_t a0, int
             _softmax_row(log_, X + o0, a0, Y + o2, a2, L)
 
 
+cdef void _sm_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef _EwJob* j = <_EwJob*>ctx
+    cdef intp_t lo = c * j.rows // j.ntasks, hi = (c + 1) * j.rows // j.ntasks
+    if j.f64:
+        _sm_block(j.bwd, j.log_, j.p, j.L, j.a0, j.a1, j.a2, <const float64_t*>j.X,
+                  <const float64_t*>j.G, <float64_t*>j.Y, lo, hi)
+    else:
+        _sm_block(j.bwd, j.log_, j.p, j.L, j.a0, j.a1, j.a2, <const float32_t*>j.X,
+                  <const float32_t*>j.G, <float32_t*>j.Y, lo, hi)
+
+
 cdef void _sm_run(bint bwd, bint log_, const Plan* p, intp_t rows, intp_t L, intp_t a0,
                   intp_t a1, intp_t a2, const floating_t* X, const floating_t* G, floating_t* Y,
                   int nthreads) noexcept nogil:
-    cdef int c
+    cdef _EwJob j
     if nthreads <= 1 or rows < nthreads:
         _sm_block(bwd, log_, p, L, a0, a1, a2, X, G, Y, 0, rows)
-    else:
-        for c in prange(nthreads, schedule='static', num_threads=nthreads):
-            _sm_block(bwd, log_, p, L, a0, a1, a2, X, G, Y, c * rows // nthreads,
-                      (c + 1) * rows // nthreads)
+        return
+    j.bwd, j.log_, j.p, j.X, j.G, j.Y = bwd, log_, p, X, G, Y
+    j.rows, j.L, j.a0, j.a1, j.a2, j.f64 = rows, L, a0, a1, a2, floating_t is float64_t
+    j.ntasks = 4 * nthreads if rows >= 4 * nthreads else rows
+    run_tasks(_sm_task, &j, j.ntasks, nthreads)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 Conventions (inputs, dtypes, out=, placement) are those of `ndws.nn.functional`.
 """
 cimport numpy as cnp
-from cython.parallel cimport prange
 from libc.math cimport log
 
 import numpy as np
@@ -11,7 +10,7 @@ import numpy as np
 from ndws._core cimport NDArray, check_array
 from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, same_as, clashes,
                              shape_of)
-from ndws._threads cimport threads_for, GRAIN_NN_TRANSC
+from ndws._threads cimport threads_for, run_tasks, GRAIN_NN_TRANSC
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws.nn._activations cimport copy_into
 from ndws.nn._math cimport _exp, _fabs, _log1p, _sigmoid
@@ -183,18 +182,35 @@ cdef double _loss_rows(const floating_t* X, const LossArgs* A, intp_t r0,
     return acc
 
 
+ctypedef struct _LossJob:
+    const void* X
+    const LossArgs* A
+    double* part
+    int nch
+    bint f64
+
+
+cdef void _loss_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    # chunk c's partial sum into its own slot: the total adds the slots in a fixed order, so
+    # it does not depend on the thread count or on which thread ran which chunk
+    cdef _LossJob* j = <_LossJob*>ctx
+    cdef intp_t n = j.A.n
+    if j.f64:
+        j.part[c] = _loss_rows(<const float64_t*>j.X, j.A, c * n // j.nch, (c + 1) * n // j.nch)
+    else:
+        j.part[c] = _loss_rows(<const float32_t*>j.X, j.A, c * n // j.nch, (c + 1) * n // j.nch)
+
+
 cdef double _loss_run(const floating_t* X, const LossArgs* A, int nthreads) noexcept nogil:
     cdef double part[LOSS_CHUNKS]
     cdef double total = 0.0
     cdef intp_t n = A.n
-    cdef int nch = <int>(n if n < LOSS_CHUNKS else LOSS_CHUNKS), c
-    if nthreads <= 1:
-        for c in range(nch):
-            part[c] = _loss_rows(X, A, c * n // nch, (c + 1) * n // nch)
-    else:
-        for c in prange(nch, schedule='static', num_threads=nthreads):
-            part[c] = _loss_rows(X, A, c * n // nch, (c + 1) * n // nch)
-    for c in range(nch):
+    cdef int c
+    cdef _LossJob j
+    j.X, j.A, j.part, j.f64 = X, A, part, floating_t is float64_t
+    j.nch = <int>(n if n < LOSS_CHUNKS else LOSS_CHUNKS)
+    run_tasks(_loss_task, &j, j.nch, nthreads)
+    for c in range(j.nch):
         total += part[c]
     return total
 

@@ -4,14 +4,14 @@ adagrad).
 Conventions (inputs, dtypes, out=, placement) are those of `ndws.nn.functional`.
 """
 cimport numpy as cnp
-from cython.parallel cimport prange
 from libc.math cimport sqrt
 
 import numpy as np
 
 from ndws._core cimport NDArray, _c_contiguous
 from ndws._dispatch cimport float_arg, same_as, whole_strides, arrays_overlap, real_arg
-from ndws._threads cimport threads_for, release_gil, GRAIN_NN_CHEAP, GRAIN_NN_UPDATE
+from ndws._threads cimport (threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP,
+                            GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._math cimport _sqrt
 
@@ -75,19 +75,44 @@ cdef void _upd_chunk(const Hyper* h, floating_t* P__i, const floating_t* G__i,  
             P__i[i] = P__i[i] - lr * g / (_sqrt(s) + eps)
 
 
+ctypedef struct _UpdJob:
+    const Hyper* h
+    void* P
+    const void* G
+    void* S
+    void* V
+    intp_t n
+    Py_ssize_t ntasks
+    bint f64
+
+
+cdef void _upd_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    # task c of ntasks: a fixed range cut on 16-element boundaries (no cache line shared
+    # between threads)
+    cdef _UpdJob* j = <_UpdJob*>ctx
+    cdef intp_t lo = (c * j.n // j.ntasks) & ~(<intp_t>15)
+    cdef intp_t hi = j.n if c == j.ntasks - 1 else ((c + 1) * j.n // j.ntasks) & ~(<intp_t>15)
+    if j.f64:
+        _upd_chunk(j.h, <float64_t*>j.P + lo, <const float64_t*>j.G + lo,
+                   (<float64_t*>j.S + lo) if j.S != NULL else NULL,
+                   (<float64_t*>j.V + lo) if j.V != NULL else NULL, hi - lo)
+    else:
+        _upd_chunk(j.h, <float32_t*>j.P + lo, <const float32_t*>j.G + lo,
+                   (<float32_t*>j.S + lo) if j.S != NULL else NULL,
+                   (<float32_t*>j.V + lo) if j.V != NULL else NULL, hi - lo)
+
+
 cdef void _upd_run(const Hyper* h, floating_t* P, const floating_t* G, floating_t* S,
                    floating_t* V, intp_t n, int nthreads) noexcept nogil:
-    cdef int c
-    cdef intp_t lo, hi
+    cdef _UpdJob j
     if nthreads <= 1:
         _upd_chunk(h, P, G, S, V, n)
         return
-    # fixed ranges cut on 16-element boundaries (no cache line shared between threads)
-    for c in prange(nthreads, schedule='static', num_threads=nthreads):
-        lo = (c * n // nthreads) & ~(<intp_t>15)
-        hi = n if c == nthreads - 1 else ((c + 1) * n // nthreads) & ~(<intp_t>15)
-        _upd_chunk(h, P + lo, G + lo, (S + lo) if S != NULL else NULL,
-                   (V + lo) if V != NULL else NULL, hi - lo)
+    # a few ranges per thread, on the one kernel pool (ndws._threads)
+    j.h, j.P, j.G, j.S, j.V, j.n = h, P, G, S, V, n
+    j.ntasks = 4 * nthreads
+    j.f64 = floating_t is float64_t
+    run_tasks(_upd_task, &j, j.ntasks, nthreads)
 
 
 cdef NDArray _upd_arg(object x, str op, str role, NDArray like, bint write):
