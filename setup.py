@@ -200,7 +200,8 @@ EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("nd
               extension("ndws.nn._activations"), extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
-              extension("ndws.evaluation._regression_kernels")]
+              extension("ndws.evaluation._regression_kernels"),
+              extension("ndws.parallel._sync")]
 EXTENSIONS += [extension(f"ndws._gemm_{isa}")
                for isa in GEMM_ISAS if X86 or isa == "baseline"]
 if os.environ.get("NDWS_BUILD_ONLY"):

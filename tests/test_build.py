@@ -60,7 +60,7 @@ def test_staleness_check_follows_real_dependencies():
 
 def test_core_docstring_examples():
     # pytest's --doctest-modules does not see extension modules
-    for name in ("_core", "_creation", "_ufuncs"):
+    for name in ("_core", "_creation", "_ufuncs", "parallel._sync"):
         module = importlib.import_module(f"ndws.{name}")
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, name
@@ -70,7 +70,8 @@ def test_core_docstring_examples():
 def test_python_module_doctests():
     for name in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random",
                  "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
-                 "ndws.nn.conf", "ndws.nn.network", "ndws.nn.listeners", "ndws.nn.history"):
+                 "ndws.nn.conf", "ndws.nn.network", "ndws.nn.listeners", "ndws.nn.history",
+                 "ndws.parallel.wrapper"):
         module = importlib.import_module(name)
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, name
@@ -83,12 +84,14 @@ def test_all_names_exist_and_stub_agrees():
     for module in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random", "ndws.nn",
                    "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
                    "ndws.nn.conf", "ndws.nn.network", "ndws.nn.serialization",
-                   "ndws.nn.listeners", "ndws.nn.history", "ndws.nn.memory_report"):
+                   "ndws.nn.listeners", "ndws.nn.history", "ndws.nn.memory_report",
+                   "ndws.parallel", "ndws.parallel.modes", "ndws.parallel.wrapper"):
         mod = importlib.import_module(module)
         for name in mod.__all__:
             assert hasattr(mod, name), f"{module}.{name}"
-    for name in ("_core", "_creation", "_threads", "_ufuncs", "_linalg", "_arena", "_memory"):
-        module = importlib.import_module(f"ndws.{name}")
+    for name in ("_core", "_creation", "_threads", "_ufuncs", "_linalg", "_arena", "_memory",
+                 "parallel/_sync"):
+        module = importlib.import_module(f"ndws.{name.replace('/', '.')}")
         stub = (ROOT / "ndws" / f"{name}.pyi").read_text()
         public = [n for n in dir(module) if not n.startswith("_")
                   and not isinstance(getattr(module, n), types.ModuleType)]

@@ -38,7 +38,16 @@ def _frequency(owner: str, value: Any, name: str = "frequency") -> int:
 
 
 class TrainingListener:
-    """Base class: every hook does nothing; override the ones you need."""
+    """Base class: every hook does nothing; override the ones you need.
+
+    Under `ndws.parallel.ParallelWrapper` every worker thread calls a listener for its own
+    network, except a listener whose `root_worker_only` is True: only worker 0 (the user's
+    model) calls it.
+    """
+
+    #: act on the user's model only under ParallelWrapper (saving or evaluating a replica
+    #: would repeat the work per worker)
+    root_worker_only = False
 
     def iteration_done(self, model: Any, iteration: int, epoch: int) -> None:
         """After an iteration's update; `iteration` is its number (from 0)."""
@@ -178,6 +187,8 @@ class CheckpointListener(TrainingListener):
     `every_n_epochs` epochs into `directory`, keeping the newest `keep_last` files (all when
     None). Files are named ``checkpoint_<n>_iter<i>_epoch<e>.zip``."""
 
+    root_worker_only = True  # under ParallelWrapper: worker 0 (the user's model) only
+
     def __init__(self, directory: Any, every_n_iterations: int | None = None,
                  every_n_epochs: int | None = None, keep_last: int | None = None,
                  save_updater: bool = True):
@@ -226,6 +237,8 @@ class EvaluativeListener(TrainingListener):
     """Runs ``model.do_evaluation(iterator, *evaluations)`` every `frequency` iterations (or
     epochs with ``invocation="epoch_end"``) and logs the first evaluation's `stats()`; the
     evaluations are reset before each run and kept in `last`."""
+
+    root_worker_only = True  # under ParallelWrapper: worker 0 (the user's model) only
 
     def __init__(self, iterator: Any, frequency: int, *evaluations: Any,
                  invocation: str = "iteration_end"):

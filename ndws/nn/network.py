@@ -79,6 +79,9 @@ class MultiLayerNetwork:
         self._busy = threading.Lock()
         self._params: NDArray | None = None
         self._listeners: list[TrainingListener] = []
+        # ndws.parallel's workers train in the wrapper's workspace mode (DL4J's
+        # ParallelWrapper workspaceMode) without changing the configuration
+        self._workspace_override: WorkspaceMode | None = None
         #: milliseconds the last fit iteration waited for its batch (DL4J's lastEtlTime)
         self.last_etl_time = 0.0
         #: examples in the last fit iteration's batch
@@ -94,13 +97,8 @@ class MultiLayerNetwork:
         for i, layer in enumerate(layers):
             layer.index = i
             layer.input_gradient_needed = i > 0
-        total = 0
-        layout = []
-        for layer in layers:
-            for name, shape in layer.param_shapes().items():
-                size = int(np.prod(shape, dtype=np.int64))
-                layout.append((layer, name, shape, total, size))
-                total += size
+        layout = _layout(layers)
+        total = layout[-1][3] + layout[-1][4] if layout else 0
         dt = conf.dtype
         if params is not None:
             _check_flat(params, total)      # before anything of the network is replaced
@@ -124,13 +122,15 @@ class MultiLayerNetwork:
                 segments.append([upd, off, off + size])
         self._segments = [(u, s, e, [ndws.zeros(e - s, dt, detached=True)
                                      for _ in range(u.n_state)]) for u, s, e in segments]
-        self._decayed = [layer for layer in layers
-                         if layer.weight_decay and "W" in layer.param_shapes()]
+        # DL4J's WeightDecay: the weights' [start, end) in the flat buffers
+        self._decayed = [(layer, off, off + size) for layer, name, shape, off, size in layout
+                         if name == "W" and layer.weight_decay]
         self._dropout_rng = np.random.default_rng([conf.seed, 1])
         for layer in layers:
             layer._rng = self._dropout_rng
         self.layers = layers
         self._params, self._grads = flat_p, flat_g
+        self._layout = layout
         self._configs = workspace_configs(len(layers))
         self._managers: dict = {}
         self._presized: dict = {}
@@ -264,7 +264,8 @@ class MultiLayerNetwork:
         return mode
 
     def _train_mode(self) -> WorkspaceMode:
-        return self._resolve(self.conf.training_workspace_mode, True)
+        mode = self._workspace_override
+        return self._resolve(self.conf.training_workspace_mode if mode is None else mode, True)
 
     def _inference_mode(self) -> WorkspaceMode:
         return self._resolve(self.conf.inference_workspace_mode, False)
@@ -552,16 +553,7 @@ class MultiLayerNetwork:
         self.last_batch_size = int(ds.features.shape[0])
         for listener in self._listeners:
             listener.on_gradient_calculation(self)
-        # the update: one fused kernel call per updater segment of the flat buffers (detached
-        # memory: no workspace needs to be open)
-        for upd, s, e, state in self._segments:
-            upd.apply(self._params[s:e], self._grads[s:e], state, self._iteration, self._epoch)
-        for layer in self._decayed:
-            # DL4J's WeightDecay (applyLR): W -= lr * coefficient * W after the update, in place
-            upd = layer.updater or self.conf.updater
-            lr = upd.learning_rate_at(self._iteration, self._epoch)
-            w = layer.params["W"]
-            ndws.multiply(w, 1.0 - lr * layer.weight_decay, out=w)
+        self._update(0, int(self._params.shape[0]))
         done = self._iteration
         self._iteration += 1
         for listener in self._listeners:
@@ -569,6 +561,26 @@ class MultiLayerNetwork:
         # DL4J asks the memory manager once per iteration; it collects only when its occasional
         # GC is configured (off by default), so fit never triggers a collection on its own
         _memory_manager.invoke_gc_occasionally()
+
+    def _update(self, lo: int, hi: int) -> None:
+        # The update of the flat range [lo, hi) from the gradients: one fused kernel call per
+        # updater segment's part of it (detached memory: no workspace needs to be open), then
+        # DL4J's WeightDecay (applyLR: W -= lr * coefficient * W after the update, in place).
+        # Both are element-wise, so threads may update disjoint ranges at once (ndws.parallel).
+        it, ep = self._iteration, self._epoch
+        for upd, s, e, state in self._segments:
+            a, b = max(s, lo), min(e, hi)
+            if a < b:
+                upd.apply(self._params[a:b], self._grads[a:b],
+                          [st[a - s:b - s] for st in state] if (a, b) != (s, e) else state,
+                          it, ep)
+        for layer, s, e in self._decayed:
+            a, b = max(s, lo), min(e, hi)
+            if a < b:
+                upd = layer.updater or self.conf.updater
+                w = self._params[a:b]
+                ndws.multiply(w, 1.0 - upd.learning_rate_at(it, ep) * layer.weight_decay,
+                              out=w)
 
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward and backward on `ds` without updating (DL4J's
@@ -824,9 +836,42 @@ class MultiLayerNetwork:
         other.iteration, other.epoch = self.iteration, self.epoch
         return other
 
+    def _replica(self, share: str, stream: int) -> "MultiLayerNetwork":
+        """Another thread's copy of this network (ndws.parallel's workers), its dropout drawn
+        from its own stream. `share`: "none" copies everything (as clone); "trainable" makes
+        the parameters the updater changes this network's own views (one shared parameter set:
+        running statistics stay the replica's, as the forward pass writes them); "all" shares
+        every parameter and the flat array (inference: nothing writes them)."""
+        if share not in ("none", "trainable", "all"):
+            raise ValueError(f"share: expected 'none', 'trainable' or 'all', got {share!r}")
+        other = self.clone()
+        if share != "none":
+            for mine, theirs in zip(self.layers, other.layers):
+                for name, view in mine.params.items():
+                    if share == "all" or mine.trainable(name):
+                        theirs.params[name] = view
+            if share == "all":
+                other._params = self._params
+        other._dropout_rng = np.random.default_rng([self.conf.seed, 1, stream])
+        for layer in other.layers:
+            layer._rng = other._dropout_rng
+        return other
+
     def __repr__(self) -> str:
         state = f"{self.num_params()} params" if self._params is not None else "not initialised"
         return f"<MultiLayerNetwork {len(self.conf.layers)} layers, {state}>"
+
+
+def _layout(layers: list) -> list:
+    # each parameter's place in the flat buffers, in layer order: (layer, name, shape, start,
+    # size)
+    layout, total = [], 0
+    for layer in layers:
+        for name, shape in layer.param_shapes().items():
+            size = int(np.prod(shape, dtype=np.int64))
+            layout.append((layer, name, shape, total, size))
+            total += size
+    return layout
 
 
 def _counter(name: str, value: Any) -> int:
