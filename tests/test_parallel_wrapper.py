@@ -511,3 +511,19 @@ def test_spin_barrier_parties_are_checked(parties, exc):
     from ndws.parallel._sync import SpinBarrier
     with pytest.raises(exc, match="parties: "):
         SpinBarrier(parties)
+
+
+def test_batches_from_a_closed_workspace_raise_the_stale_array_error(data):
+    x, y = data
+    net = make_net()
+    before = net.params().numpy().copy()
+    with ndws.workspace("PW_STALE"):
+        xs = ndws.asarray(x)
+    labels = np.eye(3, dtype=np.float32)[y]
+    with ParallelWrapper(net, workers=2, training_mode="SHARED_GRADIENTS") as pw:
+        with pytest.raises(ndws.WorkspaceError) as info:
+            pw.fit(xs, labels, batch_size=8, progress=False)
+    assert info.value.kind == "leaked"
+    assert workers_alive() == []
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    ndws.destroy_all_workspaces_for_current_thread()
