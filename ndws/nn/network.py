@@ -92,6 +92,12 @@ class MultiLayerNetwork:
     def init(self, params: Any = None) -> None:
         """Build the layers, lay their parameters out in one flat array and initialise them
         from the seed (or copy `params`, a flat array of `num_params()` values)."""
+        self._build(params, share=False)
+
+    def _build(self, params: Any, share: bool) -> None:
+        # share=True: an inference-only network (ndws.parallel's serving replicas) whose
+        # parameters are views of `params` itself, a detached flat array laid out as this
+        # configuration's; no gradients, no updater state, nothing copied or initialised
         conf = self.conf
         layers = [layer.clone() for layer in conf.resolved_layers]
         for i, layer in enumerate(layers):
@@ -102,17 +108,25 @@ class MultiLayerNetwork:
         dt = conf.dtype
         if params is not None:
             _check_flat(params, total)      # before anything of the network is replaced
-        flat_p = ndws.zeros(total, dt, detached=True)
-        flat_g = ndws.zeros(total, dt, detached=True)
+        if share:
+            if not isinstance(params, NDArray) or params.dtype != dt or params.is_attached():
+                raise ValueError(f"params: a shared parameter array must be a detached "
+                                 f"ndws.NDArray of {dt}")
+            flat_p, flat_g = params, None
+        else:
+            flat_p = ndws.zeros(total, dt, detached=True)
+            flat_g = ndws.zeros(total, dt, detached=True)
         for layer, name, shape, off, size in layout:
             layer.params[name] = flat_p[off:off + size].reshape(shape)
-            layer.grads[name] = flat_g[off:off + size].reshape(shape)
-        rng = np.random.default_rng(conf.seed)
-        for layer in layers:
-            layer.init_params(rng)
+            if flat_g is not None:
+                layer.grads[name] = flat_g[off:off + size].reshape(shape)
+        if not share:
+            rng = np.random.default_rng(conf.seed)
+            for layer in layers:
+                layer.init_params(rng)
         # one updater segment per run of layers sharing an updater: [start, end) of the buffers
         segments = []
-        for layer, name, shape, off, size in layout:
+        for layer, name, shape, off, size in layout if not share else ():
             if not layer.trainable(name):
                 continue                      # e.g. running statistics: no updater state
             upd = layer.updater or conf.updater
@@ -134,7 +148,7 @@ class MultiLayerNetwork:
         self._configs = workspace_configs(len(layers))
         self._managers: dict = {}
         self._presized: dict = {}
-        if params is not None:
+        if params is not None and not share:
             self.set_params(params)
 
     def _check_init(self) -> None:
@@ -840,18 +854,21 @@ class MultiLayerNetwork:
         """Another thread's copy of this network (ndws.parallel's workers), its dropout drawn
         from its own stream. `share`: "none" copies everything (as clone); "trainable" makes
         the parameters the updater changes this network's own views (one shared parameter set:
-        running statistics stay the replica's, as the forward pass writes them); "all" shares
-        every parameter and the flat array (inference: nothing writes them)."""
-        if share not in ("none", "trainable", "all"):
+        running statistics stay the replica's, as the forward pass writes them); "all" gives an
+        inference-only network on this network's flat parameter array itself (no copy, no
+        gradients, no updater state: nothing may train it)."""
+        if share == "all":
+            other = MultiLayerNetwork(self.conf)
+            other._build(self._params, share=True)
+        elif share in ("none", "trainable"):
+            other = self.clone()
+            if share == "trainable":
+                for mine, theirs in zip(self.layers, other.layers):
+                    for name, view in mine.params.items():
+                        if mine.trainable(name):
+                            theirs.params[name] = view
+        else:
             raise ValueError(f"share: expected 'none', 'trainable' or 'all', got {share!r}")
-        other = self.clone()
-        if share != "none":
-            for mine, theirs in zip(self.layers, other.layers):
-                for name, view in mine.params.items():
-                    if share == "all" or mine.trainable(name):
-                        theirs.params[name] = view
-            if share == "all":
-                other._params = self._params
         other._dropout_rng = np.random.default_rng([self.conf.seed, 1, stream])
         for layer in other.layers:
             layer._rng = other._dropout_rng

@@ -7,7 +7,8 @@ to many calling threads (sequential, batched, or in the caller's thread).
 """
 from ndws.parallel.modes import InferenceMode, LoadBalanceMode, TrainingMode
 
-__all__ = ["ParallelWrapper", "TrainingMode", "InferenceMode", "LoadBalanceMode"]
+__all__ = ["ParallelWrapper", "ParallelInference", "TrainingMode", "InferenceMode",
+           "LoadBalanceMode"]
 
 
 def __getattr__(name):

@@ -48,11 +48,14 @@ def option_enum(cls: type, value: Any, name: str) -> Any:
                   f"{cls.__name__})" if cls.__module__.startswith("ndws.parallel") else "")
 
 
-def option_int(value: Any, name: str, low: int, why: str = "") -> int:
-    """`value` as an int >= `low`, else TypeError / ValueError naming the option."""
+def option_int(value: Any, name: str, low: int, why: str = "", message: str = "") -> int:
+    """`value` as an int >= `low`, else TypeError / ValueError naming the option (with DL4J's
+    `message` for a value below `low` where DL4J has one)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     if value < low:
+        if message:
+            raise ValueError(f"{name}: {message} (at least {low}), got {value}")
         raise ValueError(f"{name}: must be at least {low}{why}, got {value}")
     if value > 1 << 20:
         raise ValueError(f"{name}: must be at most {1 << 20}, got {value}")
@@ -74,3 +77,27 @@ def check_model(model: Any, owner: str) -> Any:
     if model._params is None:
         raise ValueError(f"{owner}: model is not initialised; call model.init() first")
     return model
+
+
+class Builder:
+    """DL4J's builders (``ParallelWrapper.Builder``, ``ParallelInference.Builder``): one method
+    per option of `cls` (its ``_OPTIONS``), each returning the builder, then `build()`."""
+
+    def __init__(self, cls: type, model: Any):
+        self._cls = cls
+        self._model = model
+        self._options: dict = {}
+
+    def __getattr__(self, name: str) -> Any:
+        options = self.__dict__["_cls"]._OPTIONS
+        if name not in options:
+            raise AttributeError(f"{self._cls.__name__}.builder has no option {name!r}; "
+                                 f"options: {', '.join(options)}")
+
+        def set_(value: Any) -> "Builder":
+            self._options[name] = value
+            return self
+        return set_
+
+    def build(self) -> Any:
+        return self._cls(self._model, **self._options)

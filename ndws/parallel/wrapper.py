@@ -34,8 +34,8 @@ from ndws.nn.history import History, _Progress
 from ndws.nn.listeners import TrainingListener
 from ndws.nn.network import _length
 from ndws.parallel._sync import SpinBarrier
-from ndws.parallel.modes import (TrainingMode, check_model, option_bool, option_enum,
-                                 option_int)
+from ndws.parallel.modes import (Builder, TrainingMode, check_model, option_bool,
+                                 option_enum, option_int)
 from ndws.workspace import WorkspaceMode
 
 __all__ = ["ParallelWrapper"]
@@ -250,11 +250,15 @@ class ParallelWrapper:
     training_mode = property(lambda self: self._training_mode,
                              doc="AVERAGING or SHARED_GRADIENTS.")
 
-    @staticmethod
-    def builder(model: Any) -> "_Builder":
+    _OPTIONS = ("workers", "prefetch_buffer", "averaging_frequency",
+                "report_score_after_averaging", "average_updaters", "workspace_mode",
+                "training_mode")
+
+    @classmethod
+    def builder(cls, model: Any) -> Builder:
         """DL4J-style construction: ``ParallelWrapper.builder(net).workers(2)
         .training_mode("SHARED_GRADIENTS").build()``."""
-        return _Builder(model)
+        return Builder(cls, model)
 
     # -- listeners --------------------------------------------------------------------------
 
@@ -575,28 +579,3 @@ class ParallelWrapper:
     def __repr__(self) -> str:
         return (f"<ParallelWrapper {self.workers} workers, {self.training_mode.name}, "
                 f"{'closed' if self._closed else 'open'}>")
-
-
-class _Builder:
-    """DL4J's ``ParallelWrapper.Builder``: one method per option, then `build()`."""
-
-    _OPTIONS = ("workers", "prefetch_buffer", "averaging_frequency",
-                "report_score_after_averaging", "average_updaters", "workspace_mode",
-                "training_mode")
-
-    def __init__(self, model: Any):
-        self._model = model
-        self._options: dict = {}
-
-    def __getattr__(self, name: str) -> Any:
-        if name not in _Builder._OPTIONS:
-            raise AttributeError(f"ParallelWrapper.builder has no option {name!r}; options: "
-                                 f"{', '.join(_Builder._OPTIONS)}")
-
-        def set_(value: Any) -> "_Builder":
-            self._options[name] = value
-            return self
-        return set_
-
-    def build(self) -> ParallelWrapper:
-        return ParallelWrapper(self._model, **self._options)

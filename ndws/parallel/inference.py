@@ -1,0 +1,420 @@
+"""`ParallelInference`: one `MultiLayerNetwork` served to many calling threads (DL4J's
+``ParallelInference``), its requests merged into batches (docs/parallel.md).
+
+The served network is a snapshot: its parameters are copied once into one read-only flat
+array that every replica's layers view (no copy per worker), so the caller may go on training
+the model it passed; `update_model` takes a new snapshot and swaps it in atomically.
+
+* SEQUENTIAL and BATCHED: `workers` threads named ``InferenceThread-<i>`` take requests from one
+  queue of at most `queue_limit` batches. SEQUENTIAL runs each request as it came; BATCHED
+  appends a request to the newest queued batch while that batch has not been taken by a worker,
+  holds the same feature shape and stays within `batch_limit` rows: requests that arrive while
+  the workers are busy are the batch, with no timing window (DL4J's rule). A worker copies the
+  batch's rows into its staging array, runs one forward pass in its own workspaces, and hands
+  each caller a view of its rows of the detached result.
+* INPLACE: no threads; the calling thread runs one of `workers` replicas, picked by
+  `load_balance_mode`, in its own workspaces.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+import itertools
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+import ndws
+from ndws._core import NDArray
+from ndws.parallel.modes import (Builder, InferenceMode, LoadBalanceMode, check_model,
+                                 option_enum, option_int)
+
+__all__ = ["ParallelInference"]
+
+
+class _Request:
+    """One call's input and, once served, its result or error. A blocking `output` waits on
+    `done` (held from creation, released by the worker); `submit` gets `future` instead."""
+
+    __slots__ = ("x", "rows", "key", "vector", "result", "error", "done", "future")
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.future: Future | None = None
+        self.x: Any = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def finish(self, result: Any, error: BaseException | None) -> None:
+        self.x = None                       # the caller's input is not kept past its call
+        fut = self.future
+        if fut is None:
+            self.result, self.error = result, error
+            self.done.release()
+        elif error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
+
+
+class _Batch:
+    """Requests a worker runs in one forward pass: all of one feature shape."""
+
+    __slots__ = ("requests", "rows", "key")
+
+    def __init__(self, request: _Request):
+        self.requests = [request]
+        self.rows = request.rows
+        self.key = request.key
+
+
+_SHUTDOWN = None   # what a worker takes from the token queue to end
+
+
+def _copy_for(exc: BaseException) -> BaseException:
+    # every caller of a failed batch raises its own exception (one object raised in several
+    # threads would collect all their tracebacks): the same type and message, chained to the
+    # worker's original; DL4J's wrapping where the type cannot be rebuilt
+    try:
+        err = copy.copy(exc)
+        err.__traceback__ = None
+    except Exception:  # noqa: BLE001 - any type that cannot be copied gets the wrapper
+        err = RuntimeError(f"Exception encountered while getting output: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+class ParallelInference:
+    """Serve `model` to many threads at once (DL4J's ``ParallelInference``).
+
+    Parameters
+    ----------
+    model : MultiLayerNetwork
+        Initialised. Its parameters are copied once into a read-only snapshot that every
+        replica shares; later training of `model` is not seen until `update_model`.
+    inference_mode : InferenceMode or str
+        BATCHED (default), SEQUENTIAL or INPLACE.
+    workers : int, optional
+        Worker threads (SEQUENTIAL, BATCHED) or replicas (INPLACE), >= 1. Default: the kernel
+        thread count. A worker runs its kernels on ``max(1, ndws.get_num_threads() //
+        workers)`` threads.
+    batch_limit : int
+        BATCHED: the most rows merged into one forward pass (DL4J's default 32).
+    queue_limit : int
+        The most batches (SEQUENTIAL: requests) waiting for a worker; a caller waits while the
+        queue is full (DL4J's default 64).
+    load_balance_mode : LoadBalanceMode or str
+        INPLACE: FIFO (the first free replica) or ROUND_ROBIN.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ndws.nn import MultiLayerConfiguration, MultiLayerNetwork, DenseLayer, OutputLayer
+    >>> from ndws.parallel import ParallelInference
+    >>> net = MultiLayerNetwork(MultiLayerConfiguration(
+    ...     [DenseLayer(n_in=4, n_out=8, activation="relu"),
+    ...      OutputLayer(n_out=3, activation="softmax", loss_function="MCXENT")], seed=0))
+    >>> net.init()
+    >>> x = np.random.default_rng(0).random((5, 4), dtype=np.float32)
+    >>> with ParallelInference(net, workers=2) as pi:
+    ...     out = pi.output(x)
+    >>> out.shape, out.is_attached(), bool(np.allclose(out.numpy(), net.output(x).numpy()))
+    ((5, 3), False, True)
+    """
+
+    def __init__(self, model: Any, inference_mode: Any = InferenceMode.BATCHED,
+                 workers: int | None = None, batch_limit: int = 32, queue_limit: int = 64,
+                 load_balance_mode: Any = LoadBalanceMode.FIFO):
+        check_model(model, "ParallelInference")
+        self._mode = option_enum(InferenceMode, inference_mode, "inference_mode")
+        if workers is None:
+            workers = max(1, ndws.get_num_threads())
+        self._workers = option_int(workers, "workers", 1, message="Workers should be "
+                                   "positive value")
+        self._batch_limit = option_int(batch_limit, "batch_limit", 1, message="Batch limit "
+                                       "should be positive value")
+        self._queue_limit = option_int(queue_limit, "queue_limit", 1, message="Queue limit "
+                                       "should be positive value")
+        self._load_balance = option_enum(LoadBalanceMode, load_balance_mode,
+                                         "load_balance_mode")
+        self._dtype = model.conf.dtype
+        self._replicas = self._snapshot(model)
+        self._lock = threading.Lock()              # the queue and the closed flag
+        self._queue: collections.deque = collections.deque()   # batches no worker has taken
+        self._closed = False
+        self._local = threading.local()            # each caller's reusable request
+        if self._mode is InferenceMode.INPLACE:
+            self._threads: list[threading.Thread] = []
+            self._free: queue.SimpleQueue = queue.SimpleQueue()   # FIFO: free replicas
+            for i in range(self._workers):
+                self._free.put(i)
+            self._slots = [threading.Lock() for _ in range(self._workers)]   # ROUND_ROBIN
+            self._turn = itertools.count()
+            return
+        # tokens: one per batch enqueued (a worker takes one, then the oldest batch); room:
+        # one per free place in the queue (a caller that makes a batch takes one)
+        self._tokens: queue.SimpleQueue = queue.SimpleQueue()
+        self._room: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(self._queue_limit):
+            self._room.put(True)
+        self._kernel_threads = max(1, ndws.get_num_threads() // self._workers)
+        self._threads = [threading.Thread(target=self._work, args=(i,),
+                                          name=f"InferenceThread-{i}", daemon=True)
+                         for i in range(self._workers)]
+        for t in self._threads:
+            t.start()
+
+    # the options, read-only once built (the workers rely on them)
+    inference_mode = property(lambda self: self._mode, doc="SEQUENTIAL, BATCHED or INPLACE.")
+    workers = property(lambda self: self._workers, doc="Worker threads (INPLACE: replicas).")
+    batch_limit = property(lambda self: self._batch_limit,
+                           doc="BATCHED: the most rows in one forward pass.")
+    queue_limit = property(lambda self: self._queue_limit,
+                           doc="The most batches waiting for a worker.")
+    load_balance_mode = property(lambda self: self._load_balance,
+                                 doc="INPLACE: how a caller picks a replica.")
+
+    _OPTIONS = ("inference_mode", "workers", "batch_limit", "queue_limit",
+                "load_balance_mode")
+
+    @classmethod
+    def builder(cls, model: Any) -> Builder:
+        """DL4J-style construction: ``ParallelInference.builder(net).inference_mode("BATCHED")
+        .workers(2).batch_limit(32).build()``."""
+        return Builder(cls, model)
+
+    # -- the served network -------------------------------------------------------------------
+
+    def _snapshot(self, model: Any) -> list:
+        # one read-only copy of the parameters (detached), viewed by every replica's layers
+        from ndws.nn.network import MultiLayerNetwork
+        with ndws.scope_out_of_workspaces():
+            params = model.params().dup()
+        root = MultiLayerNetwork(model.conf)
+        root._build(params, share=True)
+        return [root] + [root._replica("all", stream=i) for i in range(1, self._workers)]
+
+    def update_model(self, model: Any) -> None:
+        """Serve `model` from now on: a new snapshot of its parameters, swapped in at once.
+        Requests already queued are not lost: each runs on whichever model its worker holds
+        when it takes the batch (never a mix of the two)."""
+        check_model(model, "ParallelInference.update_model")
+        self._check_open()
+        if model.conf.dtype != self._dtype:
+            raise ValueError(f"model: dtype {model.conf.dtype} differs from the served "
+                             f"model's {self._dtype}")
+        self._replicas = self._snapshot(model)   # one reference swap: atomic for readers
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _request(self, x: Any, blocking: bool) -> _Request:
+        # the caller's input as a C-contiguous array of the model's dtype (an NDArray's memory
+        # is read in place by a blocking call, whose caller cannot close its workspace while it
+        # waits; a submitted one is copied, as the caller goes on)
+        if isinstance(x, NDArray):
+            arr = np.asarray(x) if blocking or not x.is_attached() else x.numpy()
+        else:
+            try:
+                arr = np.asarray(x)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"x: expected an array of numbers, got {type(x).__name__}"
+                                ) from exc
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"x: expected an array of numbers, got dtype {arr.dtype}")
+        if arr.ndim == 1:
+            vector = True
+            arr = arr.reshape(1, arr.shape[0])
+        elif arr.ndim == 2:
+            vector = False
+        else:
+            raise ValueError(f"x: expected one example (n_features,) or a batch (n_samples, "
+                             f"n_features), got shape {arr.shape}")
+        if arr.shape[0] == 0:
+            raise ValueError("x: no examples (shape has 0 rows)")
+        if arr.dtype != self._dtype or not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr, dtype=self._dtype)
+        if blocking:
+            local = self._local
+            req = getattr(local, "request", None)
+            if req is None:
+                if getattr(local, "worker", False):
+                    raise RuntimeError("ParallelInference.output: called from one of its own "
+                                       "worker threads (it would wait for itself)")
+                req = local.request = _Request()
+        else:
+            req = _Request()
+            req.future = Future()
+        req.x, req.rows, req.key, req.vector = arr, arr.shape[0], arr.shape[1:], vector
+        return req
+
+    def output(self, x: Any) -> NDArray:
+        """The network's output for `x` (one example, ``(n_features,)``, or a batch,
+        ``(n_samples, n_features)``): a detached array the caller may keep. Safe to call from
+        many threads at once; a failed forward pass raises its error in every caller of it."""
+        req = self._request(x, True)
+        if self._mode is InferenceMode.INPLACE:
+            result = self._inplace(req)
+            req.x = None
+            return result
+        try:
+            self._enqueue(req)
+            req.done.acquire()            # released by the worker that serves it
+        except BaseException:
+            # interrupted (or refused): the request may still be served later, so this
+            # thread takes a fresh one next time
+            self._local.request = None
+            raise
+        result, error = req.result, req.error
+        req.result = req.error = None
+        if error is not None:
+            raise error
+        return result
+
+    def submit(self, x: Any) -> Future:
+        """Like `output`, without waiting: a ``concurrent.futures.Future`` of the result
+        (``asyncio.wrap_future`` makes it awaitable). A future cancelled before a worker takes
+        its batch is dropped from the batch."""
+        req = self._request(x, False)
+        fut = req.future
+        assert fut is not None
+        if self._mode is InferenceMode.INPLACE:
+            self._check_open()
+            fut.set_running_or_notify_cancel()
+            try:
+                fut.set_result(self._inplace(req))
+            except Exception as exc:  # noqa: BLE001 - the future carries any failure
+                fut.set_exception(exc)
+            return fut
+        self._enqueue(req)
+        return fut
+
+    def _enqueue(self, req: _Request) -> None:
+        merge = self._mode is InferenceMode.BATCHED
+        limit = self._batch_limit
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("ParallelInference: shut down; no further requests")
+                if merge and self._queue:
+                    last = self._queue[-1]
+                    if last.key == req.key and last.rows + req.rows <= limit:
+                        last.requests.append(req)
+                        last.rows += req.rows
+                        return
+                try:
+                    self._room.get_nowait()
+                except queue.Empty:
+                    pass
+                else:
+                    self._queue.append(_Batch(req))
+                    self._tokens.put(True)
+                    return
+            self._room.get()             # the queue is full: wait for a place, then retry
+            self._room.put(True)
+
+    # -- the workers --------------------------------------------------------------------------
+
+    def _take(self) -> _Batch | None:
+        if self._tokens.get() is _SHUTDOWN:
+            return None
+        with self._lock:
+            batch = self._queue.popleft()      # taken: nothing more is merged into it
+        self._room.put(True)
+        return batch
+
+    def _work(self, i: int) -> None:
+        self._local.worker = True
+        staging: dict = {}
+        try:
+            with ndws.num_threads(self._kernel_threads):
+                while True:
+                    batch = self._take()
+                    if batch is None:
+                        return
+                    self._run(self._replicas[i], batch, staging)
+        finally:
+            ndws.destroy_all_workspaces_for_current_thread()
+
+    def _run(self, net: Any, batch: _Batch, staging: dict) -> None:
+        reqs = [r for r in batch.requests
+                if r.future is None or r.future.set_running_or_notify_cancel()]
+        if not reqs:
+            return
+        rows = sum(r.rows for r in reqs)
+        try:
+            if len(reqs) == 1:
+                x = reqs[0].x
+            else:
+                x = self._stage(staging, batch.key, rows)
+                np.concatenate([r.x for r in reqs], out=x)
+            out = net.output(x)
+        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
+            for r in reqs:
+                r.finish(None, _copy_for(exc))
+            return
+        start = 0
+        for r in reqs:
+            end = start + r.rows
+            r.finish(out[start] if r.vector else out[start:end], None)
+            start = end
+
+    def _stage(self, staging: dict, key: tuple, rows: int) -> np.ndarray:
+        # the worker's array the batch's rows are copied into, one per feature shape, grown
+        # to the largest batch seen (so steady state allocates nothing)
+        buf = staging.get(key)
+        if buf is None or buf.shape[0] < rows:
+            buf = staging[key] = np.empty((max(rows, self._batch_limit),) + key, self._dtype)
+        return buf[:rows]
+
+    def _inplace(self, req: _Request) -> NDArray:
+        x = req.x
+        if self._load_balance is LoadBalanceMode.ROUND_ROBIN:
+            i = next(self._turn) % self._workers
+            with self._slots[i]:
+                self._check_open()
+                out = self._replicas[i].output(x)
+        else:
+            i = self._free.get()
+            try:
+                self._check_open()
+                out = self._replicas[i].output(x)
+            finally:
+                self._free.put(i)
+        return out[0] if req.vector else out
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("ParallelInference: shut down; no further requests")
+
+    def shutdown(self) -> None:
+        """Refuse new requests, serve the ones already queued, and stop the workers (their
+        workspaces are destroyed). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for _ in self._threads:
+            self._tokens.put(_SHUTDOWN)
+        if threading.current_thread() not in self._threads:
+            for t in self._threads:
+                t.join()
+
+    def close(self) -> None:
+        """The same as `shutdown`."""
+        self.shutdown()
+
+    def __enter__(self) -> "ParallelInference":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return (f"<ParallelInference {self._workers} workers, {self._mode.name}, "
+                f"{'shut down' if self._closed else 'open'}>")
