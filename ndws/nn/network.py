@@ -120,7 +120,9 @@ class MultiLayerNetwork:
             layer.params[name] = flat_p[off:off + size].reshape(shape)
             if flat_g is not None:
                 layer.grads[name] = flat_g[off:off + size].reshape(shape)
-        if not share:
+        if params is None:
+            # from the seed; given parameters are copied in below instead (sampling them
+            # first would only cost: a replica for ndws.parallel is built per fit)
             rng = np.random.default_rng(conf.seed)
             for layer in layers:
                 layer.init_params(rng)
