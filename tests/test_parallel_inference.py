@@ -233,10 +233,12 @@ def test_a_failing_pass_raises_in_every_caller_of_it_and_later_requests_work(x):
 def test_a_failing_pass_raises_in_blocking_callers_too(x, threaded):
     net = make_net(gate=True)
     poison_row(net, x, 0)
+    phase = threading.Barrier(4)
     with ParallelInference(net, workers=2) as pi:
         def call(i):
             with pytest.raises(ValueError, match="Gate: refused"):
                 pi.output(x[0])
+            phase.wait(WAIT)        # no poisoned request left to share a batch with
             return pi.output(x[1]).shape
         assert threaded(call, 4) == [(3,)] * 4
 
@@ -600,3 +602,17 @@ def test_builder_mirrors_dl4j():
     with pytest.raises(AttributeError, match="ParallelInference.builder has no option "
                                              "'devices'"):
         ParallelInference.builder(net).devices(2)
+
+
+def test_the_relay_wakes_one_caller_at_a_time_and_skips_abandoned_ones():
+    from ndws.parallel.inference import _Relay, _Request
+    relay = _Relay()
+    reqs = [_Request() for _ in range(4)]
+    reqs[1].abandoned = True               # its caller was interrupted: it wakes nobody
+    relay.post(reqs)
+    assert [r.done.locked() for r in reqs] == [False, True, True, True]
+    relay.wake_one()                       # what the woken caller does: passes it on
+    assert [r.done.locked() for r in reqs] == [False, False, False, True]
+    relay.wake_one()
+    relay.wake_one()                       # nothing left: a no-op
+    assert not any(r.done.locked() for r in reqs)
