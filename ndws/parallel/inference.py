@@ -29,8 +29,8 @@ import numpy as np
 
 import ndws
 from ndws._core import NDArray
-from ndws.parallel.modes import (Builder, InferenceMode, LoadBalanceMode, check_model,
-                                 option_enum, option_int)
+from ndws.parallel.modes import (Builder, InferenceMode, LoadBalanceMode, Stoppable,
+                                 check_model, option_enum, option_int)
 
 __all__ = ["ParallelInference"]
 
@@ -126,7 +126,7 @@ def _copy_for(exc: BaseException) -> BaseException:
     return err
 
 
-class ParallelInference:
+class ParallelInference(Stoppable):
     """Serve `model` to many threads at once (DL4J's ``ParallelInference``).
 
     Parameters
@@ -448,16 +448,6 @@ class ParallelInference:
         if threading.current_thread() not in self._threads:
             for t in self._threads:
                 t.join()
-
-    def close(self) -> None:
-        """The same as `shutdown`."""
-        self.shutdown()
-
-    def __enter__(self) -> "ParallelInference":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return (f"<ParallelInference {self._workers} workers, {self._mode.name}, "

@@ -101,3 +101,20 @@ class Builder:
 
     def build(self) -> Any:
         return self._cls(self._model, **self._options)
+
+
+class Stoppable:
+    """`close()` and the ``with`` statement for an engine whose `shutdown()` stops it."""
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The same as `shutdown`."""
+        self.shutdown()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.shutdown()

@@ -34,8 +34,8 @@ from ndws.nn.history import History, _Progress
 from ndws.nn.listeners import TrainingListener
 from ndws.nn.network import _length
 from ndws.parallel._sync import SpinBarrier
-from ndws.parallel.modes import (Builder, TrainingMode, check_model, option_bool,
-                                 option_enum, option_int)
+from ndws.parallel.modes import (Builder, Stoppable, TrainingMode, check_model,
+                                 option_bool, option_enum, option_int)
 from ndws.workspace import WorkspaceMode
 
 __all__ = ["ParallelWrapper"]
@@ -158,7 +158,7 @@ class _CallerFailed(Exception):
     """Marks a run stopped because the caller's side raised (its exception propagates)."""
 
 
-class ParallelWrapper:
+class ParallelWrapper(Stoppable):
     """Train `model` on `workers` threads at once (DL4J's ``ParallelWrapper``).
 
     Parameters
@@ -565,16 +565,6 @@ class ParallelWrapper:
         if self._listeners is not None:
             self.model.set_listeners(*self._listeners)
             self._listeners = None
-
-    def close(self) -> None:
-        """The same as `shutdown`."""
-        self.shutdown()
-
-    def __enter__(self) -> "ParallelWrapper":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return (f"<ParallelWrapper {self.workers} workers, {self.training_mode.name}, "
