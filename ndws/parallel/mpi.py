@@ -405,7 +405,6 @@ class MPITrainer:
         grads = np.asarray(net._grads)          # zero-copy: MPI reads and writes the buffer
         self._buckets = buckets
         self._bucket_views = [grads[s:e] for _, s, e in buckets]
-        self._bucket_nd = [net._grads[s:e] for _, s, e in buckets]
         self._trigger = {i: k for k, (i, _, _) in enumerate(buckets)}
         # parameters no updater changes (running statistics): averaged after each step
         self._frozen = [(s, s + size) for layer, name, _, s, size in net._layout
@@ -418,7 +417,9 @@ class MPITrainer:
 
     def _post_bucket(self, k: int) -> None:
         if self._weight != 1.0:
-            ndws.multiply(self._bucket_nd[k], self._weight, out=self._bucket_nd[k])
+            # in place on the NumPy view (zero-copy; a scalar multiply is memory-bound, and
+            # NumPy's has the least per-call cost)
+            self._bucket_views[k] *= self._weight
         self._requests[k] = self._ch.iallreduce(self._bucket_views[k])
         self._posted = k + 1
         if self._trace:
@@ -604,7 +605,7 @@ class MPITrainer:
                 self._post_bucket(self._posted)
         elif n:
             if self._weight != 1.0:
-                ndws.multiply(net._grads, self._weight, out=net._grads)
+                self._bucket_views[0] *= self._weight
             if self._trace:
                 self._event("allreduce started", 0)
             if self._timeout is None:
