@@ -50,9 +50,10 @@ TARGET = 1.7
 STEPS = (60, 20)          # steps per timed fit (full, quick)
 ROUNDS = (9, 3)
 VARIANTS = {              # name: MPITrainer options
-    "blocking allreduce": {"overlap": False},
-    "bucket per layer": {"overlap": True, "bucket_bytes": 0},
-    "default buckets": {"overlap": True},
+    "blocking allreduce": {"overlap": False, "shared_memory": False},
+    "bucket per layer": {"overlap": True, "bucket_bytes": 0, "shared_memory": False},
+    "64 KiB buckets": {"overlap": True, "shared_memory": False},
+    "shared memory": {},     # the default with every rank on one machine
 }
 SIZES_AR = (8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
 

@@ -130,8 +130,10 @@ def test_shared_gradients_on_2_ranks_train_like_one_process_on_the_global_batch(
     np.testing.assert_array_equal(r0["scores"], r1["scores"])
     assert r0["iterations"].tolist() == history.iterations
     buckets = r0["buckets"]
-    assert {"per_layer": len(buckets) == 3, "blocking": len(buckets) == 1}.get(variant, True)
+    assert len(buckets) == (3 if variant == "per_layer" else 1)
     assert buckets[0][2] == oracle.num_params() and buckets[-1][1] == 0     # covers them all
+    # the ranks share this machine: the default sums in shared memory
+    assert bool(r0["shared_memory"]) == ("shared_memory" not in common.SHARED_VARIANTS[variant])
 
 
 @needs_mpiexec
@@ -453,6 +455,8 @@ def _hostile_constructions(MPI, net):
         (lambda: _make(net, average_updaters=1), TypeError,
          "average_updaters: expected True or False, got 1"),
         (lambda: _make(net, overlap="yes"), TypeError, "overlap: expected True or False"),
+        (lambda: _make(net, shared_memory=1), TypeError,
+         "shared_memory: expected True or False, got 1"),
         (lambda: _make(net, bucket_bytes=-1), ValueError, "bucket_bytes: must be at least 0"),
         (lambda: _make(net, bucket_bytes=True), TypeError,
          "bucket_bytes: expected an int >= 0, got bool"),

@@ -189,6 +189,57 @@ class _Channel:
                              f"trainer the same options)")
 
 
+class _SharedSum:
+    """The in-place sum of one flat array over the ranks of one machine through an MPI
+    shared-memory window: each rank copies its array into its segment, sums its slice of every
+    segment into its own (one rank per slice, so the sum takes its operands in rank order and
+    every rank gets the same bits), then copies every slice's sum out of the segment that holds
+    it. Barriers between the phases (with the trainer's deadline); the window is in a passive
+    lock epoch for its life, and `Sync` orders the memory around each barrier."""
+
+    def __init__(self, node: Any, n: int, dtype: Any):
+        self.node = node
+        self.rank, self.size = node.Get_rank(), node.Get_size()
+        itemsize = np.dtype(dtype).itemsize
+        self.win = _mpi().Win.Allocate_shared(max(n, 1) * itemsize, itemsize, comm=node)
+        self.segments = []
+        for j in range(self.size):
+            buf, _ = self.win.Shared_query(j)
+            self.segments.append(np.frombuffer(buf, dtype, count=n))
+        self.cuts = [n * j // self.size for j in range(self.size + 1)]
+        self.win.Lock_all(_mpi().MODE_NOCHECK)
+
+    def _barrier(self, ch: _Channel, what: str) -> None:
+        self.win.Sync()
+        ch.wait(self.node.Ibarrier(), what)
+        self.win.Sync()
+
+    def sum(self, array: np.ndarray, weight: float, ch: _Channel) -> None:
+        """`array` := the sum over the machine's ranks of weight * array."""
+        mine = self.segments[self.rank]
+        # the segments are free once every rank has copied the last sums out
+        self._barrier(ch, "the shared-memory barrier before the gradients are copied in")
+        if weight != 1.0:
+            np.multiply(array, weight, out=mine)       # weighted as it is copied in
+        else:
+            np.copyto(mine, array)
+        self._barrier(ch, "the shared-memory barrier after the gradients are copied in")
+        lo, hi = self.cuts[self.rank], self.cuts[self.rank + 1]
+        part = mine[lo:hi]
+        for j, segment in enumerate(self.segments):
+            if j != self.rank:
+                np.add(part, segment[lo:hi], out=part)
+        self._barrier(ch, "the shared-memory barrier after the slices are summed")
+        for j, segment in enumerate(self.segments):
+            a, b = self.cuts[j], self.cuts[j + 1]
+            array[a:b] = segment[a:b]
+
+    def free(self) -> None:
+        self.win.Unlock_all()
+        self.win.Free()
+        self.node.Free()
+
+
 class MPITrainer:
     """Train `model` data-parallel on the processes of `comm`, one per rank (the multi-process
     twin of `ParallelWrapper`; DL4J trains on several machines through Spark).
@@ -222,6 +273,12 @@ class MPITrainer:
     bucket_bytes : int
         With `overlap`: layers are grouped, from the last one down, into buckets of at least
         this many bytes (0: one bucket per layer with parameters).
+    shared_memory : bool, optional
+        SHARED_GRADIENTS with every rank on one machine: sum the gradients through an MPI
+        shared-memory window instead of MPI's allreduce (each rank copies its gradients in,
+        sums its slice of everyone's, copies the sums out; about half the time of MPICH's
+        allreduce here, docs/distributed.md). Default None: when every rank is on one
+        machine; True: the same, and an error when the ranks span machines; False: never.
     timeout : float, optional
         Seconds any one collective may take before the job is aborted with a message naming
         it (default None: no limit). Allow for the slowest step and for what rank 0's
@@ -252,7 +309,8 @@ class MPITrainer:
                  training_mode: Any = TrainingMode.SHARED_GRADIENTS,
                  averaging_frequency: int = 1, average_updaters: bool = True, *,
                  report_score_after_averaging: bool = False, overlap: bool = True,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, timeout: float | None = None,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, shared_memory: bool | None = None,
+                 timeout: float | None = None,
                  abort_on_error: bool = True, kernel_threads: int | None = None,
                  trace: bool = False):
         MPI = _mpi()
@@ -285,6 +343,8 @@ class MPITrainer:
             if bucket_bytes < 0:
                 raise ValueError(f"bucket_bytes: must be at least 0, got {bucket_bytes}")
             self._bucket_bytes = bucket_bytes
+            self._shared_memory = (None if shared_memory is None else
+                                   option_bool(shared_memory, "shared_memory"))
             self._abort_on_error = option_bool(abort_on_error, "abort_on_error")
             self._trace = option_bool(trace, "trace")
             self._kernel_threads = (None if kernel_threads is None else
@@ -296,11 +356,22 @@ class MPITrainer:
         self._ch = _Channel(MPI, comm.Dup(), self._timeout, self._context)
         self._closed = False
         self._rank, self._size = self._ch.rank, self._ch.size
+        # the ranks on this machine: they share its cores, and may share memory
+        node = self._ch.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self._rank)
         if self._kernel_threads is None:
-            # the cores of this machine, shared among its ranks
-            node = self._ch.comm.Split_type(MPI.COMM_TYPE_SHARED)
             self._kernel_threads = max(1, ndws.get_num_threads() // node.Get_size())
+        one_machine = node.Get_size() == self._size
+        self._shm: _SharedSum | None = None
+        if (self._shared_memory is not False and one_machine and self._size > 1
+                and self._training_mode is TrainingMode.SHARED_GRADIENTS):
+            self._shm = _SharedSum(node, model.num_params(), model.conf.dtype)
+        else:
             node.Free()
+        if self._shared_memory and not one_machine:
+            self.close()
+            raise ValueError(f"shared_memory=True: the {self._size} ranks span more than one "
+                             f"machine (this one has {node.Get_size()}); use the default "
+                             f"(None) or False")
         self._events: list = []
         self._last_events: list = []
         self._buckets: list = []
@@ -329,6 +400,8 @@ class MPITrainer:
     timeout = property(lambda self: self._timeout,
                        doc="Seconds a collective may take before the job is aborted (None: "
                            "no limit).")
+    shared_memory = property(lambda self: self._shm is not None,
+                             doc="True when the gradients are summed in shared memory.")
     abort_on_error = property(lambda self: self._abort_on_error,
                               doc="End the job with MPI_Abort when a rank fails in fit.")
     kernel_threads = property(lambda self: self._kernel_threads,
@@ -349,7 +422,8 @@ class MPITrainer:
         net = self.model
         text = "|".join([net.conf.to_json(), str(net.num_params()), self._training_mode.name,
                          str(self._averaging_frequency), str(self._average_updaters),
-                         str(self._overlap), str(self._bucket_bytes)])
+                         str(self._overlap), str(self._bucket_bytes),
+                         str(self._shared_memory)])
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "little")
 
     # -- state ----------------------------------------------------------------------------------
@@ -387,7 +461,7 @@ class MPITrainer:
         itemsize = net.conf.dtype.itemsize
         total = net.num_params()
         buckets: list[tuple[int, int, int]] = []
-        if not self._overlap:
+        if not self._overlap or self._shm is not None:
             buckets = [(0, 0, total)] if total else []
         else:
             lo = hi = None
@@ -523,7 +597,8 @@ class MPITrainer:
             # as MultiLayerNetwork.fit: an async-capable iterator is prefetched (queue 2)
             wrapper = data = AsyncDataSetIterator(data, queue_size=2)
         shared = self._training_mode is TrainingMode.SHARED_GRADIENTS
-        if shared and self._overlap:
+        self._hooked = shared and self._overlap and self._shm is None
+        if self._hooked:
             net._after_layer_gradients = self._after_layer
         self._since_average = 0
         self._trained = False
@@ -600,15 +675,19 @@ class MPITrainer:
         if not self._rows:
             net._grads.fill(0)                 # this rank contributes nothing
             self._weight = 1.0
-        if self._overlap:
+        if self._hooked:
             while self._posted < n:            # what backprop has not started (no rows)
                 self._post_bucket(self._posted)
         elif n:
-            if self._weight != 1.0:
+            if self._weight != 1.0 and self._shm is None:
                 self._bucket_views[0] *= self._weight
             if self._trace:
                 self._event("allreduce started", 0)
-            if self._timeout is None:
+            if self._shm is not None:
+                t0, waited = time.perf_counter(), ch.seconds
+                self._shm.sum(self._bucket_views[0], self._weight, ch)
+                ch.seconds = waited + time.perf_counter() - t0     # copies and sums count
+            elif self._timeout is None:
                 # the single blocking call the buckets are measured against
                 t0 = time.perf_counter()
                 ch.comm.Allreduce(ch.MPI.IN_PLACE, self._bucket_views[0], ch.MPI.SUM)
@@ -788,6 +867,9 @@ class MPITrainer:
         Idempotent."""
         if not self._closed:
             self._closed = True
+            if getattr(self, "_shm", None) is not None:
+                self._shm.free()
+                self._shm = None
             self._ch.comm.Free()
 
     def __enter__(self) -> "MPITrainer":

@@ -80,7 +80,7 @@ def shared(out):
                 history = trainer.fit(it.shard(rank, size), epochs=2)
                 save(out, f"shared_{n}_{variant}_{updater}", **state(net),
                      scores=history.scores, iterations=history.iterations,
-                     buckets=trainer.buckets())
+                     buckets=trainer.buckets(), shared_memory=trainer.shared_memory)
                 trainer.close()
 
 
@@ -182,7 +182,8 @@ def listeners(out):
     handler = logging.StreamHandler(stream)
     logging.getLogger("ndws").addHandler(handler)
     logging.getLogger("ndws").setLevel(logging.INFO)
-    trainer = MPITrainer(net, trace=True, bucket_bytes=0)      # a bucket per layer
+    trainer = MPITrainer(net, trace=True, bucket_bytes=0,        # a bucket per layer
+                         shared_memory=False)
     stderr, sys.stderr = sys.stderr, io.StringIO()
     try:
         history = trainer.fit(ArrayDataSetIterator(x, y, 4).shard(rank, size), epochs=2,

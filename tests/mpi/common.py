@@ -10,8 +10,13 @@ from ndws.nn import (Adam, BatchNormalization, DenseLayer, MultiLayerConfigurati
 BATCH = 4                           # rows per rank and step
 #: 2 ranks, global batches of 8: 67 ends with 3 rows (2 and 1), 65 with 1 (rank 1 has none)
 SHARED_SIZES = (67, 65)
-SHARED_VARIANTS = {"overlap": {}, "per_layer": {"bucket_bytes": 0},
-                   "blocking": {"overlap": False}, "timeout": {"timeout": 60.0}}
+#: MPITrainer options: the default (shared memory, the ranks being on one machine), MPI's
+#: allreduce in buckets during backprop or in one blocking call, and each with a deadline
+SHARED_VARIANTS = {"default": {}, "buckets": {"shared_memory": False},
+                   "per_layer": {"bucket_bytes": 0, "shared_memory": False},
+                   "blocking": {"overlap": False, "shared_memory": False},
+                   "timeout": {"timeout": 60.0},
+                   "buckets_timeout": {"timeout": 60.0, "shared_memory": False}}
 UPDATERS = ("sgd", "adam")
 AVERAGING_N = 64
 AVERAGING_FREQUENCIES = (1, 3)
