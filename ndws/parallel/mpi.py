@@ -6,13 +6,14 @@ of the iterators in `ndws.data`). At the start of each fit rank 0's parameters, 
 and counters are broadcast, so every rank begins identical. Then each step:
 
 * SHARED_GRADIENTS (default, DL4J's gradient sharing, exactly): each rank backpropagates its
-  batch; the flat gradient buffer (``net._grads``, every layer's gradients a view of it) is
-  cut into buckets of whole layers, and each bucket's in-place non-blocking allreduce
-  (``Iallreduce``, zero-copy through the buffer protocol) starts as soon as backprop has
-  written its layers, overlapping the communication with the backprop of the layers below
-  (PyTorch DDP's scheme). Each rank's gradient is weighted by its share of the global batch's
-  rows, so the sum is the gradient of the concatenated batch, and every rank applies the same
-  update: N ranks on b rows each train like one process on the N*b rows (to float rounding).
+  batch, weights its gradients by its share of the step's rows, and the flat gradient buffers
+  (``net._grads``, every layer's gradients a view of it) are summed over the ranks, so the
+  sum is the gradient of the concatenated batch and every rank applies the same update: N
+  ranks on b rows each train like one process on the N*b rows (to float rounding). With every
+  rank on one machine the sum goes through an MPI shared-memory window (`_SharedSum`); else it
+  is MPI's in-place allreduce (zero-copy through the buffer protocol) in buckets of whole
+  layers, each bucket's ``Iallreduce`` started from the network's backward hook as soon as
+  backprop has written its layers (PyTorch DDP's scheme).
 * AVERAGING: each rank fits its batches with its own updater; every `averaging_frequency`
   steps, and at the end of each epoch, the parameters (and the updater state) are averaged.
 
@@ -192,9 +193,8 @@ class _Channel:
 class _SharedSum:
     """The in-place sum of one flat array over the ranks of one machine through an MPI
     shared-memory window: each rank copies its array into its segment, sums its slice of every
-    segment into its own (one rank per slice, so the sum takes its operands in rank order and
-    every rank gets the same bits), then copies every slice's sum out of the segment that holds
-    it. Barriers between the phases (with the trainer's deadline); the window is in a passive
+    segment into its own (each slice is summed by one rank, so every rank gets the same bits),
+    then copies every slice's sum out of the segment that holds it. Barriers between the phases (with the trainer's deadline); the window is in a passive
     lock epoch for its life, and `Sync` orders the memory around each barrier."""
 
     def __init__(self, node: Any, n: int, dtype: Any):
@@ -358,9 +358,10 @@ class MPITrainer:
         self._rank, self._size = self._ch.rank, self._ch.size
         # the ranks on this machine: they share its cores, and may share memory
         node = self._ch.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self._rank)
+        here = node.Get_size()
         if self._kernel_threads is None:
-            self._kernel_threads = max(1, ndws.get_num_threads() // node.Get_size())
-        one_machine = node.Get_size() == self._size
+            self._kernel_threads = max(1, ndws.get_num_threads() // here)
+        one_machine = here == self._size
         self._shm: _SharedSum | None = None
         if (self._shared_memory is not False and one_machine and self._size > 1
                 and self._training_mode is TrainingMode.SHARED_GRADIENTS):
@@ -370,7 +371,7 @@ class MPITrainer:
         if self._shared_memory and not one_machine:
             self.close()
             raise ValueError(f"shared_memory=True: the {self._size} ranks span more than one "
-                             f"machine (this one has {node.Get_size()}); use the default "
+                             f"machine (this one has {here}); use the default "
                              f"(None) or False")
         self._events: list = []
         self._last_events: list = []
