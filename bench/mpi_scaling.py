@@ -21,8 +21,8 @@ alpha and beta of MPICH's allreduce over shared memory) and typical network figu
 Usage::
 
     python bench/mpi_scaling.py                         # the tables of docs/distributed.md
-    python bench/mpi_scaling.py --alpha-us 1.26 --beta-gbs 9.05 --fixed-us 99 \\
-        --per-sample-us 5.44                              # constants from bench_mpi.py
+    python bench/mpi_scaling.py --alpha-us 1.23 --beta-gbs 8.81 --fixed-us 95 \\
+        --per-sample-us 5.57                              # constants from bench_mpi.py
 """
 from __future__ import annotations
 
@@ -88,13 +88,13 @@ def table(global_batch, fixed_us, per_sample_us, weak, overlap, out=sys.stdout):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fixed-us", type=float, default=99.0,
+    p.add_argument("--fixed-us", type=float, default=95.0,
                    help="t0: the fixed part of a step's compute (bench_mpi.py)")
-    p.add_argument("--per-sample-us", type=float, default=5.44,
+    p.add_argument("--per-sample-us", type=float, default=5.57,
                    help="c: compute per sample of the MLP, 1 thread (bench_mpi.py)")
-    p.add_argument("--alpha-us", type=float, default=1.26,
+    p.add_argument("--alpha-us", type=float, default=1.23,
                    help="latency over this machine's shared memory (only printed)")
-    p.add_argument("--beta-gbs", type=float, default=9.05,
+    p.add_argument("--beta-gbs", type=float, default=8.81,
                    help="bandwidth over this machine's shared memory (only printed)")
     p.add_argument("--global-batch", type=int, default=1024)
     args = p.parse_args(argv)
