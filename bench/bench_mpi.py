@@ -4,9 +4,10 @@ the 784-256-256-10 MLP of bench_mlp_step.py / bench_fit.py (ReLU, softmax cross-
 
 Weak scaling: each rank fits batches of the same size as the single process (so a step of 2
 ranks learns from twice the rows), every process on 1 kernel thread (``ndws.set_num_threads
-(1)``). Rows: the single process (`MultiLayerNetwork.fit`), then the trainer with one blocking
-allreduce of the whole gradient buffer after backprop (``overlap=False``), with a bucket per
-layer started during backprop (``bucket_bytes=0``), and with the default buckets. Columns:
+(1)``). Rows: the single process (`MultiLayerNetwork.fit`), then the trainer with MPI's
+allreduce: one blocking call on the whole gradient buffer after backprop (``overlap=False``), a
+bucket per layer started during backprop (``bucket_bytes=0``) and the default 64 KiB buckets;
+and with its default on one machine, the sum through an MPI shared-memory window. Columns:
 samples/s, the ratio to the single process, the step time and the share of it rank 0 spent in
 MPI calls (the communication that overlap did not hide). Everything in one table comes from
 one ``mpiexec`` run, the contenders interleaved round by round (the single process runs on
