@@ -302,6 +302,12 @@ def test_ranks_that_disagree_on_arguments_fail_together_and_change_nothing(job):
         assert r["fit_ok"] == "no error"
     assert r1["fit_epochs"] == "ValueError: epochs: expected an int >= 1, got 0"
     assert r0["fit_epochs"].startswith("RuntimeError: MPITrainer.fit: rank 1 of 2 refused")
+    assert r1["fit_batch_size"] == "ValueError: batch_size: expected an int >= 1, got 0"
+    assert r0["fit_batch_size"].endswith("refused its arguments: ValueError: batch_size: "
+                                         "expected an int >= 1, got 0")
+    assert r1["fit_data"] == ("TypeError: data: expected a DataSet, an iterable of DataSets "
+                              "or arrays, got int")
+    assert r0["fit_data"].startswith("RuntimeError: MPITrainer.fit: rank 1 of 2 refused")
     assert load(job, "disagree", 0)["iteration"] == 4                 # only fit_ok trained
 
 

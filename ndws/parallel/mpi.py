@@ -555,6 +555,19 @@ class MPITrainer:
                                 f"{progress!r:.40}")
             if net._params is None:
                 raise ValueError("MPITrainer.fit: the model is not initialised")
+            # what MultiLayerNetwork.fit checks as it starts reading, checked here, before
+            # the ranks agree (inside the training a bad argument would end the job)
+            if labels is not None and batch_size is not None and (
+                    isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                    or batch_size < 1):
+                raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+            if labels is None and batch_size is not None:
+                raise ValueError("batch_size: only with features and labels arrays (a DataSet "
+                                 "or an iterator brings its own batches)")
+            if labels is None and not isinstance(data, DataSet) and not hasattr(data,
+                                                                                  "__iter__"):
+                raise TypeError(f"data: expected a DataSet, an iterable of DataSets or "
+                                f"arrays, got {type(data).__name__}")
             lock.__enter__()                   # busy in another thread: RuntimeError
             locked = True
         except (TypeError, ValueError, RuntimeError) as exc:

@@ -222,6 +222,8 @@ def disagree(out):
     trainer = MPITrainer(net)
     x, y = common.data(16)
     attempt("fit_epochs", lambda: trainer.fit(x, y, batch_size=4, epochs=0 if rank else 1))
+    attempt("fit_batch_size", lambda: trainer.fit(x, y, batch_size=0 if rank else 4))
+    attempt("fit_data", lambda: trainer.fit(42 if rank else [DataSet(x, y)]))
     attempt("fit_ok", lambda: trainer.fit(x, y, batch_size=4))
     save(out, "disagree", results=results, params_before=params,
          iteration=trainer.model.iteration)
