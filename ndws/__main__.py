@@ -3,7 +3,8 @@
 
 ``train`` trains a multi-layer perceptron on the bundled digits with a progress bar, prints each
 epoch's score and held-out accuracy and the final evaluation, then compares the workspace modes
-on the same network.
+on the same network. ``train --mpi``, run under ``mpiexec -n N``, trains the same network
+data-parallel on the N processes (`ndws.parallel.MPITrainer`, docs/distributed.md).
 
 The demo runs the same cyclic workload (a small two-layer forward pass with a softmax and a
 loss, as in a training or inference loop) with a workspace and without, and prints the
@@ -22,7 +23,7 @@ import numpy as np
 
 import ndws
 
-__all__ = ["main", "run_demo", "run_train"]
+__all__ = ["main", "run_demo", "run_train", "run_train_mpi"]
 
 
 def _workload(batch: int, features: int, hidden: int, classes: int, seed: int
@@ -163,6 +164,72 @@ def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: i
     return {"accuracy": accuracy, "evaluation": ev, "modes": modes}
 
 
+def run_train_mpi(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: int = 1,
+                  progress: bool | None = None, out=None) -> dict:
+    """`run_train` data-parallel over MPI (run under ``mpiexec -n N``): every rank trains on
+    its shard of the digits, batches of `batch_size` per rank; rank 0 prints the report.
+    Returns the figures (on every rank)."""
+    import os
+
+    from ndws.data import ArrayDataSetIterator
+    from ndws.data.dataset import DataSet
+    from ndws.nn import MultiLayerNetwork
+    from ndws.nn.listeners import TrainingListener
+    from ndws.parallel.mpi import MPITrainer
+
+    class CommTime(TrainingListener):
+        # rank 0's milliseconds in MPI calls over an epoch (the trainer sets last_comm_time
+        # before the listeners run)
+        ms = 0.0
+
+        def iteration_done(self, model, iteration, epoch):
+            self.ms += model.last_comm_time
+
+    x, y, xt, yt = _digits(seed)
+    net = MultiLayerNetwork(_digits_conf(hidden, seed))
+    net.init()
+    comm_time = CommTime()
+    net.set_listeners(comm_time)
+    with MPITrainer(net) as trainer:
+        rank, size = trainer.rank, trainer.size
+        devnull = open(os.devnull, "w") if out is None and rank else None   # rank 0 reports
+        out = out or devnull or sys.stdout
+        from mpi4py import MPI
+        library = " ".join(MPI.Get_library_version().splitlines()[0].split())
+        ranks = f"{size} rank{'s' if size > 1 else ''}"
+        print(f"ndws train --mpi: {ranks} ({library}), {trainer.kernel_threads} kernel "
+              f"thread(s) each; digits (8x8, 10 classes), {len(x)} training / {len(xt)} "
+              f"held-out examples, batch {batch_size} per rank ({batch_size * size} per "
+              f"step), {epochs} epochs\n", file=out)
+        print(net.summary(batch_size), file=out)
+        print(file=out)
+        shard = ArrayDataSetIterator(x, y, batch_size, shuffle=True, seed=seed).shard(rank, size)
+        started = time.perf_counter()
+        accuracy = 0.0
+        for e in range(epochs):
+            comm_time.ms = 0.0
+            history = trainer.fit(shard, progress=progress)
+            seconds = history.epoch_seconds[-1]
+            if rank == 0:                      # every rank holds the same parameters
+                accuracy = _accuracy(net, xt, yt)
+            print(f"epoch {e + 1:>3}/{epochs}: score {history.epoch_scores[-1]:.4f}, held-out "
+                  f"accuracy {accuracy:.4f} ({seconds:.2f} s, "
+                  f"{history.samples_per_second[-1]:,.0f} samples/s, "
+                  f"{comm_time.ms / 1000 / seconds * 100:.0f}% communicating)", file=out)
+        print(f"\ntrained in {time.perf_counter() - started:.1f} s\n", file=out)
+        ev = None
+        if rank == 0:
+            onehot = np.eye(10, dtype=np.float32)[yt]
+            ev = net.evaluate([DataSet(xt[i:i + 100], onehot[i:i + 100])
+                               for i in range(0, len(xt), 100)])
+            print(ev.stats(), file=out)
+    net.set_listeners()
+    if devnull is not None:
+        devnull.close()
+    ndws.destroy_all_workspaces_for_current_thread()
+    return {"accuracy": accuracy, "evaluation": ev, "rank": rank, "size": size}
+
+
 def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs) -> dict:
     from ndws._memory import allocation_counters
     from ndws.data.dataset import DataSet
@@ -207,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     train.add_argument("--seed", type=int, default=1)
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="show a progress bar (default: on a terminal)")
+    train.add_argument("--mpi", action="store_true",
+                       help="train data-parallel on the processes of `mpiexec -n N ndws train "
+                            "--mpi` (batch size per process; needs pip install 'ndws[mpi]')")
     sub.add_parser("config", help="show versions, build options and threads")
     args = parser.parse_args(argv)
     if args.command == "config":
@@ -218,6 +288,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1")
         if not 0 <= args.seed < 2**63:
             parser.error("--seed must be in [0, 2**63)")
+        if args.mpi:
+            from ndws.parallel.mpi import mpi_available, INSTALL_HINT
+            if not mpi_available():
+                parser.error(f"--mpi needs mpi4py and an MPI library: {INSTALL_HINT}")
+            run_train_mpi(args.epochs, args.batch_size, args.hidden, args.seed, args.progress)
+            return 0
         run_train(args.epochs, args.batch_size, args.hidden, args.seed, args.progress)
         return 0
     if args.iterations < 1:

@@ -21,6 +21,7 @@ Python iterable of DataSets: `as_data_set_iterator` / `as_multi_data_set_iterato
 """
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 from typing import Any, Iterable, Iterator, Sequence
@@ -165,6 +166,31 @@ def _positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
+def shard_args(rank: Any, size: Any) -> tuple[int, int]:
+    """`rank` and `size` of ``shard(rank, size)`` as ints, else TypeError / ValueError naming
+    the argument (a bool is not a rank)."""
+    for name, value in (("size", size), ("rank", rank)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"shard: {name} must be an int, got {type(value).__name__} "
+                            f"{value!r:.40}")
+    size, rank = int(size), int(rank)
+    if size < 1:
+        raise ValueError(f"shard: size must be >= 1 (the number of ranks), got {size}")
+    if not 0 <= rank < size:
+        raise ValueError(f"shard: rank must be in [0, size) = [0, {size}), got {rank}")
+    return rank, size
+
+
+def shard_part(m: int, rank: int, size: int) -> tuple[int, int]:
+    """[lo, hi) of rank `rank`'s part of a global batch of `m` examples split over `size`
+    ranks, in rank order and as even as can be: a full global batch of ``batch_size * size``
+    gives every rank ``batch_size``; a short one gives the first ``m % size`` ranks one
+    example more than the others, so when ``m < size`` ranks m and up get none."""
+    q, extra = divmod(m, size)
+    lo = rank * q + min(rank, extra)
+    return lo, lo + q + (rank < extra)
+
+
 def _source(value: Any, name: str, allow_none: bool = False) -> np.ndarray | None:
     """A NumPy source array. NDArrays are copied out once (so the source does not depend on
     the workspace it came from, and no export pins a block); NumPy arrays are used as they
@@ -221,9 +247,13 @@ class _ArrayBatcher:
         # A seed of None draws fresh entropy once, so epochs still differ and one iterator's
         # sequence is reproducible from its `seed` attribute.
         self.seed = np.random.SeedSequence().entropy if seed is None else seed
+        self.seed_given = seed is not None
         self.drop_last = bool(drop_last)
         self.epoch = 0
         self.pos = 0
+        # shard(rank, size): this process reads its part of each global batch of
+        # batch_size * size examples (docs/distributed.md, "Sharding the data")
+        self.rank, self.size = 0, 1
         self.order = self._order()
 
     def _order(self) -> np.ndarray:
@@ -233,14 +263,20 @@ class _ArrayBatcher:
         seq = np.random.SeedSequence([int(v) for v in seeds] + [self.epoch])
         return np.random.default_rng(seq).permutation(self.n)
 
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.size
+
     def has_next(self) -> bool:
         if self.drop_last:
-            return self.pos + self.batch_size <= self.n
+            return self.pos + self.global_batch <= self.n
         return self.pos < self.n
 
     def take(self) -> np.ndarray:
-        idx = self.order[self.pos:self.pos + self.batch_size]
-        self.pos += len(idx)
+        m = min(self.global_batch, self.n - self.pos)
+        lo, hi = shard_part(m, self.rank, self.size)
+        idx = self.order[self.pos + lo:self.pos + hi]
+        self.pos += m
         return idx
 
     def reset(self) -> None:
@@ -250,8 +286,15 @@ class _ArrayBatcher:
 
     def num_batches(self) -> int:
         if self.drop_last:
-            return self.n // self.batch_size
-        return -(-self.n // self.batch_size)
+            return self.n // self.global_batch
+        return -(-self.n // self.global_batch)
+
+    def examples(self) -> int:
+        # this shard's examples (all n unsharded; drop_last does not count, as DL4J's
+        # totalExamples)
+        full, rest = divmod(self.n, self.global_batch)
+        lo, hi = shard_part(rest, self.rank, self.size)
+        return full * self.batch_size + hi - lo
 
 
 def _check_seed(seed: Any) -> None:
@@ -294,14 +337,59 @@ class _Batched:
         return self._batcher.batch_size
 
     def total_examples(self) -> int:
-        return int(self._batcher.n)
+        """The number of examples (a shard's own, for a shard)."""
+        return int(self._batcher.examples())
 
     def num_batches(self) -> int:
-        """Batches per epoch."""
+        """Batches per epoch (the same in every shard of one iterator)."""
         return self._batcher.num_batches()
 
     def __len__(self) -> int:
         return self.num_batches()
+
+    def shard(self, rank: int, size: int) -> Any:
+        """This iterator's shard `rank` of `size`: a new iterator of the same kind over the
+        same arrays that reads, of each global batch of ``batch_size * size`` examples (the
+        batches of this iterator with ``batch_size * size``), the part of rank `rank`.
+
+        The shards of one iterator are disjoint and together cover every example once per
+        epoch; they all have the same number of batches, so no process of a data-parallel job
+        waits for a batch that never comes. Concatenated in rank order, the shards' batch k is
+        the global batch k. A short last global batch of m examples is split as evenly as can
+        be; when m < size, ranks m and up get a batch of 0 rows (a row-weighted gradient
+        counts it as nothing: docs/distributed.md). With ``drop_last`` the short global batch
+        is dropped on every rank.
+
+        A shuffled iterator needs an explicit `seed`, so that every process draws the same
+        permutation each epoch. The shard starts at the beginning of this iterator's current
+        epoch and keeps its pre-processor.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ndws.data import ArrayDataSetIterator
+        >>> x = np.arange(10, dtype=np.float32).reshape(10, 1)
+        >>> it = ArrayDataSetIterator(x, x, batch_size=2)
+        >>> [[ds.features.numpy().ravel().tolist() for ds in it.shard(r, 2)] for r in (0, 1)]
+        [[[0.0, 1.0], [4.0, 5.0], [8.0]], [[2.0, 3.0], [6.0, 7.0], [9.0]]]
+        """
+        rank, size = shard_args(rank, size)
+        b = self._batcher
+        if b.size != 1:
+            raise ValueError(f"shard: this iterator is already shard {b.rank} of {b.size}; "
+                             f"shard the original iterator")
+        if b.shuffle and not b.seed_given and size > 1:
+            raise ValueError("shard: a shuffled iterator needs an explicit seed (with "
+                             "seed=None each process draws its own order, and the shards "
+                             "would overlap)")
+        other = copy.copy(self)
+        nb = copy.copy(b)
+        nb.rank, nb.size, nb.pos = rank, size, 0
+        nb.order = nb._order()
+        other._batcher = nb
+        other._started = False
+        other._failure = None
+        return other
 
 
 # --------------------------------------------------------------------------------------------

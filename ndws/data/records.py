@@ -21,6 +21,7 @@ A record is one CSV row parsed to a list of floats. Errors in the data name the 
 from __future__ import annotations
 
 import codecs
+import copy
 import csv
 import os
 from typing import Any, Iterator, Sequence
@@ -28,7 +29,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ndws.data.dataset import DataSet, MultiDataSet
-from ndws.data.iterators import DataSetIterator, MultiDataSetIterator
+from ndws.data.iterators import DataSetIterator, MultiDataSetIterator, shard_args, shard_part
 
 __all__ = [
     "CSVRecordReader",
@@ -252,7 +253,60 @@ def _where(reader: Any) -> str:
     return f"{loc[0]}:{loc[1]}: " if loc else ""
 
 
-class RecordReaderDataSetIterator(DataSetIterator):
+def _reader_copy(reader: Any) -> Any:
+    # a shard reads its own copy of a CSVRecordReader (same files and options, at the first
+    # record), so the iterator it came from stays usable; any other reader is shared
+    if type(reader) is CSVRecordReader:
+        return CSVRecordReader(reader.paths, reader.skip_num_lines, reader.delimiter,
+                               reader.quote, reader.encoding)
+    return reader
+
+
+class _RecordShard:
+    """``shard(rank, size)`` of the record-reader iterators: each batch reads the next global
+    batch of ``batch_size * size`` records and keeps this rank's part of it
+    (docs/distributed.md, "Sharding the data")."""
+
+    batch_size: int
+    _shard = (0, 1)
+
+    def _global_batch(self) -> int:
+        return self.batch_size * self._shard[1]
+
+    def _part(self, m: int) -> slice:
+        lo, hi = shard_part(m, *self._shard)
+        return slice(lo, hi)
+
+    def shard(self, rank: int, size: int) -> Any:
+        """This iterator's shard `rank` of `size`: a new iterator of the same kind whose batch
+        k is rank `rank`'s part of the global batch k of ``batch_size * size`` records (the
+        records this iterator would give with ``batch_size * size``).
+
+        The shards are disjoint and together cover every record once per epoch, and they all
+        have the same number of batches. A short last global batch of m records is split as
+        evenly as can be, the first ``m % size`` ranks getting one record more; when
+        ``m < size``, ranks m and up get a batch of 0 rows. Every shard reads (and checks)
+        every record and keeps its own: the reading is not divided, the training is. A
+        CSVRecordReader is copied (same files and options), so this iterator stays usable;
+        any other reader is shared with the shard, which then owns it (it resets it).
+        """
+        rank, size = shard_args(rank, size)
+        if self._shard[1] != 1:
+            raise ValueError(f"shard: this iterator is already shard {self._shard[0]} of "
+                             f"{self._shard[1]}; shard the original iterator")
+        other = copy.copy(self)
+        other._shard = (rank, size)
+        other._started = False
+        other._failure = None
+        other._take_readers()
+        other.reset()
+        return other
+
+    def _take_readers(self) -> None:
+        raise NotImplementedError
+
+
+class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
     """Batches of records as DataSets (DL4J's ``RecordReaderDataSetIterator``).
 
     Parameters
@@ -361,9 +415,12 @@ class RecordReaderDataSetIterator(DataSetIterator):
     def has_next(self) -> bool:
         return bool(self.reader.has_next())
 
+    def _take_readers(self) -> None:
+        self.reader = _reader_copy(self.reader)
+
     def _next(self) -> DataSet:
         rows: list[list[float]] = []
-        while len(rows) < self.batch_size and self.reader.has_next():
+        while len(rows) < self._global_batch() and self.reader.has_next():
             record = self.reader.next()
             self._consumed = True
             if self._num_fields is None:
@@ -380,7 +437,8 @@ class RecordReaderDataSetIterator(DataSetIterator):
             rows.append(record)
         if not rows:
             raise StopIteration
-        table = np.asarray(rows, dtype=np.float64)
+        rows = rows[self._part(len(rows))]                  # a shard's part (all when unsharded)
+        table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
         label_cols = self._label_columns()
         if not label_cols:
             return DataSet(table.astype(np.float32), None)
@@ -428,7 +486,7 @@ class OneHot:
         return f"OneHot({self.reader!r}, {self.column}, {self.num_classes})"
 
 
-class RecordReaderMultiDataSetIterator(MultiDataSetIterator):
+class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
     """Several readers, or column ranges of them, as MultiDataSet inputs and outputs (DL4J's
     ``RecordReaderMultiDataSetIterator`` without its builder).
 
@@ -516,7 +574,7 @@ class RecordReaderMultiDataSetIterator(MultiDataSetIterator):
 
     def _next(self) -> MultiDataSet:
         tables: dict[str, list[list[float]]] = {name: [] for name in self.readers}
-        while len(next(iter(tables.values()))) < self.batch_size:
+        while len(next(iter(tables.values()))) < self._global_batch():
             have = {name: r.has_next() for name, r in self.readers.items()}
             if not any(have.values()):
                 break
@@ -530,7 +588,9 @@ class RecordReaderMultiDataSetIterator(MultiDataSetIterator):
                 tables[name].append(record)
         if not next(iter(tables.values())):
             raise StopIteration
-        arrays = {name: np.asarray(rows, dtype=np.float64) for name, rows in tables.items()}
+        part = self._part(len(next(iter(tables.values()))))    # a shard's part
+        arrays = {name: np.asarray(rows[part], dtype=np.float64).reshape(
+                      len(rows[part]), self._widths[name]) for name, rows in tables.items()}
 
         def build(spec: Any) -> np.ndarray:
             if isinstance(spec, OneHot):
@@ -552,6 +612,10 @@ class RecordReaderMultiDataSetIterator(MultiDataSetIterator):
     def _reset(self) -> None:
         for reader in self.readers.values():
             reader.reset()
+
+    def _take_readers(self) -> None:
+        self.readers = {name: _reader_copy(r) for name, r in self.readers.items()}
+        self._widths = dict(self._widths)
 
     def batch(self) -> int:
         return self.batch_size

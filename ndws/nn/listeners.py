@@ -127,7 +127,10 @@ class PerformanceListener(TrainingListener):
     """Logs timing every `frequency` iterations (DL4J's ``PerformanceListener``):
     ``ETL: <ms> ms; iteration <i>; iteration time: <ms> ms; samples/sec: <x>; batches/sec: <x>;
     score: <s>;`` and, with `report_gc`, Python's collections per generation since the last
-    report. The timers are per thread (for data-parallel workers).
+    report. The timers are per thread (for data-parallel workers). Under
+    `ndws.parallel.MPITrainer` the iteration time is followed by ``communication: <ms> ms;``,
+    the part of it spent in MPI calls (what overlap did not hide), and samples/sec counts the
+    rows of every rank.
     """
 
     def __init__(self, frequency: int = 1, report_score: bool = False, report_gc: bool = False,
@@ -161,6 +164,10 @@ class PerformanceListener(TrainingListener):
             parts.append(f"iteration {iteration}; ")
         if self.report_time:
             parts.append(f"iteration time: {seconds * 1000:.0f} ms; ")
+            comm = getattr(model, "last_comm_time", None)
+            if comm is not None:
+                # ndws.parallel.MPITrainer: the iteration's time in MPI calls
+                parts.append(f"communication: {comm:.2f} ms; ")
         if self.report_sample:
             parts.append(f"samples/sec: {getattr(model, 'last_batch_size', 0) / seconds:.3f}; ")
         if self.report_batch:

@@ -82,6 +82,10 @@ class MultiLayerNetwork:
         # ndws.parallel's workers train in the wrapper's workspace mode (DL4J's
         # ParallelWrapper workspaceMode) without changing the configuration
         self._workspace_override: WorkspaceMode | None = None
+        # ndws.parallel.MPITrainer: called as hook(i) in the backward pass right after layer
+        # i's gradients are in the flat buffer, to start their allreduce while the layers
+        # below still backpropagate (docs/distributed.md); None: no call
+        self._after_layer_gradients: Any = None
         #: milliseconds the last fit iteration waited for its batch (DL4J's lastEtlTime)
         self.last_etl_time = 0.0
         #: examples in the last fit iteration's batch
@@ -654,6 +658,8 @@ class MultiLayerNetwork:
                             else:
                                 grads, eps = layer.backprop_gradient(eps, mgr)
                                 self._take_gradients(layer, grads)
+                        if self._after_layer_gradients is not None:
+                            self._after_layer_gradients(i)
                         if i > 0:
                             self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps, mgr,
                                                  "backprop_gradient")
