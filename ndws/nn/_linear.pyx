@@ -14,7 +14,8 @@ from ndws._linalg cimport gemm_arrays
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport (ACT_IDENTITY, ACT_LOG_SOFTMAX, ACT_N_ELEMENTWISE,
                                    activation_code, act_tile_f32, act_tile_f64,
-                                   softmax_rows_f32, softmax_rows_f64)
+                                   bias_act_tile_f32, bias_act_tile_f64, softmax_rows_f32,
+                                   softmax_rows_f64)
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
@@ -47,6 +48,18 @@ cdef void _linear_epilogue(const void* ctx, void* c, intp_t i0, intp_t j0, intp_
     # Row activations (softmax) need whole rows, so for them only the bias is added here.
     cdef const _LinearCtx* t = <const _LinearCtx*>ctx
     cdef bint act = t.code != ACT_IDENTITY and t.code < ACT_N_ELEMENTWISE
+    if cs_c == 1 and (t.bias == NULL or t.bias_stride == 1) and t.code < ACT_N_ELEMENTWISE:
+        # contiguous rows (every dense layer's output): bias and activation in one pass over
+        # the tile, one vectorised loop per activation
+        if t.f64:
+            bias_act_tile_f64(t.code, t.alpha, <float64_t*>c,
+                              <const float64_t*>t.bias + j0 if t.bias != NULL else NULL,
+                              m, n, rs_c)
+        else:
+            bias_act_tile_f32(t.code, <float32_t>t.alpha, <float32_t*>c,
+                              <const float32_t*>t.bias + j0 if t.bias != NULL else NULL,
+                              m, n, rs_c)
+        return
     if t.f64:
         if t.bias != NULL:
             _add_bias(<float64_t*>c, <const float64_t*>t.bias + j0 * t.bias_stride,
