@@ -177,7 +177,7 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._memory": ["ndws/_poison.h"],
            "ndws._threads": ["ndws/_pool.h"],
-           "ndws.nn._iteration": ["ndws/_tls.h", "ndws/nn/_upd_loops.h"],
+           "ndws.nn._iteration": ["ndws/_tls.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"]}
 
 

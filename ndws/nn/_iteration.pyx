@@ -11,20 +11,13 @@ layer and per array (the LayerWorkspaceMgr's lookups and borrows, the per-layer 
 the location checks of what a layer returns), which cost as much as the kernels of a small
 network. Every other network, and any listener that looks at the activations, takes the
 general path.
-
-With `sgd_lrs` it also applies plain SGD while it goes: each finished tile of a weight gradient
-updates its weights in the GEMM's epilogue, while the tile is still in cache, with the loop of
-`sgd_update` itself (ndws/nn/_upd_loops.h), after the layer's epsilon has read the old weights.
-The network asks for it only when nothing can look at the gradients or the parameters between
-the backward pass and the update (`MultiLayerNetwork._sgd_in_backprop`).
 """
 cimport cython
 
 from ndws._arena cimport Arena, ThreadState, tstate, epoch_ptr, debug_mode_ptr, ndws_share
 from ndws._core cimport NDArray, new_array, pin_foreign
 from ndws._linalg cimport gemm_arrays
-from ndws._typedefs cimport float32_t, float64_t, intp_t
-from ndws.nn._updaters cimport Hyper, UPD_SGD, ndws_upd_f32, ndws_upd_f64
+from ndws._typedefs cimport intp_t
 
 from ndws._arena import _end_scope_of, _scope_out
 from ndws._ufuncs import _reduce_sum
@@ -76,63 +69,6 @@ cdef NDArray _epsilon(int i, NDArray W, NDArray dz, intp_t rows, Arena target):
 
 
 # ------------------------------------------------------------------------------------------------
-# SGD in the epilogue of the weight-gradient GEMM
-
-ctypedef struct _SgdCtx:
-    Hyper h
-    char* params                # the layer's weights, laid out like the gradient
-    intp_t ld                   # their row stride, in elements
-    bint f64
-
-
-cdef void _sgd_epilogue(const void* ctx, void* c, intp_t i0, intp_t j0, intp_t m, intp_t n,
-                        intp_t rs_c, intp_t cs_c) noexcept nogil:
-    # Each finished tile of dW (its final values, still in cache) updates its own weights:
-    # W[i0:i0+m, j0:j0+n] -= lr * dW[i0:i0+m, j0:j0+n]. Tiles are disjoint, so the GEMM's
-    # threads never touch the same weight. A C-contiguous gradient has unit column strides
-    # (one call per tile); any other layout goes element by element through the same loop.
-    cdef const _SgdCtx* t = <const _SgdCtx*>ctx
-    cdef intp_t r, j
-    if cs_c == 1:
-        if t.f64:
-            ndws_upd_f64(&t.h, <float64_t*>t.params + i0 * t.ld + j0, <const float64_t*>c,
-                         NULL, NULL, m, n, t.ld, rs_c)
-        else:
-            ndws_upd_f32(&t.h, <float32_t*>t.params + i0 * t.ld + j0, <const float32_t*>c,
-                         NULL, NULL, m, n, t.ld, rs_c)
-        return
-    for r in range(m):
-        for j in range(n):
-            if t.f64:
-                ndws_upd_f64(&t.h, <float64_t*>t.params + (i0 + r) * t.ld + j0 + j,
-                             <const float64_t*>c + r * rs_c + j * cs_c, NULL, NULL, 1, 1, 0, 0)
-            else:
-                ndws_upd_f32(&t.h, <float32_t*>t.params + (i0 + r) * t.ld + j0 + j,
-                             <const float32_t*>c + r * rs_c + j * cs_c, NULL, NULL, 1, 1, 0, 0)
-
-
-cdef int _sgd_layer(double lr, NDArray xi, NDArray dz, NDArray W, NDArray gW, NDArray b,
-                    NDArray gb) except -1:
-    # dW := xi.T @ dz with W updated tile by tile in the epilogue; db := column sums of dz,
-    # then b updated (a vector: serial, with the GIL)
-    cdef _SgdCtx sgd
-    sgd.h.kind = UPD_SGD
-    sgd.h.lr = lr
-    sgd.params = W._data
-    sgd.ld = W._strides[0] // W._itemsize
-    sgd.f64 = W._itemsize == 8
-    gemm_arrays(xi, dz, gW, 1.0, 0.0, True, False, _sgd_epilogue, &sgd, "gemm")
-    _reduce_sum(dz, 0, None, gb)
-    if sgd.f64:
-        ndws_upd_f64(&sgd.h, <float64_t*>b._data, <const float64_t*>gb._data, NULL, NULL, 1,
-                     b._size, 0, 0)
-    else:
-        ndws_upd_f32(&sgd.h, <float32_t*>b._data, <const float32_t*>gb._data, NULL, NULL, 1,
-                     b._size, 0, 0)
-    return 0
-
-
-# ------------------------------------------------------------------------------------------------
 # The plan
 
 @cython.final
@@ -165,11 +101,10 @@ cdef class DensePlan:
         self.n = len(layers)
         self.configs = configs
 
-    def run(self, int mode, NDArray x, object labels, list sgd_lrs=None):
+    def run(self, int mode, NDArray x, object labels):
         """One forward and backward pass on features `x` (n_samples, n_in) and `labels` in
         training layout `mode` (MODE_NONE / MODE_SINGLE / MODE_SEPARATE): the gradients in the
-        layers' views, the score (without regularization) returned. With `sgd_lrs` (a learning
-        rate per layer) each layer's parameters also get their SGD update."""
+        layers' views, the score (without regularization) returned."""
         cdef ThreadState ts = tstate()
         cdef dict wss = ts._workspaces
         cdef dict conf = self.configs
@@ -235,19 +170,12 @@ cdef class DensePlan:
                         # the layer's input, pinned when it is another thread's (layer 0's
                         # features), as ndws.gemm would
                         xi = <NDArray>pin_foreign(inputs[i], "gemm", "a")
-                        if sgd_lrs is None:
-                            gemm_arrays(xi, dz, <NDArray>weight_grads[i], 1.0, 0.0, True, False,
-                                        NULL, NULL, "gemm")
-                            _reduce_sum(dz, 0, None, bias_grads[i])
-                            # layer i's gradients are final here (as at the general path's
-                            # point after backprop_gradient / compute_score_and_gradient)
-                            eps = _epsilon(i, W, dz, rows, E if separate else A)
-                        else:
-                            # the epsilon first: it reads the weights the update changes
-                            eps = _epsilon(i, W, dz, rows, E if separate else A)
-                            _sgd_layer(sgd_lrs[i], xi, dz, W, <NDArray>weight_grads[i],
-                                       <NDArray>biases[i], <NDArray>bias_grads[i])
-                            # layer i's gradients are final here, and already applied
+                        gemm_arrays(xi, dz, <NDArray>weight_grads[i], 1.0, 0.0, True, False, NULL,
+                                    NULL, "gemm")
+                        _reduce_sum(dz, 0, None, bias_grads[i])
+                        # layer i's gradients are final here (as at the general path's point
+                        # after backprop_gradient / compute_score_and_gradient)
+                        eps = _epsilon(i, W, dz, rows, E if separate else A)
                     finally:
                         if separate:
                             WM.close()

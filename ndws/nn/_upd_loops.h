@@ -44,59 +44,53 @@ typedef struct {
     double lr, mu, b1, b2, eps, wd, step_size, bc2_sqrt;
 } ndws_hyper;
 
-/* The update of an m x n block: element (r, i) of P, S and V (the kind's state arrays, NULL
- * when it has none) sits at r * ldp + i, its gradient at r * ldg + i; rows of n contiguous
- * elements. A flat array is one row (m = 1); the network's compiled iteration hands over a
- * finished tile of a weight gradient (ndws/nn/_iteration.pyx). No argument aliases another. */
+/* P[i], S[i], V[i] := the update of element i from G[i], for i in [0, n); S and V are the
+ * kind's state arrays (NULL when it has none). No argument aliases another. */
 #define NDWS_UPD_LOOP(NAME, T, SQRT)                                                          \
 NDWS_UPD_CLONES                                                                               \
 static void NAME(const ndws_hyper* h, T* NDWS_RESTRICT P, const T* NDWS_RESTRICT G,          \
-                 T* NDWS_RESTRICT S, T* NDWS_RESTRICT V, ptrdiff_t m, ptrdiff_t n,            \
-                 ptrdiff_t ldp, ptrdiff_t ldg) {                                              \
+                 T* NDWS_RESTRICT S, T* NDWS_RESTRICT V, ptrdiff_t n) {                       \
     const T lr = (T)h->lr, mu = (T)h->mu, b1 = (T)h->b1, b2 = (T)h->b2, eps = (T)h->eps;      \
     const T decay = (T)(1.0 - h->lr * h->wd);                                                 \
     const T step_size = (T)h->step_size, bc2 = (T)h->bc2_sqrt;                                \
-    ptrdiff_t r, i;                                                                           \
+    ptrdiff_t i;                                                                              \
     T g, s;                                                                                   \
-    for (r = 0; r < m; r++, P += ldp, G += ldg, S = S ? S + ldp : S, V = V ? V + ldp : V) {  \
-        switch (h->kind) {                                                                    \
-        case NDWS_UPD_SGD:                                                                    \
-            for (i = 0; i < n; i++)                                                           \
-                P[i] = P[i] - lr * G[i];                                                      \
-            break;                                                                            \
-        case NDWS_UPD_MOMENTUM:                                                               \
-            for (i = 0; i < n; i++) {                                                         \
-                g = G[i];                                                                     \
-                s = mu * S[i] + g;                                                            \
-                S[i] = s;                                                                     \
-                P[i] = P[i] - lr * (h->nesterov ? g + mu * s : s);                            \
-            }                                                                                 \
-            break;                                                                            \
-        case NDWS_UPD_ADAM:                                                                   \
-            for (i = 0; i < n; i++) {                                                         \
-                g = G[i];                                                                     \
-                s = b1 * S[i] + (1.0 - b1) * g;                                               \
-                S[i] = s;                                                                     \
-                V[i] = b2 * V[i] + (1.0 - b2) * g * g;                                        \
-                P[i] = (h->wd != 0 ? P[i] * decay : P[i])                                     \
-                       - step_size * s / (SQRT(V[i]) / bc2 + eps);                            \
-            }                                                                                 \
-            break;                                                                            \
-        case NDWS_UPD_RMSPROP:                                                                \
-            for (i = 0; i < n; i++) {                                                         \
-                g = G[i];                                                                     \
-                s = mu * S[i] + (1.0 - mu) * g * g;                                           \
-                S[i] = s;                                                                     \
-                P[i] = P[i] - lr * g / (SQRT(s) + eps);                                       \
-            }                                                                                 \
-            break;                                                                            \
-        default:  /* NDWS_UPD_ADAGRAD */                                                      \
-            for (i = 0; i < n; i++) {                                                         \
-                g = G[i];                                                                     \
-                s = S[i] + g * g;                                                             \
-                S[i] = s;                                                                     \
-                P[i] = P[i] - lr * g / (SQRT(s) + eps);                                       \
-            }                                                                                 \
+    switch (h->kind) {                                                                        \
+    case NDWS_UPD_SGD:                                                                        \
+        for (i = 0; i < n; i++)                                                               \
+            P[i] = P[i] - lr * G[i];                                                          \
+        break;                                                                                \
+    case NDWS_UPD_MOMENTUM:                                                                   \
+        for (i = 0; i < n; i++) {                                                             \
+            g = G[i];                                                                         \
+            s = mu * S[i] + g;                                                                \
+            S[i] = s;                                                                         \
+            P[i] = P[i] - lr * (h->nesterov ? g + mu * s : s);                                \
+        }                                                                                     \
+        break;                                                                                \
+    case NDWS_UPD_ADAM:                                                                       \
+        for (i = 0; i < n; i++) {                                                             \
+            g = G[i];                                                                         \
+            s = b1 * S[i] + (1.0 - b1) * g;                                                     \
+            S[i] = s;                                                                         \
+            V[i] = b2 * V[i] + (1.0 - b2) * g * g;                                              \
+            P[i] = (h->wd != 0 ? P[i] * decay : P[i]) - step_size * s / (SQRT(V[i]) / bc2 + eps); \
+        }                                                                                     \
+        break;                                                                                \
+    case NDWS_UPD_RMSPROP:                                                                    \
+        for (i = 0; i < n; i++) {                                                             \
+            g = G[i];                                                                         \
+            s = mu * S[i] + (1.0 - mu) * g * g;                                                 \
+            S[i] = s;                                                                         \
+            P[i] = P[i] - lr * g / (SQRT(s) + eps);                                           \
+        }                                                                                     \
+        break;                                                                                \
+    default:  /* NDWS_UPD_ADAGRAD */                                                          \
+        for (i = 0; i < n; i++) {                                                             \
+            g = G[i];                                                                         \
+            s = S[i] + g * g;                                                                 \
+            S[i] = s;                                                                         \
+            P[i] = P[i] - lr * g / (SQRT(s) + eps);                                           \
         }                                                                                     \
     }                                                                                         \
 }

@@ -16,6 +16,24 @@ from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 
 cnp.import_array()
 
+cdef extern from "_upd_loops.h" nogil:
+    # the loops, built per instruction set (see the header)
+    enum:
+        UPD_SGD "NDWS_UPD_SGD"
+        UPD_MOMENTUM "NDWS_UPD_MOMENTUM"
+        UPD_ADAM "NDWS_UPD_ADAM"
+        UPD_RMSPROP "NDWS_UPD_RMSPROP"
+        UPD_ADAGRAD "NDWS_UPD_ADAGRAD"
+    ctypedef struct Hyper "ndws_hyper":
+        int kind
+        bint nesterov
+        double lr, mu, b1, b2, eps, wd, step_size, bc2_sqrt
+    void ndws_upd_f32(const Hyper* h, float32_t* P, const float32_t* G, float32_t* S,
+                      float32_t* V, intp_t n)
+    void ndws_upd_f64(const Hyper* h, float64_t* P, const float64_t* G, float64_t* S,
+                      float64_t* V, intp_t n)
+
+
 # ------------------------------------------------------------------------------------------------
 # Updaters: fused in-place loops over a flat parameter array, its gradient and state arrays
 # (PyTorch's formulas and defaults: ndws' DL4J reference states none for updaters).
@@ -24,9 +42,9 @@ cdef inline void _upd_chunk(const Hyper* h, floating_t* P__i, const floating_t* 
                             floating_t* S__i, floating_t* V__i,                     # OUT, OUT
                             intp_t n) noexcept nogil:
     if floating_t is float32_t:
-        ndws_upd_f32(h, P__i, G__i, S__i, V__i, 1, n, 0, 0)
+        ndws_upd_f32(h, P__i, G__i, S__i, V__i, n)
     else:
-        ndws_upd_f64(h, P__i, G__i, S__i, V__i, 1, n, 0, 0)
+        ndws_upd_f64(h, P__i, G__i, S__i, V__i, n)
 
 
 ctypedef struct _UpdJob:

@@ -48,7 +48,6 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_L
                              WS_LISTENER, WS_OUTPUT_MEM, WS_SINGLE, workspace_configs)
 from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
 from ndws.nn.memory_report import MemoryReport, merge as _merge, plan as _plan
-from ndws.nn.updaters import Sgd
 from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
@@ -558,14 +557,12 @@ class MultiLayerNetwork:
         return layer
 
     def _fit_batch(self, ds: DataSet) -> None:
-        sgd_lrs = self._sgd_in_backprop(ds)
-        score = self._gradient_and_score(ds, self._train_mode(), sgd_lrs)
+        score = self._gradient_and_score(ds, self._train_mode())
         self._score = score
         self.last_batch_size = int(ds.features.shape[0])
         for listener in self._listeners:
             listener.on_gradient_calculation(self)
-        if sgd_lrs is None:
-            self._update(0, int(self._params.shape[0]))
+        self._update(0, int(self._params.shape[0]))
         done = self._iteration
         self._iteration += 1
         for listener in self._listeners:
@@ -630,27 +627,8 @@ class MultiLayerNetwork:
                 return None
         return plan
 
-    def _sgd_in_backprop(self, ds: DataSet) -> list | None:
-        # Each layer's learning rate when the compiled iteration may apply the update itself
-        # (plain SGD in the weight-gradient GEMM's epilogue, docs/networks.md "The compiled
-        # iteration"): only when nothing can look at the gradients or the parameters between
-        # the backward pass and the update, i.e. no listener (on_gradient_calculation runs in
-        # between) and no weight decay (applied after the whole update). Anything that reads a
-        # layer's gradients before the update (a per-layer gradient hook) must make this None.
-        if self._listeners or self._decayed or self._compiled(ds) is None:
-            return None
-        lrs = []
-        for layer in self.layers:
-            upd = layer.updater or self.conf.updater
-            if type(upd) is not Sgd:
-                return None
-            lrs.append(upd.learning_rate_at(self._iteration, self._epoch))
-        return lrs
-
-    def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode,
-                            sgd_lrs: list | None = None) -> float:
+    def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode) -> float:
         # Forward and backward on ds: the gradients in the flat buffer, the score returned.
-        # With sgd_lrs (from _sgd_in_backprop) the parameters are updated too.
         out_layer = self._output_layer()
         x, labels, mask = self._batch_arrays(ds)
         mgr = self._manager(mode, True)
@@ -660,7 +638,7 @@ class MultiLayerNetwork:
         plan = self._compiled(ds)
         if plan is not None:
             # + 0.0: the general path's regularization sum (no l1/l2 here)
-            return plan.run(_PLAN_MODES[mode], x, labels, sgd_lrs) + 0.0
+            return plan.run(_PLAN_MODES[mode], x, labels) + 0.0
         n = len(self.layers)
         open_eps: list[Any] = []      # SEPARATE: the epsilon scopes still open
         with scope_out_of_workspaces():
