@@ -253,8 +253,11 @@ class MultiLayerNetwork:
             raise ValueError("the DataSet has no labels")
         labels = ds.labels
         mask = ds.labels_mask
+        convert = labels.ndim == 2 and labels.dtype != self.conf.dtype
+        if mask is None and not convert:
+            return x, labels, None            # nothing to make (fit's every batch, typically)
         with scope_out_of_workspaces():
-            if labels.ndim == 2 and labels.dtype != self.conf.dtype:
+            if convert:
                 labels = labels.astype(self.conf.dtype)
             if mask is not None:
                 if mask.ndim == 2 and mask.shape[1] == 1:
