@@ -17,6 +17,8 @@ cimport cython
 from ndws._arena cimport Arena, ThreadState, tstate, epoch_ptr, debug_mode_ptr, ndws_share
 from ndws._core cimport NDArray, new_array, pin_foreign
 from ndws._linalg cimport gemm_arrays
+from ndws.nn._activations cimport ACT_IDENTITY, activation_code
+from ndws.nn._linear cimport linear_into
 from ndws._typedefs cimport intp_t
 
 from ndws._arena import _end_scope_of, _scope_out
@@ -68,6 +70,18 @@ cdef NDArray _epsilon(int i, NDArray W, NDArray dz, intp_t rows, Arena target):
     return eps
 
 
+cdef int _linear(int i, NDArray a, NDArray W, object b, object name, int code, double alpha,
+                 NDArray out) except -1:
+    # out := f(a @ W + b). The first layer reads the caller's features: through `linear`'s
+    # checks (another thread's array pinned, the error naming its role as on the general path);
+    # the others read the network's own arrays, checked by construction.
+    if i == 0:
+        linear(a, W, b, name, out)
+    else:
+        linear_into(a, W, <NDArray>b, code, alpha, out)
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------
 # The plan
 
@@ -90,16 +104,22 @@ cdef class DensePlan:
         The network's workspace configurations by name (ndws.nn._layout).
     """
 
-    cdef list layers, act, keeps
+    cdef list layers, act, keeps, codes, alphas
     cdef int n
     cdef dict configs
 
     def __init__(self, list layers, list activations, list keeps_input, dict configs):
+        cdef double alpha = 0.0
         self.layers = layers
         self.act = activations
         self.keeps = keeps_input
         self.n = len(layers)
         self.configs = configs
+        # the kernels' activation codes, resolved once (the layers use the defaults' alpha)
+        self.codes, self.alphas = [], []
+        for name in activations:
+            self.codes.append(activation_code(name, None, &alpha))
+            self.alphas.append(alpha)
 
     def run(self, int mode, NDArray x, object labels):
         """One forward and backward pass on features `x` (n_samples, n_in) and `labels` in
@@ -140,10 +160,11 @@ cdef class DensePlan:
                         y = _alloc(dtype, rows, W._shape[1], A)
                         if self.keeps[i]:
                             z = _alloc(dtype, rows, W._shape[1], A)
-                            linear(a, W, biases[i], "identity", z)
+                            _linear(i, a, W, biases[i], "identity", ACT_IDENTITY, 0.0, z)
                             activation(self.act[i], z, y)
                         else:
-                            linear(a, W, biases[i], self.act[i], y)
+                            _linear(i, a, W, biases[i], self.act[i], self.codes[i],
+                                    self.alphas[i], y)
                             z = y
                     finally:
                         if separate:
