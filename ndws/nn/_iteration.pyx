@@ -5,8 +5,9 @@
 for a stack of `DenseLayer` under an `OutputLayer` (softmax with MCXENT or
 NEGATIVELOGLIKELIHOOD), without dropout, l1 or l2: the same workspaces entered and closed in
 the same order, the same arrays allocated in each of them, the same kernel entries called on
-the same values, so the parameters, the workspaces' statistics, the memory plan and every
-error come out as on the general path. What it leaves out is the general path's Python per
+the same values (except the output layer's softmax, which nothing reads here), so the
+parameters, the workspaces' statistics, the memory plan and every error come out as on the
+general path. What it leaves out is the general path's Python per
 layer and per array (the LayerWorkspaceMgr's lookups and borrows, the per-layer scope objects,
 the location checks of what a layer returns), which cost as much as the kernels of a small
 network. Every other network, and any listener that looks at the activations, takes the
@@ -161,7 +162,12 @@ cdef class DensePlan:
                         if self.keeps[i]:
                             z = _alloc(dtype, rows, W._shape[1], A)
                             _linear(i, a, W, biases[i], "identity", ACT_IDENTITY, 0.0, z)
-                            activation(self.act[i], z, y)
+                            if i < n - 1:
+                                activation(self.act[i], z, y)
+                            # else: the output's probabilities are allocated (the memory
+                            # plan counts them) but not computed: the loss works on z, and
+                            # only a listener of the forward pass, which takes the general
+                            # path, would read them
                         else:
                             _linear(i, a, W, biases[i], self.act[i], self.codes[i],
                                     self.alphas[i], y)
