@@ -582,11 +582,11 @@ class MultiLayerNetwork:
         it, ep = self._iteration, self._epoch
         params, grads = self._params, self._grads
         key, views = self._segment_views
-        if key is not params:
+        if key != (id(params), id(grads)):
             # each whole segment's views, made once (fit updates whole segments every
-            # iteration); remade if the flat buffer is replaced (ndws.parallel's replicas)
+            # iteration); remade if a flat buffer is replaced (ndws.parallel's replicas)
             views = [(params[s:e], grads[s:e]) for _, s, e, _ in self._segments]
-            self._segment_views = (params, views)
+            self._segment_views = ((id(params), id(grads)), views)
         for (upd, s, e, state), (p, g) in zip(self._segments, views):
             a, b = max(s, lo), min(e, hi)
             if (a, b) == (s, e):
@@ -907,7 +907,7 @@ def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
     # l2. Exact classes: a subclass may change activate or backprop_gradient.
     if not layers:
         return None
-    *hidden, out = layers
+    out = layers[-1]
     if (type(out) is not OutputLayer or out.activation is not Activation.SOFTMAX
             or out.loss_function not in (LossFunction.MCXENT, LossFunction.NEGATIVELOGLIKELIHOOD)):
         return None
