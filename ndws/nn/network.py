@@ -142,7 +142,7 @@ class MultiLayerNetwork:
         self._managers: dict = {}
         self._presized: dict = {}
         self._dense_plan = _dense_plan(layers, self._configs)
-        self._segment_views: tuple = (None, [])
+        self._segment_views: tuple = (None, None, [])
         if params is not None:
             self.set_params(params)
 
@@ -581,12 +581,12 @@ class MultiLayerNetwork:
         # Both are element-wise, so threads may update disjoint ranges at once (ndws.parallel).
         it, ep = self._iteration, self._epoch
         params, grads = self._params, self._grads
-        key, views = self._segment_views
-        if key != (id(params), id(grads)):
+        p_key, g_key, views = self._segment_views
+        if p_key is not params or g_key is not grads:
             # each whole segment's views, made once (fit updates whole segments every
             # iteration); remade if a flat buffer is replaced (ndws.parallel's replicas)
             views = [(params[s:e], grads[s:e]) for _, s, e, _ in self._segments]
-            self._segment_views = ((id(params), id(grads)), views)
+            self._segment_views = (params, grads, views)
         for (upd, s, e, state), (p, g) in zip(self._segments, views):
             a, b = max(s, lo), min(e, hi)
             if (a, b) == (s, e):
