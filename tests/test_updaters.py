@@ -304,3 +304,18 @@ def test_every_element_is_the_scalar_formula_bit_for_bit(kind, dtype, rng):
             want = _exact_step(kind, *want[:1], g, *want[1:], t, dtype)
         np.testing.assert_array_equal(p, want[0], err_msg=f"{kind} n={n}")
         np.testing.assert_array_equal(s, want[1], err_msg=f"{kind} n={n}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_zero_divisor_gives_ieee_results_for_every_element(dtype):
+    # eps=0 with zero state divides by zero: every element gets IEEE's answer (0/0 = NaN,
+    # g/0 = +-inf, as torch), none is skipped and nothing is raised or reported
+    p, g = np.ones(37, dtype), np.zeros(37, dtype)
+    g[::2] = 1
+    s, v = np.zeros(37, dtype), np.zeros(37, dtype)
+    with np.errstate(all="ignore"):
+        F.adagrad_update(p, g, s, 0.1, 0.0)
+    assert np.isnan(p[1::2]).all() and np.isfinite(p[::2]).all()
+    p2, s2 = np.ones(37, dtype), np.zeros(37, dtype)
+    F.adam_update(p2, np.zeros(37, dtype), s2, v, 1, 0.1, eps=0.0)
+    assert np.isnan(p2).all()
