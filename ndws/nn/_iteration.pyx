@@ -7,11 +7,13 @@ NEGATIVELOGLIKELIHOOD), without dropout, l1 or l2: the same workspaces entered a
 the same order, the same arrays allocated in each of them, the same kernel entries called on
 the same values (except the output layer's softmax, which nothing reads here), so the
 parameters, the workspaces' statistics, the memory plan and every error come out as on the
-general path. What it leaves out is the general path's Python per
-layer and per array (the LayerWorkspaceMgr's lookups and borrows, the per-layer scope objects,
-the location checks of what a layer returns), which cost as much as the kernels of a small
-network. Every other network, and any listener that looks at the activations, takes the
-general path.
+general path. What it leaves out is the general path's Python per layer and per array (the
+LayerWorkspaceMgr's lookups and borrows, the per-layer scope objects, the location checks of
+what a layer returns), which cost as much as the kernels of a small network. Every other
+network, and any listener that looks at the activations, takes the general path.
+
+Where layer i's gradients are final is marked in `run`, as it is in the general path: a
+per-layer gradient hook goes at both places.
 """
 cimport cython
 
