@@ -8,7 +8,10 @@ workspace modes (time per iteration, workspace bytes, heap allocations per itera
 Each thread count runs in a fresh interpreter with ``OMP_NUM_THREADS`` /
 ``OPENBLAS_NUM_THREADS`` set before NumPy is imported, and ``torch.set_num_threads``. Before
 timing, one step from identical parameters is checked to give the same parameters in every
-contender. Medians of the timed iterations; every ratio comes from the same run.
+contender. fit, the fused step and the floor of a row (and the workspace modes) are timed in
+interleaved rounds, ROUNDS of them, each a slice of its iterations per round, so that a
+neighbour that takes a core for a while slows them all alike; each figure is the median of all
+its iterations, and every ratio comes from the same run. PyTorch is timed alone, after them.
 
 Usage::
 
@@ -39,6 +42,7 @@ import bench_mlp_step as mlp  # noqa: E402  (the same model, data and hand-writt
 TARGET_FLOOR = {32: 1.3, 128: 1.15}
 STEPS = (300, 60)
 WARMUP = 20
+ROUNDS = 6
 MODES = ("NONE", "SINGLE", "SEPARATE", "ENABLED")
 
 
@@ -98,6 +102,22 @@ def make_floor(params0, x0, y0):
     return step
 
 
+def _interleaved_us(steps, n):
+    # {name: median us} of n iterations each, in ROUNDS rounds that alternate the contenders
+    for step in steps.values():
+        for _ in range(WARMUP):
+            step()
+    times = {name: [] for name in steps}
+    per_round = max(1, n // ROUNDS)
+    for _ in range(ROUNDS):
+        for name, step in steps.items():
+            for _ in range(per_round):
+                t0 = time.perf_counter_ns()
+                step()
+                times[name].append(time.perf_counter_ns() - t0)
+    return {name: statistics.median(t) / 1e3 for name, t in times.items()}
+
+
 def _median_us(step, n):
     for _ in range(WARMUP):
         step()
@@ -140,26 +160,35 @@ def run_child(threads, quick):
             for got, want in zip(params(), reference):
                 np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-5,
                                            err_msg=f"{name} step differs from the fused step")
-        row = {name: _median_us(step, n) for name, (step, _) in contenders.items()}
-        row["gemm floor"] = _median_us(make_floor(params0, x, y), n)
+        # PyTorch is timed alone, after: its OpenMP workers spin on after each step and would
+        # take the second core from whichever contender came next in a round
+        steps = {name: step for name, (step, _) in contenders.items() if name != "torch"}
+        steps["gemm floor"] = make_floor(params0, x, y)
+        row = _interleaved_us(steps, n)
+        if "torch" in contenders:
+            row["torch"] = _median_us(contenders["torch"][0], n)
         out["batches"][batch] = row
         ndws.destroy_all_workspaces_for_current_thread()
     # the modes, batch 128: time, workspace bytes, heap allocations per iteration
     params0 = mlp.init_params(rng)
     x, y = mlp.make_batch(rng, 128)
+    nets = {}
     for mode in MODES:
+        # each mode alone first: its workspaces' bytes and its heap allocations per iteration
         ndws.destroy_all_workspaces_for_current_thread()
         step, _, net = make_fit(params0, x, y, mode)
         for _ in range(WARMUP):
             step()
         before = allocation_counters()["allocations"]
-        us = _median_us(step, n)
-        allocs = (allocation_counters()["allocations"] - before) / (n + WARMUP)
+        for _ in range(n):
+            step()
+        allocs = (allocation_counters()["allocations"] - before) / n
         ws_bytes = sum(w.current_size for w in
                        ndws.get_workspace_manager().get_all_workspaces_for_current_thread())
         report = net.memory_report(128)
-        out["modes"][mode] = {"us": us, "workspace_bytes": ws_bytes, "allocs": allocs,
+        out["modes"][mode] = {"workspace_bytes": ws_bytes, "allocs": allocs,
                               "param_bytes": report.parameter_bytes}
+        nets[mode] = (step, net)
         if mode == "SEPARATE":
             # the minimal live set of a step: parameters, gradients and updater state, what
             # backprop keeps, and the largest layer's working memory (from the shapes)
@@ -168,6 +197,10 @@ def run_child(threads, quick):
             out["minimal_live"] = (report.parameter_bytes + ws[WS_ALL_LAYERS_ACT]
                                    + ws[WS_LAYER_WORKING_MEM])
             out["separate_peak"] = report.parameter_bytes + sum(ws.values())
+    # then their times, interleaved (the modes' workspaces do not share names except
+    # SEPARATE's and ENABLED's, which have the same layout)
+    for mode, us in _interleaved_us({m: s for m, (s, _) in nets.items()}, n).items():
+        out["modes"][mode]["us"] = us
     # output() latency
     ndws.destroy_all_workspaces_for_current_thread()
     _, _, net = make_fit(params0, x, y)

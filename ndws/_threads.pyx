@@ -67,8 +67,16 @@ cdef int thread_limit() noexcept:
 # These are standalone measurements. In a training step an OpenMP region also cost its
 # spinning worker afterwards, which took the second core from the GEMM's helper: that is why the
 # nn kernels now run on the GEMM's pool (run_tasks, below); the ufuncs' loops still use OpenMP.
+# Measured again on the pool (2-core Zen 4, float32, medians of 3000 calls, us at 1 / 2
+# threads), the nn kernels gain from much smaller calls than on OpenMP:
+# - nn_cheap: relu backward 16384: 2.45 / 2.59, 32768: 4.72 / 2.92, 65536: 9.22 / 5.22; relu
+#   32768: 2.69 / 1.86; sgd (now vectorised per instruction set) 32768: 1.70 / 1.48, 65536:
+#   2.42 / 2.60, 131072: 8.66 / 7.60: two threads from 32768 elements;
+# - nn_transc: softmax cross-entropy with its gradient, (n, 10) logits, 160: 2.19 / 1.91, 320:
+#   3.79 / 2.99, 1280: 13.4 / 8.2; softmax rows 320: 1.65 / 1.50 (80: 0.74 / 1.15); tanh 320:
+#   2.65 / 1.91; gelu 320: 1.52 / 1.33 (80: 0.44 / 0.65): two threads from 320 elements.
 cdef Py_ssize_t _grains[N_GRAINS]
-_grains[:] = [1 << 15, 1 << 16, 300000, 150000, 65536, 2048, 2048, 16384]
+_grains[:] = [1 << 15, 1 << 16, 300000, 150000, 16384, 160, 2048, 16384]
 _GRAIN_NAMES = ("elementwise", "reduce", "gemm_f32", "gemm_f64", "nn_cheap", "nn_transc",
                 "nn_update", "eval_rows")
 

@@ -352,10 +352,14 @@ def test_ndws_train_mpi_reports_once_from_rank_0(tmp_path):
 
 # -- in one process ---------------------------------------------------------------------------
 
-def test_the_backward_hook_sees_each_layers_final_gradients_in_order(rng):
-    net = common.network("sgd")
+@pytest.mark.parametrize("regularised", [False, True], ids=["compiled", "general"])
+def test_the_backward_hook_sees_each_layers_final_gradients_in_order(rng, regularised):
+    net = common.network("sgd", regularised=regularised)
     x, y = common.data(8)
     ds = DataSet(x, y)
+    # a plain dense network trains on the compiled iteration, an l2 one on the general path:
+    # the hook is called at the same point in both
+    assert (net._compiled(ds) is None) == regularised
     net.compute_gradient_and_score(ds)
     final = net.gradient().numpy()
     seen = []

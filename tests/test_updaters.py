@@ -251,3 +251,71 @@ def test_arguments_that_share_memory_are_refused(call, a, b):
                                     f"own")
     for x, y in zip((p, g, m, v), before):
         np.testing.assert_array_equal(x, y)
+
+
+def _exact_step(kind, p, g, s, v, step, dt):
+    # The kernel's exact sequence of operations: coefficients in the element type, each
+    # product and sum rounded on its own (never fused), the moving averages' (1 - beta) terms
+    # in double and rounded when stored.
+    f, d = (lambda x: np.asarray(x, dt)), (lambda x: np.asarray(x, np.float64))
+    lr, mu, b1, b2, eps, wd = 0.013, 0.9, 0.9, 0.999, 1e-8, 0.1
+    if kind == "sgd":
+        return p - f(lr) * g, s, v
+    if kind in ("momentum", "nesterov"):
+        s = f(mu) * s + g
+        return p - f(lr) * ((g + f(mu) * s) if kind == "nesterov" else s), s, v
+    if kind in ("adam", "adamw"):
+        s = f(d(f(b1) * s) + (1.0 - d(f(b1))) * d(g))
+        v = f(d(f(b2) * v) + (1.0 - d(f(b2))) * d(g) * d(g))
+        step_size, bc2 = f(lr / (1.0 - b1 ** step)), f(np.sqrt(1.0 - b2 ** step))
+        base = p * f(1.0 - lr * wd) if kind == "adamw" else p
+        return base - step_size * s / (np.sqrt(v) / bc2 + f(eps)), s, v
+    if kind == "rmsprop":
+        s = f(d(f(mu) * s) + (1.0 - d(f(mu))) * d(g) * d(g))
+        return p - f(lr) * g / (np.sqrt(s) + f(eps)), s, v
+    s = s + g * g                                                        # adagrad
+    return p - f(lr) * g / (np.sqrt(s) + f(eps)), s, v
+
+
+_EXACT_CALLS = {
+    "sgd": lambda p, g, s, v, t: F.sgd_update(p, g, 0.013),
+    "momentum": lambda p, g, s, v, t: F.momentum_update(p, g, s, 0.013, 0.9),
+    "nesterov": lambda p, g, s, v, t: F.momentum_update(p, g, s, 0.013, 0.9, nesterov=True),
+    "adam": lambda p, g, s, v, t: F.adam_update(p, g, s, v, t, 0.013, eps=1e-8),
+    "adamw": lambda p, g, s, v, t: F.adamw_update(p, g, s, v, t, 0.013, eps=1e-8,
+                                                 weight_decay=0.1),
+    "rmsprop": lambda p, g, s, v, t: F.rmsprop_update(p, g, s, 0.013, 0.9, 1e-8),
+    "adagrad": lambda p, g, s, v, t: F.adagrad_update(p, g, s, 0.013, 1e-8),
+}
+
+
+@pytest.mark.parametrize("kind", list(_EXACT_CALLS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_element_is_the_scalar_formula_bit_for_bit(kind, dtype, rng):
+    # The loops are built per instruction set (ndws/nn/_upd_loops.h): whichever this machine
+    # runs, vector lanes, tails and every length give the scalar formula's bits (a fused
+    # multiply-add would round differently).
+    for n in list(range(1, 70)) + [100003]:
+        p, g = rng.standard_normal((2, n)).astype(dtype)
+        s, v = np.abs(rng.standard_normal((2, n))).astype(dtype)
+        want = (p.copy(), s.copy(), v.copy())
+        for t in (1, 2, 3):
+            _EXACT_CALLS[kind](p, g, s, v, t)
+            want = _exact_step(kind, *want[:1], g, *want[1:], t, dtype)
+        np.testing.assert_array_equal(p, want[0], err_msg=f"{kind} n={n}")
+        np.testing.assert_array_equal(s, want[1], err_msg=f"{kind} n={n}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_zero_divisor_gives_ieee_results_for_every_element(dtype):
+    # eps=0 with zero state divides by zero: every element gets IEEE's answer (0/0 = NaN,
+    # g/0 = +-inf, as torch), none is skipped and nothing is raised or reported
+    p, g = np.ones(37, dtype), np.zeros(37, dtype)
+    g[::2] = 1
+    s, v = np.zeros(37, dtype), np.zeros(37, dtype)
+    with np.errstate(all="ignore"):
+        F.adagrad_update(p, g, s, 0.1, 0.0)
+    assert np.isnan(p[1::2]).all() and np.isfinite(p[::2]).all()
+    p2, s2 = np.ones(37, dtype), np.zeros(37, dtype)
+    F.adam_update(p2, np.zeros(37, dtype), s2, v, 1, 0.1, eps=0.0)
+    assert np.isnan(p2).all()

@@ -36,6 +36,14 @@ cdef void act_tile_f32(int code, float32_t alpha, float32_t* Y,
 cdef void act_tile_f64(int code, float64_t alpha, float64_t* Y,
                        intp_t m, intp_t n, intp_t rs, intp_t cs) noexcept nogil
 
+# Y := f(Y + B) in place on an m x n tile of contiguous rows rs elements apart (B: n contiguous
+# values added to every row, or NULL), for the elementwise codes: one pass, the sum rounded to
+# the element type before f (the same bits as adding, then act_tile).
+cdef void bias_act_tile_f32(int code, float32_t alpha, float32_t* Y, const float32_t* B,
+                            intp_t m, intp_t n, intp_t rs) noexcept nogil
+cdef void bias_act_tile_f64(int code, float64_t alpha, float64_t* Y, const float64_t* B,
+                            intp_t m, intp_t n, intp_t rs) noexcept nogil
+
 # D := f'(X) * G on an m x n tile (X the forward INPUT, G = dL/dY; strides in elements per
 # array). D may be X or G (same strides). For ACT_SOFTMAX / ACT_LOG_SOFTMAX each row gets the
 # vector-Jacobian product of the row softmax instead.

@@ -239,8 +239,59 @@ cdef void _softmax_bwd_row(bint log_, const floating_t* X__k, intp_t xs,  # IN
             D__k[k * ds] = <floating_t>(y * (G__k[k * gs] - dot))
 
 
+cdef inline void _bias_act_rows(int code, floating_t a, floating_t* Y__ij,        # IN/OUT
+                                const floating_t* B__j, intp_t m, intp_t n,       # IN
+                                intp_t rs) noexcept nogil:
+    # Y[i, j] := f(Y[i, j] + B[j]) (f(Y[i, j]) without B) over m contiguous rows rs apart: the
+    # sum is rounded to the element type before f, exactly as adding then activating in place
+    cdef intp_t i, j
+    cdef floating_t* row
+    for i in range(m):
+        row = Y__ij + i * rs
+        if B__j != NULL:
+            for j in range(n):
+                row[j] = _act(code, a, row[j] + B__j[j])
+        else:
+            for j in range(n):
+                row[j] = _act(code, a, row[j])
+
+
+cdef void _bias_act_2d(int code, floating_t a, floating_t* Y, const floating_t* B, intp_t m,
+                       intp_t n, intp_t rs) noexcept nogil:
+    # one call per code with a literal constant, as _fwd_1d: a vectorised loop per activation,
+    # chosen once per tile instead of once per row
+    if code == ACT_RELU:
+        _bias_act_rows(ACT_RELU, a, Y, B, m, n, rs)
+    elif code == ACT_LEAKY_RELU:
+        _bias_act_rows(ACT_LEAKY_RELU, a, Y, B, m, n, rs)
+    elif code == ACT_ELU:
+        _bias_act_rows(ACT_ELU, a, Y, B, m, n, rs)
+    elif code == ACT_SIGMOID:
+        _bias_act_rows(ACT_SIGMOID, a, Y, B, m, n, rs)
+    elif code == ACT_TANH:
+        _bias_act_rows(ACT_TANH, a, Y, B, m, n, rs)
+    elif code == ACT_SOFTPLUS:
+        _bias_act_rows(ACT_SOFTPLUS, a, Y, B, m, n, rs)
+    elif code == ACT_GELU:
+        _bias_act_rows(ACT_GELU, a, Y, B, m, n, rs)
+    elif code == ACT_GELU_TANH:
+        _bias_act_rows(ACT_GELU_TANH, a, Y, B, m, n, rs)
+    else:
+        _bias_act_rows(ACT_IDENTITY, a, Y, B, m, n, rs)
+
+
 # ------------------------------------------------------------------------------------------------
 # The C-level tile API (see _activations.pxd)
+
+cdef void bias_act_tile_f32(int code, float32_t alpha, float32_t* Y, const float32_t* B,
+                            intp_t m, intp_t n, intp_t rs) noexcept nogil:
+    _bias_act_2d(code, alpha, Y, B, m, n, rs)
+
+
+cdef void bias_act_tile_f64(int code, float64_t alpha, float64_t* Y, const float64_t* B,
+                            intp_t m, intp_t n, intp_t rs) noexcept nogil:
+    _bias_act_2d(code, alpha, Y, B, m, n, rs)
+
 
 cdef inline void _tile(int code, floating_t alpha, floating_t* Y, intp_t m, intp_t n,
                        intp_t rs, intp_t cs) noexcept nogil:

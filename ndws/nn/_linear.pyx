@@ -14,7 +14,8 @@ from ndws._linalg cimport gemm_arrays
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport (ACT_IDENTITY, ACT_LOG_SOFTMAX, ACT_N_ELEMENTWISE,
                                    activation_code, act_tile_f32, act_tile_f64,
-                                   softmax_rows_f32, softmax_rows_f64)
+                                   bias_act_tile_f32, bias_act_tile_f64, softmax_rows_f32,
+                                   softmax_rows_f64)
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
@@ -47,6 +48,18 @@ cdef void _linear_epilogue(const void* ctx, void* c, intp_t i0, intp_t j0, intp_
     # Row activations (softmax) need whole rows, so for them only the bias is added here.
     cdef const _LinearCtx* t = <const _LinearCtx*>ctx
     cdef bint act = t.code != ACT_IDENTITY and t.code < ACT_N_ELEMENTWISE
+    if cs_c == 1 and (t.bias == NULL or t.bias_stride == 1) and t.code < ACT_N_ELEMENTWISE:
+        # contiguous rows (every dense layer's output): bias and activation in one pass over
+        # the tile, one vectorised loop per activation
+        if t.f64:
+            bias_act_tile_f64(t.code, t.alpha, <float64_t*>c,
+                              <const float64_t*>t.bias + j0 if t.bias != NULL else NULL,
+                              m, n, rs_c)
+        else:
+            bias_act_tile_f32(t.code, <float32_t>t.alpha, <float32_t*>c,
+                              <const float32_t*>t.bias + j0 if t.bias != NULL else NULL,
+                              m, n, rs_c)
+        return
     if t.f64:
         if t.bias != NULL:
             _add_bias(<float64_t*>c, <const float64_t*>t.bias + j0 * t.bias_stride,
@@ -67,6 +80,35 @@ cdef NDArray _linear_arg(object x, str role, Operand* o, bint write):
     x = pin_foreign(x, "linear", role)
     float_operand(x, role, o, write, "linear")
     return <NDArray>x if isinstance(x, NDArray) else _from_numpy(x)
+
+
+cdef int linear_into(NDArray X, NDArray W, NDArray B, int code, double alpha,
+                     NDArray Y) except -1:
+    # Y := f(X @ W + B) on checked arrays (see _linear.pxd): the bias and an elementwise
+    # activation as the GEMM's epilogue, a row activation (softmax) after the product
+    cdef _LinearCtx ctx
+    cdef epilogue_fn ep = _linear_epilogue
+    ctx.code = code
+    ctx.alpha = alpha
+    ctx.f64 = X._itemsize == 8
+    ctx.bias = NULL
+    ctx.bias_stride = 0
+    if B is not None:
+        ctx.bias = B._data
+        ctx.bias_stride = B._strides[0] // B._itemsize
+    elif code == ACT_IDENTITY:
+        ep = NULL                      # a plain product
+    gemm_arrays(X, W, Y, 1.0, 0.0, False, False, ep, &ctx, "linear")
+    if code >= ACT_N_ELEMENTWISE:
+        # whole rows are needed: after the product, serially (rows are short: n_out)
+        with nogil:
+            if ctx.f64:
+                softmax_rows_f64(code == ACT_LOG_SOFTMAX, <float64_t*>Y._data, Y._shape[0],
+                                 Y._shape[1], Y._strides[0] // 8, Y._strides[1] // 8)
+            else:
+                softmax_rows_f32(code == ACT_LOG_SOFTMAX, <float32_t*>Y._data, Y._shape[0],
+                                 Y._shape[1], Y._strides[0] // 4, Y._strides[1] // 4)
+    return 0
 
 
 def linear(x, w, b=None, activation="identity", out=None, **params):
@@ -104,16 +146,15 @@ def linear(x, w, b=None, activation="identity", out=None, **params):
     >>> F.linear(x, w, ndws.array([0.5, 0.0, 1.0]), "relu").tolist()
     [[0.0, 2.0, 0.0]]
     """
-    cdef _LinearCtx ctx
     cdef double alpha = 0.0
+    cdef int code
     cdef Operand ox, ow, ob, oy
     cdef NDArray X = _linear_arg(x, "x", &ox, False)
     cdef NDArray W = _linear_arg(w, "w", &ow, False)
     cdef NDArray B = None, Y, target = None
     cdef Py_ssize_t shape[2]
     cdef bint temp
-    cdef epilogue_fn ep = _linear_epilogue
-    ctx.code = ACT_IDENTITY if activation is None else activation_code(activation, params, &alpha)
+    code = ACT_IDENTITY if activation is None else activation_code(activation, params, &alpha)
     if X._ndim != 2:
         raise ValueError(f"linear: x must be 2-D (n_samples, n_in), got shape {x.shape}")
     if W._ndim != 2:
@@ -125,20 +166,12 @@ def linear(x, w, b=None, activation="identity", out=None, **params):
                          f"(expected ({X._shape[1]}, n_out))")
     shape[0] = X._shape[0]
     shape[1] = W._shape[1]
-    ctx.bias = NULL
-    ctx.bias_stride = 0
     if b is not None:
         B = _linear_arg(b, "b", &ob, False)
         if ob.f64 != ox.f64:
             raise TypeError(f"linear: b must have x's dtype {x.dtype}, got {b.dtype}")
         if B._ndim != 1 or B._shape[0] != shape[1]:
             raise ValueError(f"linear: b must have shape ({shape[1]},), got {b.shape}")
-        ctx.bias = B._data
-        ctx.bias_stride = ob.strides[0]
-    ctx.alpha = alpha
-    ctx.f64 = ox.f64
-    if ctx.bias == NULL and ctx.code == ACT_IDENTITY:
-        ep = NULL                      # a plain product
     temp = out is None
     if out is not None:
         target = _linear_arg(out, "out", &oy, True)
@@ -155,16 +188,7 @@ def linear(x, w, b=None, activation="identity", out=None, **params):
                 or (B is not None and operands_overlap(&oy, &ob)))
     Y = new_result(X._dtype, 2, shape, "linear") if temp else target
     try:
-        gemm_arrays(X, W, Y, 1.0, 0.0, False, False, ep, &ctx, "linear")
-        if ctx.code >= ACT_N_ELEMENTWISE:
-            # whole rows are needed: after the product, serially (rows are short: n_out)
-            with nogil:
-                if ctx.f64:
-                    softmax_rows_f64(ctx.code == ACT_LOG_SOFTMAX, <float64_t*>Y._data, shape[0],
-                                     shape[1], Y._strides[0] // 8, Y._strides[1] // 8)
-                else:
-                    softmax_rows_f32(ctx.code == ACT_LOG_SOFTMAX, <float32_t*>Y._data, shape[0],
-                                     shape[1], Y._strides[0] // 4, Y._strides[1] // 4)
+        linear_into(X, W, B, code, alpha, Y)
         if temp and target is not None:
             target[...] = Y
     except BaseException:

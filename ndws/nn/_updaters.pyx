@@ -13,66 +13,38 @@ from ndws._dispatch cimport float_arg, same_as, whole_strides, arrays_overlap, r
 from ndws._threads cimport (threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP,
                             GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
-from ndws.nn._math cimport _sqrt
 
 cnp.import_array()
 
-cdef enum:
-    UPD_SGD = 0
-    UPD_MOMENTUM = 1
-    UPD_ADAM = 2
-    UPD_RMSPROP = 3
-    UPD_ADAGRAD = 4
+cdef extern from "_upd_loops.h" nogil:
+    # the loops, built per instruction set (see the header)
+    enum:
+        UPD_SGD "NDWS_UPD_SGD"
+        UPD_MOMENTUM "NDWS_UPD_MOMENTUM"
+        UPD_ADAM "NDWS_UPD_ADAM"
+        UPD_RMSPROP "NDWS_UPD_RMSPROP"
+        UPD_ADAGRAD "NDWS_UPD_ADAGRAD"
+    ctypedef struct Hyper "ndws_hyper":
+        int kind
+        bint nesterov
+        double lr, mu, b1, b2, eps, wd, step_size, bc2_sqrt
+    void ndws_upd_f32(const Hyper* h, float32_t* P, const float32_t* G, float32_t* S,
+                      float32_t* V, intp_t n)
+    void ndws_upd_f64(const Hyper* h, float64_t* P, const float64_t* G, float64_t* S,
+                      float64_t* V, intp_t n)
 
 
 # ------------------------------------------------------------------------------------------------
 # Updaters: fused in-place loops over a flat parameter array, its gradient and state arrays
 # (PyTorch's formulas and defaults: ndws' DL4J reference states none for updaters).
 
-cdef struct Hyper:
-    int kind
-    bint nesterov
-    double lr, mu, b1, b2, eps, wd, step_size, bc2_sqrt
-
-
-cdef void _upd_chunk(const Hyper* h, floating_t* P__i, const floating_t* G__i,  # OUT, IN
-                     floating_t* S__i, floating_t* V__i, intp_t n) noexcept nogil:  # OUT, OUT
-    # coefficients in the element type, as torch computes with a float32 parameter
-    cdef floating_t lr = <floating_t>h.lr, mu = <floating_t>h.mu, b1 = <floating_t>h.b1
-    cdef floating_t b2 = <floating_t>h.b2, eps = <floating_t>h.eps
-    cdef floating_t decay = <floating_t>(1.0 - h.lr * h.wd)
-    cdef floating_t step_size = <floating_t>h.step_size, bc2 = <floating_t>h.bc2_sqrt
-    cdef floating_t g, s
-    cdef intp_t i
-    if h.kind == UPD_SGD:
-        for i in range(n):
-            P__i[i] = P__i[i] - lr * G__i[i]
-    elif h.kind == UPD_MOMENTUM:
-        for i in range(n):
-            g = G__i[i]
-            s = mu * S__i[i] + g
-            S__i[i] = s
-            P__i[i] = P__i[i] - lr * ((g + mu * s) if h.nesterov else s)
-    elif h.kind == UPD_ADAM:
-        for i in range(n):
-            g = G__i[i]
-            s = b1 * S__i[i] + (1 - b1) * g
-            S__i[i] = s
-            V__i[i] = b2 * V__i[i] + (1 - b2) * g * g
-            P__i[i] = (P__i[i] * decay if h.wd != 0 else P__i[i]) - step_size * s / (
-                _sqrt(V__i[i]) / bc2 + eps)
-    elif h.kind == UPD_RMSPROP:
-        for i in range(n):
-            g = G__i[i]
-            s = mu * S__i[i] + (1 - mu) * g * g
-            S__i[i] = s
-            P__i[i] = P__i[i] - lr * g / (_sqrt(s) + eps)
-    else:  # UPD_ADAGRAD
-        for i in range(n):
-            g = G__i[i]
-            s = S__i[i] + g * g
-            S__i[i] = s
-            P__i[i] = P__i[i] - lr * g / (_sqrt(s) + eps)
+cdef inline void _upd_chunk(const Hyper* h, floating_t* P__i, const floating_t* G__i,  # OUT, IN
+                            floating_t* S__i, floating_t* V__i,                     # OUT, OUT
+                            intp_t n) noexcept nogil:
+    if floating_t is float32_t:
+        ndws_upd_f32(h, P__i, G__i, S__i, V__i, n)
+    else:
+        ndws_upd_f64(h, P__i, G__i, S__i, V__i, n)
 
 
 ctypedef struct _UpdJob:

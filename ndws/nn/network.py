@@ -34,16 +34,19 @@ from typing import Any, Iterable
 import numpy as np
 
 import ndws
+from ndws import _core
 from ndws._core import NDArray
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation import evaluate as _evaluate
 from ndws.nn.history import History, _Progress
-from ndws.nn.layers import Layer
+from ndws.nn.layers import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
+                            OutputLayer)
 from ndws.nn.listeners import TrainingListener
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
                              WS_LISTENER, WS_OUTPUT_MEM, WS_SINGLE, workspace_configs)
+from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
 from ndws.nn.memory_report import MemoryReport, merge as _merge, plan as _plan
 from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
@@ -55,6 +58,10 @@ _BUSY = ("MultiLayerNetwork.{op}: the network is in use by another thread (one n
          "one thread at a time; give each thread its own, e.g. with clone())")
 
 _memory_manager = ndws.get_memory_manager()
+
+# the training layouts of the compiled iteration (ENABLED is resolved to SEPARATE before)
+_PLAN_MODES = {WorkspaceMode.NONE: MODE_NONE, WorkspaceMode.SINGLE: MODE_SINGLE,
+               WorkspaceMode.SEPARATE: MODE_SEPARATE}
 
 class MultiLayerNetwork:
     """A feed-forward network of `conf`'s layers.
@@ -154,6 +161,9 @@ class MultiLayerNetwork:
         self._configs = workspace_configs(len(layers))
         self._managers: dict = {}
         self._presized: dict = {}
+        # the compiled training iteration, where it applies (an inference replica never trains)
+        self._dense_plan = None if share else _dense_plan(layers, self._configs)
+        self._segment_views: tuple = (None, None, [])
         if params is not None and not share:
             self.set_params(params)
 
@@ -264,8 +274,11 @@ class MultiLayerNetwork:
             raise ValueError("the DataSet has no labels")
         labels = ds.labels
         mask = ds.labels_mask
+        convert = labels.ndim == 2 and labels.dtype != self.conf.dtype
+        if mask is None and not convert:
+            return x, labels, None            # nothing to make (fit's every batch, typically)
         with scope_out_of_workspaces():
-            if labels.ndim == 2 and labels.dtype != self.conf.dtype:
+            if convert:
                 labels = labels.astype(self.conf.dtype)
             if mask is not None:
                 if mask.ndim == 2 and mask.shape[1] == 1:
@@ -588,12 +601,19 @@ class MultiLayerNetwork:
         # DL4J's WeightDecay (applyLR: W -= lr * coefficient * W after the update, in place).
         # Both are element-wise, so threads may update disjoint ranges at once (ndws.parallel).
         it, ep = self._iteration, self._epoch
-        for upd, s, e, state in self._segments:
+        params, grads = self._params, self._grads
+        p_key, g_key, views = self._segment_views
+        if p_key is not params or g_key is not grads:
+            # each whole segment's views, made once (fit updates whole segments every
+            # iteration); remade if a flat buffer is replaced (ndws.parallel's replicas)
+            views = [(params[s:e], grads[s:e]) for _, s, e, _ in self._segments]
+            self._segment_views = (params, grads, views)
+        for (upd, s, e, state), (p, g) in zip(self._segments, views):
             a, b = max(s, lo), min(e, hi)
-            if a < b:
-                upd.apply(self._params[a:b], self._grads[a:b],
-                          [st[a - s:b - s] for st in state] if (a, b) != (s, e) else state,
-                          it, ep)
+            if (a, b) == (s, e):
+                upd.apply(p, g, state, it, ep)
+            elif a < b:
+                upd.apply(params[a:b], grads[a:b], [st[a - s:b - s] for st in state], it, ep)
         for layer, s, e in self._decayed:
             a, b = max(s, lo), min(e, hi)
             if a < b:
@@ -618,13 +638,31 @@ class MultiLayerNetwork:
         self._check_init()
         return self._grads
 
+    def _compiled(self, ds: DataSet) -> DensePlan | None:
+        # The compiled iteration (ndws.nn._iteration) when it does exactly what the general path
+        # of _gradient_and_score would: a network of built-in dense layers (_dense_plan), no
+        # label mask, no listener that looks at the activations, and workspaces in their normal
+        # mode (the debug modes change how the manager finds them).
+        plan = self._dense_plan
+        if plan is None or ds.labels_mask is not None or _core._get_debug_mode() != 0:
+            return None
+        for listener in self._listeners:
+            if type(listener).on_forward_pass is not TrainingListener.on_forward_pass:
+                return None
+        return plan
+
     def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode) -> float:
+        # Forward and backward on ds: the gradients in the flat buffer, the score returned.
         out_layer = self._output_layer()
         x, labels, mask = self._batch_arrays(ds)
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
         self._presize(x.shape[0])
+        plan = self._compiled(ds)
+        if plan is not None:
+            # + 0.0: the general path's regularization sum (no l1/l2 here)
+            return plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients) + 0.0
         n = len(self.layers)
         open_eps: list[Any] = []      # SEPARATE: the epsilon scopes still open
         with scope_out_of_workspaces():
@@ -658,6 +696,8 @@ class MultiLayerNetwork:
                             else:
                                 grads, eps = layer.backprop_gradient(eps, mgr)
                                 self._take_gradients(layer, grads)
+                        # layer i's gradients are final here (the compiled iteration calls the
+                        # hook at the same point)
                         if self._after_layer_gradients is not None:
                             self._after_layer_gradients(i)
                         if i > 0:
@@ -885,6 +925,28 @@ class MultiLayerNetwork:
     def __repr__(self) -> str:
         state = f"{self.num_params()} params" if self._params is not None else "not initialised"
         return f"<MultiLayerNetwork {len(self.conf.layers)} layers, {state}>"
+
+
+def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
+    # The compiled iteration of these layers, when they are what it covers: DenseLayers under
+    # an OutputLayer with softmax and MCXENT / NEGATIVELOGLIKELIHOOD, none with dropout, l1 or
+    # l2. Exact classes: a subclass may change activate or backprop_gradient.
+    if not layers:
+        return None
+    out = layers[-1]
+    if (type(out) is not OutputLayer or out.activation is not Activation.SOFTMAX
+            or out.loss_function not in (LossFunction.MCXENT, LossFunction.NEGATIVELOGLIKELIHOOD)):
+        return None
+    acts, keeps = [], []
+    for layer in layers:
+        if ((type(layer) is not DenseLayer and layer is not out)
+                or (layer.dropout is not None and layer.dropout < 1.0) or layer.l1 or layer.l2):
+            return None
+        act = layer.activation or Activation.IDENTITY
+        acts.append(act.value)
+        # what DenseLayer.activate / OutputLayer.activate keep for the derivative
+        keeps.append(layer is out or act not in _FROM_OUTPUT)
+    return DensePlan(layers, acts, keeps, configs)
 
 
 def _layout(layers: list) -> list:
