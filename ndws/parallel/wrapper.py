@@ -140,10 +140,20 @@ def _mean_into_all(arrays: list, members: list, a: int, b: int) -> None:
     for k in members[1:]:
         ndws.add(acc, arrays[k][a:b], out=acc)
     if len(members) > 1:
-        ndws.divide(acc, len(members), out=acc)
+        _scale_down(acc, len(members))
     for k, arr in enumerate(arrays):
         if k != members[0]:
             arr[a:b].assign(acc)
+
+
+def _scale_down(acc: Any, n: int) -> None:
+    # acc /= n in place. For a power of two, multiplying by 1/n gives the same bits and takes
+    # 8 us instead of 20 for half of the MLP's flat buffer (a division per element is slow);
+    # any other n divides, so the mean never depends on the worker count's rounding
+    if n & (n - 1) == 0:
+        ndws.multiply(acc, 1.0 / n, out=acc)
+    else:
+        ndws.divide(acc, n, out=acc)
 
 
 class _DataError(Exception):
@@ -497,7 +507,7 @@ class ParallelWrapper(Stoppable):
             if len(fed) > 1 and all(rows[k] == rows[fed[0]] for k in fed):
                 for k in fed[1:]:
                     ndws.add(acc, run.nets[k]._grads[lo:hi], out=acc)
-                ndws.divide(acc, len(fed), out=acc)
+                _scale_down(acc, len(fed))
             elif len(fed) > 1:
                 t = run.tmp[i][:hi - lo]
                 ndws.multiply(acc, rows[0] / total, out=acc)
