@@ -10,9 +10,10 @@ medians over the rounds. Targets: the wrapper >= 1.7x the 1-thread fit and >= 1.
 2-thread fit.
 
 Inference: 32 threads each call ``output()`` on single rows as fast as they can, for
-ParallelInference in BATCHED, SEQUENTIAL and INPLACE mode (2 workers) and for the same model in
-PyTorch called from 32 threads under ``torch.inference_mode()`` (the faster of 1 and 2 intra-op
-threads). Requests per second and each call's p50 / p99 latency, medians over rounds. Targets:
+ParallelInference in BATCHED, SEQUENTIAL and INPLACE mode (the default, one worker with every
+kernel thread: more workers serve fewer single rows here, as the forward pass's Python holds
+the GIL) and for the same model in PyTorch called from 32 threads under
+``torch.inference_mode()`` (the faster of 1 and 2 intra-op threads). Requests per second and each call's p50 / p99 latency, medians over rounds. Targets:
 BATCHED >= 8x SEQUENTIAL's throughput and >= 2x PyTorch's.
 
 ``--noisy`` measures everything twice: on the machine as it is, then with bench_gemm.py's busy
@@ -159,7 +160,7 @@ def inference(quick):
     contenders = {}
     servers = []
     for mode in ("BATCHED", "SEQUENTIAL", "INPLACE"):
-        pi = ParallelInference(net, inference_mode=mode, workers=2)
+        pi = ParallelInference(net, inference_mode=mode)       # one worker, the default
         servers.append(pi)
         for i, row in enumerate(rows):
             np.testing.assert_allclose(pi.output(row).numpy(), ref[i], rtol=1e-5, atol=1e-6)

@@ -593,6 +593,13 @@ def test_another_thread_s_workspace_array_is_read_while_valid(x):
 
 def test_builder_mirrors_dl4j():
     net = make_net()
+    with ndws.num_threads(2):
+        pi = ParallelInference(net)                   # DL4J's defaults on a CPU
+    assert (pi.inference_mode, pi.workers, pi.batch_limit, pi.queue_limit,
+            pi.load_balance_mode, pi._kernel_threads) == (InferenceMode.BATCHED, 1, 32, 64,
+                                                         LoadBalanceMode.FIFO, 2)
+    assert workers_alive() == ["InferenceThread-0"]
+    pi.shutdown()
     pi = (ParallelInference.builder(net).inference_mode("SEQUENTIAL").workers(3).batch_limit(8)
           .queue_limit(16).build())
     assert (pi.inference_mode, pi.workers, pi.batch_limit, pi.queue_limit,

@@ -136,10 +136,12 @@ class ParallelInference(Stoppable):
         replica shares; later training of `model` is not seen until `update_model`.
     inference_mode : InferenceMode or str
         BATCHED (default), SEQUENTIAL or INPLACE.
-    workers : int, optional
-        Worker threads (SEQUENTIAL, BATCHED) or replicas (INPLACE), >= 1. Default: the kernel
-        thread count. A worker runs its kernels on ``max(1, ndws.get_num_threads() //
-        workers)`` threads.
+    workers : int
+        Worker threads (SEQUENTIAL, BATCHED) or replicas (INPLACE), >= 1; a worker runs its
+        kernels on ``max(1, ndws.get_num_threads() // workers)`` threads. Default 1, DL4J's
+        on a CPU: the Python part of a forward pass holds the GIL, so for small requests one
+        worker with every kernel thread serves more than several (measured in
+        docs/parallel.md); more pay when requests are large enough to be mostly kernel time.
     batch_limit : int
         BATCHED: the most rows merged into one forward pass (DL4J's default 32).
     queue_limit : int
@@ -165,12 +167,10 @@ class ParallelInference(Stoppable):
     """
 
     def __init__(self, model: Any, inference_mode: Any = InferenceMode.BATCHED,
-                 workers: int | None = None, batch_limit: int = 32, queue_limit: int = 64,
+                 workers: int = 1, batch_limit: int = 32, queue_limit: int = 64,
                  load_balance_mode: Any = LoadBalanceMode.FIFO):
         check_model(model, "ParallelInference")
         self._mode = option_enum(InferenceMode, inference_mode, "inference_mode")
-        if workers is None:
-            workers = max(1, ndws.get_num_threads())
         self._workers = option_int(workers, "workers", 1, message="Workers should be "
                                    "positive value")
         self._batch_limit = option_int(batch_limit, "batch_limit", 1, message="Batch limit "
