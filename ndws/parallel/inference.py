@@ -297,9 +297,10 @@ class ParallelInference(Stoppable):
         many threads at once; a failed forward pass raises its error in every caller of it."""
         req = self._request(x, True)
         if self._mode is InferenceMode.INPLACE:
-            result = self._inplace(req)
-            req.x = None
-            return result
+            try:
+                return self._inplace(req)
+            finally:
+                req.x = None              # the caller's input is not kept past its call
         try:
             self._enqueue(req)
             req.done.acquire()            # released by the relay once the result is ready
