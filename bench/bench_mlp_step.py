@@ -160,6 +160,9 @@ def make_torch(params0, x0, y0):
 def run_child(threads, quick):
     import numpy as np
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_gemm import settle
+
     contenders = {"ndws": make_ndws, "numpy": make_numpy}
     try:
         import torch
@@ -188,6 +191,9 @@ def run_child(threads, quick):
         timings = {}
         n = STEPS[1] if quick else STEPS[0]
         for name, (step, _) in steps.items():
+            # the previous contender's library threads (OpenBLAS spins ~0.1 s after a call)
+            # would take the second core from this one's first samples
+            settle()
             for _ in range(WARMUP):
                 step()
             times = []

@@ -44,6 +44,7 @@ for path in (ROOT, os.path.join(ROOT, "bench")):
 import numpy as np  # noqa: E402
 
 import bench_mlp_step as mlp  # noqa: E402  (the same model and data)
+from bench_gemm import settle  # noqa: E402
 import ndws  # noqa: E402
 from ndws.data.dataset import DataSet  # noqa: E402
 from ndws.nn import (DenseLayer, MultiLayerConfiguration, MultiLayerNetwork,  # noqa: E402
@@ -113,6 +114,7 @@ def training(quick):
         run()                                        # warm-up: workspaces learn, pools start
     for _ in range(3 if quick else 7):
         for name, run in contenders.items():
+            settle()          # no thread of the previous contender still spinning
             t0 = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - t0)
@@ -175,6 +177,7 @@ def inference(quick):
     results = {name: [] for name in contenders}
     for _ in range(3 if quick else 5):
         for name, call in contenders.items():
+            settle()
             if name.startswith("torch"):
                 torch.set_num_threads(int(name.split()[1]))
             results[name].append(hammer(call, rows, per))
