@@ -113,3 +113,42 @@ class _Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+class _Epoch:
+    """One epoch of a training loop, framed as every fit frames it (`MultiLayerNetwork.fit`,
+    `ParallelWrapper.fit`, `MPITrainer.fit`): the listeners' ``on_epoch_start`` before it, the
+    History's record and the progress bar over its batches, and at its end (unless it raised)
+    the epoch's record closed, each network's epoch counter advanced and ``on_epoch_end``."""
+
+    __slots__ = ("_model", "_listeners", "_history", "_nets", "_bar")
+
+    def __init__(self, model: Any, listeners: list, history: History, total: int | None,
+                 progress: bool | None, nets: list | None = None):
+        self._model, self._listeners, self._history = model, listeners, history
+        self._nets = nets if nets is not None else [model]
+        for listener in listeners:
+            listener.on_epoch_start(model)
+        history._start_epoch(model.epoch)
+        self._bar = (_Progress(progress, total, f"epoch {model.epoch}")
+                     if progress is not False else None)
+
+    def iteration(self, iteration: int, score: float, rows: int) -> None:
+        """Record a finished iteration (and move the bar)."""
+        self._history._iteration(iteration, score, rows)
+        if self._bar is not None:
+            self._bar.update(score)
+
+    def __enter__(self) -> "_Epoch":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc_info: Any) -> bool:
+        if self._bar is not None:
+            self._bar.close()
+        if exc_type is None:
+            self._history._end_epoch()
+            for net in self._nets:
+                net._epoch += 1
+            for listener in self._listeners:
+                listener.on_epoch_end(self._model)
+        return False

@@ -40,7 +40,7 @@ from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation import evaluate as _evaluate
-from ndws.nn.history import History, _Progress
+from ndws.nn.history import History, _Epoch, _Progress
 from ndws.nn.layers import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn.listeners import TrainingListener
@@ -517,12 +517,8 @@ class MultiLayerNetwork:
 
     def _fit_epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
                    history: History) -> None:
-        for listener in self._listeners:
-            listener.on_epoch_start(self)
-        history._start_epoch(self._epoch)
-        bar = (_Progress(progress, _length(data, labels, batch_size), f"epoch {self._epoch}")
-               if progress is not False else None)
-        try:
+        with _Epoch(self, self._listeners, history, _length(data, labels, batch_size),
+                    progress) as epoch:
             batches = iter(self._batches(data, labels, batch_size))
             while True:
                 waited = time.perf_counter()
@@ -531,16 +527,7 @@ class MultiLayerNetwork:
                     break
                 self.last_etl_time = (time.perf_counter() - waited) * 1000.0
                 self._fit_batch(ds)
-                history._iteration(self._iteration - 1, self._score, self.last_batch_size)
-                if bar is not None:
-                    bar.update(self._score)
-        finally:
-            if bar is not None:
-                bar.close()
-        history._end_epoch()
-        self._epoch += 1
-        for listener in self._listeners:
-            listener.on_epoch_end(self)
+                epoch.iteration(self._iteration - 1, self._score, self.last_batch_size)
         if labels is None and hasattr(data, "reset") and callable(data.reset):
             data.reset()
 

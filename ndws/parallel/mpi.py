@@ -37,7 +37,7 @@ import numpy as np
 import ndws
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
-from ndws.nn.history import History, _Progress
+from ndws.nn.history import History, _Epoch
 from ndws.nn.network import _length
 from ndws.parallel.modes import TrainingMode, check_model, option_bool, option_enum, option_int
 
@@ -627,12 +627,8 @@ class MPITrainer:
     def _epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
                history: History, shared: bool) -> None:
         net = self.model
-        for listener in net._listeners:
-            listener.on_epoch_start(net)
-        history._start_epoch(net.epoch)
-        bar = (_Progress(progress, _length(data, labels, batch_size), f"epoch {net.epoch}")
-               if progress is not False else None)
-        try:
+        with _Epoch(net, net._listeners, history, _length(data, labels, batch_size),
+                    progress) as epoch:
             batches = iter(net._batches(data, labels, batch_size))
             while True:
                 waited = time.perf_counter()
@@ -641,16 +637,7 @@ class MPITrainer:
                 step = self._shared_step(ds) if shared else self._averaging_step(ds)
                 if step is None:
                     break                      # no rank had a batch: the epoch is over
-                history._iteration(*step)
-                if bar is not None:
-                    bar.update(step[1])
-        finally:
-            if bar is not None:
-                bar.close()
-        history._end_epoch()
-        net._epoch += 1
-        for listener in net._listeners:
-            listener.on_epoch_end(net)
+                epoch.iteration(*step)
         if labels is None and hasattr(data, "reset") and callable(data.reset):
             data.reset()
 

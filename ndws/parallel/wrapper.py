@@ -30,7 +30,7 @@ from typing import Any
 import ndws
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
-from ndws.nn.history import History, _Progress
+from ndws.nn.history import History, _Epoch
 from ndws.nn.listeners import TrainingListener
 from ndws.nn.network import _length
 from ndws.parallel._sync import SpinBarrier
@@ -76,7 +76,7 @@ class _Run:
         self.error: BaseException | None = None
         self.error_worker = -1
         self.history: History | None = None
-        self.bar: _Progress | None = None
+        self.epoch: _Epoch | None = None        # the caller's frame of the running epoch
         # the dealer: the workers themselves take each round's batches from the source, under
         # a lock (no dealer thread to compete with them for the GIL)
         self.lock = threading.Lock()
@@ -387,25 +387,13 @@ class ParallelWrapper(Stoppable):
                progress: bool | None) -> None:
         # the caller's part of an epoch: frame it, let the workers run it, wait for its end
         root = self.model
-        n = self.workers
-        for listener in self._listeners:
-            listener.on_epoch_start(root)
-        run.history._start_epoch(root.epoch)
         total = _length(data, labels, batch_size)
-        run.bar = (_Progress(progress, None if total is None else -(-total // n),
-                             f"epoch {root.epoch}") if progress is not False else None)
-        try:
+        rounds = None if total is None else -(-total // self.workers)
+        with _Epoch(root, self._listeners, run.history, rounds, progress, run.nets) as epoch:
+            run.epoch = epoch
             run.new_epoch(iter(root._batches(data, labels, batch_size)))
             run.epochs.wait()                 # start
             run.epochs.wait()                 # every worker is done with the epoch
-        finally:
-            if run.bar is not None:
-                run.bar.close()
-        run.history._end_epoch()
-        for net in run.nets:
-            net._epoch += 1
-        for listener in self._listeners:
-            listener.on_epoch_end(root)
 
     # -- the workers ------------------------------------------------------------------------
 
@@ -532,9 +520,7 @@ class ParallelWrapper(Stoppable):
 
     @staticmethod
     def _record(run: _Run, iteration: int, score: float, rows: int) -> None:
-        run.history._iteration(iteration, score, rows)
-        if run.bar is not None:
-            run.bar.update(score)
+        run.epoch.iteration(iteration, score, rows)
 
     # -- ending -----------------------------------------------------------------------------
 
