@@ -83,6 +83,24 @@ def workers_alive():
     return [t.name for t in threading.enumerate() if t.name.startswith("InferenceThread-")]
 
 
+class WatchedQueue:
+    """A stand-in for one of ParallelInference's SimpleQueues that sets `waiting` when a
+    thread is about to block in get() on it empty (so a test knows a caller waits, without
+    timing)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.waiting = threading.Event()
+
+    def get(self):
+        if self.inner.empty():
+            self.waiting.set()
+        return self.inner.get()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 def hold_the_worker(pi, x):
     """Submit one request and wait until a worker is inside its forward pass, held there."""
     Gate.passes = []
@@ -282,10 +300,11 @@ def test_fifo_waits_while_every_replica_is_busy(x):
         a.start()
         assert Gate.entered.wait(WAIT)                # a holds the only replica
         Gate.entered.clear()
+        pi._free = WatchedQueue(pi._free)
         b = threading.Thread(target=lambda: results.setdefault("b", pi.output(x[1])))
         b.start()
-        assert not Gate.entered.wait(0.2)             # b waits for the replica, not in it
-        assert len(Gate.passes) == 1
+        assert pi._free.waiting.wait(WAIT)            # b waits for the replica, not in it
+        assert len(Gate.passes) == 1 and "b" not in results
         Gate.hold.set()
         a.join(WAIT)
         b.join(WAIT)
@@ -437,10 +456,11 @@ def test_a_full_queue_makes_callers_wait_not_fail(x):
         first = hold_the_worker(pi, x)
         queued = [pi.submit(x[i]) for i in range(2)]         # the queue is full
         late = []
+        pi._room = WatchedQueue(pi._room)
         t = threading.Thread(target=lambda: late.append(pi.submit(x[5])))
         t.start()
-        t.join(0.2)
-        assert t.is_alive() and not late                     # waiting for a place
+        assert pi._room.waiting.wait(WAIT)                   # waiting for a place
+        assert t.is_alive() and not late
         Gate.hold.set()
         t.join(WAIT)
         assert late[0].result(WAIT).shape == (3,)

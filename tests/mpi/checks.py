@@ -23,7 +23,6 @@ from mpi4py import MPI  # noqa: E402
 import ndws  # noqa: E402
 from ndws.data import ArrayDataSetIterator  # noqa: E402
 from ndws.data.dataset import DataSet  # noqa: E402
-from ndws.nn import MultiLayerNetwork  # noqa: E402
 from ndws.nn.listeners import (CheckpointListener, CollectScoresListener,  # noqa: E402
                                PerformanceListener, TrainingListener)
 from ndws.parallel import MPITrainer  # noqa: E402
