@@ -116,7 +116,7 @@ def check(ds, src, i):
 
 def wait_until_blocked(it):
     """Until the consumer (another thread) waits on the empty queue."""
-    cond = it._state.queue.not_empty
+    cond = it._state.channel.cond
     while not cond._waiters:
         time.sleep(0.001)
 
@@ -347,7 +347,9 @@ def test_reset_at_every_position(queue_size):
             if pos > n:
                 assert not it.has_next()
             it.reset()
-            assert len(prefetch_threads()) == 1
+            # the producer starts again when a batch is asked for: it never reads an epoch
+            # nobody reads
+            assert prefetch_threads() == [] and src.pos == 0
         it.reset()                                  # twice in a row
         got = []
         while it.has_next():
@@ -526,20 +528,30 @@ def test_stress_slow_and_fast_producer(producer_delay, consumer_delay):
             it.reset()
 
 
+def channel_closed(it):
+    """Until the producer's channel has been closed (by reset or shutdown)."""
+    channel = it._state.channel
+    with channel.cond:
+        channel.cond.wait_for(lambda: channel.closed)
+
+
 def test_close_from_another_thread_wakes_a_blocked_consumer():
     go = threading.Event()
-    it = AsyncDataSetIterator(Source(n=5, gate={0: go}))
+    src = Source(n=5, gate={0: go})
+    it = AsyncDataSetIterator(src)
     result = []
     consumer = threading.Thread(target=lambda: result.append(it.has_next()))
     consumer.start()
     wait_until_blocked(it)
     closer = threading.Thread(target=it.close)
     closer.start()                  # joins the producer, which is still loading batch 0
-    it._state.stop.wait()
-    go.set()                        # batch 0 arrives after the stop: it is never queued
+    channel_closed(it)
+    go.set()                        # batch 0 arrives after the stop: it is never queued ...
     closer.join()
     consumer.join()
     assert result == [False]
+    check(src.next(), src, 0)       # ... but given back to the source
+    check(src.next(), src, 1)
 
 
 def test_array_iterator_with_per_epoch_shuffle_matches_the_base():
@@ -669,19 +681,64 @@ def test_a_generator_of_datasets_is_a_source():
 def test_a_source_that_yields_none_gets_a_clear_error():
     class YieldsNone(Duck):
         def next(self):
-            self.pos += 1
-            return None
+            if self.pos == 2:
+                self.pos += 1
+                return None
+            return super().next()
 
-    with AsyncDataSetIterator(YieldsNone(3)) as it:
+    with AsyncDataSetIterator(YieldsNone(5)) as it:
+        it.next(), it.next()
         with pytest.raises(TypeError) as info:
             it.has_next()
-        assert str(info.value) == ("_AdaptedDataSetIterator produced NoneType None where a "
-                                   "DataSet was expected")
+        assert str(info.value) == ("YieldsNone.next(): item 2 of the epoch (counting from 0) is "
+                                   "None, where a DataSet was expected")
         with pytest.raises(TypeError):    # and says so again, instead of a bare StopIteration
             it.next()
     with AsyncDataSetIterator([DataSet(np.ones((1, 1)), np.ones((1, 1))), 7]) as it:
         it.next()
-        with pytest.raises(TypeError, match=r"^item 1 of iterable must be a DataSet, got int$"):
+        with pytest.raises(TypeError, match=r"^ExistingDataSetIterator over a list: item 1 of "
+                                            r"the epoch \(counting from 0\) is an int \(7\), "
+                                            r"where a DataSet was expected$"):
+            it.next()
+
+
+class OverridesNext(DataSetIterator):
+    """A subclass that overrides next() itself (not the protocol's _next): only the
+    producer's own check sees what it returns."""
+
+    def __init__(self, items):
+        self.items, self.pos = items, 0
+
+    def has_next(self):
+        return self.pos < len(self.items)
+
+    def next(self):
+        self.pos += 1
+        return self.items[self.pos - 1]
+
+
+@pytest.mark.parametrize("bad, what", [
+    (None, "None"), ("abc", "a str ('abc')"), (np.zeros(2), "a ndarray (array([0., 0.]))"),
+    (MultiDataSet([np.ones((1, 1))], [np.ones((1, 1))]),
+     "a MultiDataSet (MultiDataSet(features=[float64(1, 1)]...)")])
+def test_a_source_overriding_next_that_yields_a_non_dataset(bad, what):
+    good = DataSet(np.ones((1, 1)), np.ones((1, 1)))
+    with AsyncDataSetIterator(OverridesNext([good, bad])) as it:
+        it.next()
+        with pytest.raises(TypeError) as info:
+            it.next()
+    assert str(info.value) == (f"OverridesNext: item 1 of the epoch (counting from 0) is {what}, "
+                               f"where a DataSet was expected")
+
+
+def test_an_item_whose_repr_raises_still_gets_the_clear_error():
+    class Unprintable:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    with AsyncDataSetIterator(OverridesNext([Unprintable()])) as it:
+        with pytest.raises(TypeError, match=r"^OverridesNext: item 0 of the epoch \(counting "
+                                            r"from 0\) is an Unprintable \(\?\), where"):
             it.next()
 
 

@@ -13,13 +13,22 @@ Differences from ND4J (docs/porting-from-dl4j.md):
   to a consumer already blocked waiting for the next batch: the producer enqueues an error
   marker. Nothing hangs: consumers on several threads take turns (a lock), and each of them
   gets the end of the epoch or the error.
+* The source is where a plain loop would leave it, whatever the producer's timing: the
+  constructor's reset of an exhausted source runs on the constructing thread; after
+  ``reset()`` the producer starts only when a batch is asked for (it never reads an epoch
+  nobody reads); ``shutdown()`` gives back to the source what the producer read and nobody
+  took (`ndws.data.iterators._GivenBack`). DL4J's producer restarts at once and its shutdown
+  drops what it read ahead, so the source's position after a fit depends on timing.
+* A producer that stops without a word (it could not even make the error marker) is reported
+  to a waiting consumer instead of leaving it waiting forever.
 * The thread holds no reference to the iterator, so an abandoned iterator is shut down (its
-  thread joined and its ring destroyed) when it is garbage collected.
+  thread joined and its ring destroyed) when it is garbage collected; what it read ahead is
+  then dropped, as nobody is reading.
 """
 from __future__ import annotations
 
+import collections
 import operator
-import queue
 import threading
 import time
 import uuid
@@ -27,6 +36,7 @@ import weakref
 from typing import Any
 
 import ndws
+from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _adapt, _check_item,
                                  _Delegating, _DelegatingShapes)
 
@@ -49,86 +59,162 @@ _END = _Terminator()
 
 
 class _Failure:
-    """The producer failed; carries the exception to the consumer."""
+    """The producer failed; carries the exception to the consumer, and whether the source's
+    ``has_next()`` (rather than its ``next()``) raised it."""
 
-    __slots__ = ("exc",)
+    __slots__ = ("exc", "in_has_next")
 
-    def __init__(self, exc: BaseException):
+    def __init__(self, exc: BaseException, in_has_next: bool):
         self.exc = exc
+        self.in_has_next = in_has_next
+
+
+class _Channel:
+    """The bounded FIFO from the producer to the consumer: a deque under one condition.
+
+    Unlike ``queue.Queue`` it can be closed: ``close()`` makes a ``put()`` waiting for room
+    return False at once, so stopping the producer neither polls nor drops the batch in its
+    hands. At most one producer and one consumer wait on it (consumers take turns under the
+    iterator's lock), so one condition serves both directions.
+    """
+
+    __slots__ = ("items", "capacity", "cond", "closed")
+
+    def __init__(self, capacity: int):
+        self.items: collections.deque = collections.deque()
+        self.capacity = capacity
+        self.cond = threading.Condition(threading.Lock())
+        self.closed = False
+
+    def put(self, item: Any) -> bool:
+        with self.cond:
+            while len(self.items) >= self.capacity and not self.closed:
+                self.cond.wait()
+            if self.closed:
+                return False
+            self.items.append(item)
+            self.cond.notify_all()
+            return True
+
+    def get(self, thread: threading.Thread, parked: threading.Event) -> Any:
+        with self.cond:
+            while not self.items:
+                # a producer always ends with a marker before it parks; should it park or
+                # die without one (it could not even make the marker), the consumer is told
+                # instead of waiting forever
+                if (not self.cond.wait(1.0) and not self.items
+                        and (parked.is_set() or not thread.is_alive())):
+                    raise RuntimeError(f"the {thread.name} stopped without handing over a "
+                                       f"batch, an end of the epoch or an error")
+            item = self.items.popleft()
+            self.cond.notify_all()
+            return item
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def take_all(self) -> list:
+        with self.cond:
+            items = list(self.items)
+            self.items.clear()
+            return items
+
+    def wake(self) -> None:
+        """Put an end of the epoch in, full or closed: wakes a consumer blocked in get()."""
+        with self.cond:
+            self.items.append(_END)
+            self.cond.notify_all()
 
 
 class _ProducerState:
     """Everything the producer thread touches. The thread holds this object, never the
-    iterator, so the iterator can be garbage collected while the thread runs."""
+    iterator, so the iterator can be garbage collected while the thread runs. One producer
+    run reads from `start()` to the end of the epoch, an error, or `halt()`."""
 
     def __init__(self, base: Any, queue_size: int, conf: Any, ws_prefix: str,
                  thread_name: str):
         self.base = base
-        self.queue: queue.Queue = queue.Queue(queue_size)
+        self.queue_size = queue_size
         self.conf = conf                  # None: no workspace
         self.ws_prefix = ws_prefix
         self.thread_name = thread_name
-        self.stop = threading.Event()
+        self.channel = _Channel(queue_size)
         self.thread: threading.Thread | None = None
         self.workspace: Any = None        # the current ring (read-only from other threads)
+        self.leftover: list = []          # read, but the channel closed before it went in
+        self.parked = threading.Event()   # the producer no longer touches the base
+        self.release = threading.Event()  # the ring may go: the producer destroys it and ends
+        self.base_started = False
 
     def start(self) -> None:
-        self.stop.clear()
+        self.channel = _Channel(self.queue_size)
         self.workspace = None
+        self.leftover = []
+        self.parked = threading.Event()
+        self.release = threading.Event()
+        self.base_started = bool(getattr(self.base, "_started", False))
         self.thread = threading.Thread(target=_produce, args=(self,), name=self.thread_name,
                                        daemon=True)
         self.thread.start()
 
-    def drain(self) -> None:
-        while True:
-            try:
-                self.queue.get_nowait()
-            except queue.Empty:
-                return
-
-    def halt(self) -> None:
-        """Stop the producer and join it (it destroys its ring before it exits)."""
+    def halt(self, keep: bool) -> list:
+        """Stop the producer and join it (it destroys its ring before it ends). Returns what
+        it read and nobody took, in order (batches, then an end or a `_Failure`); with `keep`
+        the batches are first copied out of the ring, else they are dropped with it."""
         thread = self.thread
-        self.stop.set()
         if thread is None:
-            return
+            return []
+        # a put() waiting for room gives up at once; a next() in progress is waited for
+        self.channel.close()
         if thread is threading.current_thread():
-            # a GC run inside the producer finalized the iterator: the thread sees `stop` and
-            # ends by itself after this call returns
-            return
-        # A producer blocked in put() returns once the queue has room; one blocked in the
-        # source's next() is waited for.
-        while thread.is_alive():
-            self.drain()
-            thread.join(0.01)
-        self.drain()
+            # a GC run inside the producer finalized the iterator: the thread sees the closed
+            # channel and ends by itself after this call returns
+            self.release.set()
+            return []
+        self.parked.wait()
+        items = self.channel.take_all() + self.leftover
+        self.leftover = []
+        if keep and self.workspace is not None:
+            ring = self.workspace.id
+            for item in items:
+                if _in_ring(item, ring):
+                    item.detach()
+        self.release.set()
+        thread.join()
         self.thread = None
+        return items
 
 
-def _put(state: _ProducerState, item: Any) -> bool:
-    """Blocking put that gives up when the consumer asks the producer to stop."""
-    q = state.queue
-    while not state.stop.is_set():
-        try:
-            q.put(item, timeout=0.05)
-            return True
-        except queue.Full:
-            continue
-    return False
+def _in_ring(item: Any, ring: str) -> bool:
+    if isinstance(item, DataSet):
+        arrays: Any = (item.features, item.labels, item.features_mask, item.labels_mask)
+    elif isinstance(item, MultiDataSet):
+        arrays = [a for group in (item.features, item.labels, item.features_masks,
+                                  item.labels_masks) if group for a in group]
+    else:
+        return False
+    return any(a is not None and a.workspace_id == ring for a in arrays)
 
 
 def _produce(state: _ProducerState) -> None:
-    base = state.base
-    ws = None
+    base, channel, ws = state.base, state.channel, None
+    index = 0
+    in_has_next = True
     try:
-        if state.conf is not None:
-            ws = ndws.get_workspace_manager().create_new_workspace(
-                state.conf, f"{state.ws_prefix}-{uuid.uuid4()}")
-            state.workspace = ws
+        last: Any = None            # the marker that ends the run: _END, a _Failure, or none
         try:
-            if not base.has_next() and base.reset_supported():
-                base.reset()
-            while not state.stop.is_set() and base.has_next():
+            if state.conf is not None:
+                ws = ndws.get_workspace_manager().create_new_workspace(
+                    state.conf, f"{state.ws_prefix}-{uuid.uuid4()}")
+                state.workspace = ws
+            while not channel.closed:
+                in_has_next = True
+                if not base.has_next():
+                    last = _END
+                    break
+                in_has_next = False
                 if ws is not None:
                     # one cycle of the ring per batch; leaving the `with` ends the cycle
                     # (ND4J's commit), after which the batch stays valid until the ring has
@@ -137,17 +223,22 @@ def _produce(state: _ProducerState) -> None:
                         item = base.next()
                 else:
                     item = base.next()
-                _check_item(base, item)     # a source that yields None, say: a clear error
-                if not _put(state, item):
+                # a source that yields None, say, gets a clear error (a base that overrides
+                # next() is not checked by the protocol's next())
+                _check_item(base, item, index)
+                index += 1
+                if not channel.put(item):
+                    state.leftover.append(item)
                     break
-            else:
-                _put(state, _END)
-        except BaseException as exc:  # delivered to the consumer, which re-raises it
-            _put(state, _Failure(exc))
-        # The batches in the queue and in the consumer's hands live in the ring: keep it until
-        # the consumer resets or shuts down.
-        state.stop.wait()
+        except BaseException as exc:  # noqa: B036 - SystemExit too: delivered, re-raised
+            last = _Failure(exc, in_has_next)
+        if last is not None and not channel.put(last):
+            state.leftover.append(last)
     finally:
+        state.parked.set()
+        # The batches in the channel and in the consumer's hands live in the ring: keep it
+        # until the consumer resets or shuts down (and has copied out what it keeps).
+        state.release.wait()
         if ws is not None:
             state.workspace = None
             # (a DummyWorkspace under DebugMode.BYPASS_EVERYTHING has no scope to close)
@@ -157,7 +248,7 @@ def _produce(state: _ProducerState) -> None:
 
 
 def _finalize(state: _ProducerState) -> None:
-    state.halt()
+    state.halt(keep=False)
 
 
 class _AsyncBase(_Delegating, _DelegatingShapes):
@@ -208,8 +299,13 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         self._started = False
         self._closed = False
         self._lock = threading.RLock()    # one consumer at a time: see has_next
+        self._handed = 0                  # batches handed out since the producer started
         self.last_etl_time_ms = 0.0
         self._state = _ProducerState(base, queue_size, conf, self._ws_prefix, self._thread_name)
+        # DL4J's constructor: an exhausted source that can reset starts a new epoch (here, on
+        # the constructing thread, so when it happens never depends on the producer's timing)
+        if not base.has_next() and base.reset_supported():
+            base.reset()
         self._state.start()
         self._finalizer = weakref.finalize(self, _finalize, self._state)
 
@@ -257,8 +353,11 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
                 return True
             if self._depleted:
                 return False
+            state = self._state
+            if state.thread is None:
+                self._start()           # the first batch asked for since reset()
             start = time.perf_counter()
-            item = self._state.queue.get()
+            item = state.channel.get(state.thread, state.parked)
             self.last_etl_time_ms = (time.perf_counter() - start) * 1000.0
             if item is _END:
                 self._depleted = True    # (also the END that shutdown() puts in)
@@ -275,37 +374,74 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
             if not self.has_next():
                 raise StopIteration
             item, self._cached = self._cached, None
+            self._handed += 1
             self._started = True         # Python iteration resets a started iterator first
             return item
 
+    def _start(self) -> None:
+        self._handed = 0
+        self._state.start()
+
     def reset(self) -> None:
-        """Stop the producer, destroy its ring, reset the source and prefetch a fresh epoch.
+        """Stop the producer, destroy its ring and reset the source. The producer starts
+        again when the next batch is asked for, so it never reads an epoch nobody reads.
 
         Batches obtained before the reset that were not detached become unusable (their
-        ring is destroyed: ``WorkspaceError`` kind ``"destroyed"``).
+        ring is destroyed: ``WorkspaceError`` kind ``"destroyed"``); batches prefetched and
+        not handed out are dropped, as the reset drops the rest of the source's epoch.
         """
         self._check_open()
         if not self._base.reset_supported():
             raise NotImplementedError(f"{self._name} does not support reset(): its base "
                                       f"{type(self._base).__name__} does not")
-        self._state.halt()
+        state = self._state
+        state.halt(keep=False)
+        # a consumer blocked in has_next() on another thread meanwhile gets the end of the
+        # epoch it was reading
+        state.channel.wake()
         self._cached = None
         self._depleted = False
         self._error = None
         self._started = False
         self._base.reset()
-        self._state.start()
 
     def shutdown(self) -> None:
         """Stop and join the producer thread and destroy its ring; idempotent. The iterator
-        cannot be used afterwards."""
+        cannot be used afterwards.
+
+        What the producer read and did not hand out is given back to the source, copied out
+        of the ring: the source serves those batches (and then the error the producer met
+        after them, if any) before its own, so it is exactly where a plain loop over it would
+        be. (A source that is not a `DataSetIterator`, such as a generator, cannot take
+        batches back: they are dropped.)
+        """
         if self._closed:
             return
         self._closed = True
-        self._cached = None
+        cached, self._cached = self._cached, None
+        state = self._state
+        started = state.base_started
+        running = state.thread is not None
+        items = state.halt(keep=True)
         self._finalizer()
+        if running:
+            self._give_back(([] if cached is None else [cached]) + items, started)
         # wake a consumer blocked in has_next() on another thread: it sees the end
-        self._state.queue.put_nowait(_END)
+        state.channel.wake()
+
+    def _give_back(self, items: list, started: bool) -> None:
+        batches = [i for i in items if not isinstance(i, (_Terminator, _Failure))]
+        failures = [i for i in items if isinstance(i, _Failure)]
+        failure = failures[0] if failures else None
+        base = self._base
+        if self._handed == 0 and not batches and failure is None:
+            return                       # nothing read: the source is untouched
+        if batches or failure is not None:
+            base._give_back(batches, None if failure is None else failure.exc,
+                            failure is not None and failure.in_has_next)
+        if self._handed == 0:
+            # nothing reached the consumer: the source is as if never read
+            base._started = started
 
     close = shutdown
 
@@ -364,3 +500,40 @@ class AsyncMultiDataSetIterator(_AsyncBase, MultiDataSetIterator):
     _ws_prefix = "AMDSI_ITER"
     _thread_name = "AMDSI prefetch thread"
     _extra_blocks = 1
+
+
+# --------------------------------------------------------------------------------------------
+# how the trainers' fit reads an iterator (MultiLayerNetwork, ParallelWrapper, MPITrainer)
+
+def _prefetch_for_fit(data: Any, labels: Any, queue_size: int) -> AsyncDataSetIterator | None:
+    """The `AsyncDataSetIterator` a trainer's ``fit`` reads `data` through, or None to read
+    `data` on the trainer's own thread (docs/data.md, "Prefetch in fit").
+
+    Prefetching pays only where ``next()`` has loading to hide, so only a `DataSetIterator`
+    whose ``async_supported()`` is True is prefetched: never arrays, a DataSet, a list, an
+    in-memory iterator (they say False), or an object that is not a `DataSetIterator` (it
+    could not take back what an interrupted fit had read ahead).
+
+    The first epoch starts as a ``for`` loop over `data` would start it (a used iterator that
+    can reset is reset), so the epoch fit reads does not depend on prefetching. An iterator
+    with nothing left to read is not prefetched.
+    """
+    if (labels is not None or queue_size < 1 or not isinstance(data, DataSetIterator)
+            or not data.async_supported()):
+        return None
+    if data._started and data.reset_supported():
+        data.reset()
+    if not data.has_next():
+        return None
+    return AsyncDataSetIterator(data, queue_size=queue_size)
+
+
+def _end_of_epoch(data: Any, labels: Any) -> None:
+    """What ``fit`` does after each epoch of an iterator: reset it, as a plain loop over epochs
+    would, when it can be reset (a one-pass iterator, a generator say, is left as it is; an
+    `AsyncDataSetIterator` resets its source and reads nothing until the next epoch asks)."""
+    if labels is not None or not callable(getattr(data, "reset", None)):
+        return
+    supported = getattr(data, "reset_supported", None)
+    if not callable(supported) or supported():
+        data.reset()

@@ -16,11 +16,17 @@ the batch being read is lost, so the iterator does not go on as if nothing happe
 later ``next()`` raises ``RuntimeError`` (from the original error) until ``reset()`` starts the
 epoch again (docs/data.md, "When a batch fails").
 
+An async prefetcher reads ahead of its consumer. What it read and did not hand out when it
+shuts down is given back (`_GivenBack`): the iterator serves those batches again before its own,
+so nothing prefetched is lost and the iterator is where a plain loop would have left it
+(docs/data.md, "Where prefetching leaves the iterator").
+
 Anything that takes an iterator also takes any object with the protocol's methods and any
 Python iterable of DataSets: `as_data_set_iterator` / `as_multi_data_set_iterator` adapt them.
 """
 from __future__ import annotations
 
+import collections.abc
 import copy
 import math
 import numbers
@@ -48,6 +54,7 @@ class _BaseIterator:
     _pre_processor: Any = None
     _started: bool = False
     _failure: BaseException | None = None     # the error that stopped the epoch
+    _position: int = 0                        # items handed out since the epoch began
     _item_type: type = object                 # what next() returns
 
     # -- to implement ----------------------------------------------------------------------
@@ -92,7 +99,7 @@ class _BaseIterator:
         try:
             item = self._next()
             self._started = True
-            _check_item(self, item)
+            _check_item(self, item, self._position)
             pp = self.pre_processor
             if pp is not None:
                 pp.pre_process(item)
@@ -101,6 +108,7 @@ class _BaseIterator:
         except BaseException as exc:
             self._failure = exc
             raise
+        self._position += 1
         return item
 
     def reset(self) -> None:
@@ -110,6 +118,24 @@ class _BaseIterator:
         self._reset()
         self._started = False
         self._failure = None
+        self._position = 0
+
+    def _describe(self) -> str:
+        """How error messages name this iterator."""
+        return type(self).__name__
+
+    def _give_back(self, items: list, failure: BaseException | None = None,
+                   failure_in_has_next: bool = False) -> None:
+        """Serve `items` (then raise `failure`) before this iterator's own batches: what an
+        async prefetcher read from it and did not hand out (see `_GivenBack`)."""
+        _GivenBack(self, items, failure, failure_in_has_next)
+
+    def __copy__(self) -> Any:
+        # a copy (shard) starts afresh: batches given back belong to this instance only
+        other = object.__new__(type(self))
+        other.__dict__.update({k: v for k, v in self.__dict__.items()
+                               if k not in _GivenBack.SHADOWED})
+        return other
 
     def __iter__(self) -> Iterator[Any]:
         if self._started and self.reset_supported():
@@ -130,11 +156,88 @@ def _refuse_after_failure(it: Any) -> None:
             f"again") from exc
 
 
-def _check_item(it: Any, item: Any) -> None:
+def _check_item(it: Any, item: Any, index: int) -> None:
+    """TypeError naming the iterator and the item's index in the epoch unless `item` is what
+    `it` hands out."""
     expected = it._item_type
     if not isinstance(item, expected):
-        raise TypeError(f"{type(it).__name__} produced {type(item).__name__} {item!r:.40} "
-                        f"where a {expected.__name__} was expected")
+        raise TypeError(f"{it._describe()}: item {index} of the epoch (counting from 0) is "
+                        f"{_what(item)}, where a {expected.__name__} was expected")
+
+
+def _what(item: Any) -> str:
+    if item is None:
+        return "None"
+    try:
+        text = repr(item)
+    except Exception:       # a broken __repr__ must not hide the real error
+        text = "?"
+    if len(text) > 40:
+        text = text[:37] + "..."
+    name = type(item).__name__
+    return f"{'an' if name[:1] in 'aeiouAEIOU' else 'a'} {name} ({text})"
+
+
+class _GivenBack:
+    """Batches an async prefetcher read from iterator `it` and did not hand out, given back
+    when it shut down, and the error it met after them (if the consumer never saw it).
+
+    Until they are served, instance attributes shadow `it`'s ``has_next``, ``next`` and
+    ``reset``: subclasses implement ``has_next`` themselves, so the class's methods cannot
+    check for given-back batches, and shadowing costs nothing to an iterator that has none.
+    The shadows go as soon as everything given back has been served, or at ``reset()`` (a new
+    epoch drops the rest of the old one, as a plain loop's reset does).
+    """
+
+    SHADOWED = ("has_next", "next", "reset")
+
+    def __init__(self, it: Any, items: list, failure: BaseException | None,
+                 failure_in_has_next: bool) -> None:
+        # the reads it gives back are undone: serving them counts them again
+        it._position = max(0, it._position - len(items))
+        old = it.__dict__.get("next")
+        if isinstance(getattr(old, "__self__", None), _GivenBack):
+            # given back twice before serving: the earlier batches come first
+            items = list(old.__self__.items) + list(items)
+            failure = old.__self__.failure if failure is None else failure
+        self.it = it
+        self.items = collections.deque(items)
+        self.failure = failure
+        self.failure_in_has_next = failure_in_has_next
+        if self.items or failure is not None:
+            for name in self.SHADOWED:
+                it.__dict__[name] = getattr(self, name)
+        else:
+            self._remove()
+
+    def _remove(self) -> None:
+        for name in self.SHADOWED:
+            self.it.__dict__.pop(name, None)
+
+    def _raise(self) -> None:
+        exc, self.failure = self.failure, None
+        self._remove()
+        raise exc  # type: ignore[misc]
+
+    def has_next(self) -> bool:
+        if self.items:
+            return True
+        if self.failure is not None and self.failure_in_has_next:
+            self._raise()
+        return True       # the failed next() is next
+
+    def next(self) -> Any:
+        if self.items:
+            item = self.items.popleft()
+            if not self.items and self.failure is None:
+                self._remove()
+            self.it._position += 1
+            return item
+        self._raise()
+
+    def reset(self) -> None:
+        self._remove()
+        self.it.reset()
 
 
 class DataSetIterator(_BaseIterator):
@@ -339,6 +442,11 @@ class _Batched:
     def total_examples(self) -> int:
         """The number of examples (a shard's own, for a shard)."""
         return int(self._batcher.examples())
+
+    def async_supported(self) -> bool:
+        """False: the arrays are in memory, so prefetching has no loading to hide and its
+        hand-off would only cost time (docs/data.md, "Prefetch in fit")."""
+        return False
 
     def num_batches(self) -> int:
         """Batches per epoch (the same in every shard of one iterator)."""
@@ -545,6 +653,10 @@ class _ListIterator:
     def total_examples(self) -> int:
         return sum(d.num_examples() for d in self._items)
 
+    def async_supported(self) -> bool:
+        """False: the data sets are in memory (nothing to prefetch)."""
+        return False
+
 
 class ListDataSetIterator(_ListIterator, DataSetIterator):
     """Iterates a list of DataSets (DL4J's ListDataSetIterator).
@@ -602,15 +714,21 @@ class _ExistingIterator:
     def reset_supported(self) -> bool:
         return self._reiterable
 
+    def async_supported(self) -> bool:
+        """False over a list or another sequence (in memory: nothing to prefetch); True over
+        anything else (a generator, an iterable that loads as it goes)."""
+        return not isinstance(self._iterable, collections.abc.Sequence)
+
+    def _describe(self) -> str:
+        return f"{type(self).__name__} over a {type(self._iterable).__name__}"
+
     def has_next(self) -> bool:
         if self._peeked is self._NOTHING:
             try:
                 item = next(self._it)
             except StopIteration:
                 return False
-            if not isinstance(item, self._item_type):
-                raise TypeError(f"item {self._count} of iterable must be a "
-                                f"{self._item_type.__name__}, got {type(item).__name__}")
+            _check_item(self, item, self._count)
             self._peeked = item
             if self._first is None:
                 self._first = item
@@ -728,7 +846,9 @@ class _Shield(_Delegating):
 
     @_started.setter
     def _started(self, value: bool) -> None:
-        pass  # the base tracks its own state in next() / reset()
+        # the base tracks its own state in next() / reset(); an async prefetcher that gives
+        # back everything it read restores it through here
+        self._base._started = value
 
     def has_next(self) -> bool:
         return self._base.has_next()
@@ -739,6 +859,11 @@ class _Shield(_Delegating):
 
     def reset(self) -> None:
         self._base.reset()
+
+    def _give_back(self, items: list, failure: BaseException | None = None,
+                   failure_in_has_next: bool = False) -> None:
+        # the base read them (a shield only passes them on), and the shield reads the base
+        self._base._give_back(items, failure, failure_in_has_next)
 
 
 class AsyncShieldDataSetIterator(_Shield, _DelegatingShapes, DataSetIterator):
@@ -826,6 +951,9 @@ class _Adapted:
 
     def batch(self) -> int:
         return int(self._optional("batch", 0))
+
+    def _describe(self) -> str:
+        return f"{type(self._base).__name__}.next()"
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {getattr(self, '_base', None)!r}>"

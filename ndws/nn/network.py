@@ -36,7 +36,7 @@ import numpy as np
 import ndws
 from ndws import _core
 from ndws._core import NDArray
-from ndws.data.async_iterators import AsyncDataSetIterator
+from ndws.data.async_iterators import _end_of_epoch, _prefetch_for_fit
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation import evaluate as _evaluate
@@ -500,13 +500,11 @@ class MultiLayerNetwork:
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
         history = History()
         with self._exclusive("fit"):
-            wrapper = None
-            if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
-                    and callable(getattr(data, "async_supported", None))
-                    and data.async_supported()):
-                # DL4J's fit: an async-capable iterator is prefetched on a producer thread
-                # (queue 2); the time fit waits for a batch is the ETL time
-                wrapper = data = AsyncDataSetIterator(data, queue_size=2)
+            # DL4J's fit: an async-capable iterator is prefetched on a producer thread
+            # (queue 2); the time fit waits for a batch is the ETL time
+            wrapper = _prefetch_for_fit(data, labels, queue_size=2)
+            if wrapper is not None:
+                data = wrapper
             try:
                 for _ in range(epochs):
                     self._fit_epoch(data, labels, batch_size, progress, history)
@@ -528,8 +526,7 @@ class MultiLayerNetwork:
                 self.last_etl_time = (time.perf_counter() - waited) * 1000.0
                 self._fit_batch(ds)
                 epoch.iteration(self._iteration - 1, self._score, self.last_batch_size)
-        if labels is None and hasattr(data, "reset") and callable(data.reset):
-            data.reset()
+        _end_of_epoch(data, labels)
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
         if labels is not None:

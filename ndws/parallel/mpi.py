@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 import ndws
-from ndws.data.async_iterators import AsyncDataSetIterator
+from ndws.data.async_iterators import _end_of_epoch, _prefetch_for_fit
 from ndws.data.dataset import DataSet
 from ndws.nn.history import History, _Epoch
 from ndws.nn.network import _length
@@ -605,11 +605,10 @@ class MPITrainer:
              progress: bool | None) -> History:
         net = self.model
         history = History()
-        wrapper = None
-        if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
-                and callable(getattr(data, "async_supported", None)) and data.async_supported()):
-            # as MultiLayerNetwork.fit: an async-capable iterator is prefetched (queue 2)
-            wrapper = data = AsyncDataSetIterator(data, queue_size=2)
+        # as MultiLayerNetwork.fit: an async-capable iterator is prefetched (queue 2)
+        wrapper = _prefetch_for_fit(data, labels, queue_size=2)
+        if wrapper is not None:
+            data = wrapper
         shared = self._training_mode is TrainingMode.SHARED_GRADIENTS
         self._hooked = shared and self._overlap and self._shm is None
         if self._hooked:
@@ -638,8 +637,7 @@ class MPITrainer:
                 if step is None:
                     break                      # no rank had a batch: the epoch is over
                 epoch.iteration(*step)
-        if labels is None and hasattr(data, "reset") and callable(data.reset):
-            data.reset()
+        _end_of_epoch(data, labels)
 
     def _start_step(self, ds: DataSet | None) -> None:
         # the step's counts, summed over the ranks and started without waiting: rows, ranks

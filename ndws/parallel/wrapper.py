@@ -28,8 +28,7 @@ import time
 from typing import Any
 
 import ndws
-from ndws.data.async_iterators import AsyncDataSetIterator
-from ndws.data.dataset import DataSet
+from ndws.data.async_iterators import _end_of_epoch, _prefetch_for_fit
 from ndws.nn.history import History, _Epoch
 from ndws.nn.listeners import TrainingListener
 from ndws.nn.network import _length
@@ -323,14 +322,12 @@ class ParallelWrapper(Stoppable):
     def _fit(self, data: Any, labels: Any, batch_size: Any, epochs: int,
              progress: bool | None) -> History:
         n = self.workers
-        wrapper = None
-        if (labels is None and self.prefetch_buffer > 0
-                and not isinstance(data, (DataSet, AsyncDataSetIterator))
-                and callable(getattr(data, "async_supported", None)) and data.async_supported()):
-            # a batch must outlive the ring's turn: up to 4 per worker are in flight (in its
-            # hands, two queued, one being dealt)
-            wrapper = data = AsyncDataSetIterator(
-                data, queue_size=max(self.prefetch_buffer, 4) * n)
+        # a batch must outlive the ring's turn: up to 4 per worker are in flight (in its
+        # hands, two queued, one being dealt)
+        wrapper = None if self.prefetch_buffer <= 0 else _prefetch_for_fit(
+            data, labels, queue_size=max(self.prefetch_buffer, 4) * n)
+        if wrapper is not None:
+            data = wrapper
         run = self._start(n)
         history = run.history = History()
         try:
@@ -338,8 +335,7 @@ class ParallelWrapper(Stoppable):
                 if self._stop_requested.is_set():
                     break
                 self._epoch(run, data, labels, batch_size, progress)
-                if labels is None and hasattr(data, "reset") and callable(data.reset):
-                    data.reset()
+                _end_of_epoch(data, labels)
             run.finished = True
             run.epochs.wait()                 # the workers see `finished` and end
         except threading.BrokenBarrierError:
