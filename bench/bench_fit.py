@@ -3,7 +3,10 @@
 cross-entropy, SGD) against PyTorch eager, the hand-written fused step of bench_mlp_step.py and
 the GEMM-only floor (the same eight matrix products, alone, into preallocated outputs); the
 workspace modes (time per iteration, workspace bytes, heap allocations per iteration); and
-`output()` latency at batch 1 and 64 against PyTorch under ``torch.inference_mode()``.
+`output()` latency at batch 1 and 64 against PyTorch under ``torch.inference_mode()``; and, at
+batch 32 on one kernel thread, what feeding fit costs: an epoch of EPOCH batches from a list of
+DataSets, from arrays (X, Y, batch_size), from the in-memory iterators, and from a slow iterator
+(SLOW_US of GIL-releasing wait per batch, as I/O) with and without prefetch.
 
 Each thread count runs in a fresh interpreter with ``OMP_NUM_THREADS`` /
 ``OPENBLAS_NUM_THREADS`` set before NumPy is imported, and ``torch.set_num_threads``. Before
@@ -18,9 +21,12 @@ Usage::
     python bench/bench_fit.py            # batch 32 and 128, 1 and 2 threads
     python bench/bench_fit.py --quick    # fewer iterations, noisier numbers
     python bench/bench_fit.py --noisy    # also with a busy neighbour process on one core
+    python bench/bench_fit.py --sources  # only the data sources' rows (1 thread, batch 32)
 
 Targets: fit() within 1.15x of the GEMM floor at batch 128 and 1.3x at batch 32, and faster
-than PyTorch eager in every row. A miss is printed, never hidden; the exit status is 0.
+than PyTorch eager in every row; an in-memory iterator within 1.05x of the list; the slow
+iterator faster with prefetch than without. A miss is printed, never hidden; the exit status
+is 0.
 """
 from __future__ import annotations
 
@@ -44,6 +50,10 @@ STEPS = (300, 60)
 WARMUP = 20
 ROUNDS = 6
 MODES = ("NONE", "SINGLE", "SEPARATE", "ENABLED")
+EPOCH = 200                  # batches of 32 per fit() in the data sources' rows
+SLOW_US = 400                # the slow iterator's wait per batch
+SOURCE_FITS = (4, 1)         # fit() calls per contender per round (full, quick)
+TARGET_IN_MEMORY = 1.05      # in-memory iterator / list
 
 
 def make_fit(params0, x0, y0, mode="ENABLED"):
@@ -116,6 +126,79 @@ def _interleaved_us(steps, n):
                 step()
                 times[name].append(time.perf_counter_ns() - t0)
     return {name: statistics.median(t) / 1e3 for name, t in times.items()}
+
+
+def make_sources(params0, rng):
+    """{row: one fit() over an epoch of EPOCH batches of 32}, each with its own network."""
+    import numpy as np
+
+    import ndws
+    from ndws.data import (ArrayDataSetIterator, AsyncShieldDataSetIterator, DataSet,
+                           DataSetIterator, ExistingDataSetIterator)
+
+    x, y = mlp.make_batch(rng, 32 * EPOCH)
+    listed = [DataSet(ndws.array(x[i:i + 32], detached=True),
+                      ndws.array(y[i:i + 32], detached=True)) for i in range(0, len(x), 32)]
+
+    class Slow(DataSetIterator):
+        """Batches of x, y that take SLOW_US each to arrive (a sleep releases the GIL, as I/O
+        does); async_supported() is the protocol's True, so fit prefetches it."""
+
+        def __init__(self):
+            self.pos = 0
+
+        def has_next(self):
+            return self.pos < len(x)
+
+        def _next(self):
+            time.sleep(SLOW_US / 1e6)
+            self.pos += 32
+            return DataSet(x[self.pos - 32:self.pos], y[self.pos - 32:self.pos])
+
+        def _reset(self):
+            self.pos = 0
+
+    sources = {
+        "list of DataSets": lambda: listed,
+        "arrays (X, Y, batch_size=32)": None,
+        "ArrayDataSetIterator": lambda it=ArrayDataSetIterator(x, y, 32): it,
+        "ExistingDataSetIterator(list)": lambda it=ExistingDataSetIterator(listed): it,
+        "slow iterator, prefetched": lambda it=Slow(): it,
+        "slow iterator, not prefetched": lambda it=AsyncShieldDataSetIterator(Slow()): it,
+    }
+    steps = {}
+    for name, source in sources.items():
+        _, _, net = make_fit(params0, x[:32], y[:32])
+        if source is None:
+            steps[name] = lambda net=net: net.fit(x, y, batch_size=32, progress=False)
+        else:
+            steps[name] = lambda net=net, source=source: net.fit(source(), progress=False)
+    return steps
+
+
+def _sources_us(steps, fits):
+    # {name: median us per iteration}: each fit() is timed whole (so what it costs to start
+    # and stop a prefetch thread counts) and divided by EPOCH; rounds alternate the contenders
+    for step in steps.values():
+        step()
+    times = {name: [] for name in steps}
+    for _ in range(ROUNDS):
+        for name, step in steps.items():
+            for _ in range(fits):
+                t0 = time.perf_counter_ns()
+                step()
+                times[name].append((time.perf_counter_ns() - t0) / EPOCH)
+    return {name: statistics.median(t) / 1e3 for name, t in times.items()}
+
+
+def run_sources(quick):
+    import numpy as np
+
+    import ndws
+    ndws.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    steps = make_sources(mlp.init_params(rng), rng)
+    print(json.dumps(_sources_us(steps, SOURCE_FITS[1] if quick else SOURCE_FITS[0])))
 
 
 def _median_us(step, n):
@@ -231,13 +314,14 @@ def _torch_model(params0):
     return torch.nn.Sequential(*layers)
 
 
-def _child(threads, quick, busy):
+def _child(threads, quick, busy, sources=False):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     neighbour = None
     if busy:
         neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        proc = subprocess.run([sys.executable, __file__, "--child", str(threads)]
+        child = ["--sources-child"] if sources else ["--child", str(threads)]
+        proc = subprocess.run([sys.executable, __file__] + child
                               + (["--quick"] if quick else []), env=env, capture_output=True,
                               text=True, check=True)
     finally:
@@ -281,20 +365,42 @@ def report(results, label):
             print(f"  output() batch {batch}: {cells}")
 
 
+def report_sources(row, label):
+    print(f"\n{label}: fit() from each source, an epoch of {EPOCH} batches of 32, 1 kernel "
+          f"thread; median us per iteration (ratio to the list)")
+    base = row["list of DataSets"]
+    for name, us in row.items():
+        print(f"  {name:<31} {us:>8.1f} us {us / base:>6.3f}")
+    worst = max(row["ArrayDataSetIterator"], row["ExistingDataSetIterator(list)"]) / base
+    print(f"  in-memory iterators within {TARGET_IN_MEMORY}x the list: "
+          f"{'PASS' if worst <= TARGET_IN_MEMORY else 'MISS'} ({worst:.3f}x); slow iterator "
+          f"(+{SLOW_US} us a batch) faster prefetched: "
+          f"{'PASS' if row['slow iterator, prefetched'] < row['slow iterator, not prefetched'] else 'MISS'}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--noisy", action="store_true", help="also with a busy neighbour process")
+    p.add_argument("--sources", action="store_true", help="only the data sources' rows")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--sources-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         run_child(args.child, args.quick)
         return 0
+    if args.sources_child:
+        run_sources(args.quick)
+        return 0
     print(f"$ python bench/bench_fit.py{' --quick' if args.quick else ''}"
-          f"{' --noisy' if args.noisy else ''}")
+          f"{' --noisy' if args.noisy else ''}{' --sources' if args.sources else ''}")
+    if args.sources:
+        report_sources(_child(1, args.quick, False, sources=True), "quiet machine")
+        return 0
     quiet = [_child(t, args.quick, False) for t in (1, 2)]
     print(f"torch: {quiet[0]['torch'] or 'not installed (skipped)'}; medians in microseconds")
     report(quiet, "quiet machine")
+    report_sources(_child(1, args.quick, False, sources=True), "quiet machine")
     if args.noisy:
         report([_child(t, args.quick, True) for t in (1, 2)],
                "with a busy neighbour process on one core")

@@ -321,10 +321,16 @@ def _source(value: Any, name: str, allow_none: bool = False) -> np.ndarray | Non
 
 
 def _rows(src: np.ndarray | None, idx: Any) -> NDArray | None:
-    """Rows of a NumPy source as a new NDArray in the current workspace (so an async
-    producer's ring holds the batch). ``ndws.asarray`` always copies NumPy memory."""
+    """Rows `idx` (a slice, or an index array for a shuffled order) of a NumPy source as a new
+    NDArray in the current workspace (so an async producer's ring holds the batch), copied
+    once: a slice of a C-contiguous source is a view that ``ndws.asarray`` copies, and a
+    gather goes straight into the new array (NumPy's fancy indexing would copy first)."""
     if src is None:
         return None
+    if not isinstance(idx, slice) and src.dtype.isnative:
+        out = ndws.empty((len(idx),) + src.shape[1:], dtype=src.dtype)
+        np.take(src, idx, axis=0, out=np.asarray(out))
+        return out
     return ndws.asarray(np.ascontiguousarray(src[idx]))
 
 
@@ -375,12 +381,16 @@ class _ArrayBatcher:
             return self.pos + self.global_batch <= self.n
         return self.pos < self.n
 
-    def take(self) -> np.ndarray:
+    def take(self) -> Any:
+        """The rows of the next batch: a slice in the unshuffled order (a view of the
+        source, one copy fewer), an index array in a shuffled one."""
         m = min(self.global_batch, self.n - self.pos)
         lo, hi = shard_part(m, self.rank, self.size)
-        idx = self.order[self.pos + lo:self.pos + hi]
+        start = self.pos
         self.pos += m
-        return idx
+        if not self.shuffle:
+            return slice(start + lo, start + hi)
+        return self.order[start + lo:start + hi]
 
     def reset(self) -> None:
         self.epoch += 1
