@@ -508,6 +508,29 @@ def test_an_abandoned_iterator_in_a_reference_cycle_leaks_no_thread():
     assert prefetch_threads() == []
 
 
+def test_an_abandoned_iterator_whose_source_is_stuck_does_not_hang_the_collector():
+    class Entering(Source):
+        entered = threading.Event()
+
+        def _next(self):
+            if self.pos == 1:
+                self.entered.set()
+            return super()._next()
+
+    go = threading.Event()
+    src = Entering(n=5, gate={1: go})
+    it = AsyncDataSetIterator(src, queue_size=2)
+    it.next()
+    src.entered.wait()                  # the producer waits inside batch 1's read
+    thread = prefetch_threads()[0]
+    del it
+    gc.collect()                        # returns: the producer is not waited for ...
+    assert thread.is_alive()
+    go.set()                            # ... it ends by itself once the source returns
+    thread.join()
+    assert src.pos == 2
+
+
 @pytest.mark.parametrize("producer_delay, consumer_delay", [(0.0005, 0.0), (0.0, 0.0005)])
 def test_stress_slow_and_fast_producer(producer_delay, consumer_delay):
     rnd = random.Random(7)

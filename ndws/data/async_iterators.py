@@ -149,6 +149,7 @@ class _ProducerState:
         self.leftover: list = []          # read, but the channel closed before it went in
         self.parked = threading.Event()   # the producer no longer touches the base
         self.release = threading.Event()  # the ring may go: the producer destroys it and ends
+        self.reading = False              # the producer is inside the source (or about to be)
         self.base_started = False
 
     def start(self) -> None:
@@ -157,23 +158,28 @@ class _ProducerState:
         self.leftover = []
         self.parked = threading.Event()
         self.release = threading.Event()
+        self.reading = False
         self.base_started = bool(getattr(self.base, "_started", False))
         self.thread = threading.Thread(target=_produce, args=(self,), name=self.thread_name,
                                        daemon=True)
         self.thread.start()
 
-    def halt(self, keep: bool) -> list:
+    def halt(self, keep: bool, abandoned: bool = False) -> list:
         """Stop the producer and join it (it destroys its ring before it ends). Returns what
         it read and nobody took, in order (batches, then an end or a `_Failure`); with `keep`
-        the batches are first copied out of the ring, else they are dropped with it."""
+        the batches are first copied out of the ring, else they are dropped with it. An
+        `abandoned` iterator's producer is not waited for while it is inside the source."""
         thread = self.thread
         if thread is None:
             return []
         # a put() waiting for room gives up at once; a next() in progress is waited for
         self.channel.close()
-        if thread is threading.current_thread():
-            # a GC run inside the producer finalized the iterator: the thread sees the closed
-            # channel and ends by itself after this call returns
+        if thread is threading.current_thread() or (abandoned and self.reading):
+            # A GC run inside the producer finalized the iterator, or nobody holds the
+            # iterator and the producer is inside the source, which may never return: the
+            # thread sees the closed channel and ends by itself (destroying its ring) when it
+            # gets back. (The producer marks `reading` before it looks at the channel, and
+            # the channel is closed before `reading` is read here, so it cannot slip in.)
             self.release.set()
             return []
         self.parked.wait()
@@ -212,7 +218,10 @@ def _produce(state: _ProducerState) -> None:
                 ws = ndws.get_workspace_manager().create_new_workspace(
                     state.conf, f"{state.ws_prefix}-{uuid.uuid4()}")
                 state.workspace = ws
-            while not channel.closed:
+            while True:
+                state.reading = True
+                if channel.closed:
+                    break
                 in_has_next = True
                 if not base.has_next():
                     last = _END
@@ -226,6 +235,7 @@ def _produce(state: _ProducerState) -> None:
                         item = base.next()
                 else:
                     item = base.next()
+                state.reading = False
                 # a source that yields None, say, gets a clear error (a base that overrides
                 # next() is not checked by the protocol's next())
                 _check_item(base, item, index)
@@ -235,6 +245,7 @@ def _produce(state: _ProducerState) -> None:
                     break
         except BaseException as exc:  # noqa: B036 - SystemExit too: delivered, re-raised
             last = _Failure(exc, in_has_next)
+        state.reading = False
         if last is not None and not channel.put(last):
             state.leftover.append(last)
     finally:
@@ -251,7 +262,7 @@ def _produce(state: _ProducerState) -> None:
 
 
 def _finalize(state: _ProducerState) -> None:
-    state.halt(keep=False)
+    state.halt(keep=False, abandoned=True)
 
 
 class _AsyncBase(_Delegating, _DelegatingShapes):
