@@ -500,3 +500,42 @@ def test_a_shard_of_an_iterator_holding_given_back_batches_starts_afresh():
     shard = base.shard(0, 2)
     assert [ds.num_examples() for ds in shard] == [BATCH] * (N // 2)
     assert base.next().num_examples() == 1
+
+
+def test_a_second_prefetcher_that_stops_early_gives_back_before_what_is_left():
+    it = Loader()
+    first = AsyncDataSetIterator(it, queue_size=4)
+    first.next()                                    # batch 0 taken
+    it.read[(0, 5)].wait()                          # 1 to 4 queued, 5 waits for room
+    first.shutdown()                                # gives back 1 to 5
+    second = AsyncDataSetIterator(it, queue_size=2)
+    channel = second._state.channel
+    while not (len(channel.items) == 2 and channel.cond._waiters):
+        threading.Event().wait(0.001)               # 1, 2 queued, 3 waits for room
+    second.shutdown()                               # gives back 1, 2, 3; 4, 5 are left
+    fresh = Loader()
+    fresh.next()
+    assert rest(it) == rest(fresh)                  # 1 to 5, then the base's own
+    assert [i for _, i, _ in it.reads] == list(range(N))
+
+
+def test_a_multi_data_set_prefetcher_gives_back_too():
+    from ndws.data import ArrayMultiDataSetIterator
+    from ndws.data.async_iterators import AsyncMultiDataSetIterator
+
+    class Loading(ArrayMultiDataSetIterator):
+        reads = 0
+
+        def _next(self):
+            Loading.reads += 1
+            return super()._next()
+
+    it = Loading([X], [Y], BATCH)
+    prefetch = AsyncMultiDataSetIterator(it, queue_size=2)
+    taken = prefetch.next().features[0].numpy()
+    while Loading.reads < 4:                        # 1, 2 queued, 3 waits for room
+        threading.Event().wait(0.001)
+    prefetch.shutdown()
+    got = [taken] + [it.next().features[0].numpy() for _ in range(N - 1)]
+    assert not it.has_next()
+    np.testing.assert_array_equal(np.concatenate(got), X)

@@ -197,9 +197,13 @@ class _GivenBack:
         it._position = max(0, it._position - len(items))
         old = it.__dict__.get("next")
         if isinstance(getattr(old, "__self__", None), _GivenBack):
-            # given back twice before serving: the earlier batches come first
-            items = list(old.__self__.items) + list(items)
-            failure = old.__self__.failure if failure is None else failure
+            # Given back again before all was served (a second prefetcher read part of it):
+            # what it gives back was read first, so it comes before what is left. Its error,
+            # if any, came after the old one was served (the old one is gone by then).
+            old = old.__self__
+            items = list(items) + list(old.items)
+            if failure is None:
+                failure, failure_in_has_next = old.failure, old.failure_in_has_next
         self.it = it
         self.items = collections.deque(items)
         self.failure = failure
