@@ -52,7 +52,7 @@ ROUNDS = 6
 MODES = ("NONE", "SINGLE", "SEPARATE", "ENABLED")
 EPOCH = 200                  # batches of 32 per fit() in the data sources' rows
 SLOW_US = 400                # the slow iterator's wait per batch
-SOURCE_FITS = (4, 1)         # fit() calls per contender per round (full, quick)
+SOURCE_ROUNDS = (24, 6)      # rounds of one fit() per contender (full, quick)
 TARGET_IN_MEMORY = 1.05      # in-memory iterator / list
 
 
@@ -176,19 +176,21 @@ def make_sources(params0, rng):
     return steps
 
 
-def _sources_us(steps, fits):
-    # {name: median us per iteration}: each fit() is timed whole (so what it costs to start
-    # and stop a prefetch thread counts) and divided by EPOCH; rounds alternate the contenders
+def _sources_us(steps, rounds):
+    # {name: [us per iteration in each round]}: each fit() is timed whole (so what it costs to
+    # start and stop a prefetch thread counts) and divided by EPOCH. A round runs each
+    # contender once, in an order that rotates from round to round, so a neighbour that takes
+    # a core for a while slows a round's contenders alike and the ratios are taken per round.
     for step in steps.values():
         step()
-    times = {name: [] for name in steps}
-    for _ in range(ROUNDS):
-        for name, step in steps.items():
-            for _ in range(fits):
-                t0 = time.perf_counter_ns()
-                step()
-                times[name].append((time.perf_counter_ns() - t0) / EPOCH)
-    return {name: statistics.median(t) / 1e3 for name, t in times.items()}
+    names = list(steps)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter_ns()
+            steps[name]()
+            times[name].append((time.perf_counter_ns() - t0) / EPOCH / 1e3)
+    return times
 
 
 def run_sources(quick):
@@ -198,7 +200,7 @@ def run_sources(quick):
     ndws.set_num_threads(1)
     rng = np.random.default_rng(0)
     steps = make_sources(mlp.init_params(rng), rng)
-    print(json.dumps(_sources_us(steps, SOURCE_FITS[1] if quick else SOURCE_FITS[0])))
+    print(json.dumps(_sources_us(steps, SOURCE_ROUNDS[1] if quick else SOURCE_ROUNDS[0])))
 
 
 def _median_us(step, n):
@@ -365,17 +367,24 @@ def report(results, label):
             print(f"  output() batch {batch}: {cells}")
 
 
-def report_sources(row, label):
+def report_sources(times, label):
+    base = times["list of DataSets"]
     print(f"\n{label}: fit() from each source, an epoch of {EPOCH} batches of 32, 1 kernel "
-          f"thread; median us per iteration (ratio to the list)")
-    base = row["list of DataSets"]
-    for name, us in row.items():
-        print(f"  {name:<31} {us:>8.1f} us {us / base:>6.3f}")
-    worst = max(row["ArrayDataSetIterator"], row["ExistingDataSetIterator(list)"]) / base
+          f"thread, {len(base)} rounds; median us per iteration, and the ratio to the list in "
+          f"the same round (median, quartiles)")
+    ratio = {}
+    for name, us in times.items():
+        per_round = sorted(u / b for u, b in zip(us, base))
+        q1, med, q3 = statistics.quantiles(per_round, n=4) if len(per_round) > 1 else (
+            per_round * 3)
+        ratio[name] = med
+        print(f"  {name:<31} {statistics.median(us):>8.1f} us {med:>7.3f} "
+              f"[{q1:.3f}, {q3:.3f}]")
+    worst = max(ratio["ArrayDataSetIterator"], ratio["ExistingDataSetIterator(list)"])
+    fast = ratio["slow iterator, prefetched"] < ratio["slow iterator, not prefetched"]
     print(f"  in-memory iterators within {TARGET_IN_MEMORY}x the list: "
           f"{'PASS' if worst <= TARGET_IN_MEMORY else 'MISS'} ({worst:.3f}x); slow iterator "
-          f"(+{SLOW_US} us a batch) faster prefetched: "
-          f"{'PASS' if row['slow iterator, prefetched'] < row['slow iterator, not prefetched'] else 'MISS'}")
+          f"(+{SLOW_US} us a batch) faster prefetched: {'PASS' if fast else 'MISS'}")
 
 
 def main(argv=None):

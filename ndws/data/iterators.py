@@ -328,12 +328,14 @@ def _rows(src: np.ndarray | None, idx: Any) -> NDArray | None:
     """Rows `idx` (a slice, or an index array for a shuffled order) of a NumPy source as a new
     NDArray in the current workspace (so an async producer's ring holds the batch), copied
     once: a slice of a C-contiguous source is a view that ``ndws.asarray`` copies, and a
-    gather goes straight into the new array (NumPy's fancy indexing would copy first)."""
+    gather goes straight into the new array (NumPy's fancy indexing would copy first). The
+    indices come from a permutation, so they are all valid: ``mode="clip"`` spares ``take``
+    the bounds check that makes it buffer `out` (14 -> 6 us for 32 rows of 784 float32)."""
     if src is None:
         return None
     if not isinstance(idx, slice) and src.dtype.isnative:
         out = ndws.empty((len(idx),) + src.shape[1:], dtype=src.dtype)
-        np.take(src, idx, axis=0, out=np.asarray(out))
+        np.take(src, idx, axis=0, out=np.asarray(out), mode="clip")
         return out
     return ndws.asarray(np.ascontiguousarray(src[idx]))
 
