@@ -577,6 +577,25 @@ def test_close_from_another_thread_wakes_a_blocked_consumer():
     check(src.next(), src, 1)
 
 
+def test_reset_from_another_thread_ends_a_blocked_consumer_s_epoch_only():
+    go = threading.Event()
+    src = Source(n=4, gate={1: go})
+    it = AsyncDataSetIterator(src)
+    it.next()
+    result = []
+    consumer = threading.Thread(target=lambda: result.append(it.has_next()))
+    consumer.start()
+    wait_until_blocked(it)          # waits for batch 1, which the producer is still reading
+    opener = threading.Thread(target=lambda: (channel_closed(it), go.set()))
+    opener.start()
+    it.reset()                      # from this thread: waits for that read, drops it
+    consumer.join()
+    opener.join()
+    assert result == [False]        # the blocked consumer's epoch ended ...
+    assert [int(ds.features.numpy()[0, 0]) for ds in it] == [0, 1, 2, 3]   # ... not the next
+    it.close()
+
+
 def test_array_iterator_with_per_epoch_shuffle_matches_the_base():
     from ndws.data.iterators import ArrayDataSetIterator
     X = np.arange(90, dtype=np.float64).reshape(30, 3)

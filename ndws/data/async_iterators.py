@@ -151,6 +151,7 @@ class _ProducerState:
         self.release = threading.Event()  # the ring may go: the producer destroys it and ends
         self.reading = False              # the producer is inside the source (or about to be)
         self.base_started = False
+        self.halts = 0                    # halt() calls: an END from a halted run ends nothing
 
     def start(self) -> None:
         self.channel = _Channel(self.queue_size)
@@ -172,6 +173,7 @@ class _ProducerState:
         thread = self.thread
         if thread is None:
             return []
+        self.halts += 1
         # a put() waiting for room gives up at once; a next() in progress is waited for
         self.channel.close()
         if thread is threading.current_thread() or (abandoned and self.reading):
@@ -394,11 +396,13 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         state = self._state
         if state.thread is None:
             self._start()               # the first batch asked for since reset()
-        start = time.perf_counter()
+        start, halts = time.perf_counter(), state.halts
         item = state.channel.get(state.thread, state.parked)
         self.last_etl_time_ms = (time.perf_counter() - start) * 1000.0
         if item is _END:
-            self._depleted = True       # (also the END that shutdown() puts in)
+            # the end of the epoch, or of the run a reset() or shutdown() on another thread
+            # stopped while this consumer waited (the next epoch is not over)
+            self._depleted = halts == state.halts
             return False
         if isinstance(item, _Failure):
             self._error = item.exc
