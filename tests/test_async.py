@@ -222,6 +222,12 @@ def test_two_iterators_have_their_own_rings():
     (dict(queue_size=2.5), TypeError, "queue_size: expected an integer, got 2.5"),
     (dict(queue_size=True), TypeError, "queue_size: expected an integer, got True"),
     (dict(use_workspace=1), TypeError, "use_workspace: expected a bool, got 1"),
+    (dict(queue_size=2**62), ValueError, "queue_size: at most 2147483643 with use_workspace (the "
+                                         "ring has queue_size + 3 blocks), got "
+                                         "4611686018427387904"),
+    (dict(queue_size=2**31 - 4), ValueError, "queue_size: at most 2147483643 with use_workspace "
+                                             "(the ring has queue_size + 3 blocks), got "
+                                             "2147483644"),
 ])
 def test_bad_arguments(kwargs, error, message):
     kwargs.setdefault("base", Source())
@@ -229,6 +235,14 @@ def test_bad_arguments(kwargs, error, message):
         AsyncDataSetIterator(**kwargs)
     assert str(info.value) == message
     assert prefetch_threads() == []
+
+
+def test_a_big_queue_without_a_ring_and_numpy_integers_are_accepted():
+    with AsyncDataSetIterator(Source(n=3), queue_size=np.int64(2**40),
+                              use_workspace=False) as it:
+        assert it.queue_size == 2**40 and len(list(it)) == 3
+    with pytest.raises(ValueError, match=r"^queue_size: at most 2147483644 with use_workspace"):
+        AsyncMultiDataSetIterator(MultiSource(), queue_size=2**31)
 
 
 def test_multi_rejects_a_dataset_iterator():

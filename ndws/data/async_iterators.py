@@ -47,6 +47,8 @@ DEFAULT_QUEUE_SIZE = 8
 MIN_QUEUE_SIZE = 2
 #: the ring is at least this big (ND4J's minSize for the async workspaces)
 RING_MIN_SIZE = 10 * 1024 * 1024
+#: the most blocks a circular workspace can have
+MAX_RING_BLOCKS = 2**31 - 2
 
 
 class _Terminator:
@@ -295,6 +297,10 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         if not isinstance(use_workspace, bool):
             raise TypeError(f"use_workspace: expected a bool, got {use_workspace!r}")
         queue_size = max(queue_size, MIN_QUEUE_SIZE)
+        most = MAX_RING_BLOCKS - self._extra_blocks - 1
+        if use_workspace and queue_size > most:
+            raise ValueError(f"queue_size: at most {most} with use_workspace (the ring has "
+                             f"queue_size + {self._extra_blocks + 1} blocks), got {queue_size}")
         conf = None
         if use_workspace:
             # ND4J's async workspace: a ring of queue_size + 3 blocks (ADSI) or + 2 (AMDSI),
