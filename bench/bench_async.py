@@ -21,6 +21,13 @@ Usage::
 
     python bench/bench_async.py            # full run (about a minute)
     python bench/bench_async.py --quick    # short run, noisier numbers
+    python bench/bench_async.py --instructions   # the overhead in instructions (callgrind)
+
+On a shared machine the overhead's wall-clock figures move with the neighbours' load;
+``--instructions`` counts the instructions per batch instead (valgrind's callgrind, threads
+serialised, so it counts the work, not the waiting): one epoch of N1 and one of N2 batches of
+each kind, each in its own interpreter under ``PYTHONHASHSEED=0`` with the garbage collector
+off, and (count(N2) - count(N1)) / (N2 - N1).
 
 Figures are medians over repeats. A miss is reported, never hidden, and does not change the
 exit status (this is a measurement).
@@ -213,11 +220,48 @@ def overhead_table(quick: bool, with_torch: bool) -> None:
     print()
 
 
+EPOCH_KINDS = {"synchronous": lambda n: sync_epoch(n, 0.0, 0.0),
+               "AsyncDataSetIterator (ring)": lambda n: async_epoch(n, 0.0, 0.0, True),
+               "AsyncDataSetIterator (no workspace)": lambda n: async_epoch(n, 0.0, 0.0, False)}
+
+
+def instructions_table() -> None:
+    import subprocess
+    n1, n2 = 100, 1100
+    print(f"2'. Overhead in instructions per batch (callgrind, epochs of {n1} and {n2})")
+    counts = {}
+    for kind in EPOCH_KINDS:
+        got = []
+        for n in (n1, n2):
+            proc = subprocess.run(
+                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                 sys.executable, __file__, "--one-epoch", kind, str(n)],
+                env=dict(os.environ, PYTHONHASHSEED="0"), capture_output=True, text=True,
+                check=True)
+            line = [x for x in proc.stderr.splitlines() if "Collected" in x][0]
+            got.append(int(line.split()[-1]))
+        counts[kind] = (got[1] - got[0]) / (n2 - n1)
+        print(f"  {kind:40s} {counts[kind]:10,.0f}")
+    for kind in list(EPOCH_KINDS)[1:]:
+        print(f"  {kind} - synchronous: {counts[kind] - counts['synchronous']:+,.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short run, noisier numbers")
     parser.add_argument("--no-torch", action="store_true", help="skip torch's DataLoader")
+    parser.add_argument("--instructions", action="store_true",
+                        help="only the overhead, in instructions (needs valgrind)")
+    parser.add_argument("--one-epoch", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_epoch:
+        import gc
+        gc.disable()        # a collection costs millions of instructions, at no fixed time
+        EPOCH_KINDS[args.one_epoch[0]](int(args.one_epoch[1]))
+        return
+    if args.instructions:
+        instructions_table()
+        return
     print(f"ndws bench_async: Python {platform.python_version()}, NumPy {np.__version__}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     overlap_table(args.quick)

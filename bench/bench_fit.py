@@ -169,16 +169,22 @@ def make_sources(params0, rng):
     steps = {}
     for name, source in sources.items():
         _, _, net = make_fit(params0, x[:32], y[:32])
-        if source is None:
-            steps[name] = lambda net=net: net.fit(x, y, batch_size=32, progress=False)
-        else:
-            steps[name] = lambda net=net, source=source: net.fit(source(), progress=False)
+
+        def step(net=net, source=source):
+            # the iterations this fit() made (a prefetcher that loses batches makes fewer)
+            before = net.iteration
+            if source is None:
+                net.fit(x, y, batch_size=32, progress=False)
+            else:
+                net.fit(source(), progress=False)
+            return net.iteration - before
+        steps[name] = step
     return steps
 
 
 def _sources_us(steps, rounds):
     # {name: [us per iteration in each round]}: each fit() is timed whole (so what it costs to
-    # start and stop a prefetch thread counts) and divided by EPOCH. A round runs each
+    # start and stop a prefetch thread counts) and divided by its iterations. A round runs each
     # contender once, in an order that rotates from round to round, so a neighbour that takes
     # a core for a while slows a round's contenders alike and the ratios are taken per round.
     for step in steps.values():
@@ -188,8 +194,8 @@ def _sources_us(steps, rounds):
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             t0 = time.perf_counter_ns()
-            steps[name]()
-            times[name].append((time.perf_counter_ns() - t0) / EPOCH / 1e3)
+            iterations = steps[name]()
+            times[name].append((time.perf_counter_ns() - t0) / max(iterations, 1) / 1e3)
     return times
 
 
