@@ -21,6 +21,10 @@ REF_NAME = {"HARDTANH": "hardtanh", "HARDSIGMOID": "hardsigmoid", "SELU": "selu"
             "RECTIFIEDTANH": "rectified_tanh", "CUBE": "cube",
             "THRESHOLDEDRELU": "thresholded_relu"}
 
+def _softmax_out():
+    return OutputLayer(n_out=3, activation="softmax", loss_function="MCXENT")
+
+
 #: loss -> (output activation, label maker, per-example NumPy score of (pred, labels))
 EPS = 1e-5
 
@@ -82,13 +86,13 @@ def test_gradient_check_through_each_activation(act, mode, rng):
     ds = DataSet(x, y)
     # the compiled dense iteration (dense layers under softmax + MCXENT, nothing else) ...
     net = _net([DenseLayer(n_in=4, n_out=5, activation=act),
-                DenseLayer(n_out=4, activation=act), OutputLayer(n_out=3, activation="softmax")], mode)
+                DenseLayer(n_out=4, activation=act), _softmax_out()], mode)
     assert net._compiled(ds) is not None
     analytic, numeric = _gradient_check(net, ds)
     np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8)
     # ... and the general one (an ActivationLayer, l2), which must agree with it
     general = _net([DenseLayer(n_in=4, n_out=5, activation=act, l2=0.01),
-                    ActivationLayer(activation=act), OutputLayer(n_out=3, activation="softmax")], mode)
+                    ActivationLayer(activation=act), _softmax_out()], mode)
     assert general._compiled(ds) is None
     analytic, numeric = _gradient_check(general, ds)
     np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8)
@@ -110,7 +114,7 @@ class _SeesActivations(TrainingListener):
 @pytest.mark.parametrize("act", ACTIVATIONS)
 def test_dense_layer_output_is_the_numpy_activation(act, rng):
     # inference (the fused linear) against the NumPy oracle with DL4J's default parameters
-    net = _net([DenseLayer(n_in=4, n_out=6, activation=act), OutputLayer(n_out=2, activation="softmax")])
+    net = _net([DenseLayer(n_in=4, n_out=6, activation=act), _softmax_out()])
     x = rng.standard_normal((9, 4)) * 2
     layer = net.get_layer(0)
     z = x @ layer.params["W"].numpy() + layer.params["b"].numpy()

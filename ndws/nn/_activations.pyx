@@ -1482,7 +1482,8 @@ def rectified_tanh_backward(x, grad_output, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("rectified_tanh_backward", ACT_RECTIFIEDTANH, 0.0, x, grad_output, out, True)
+    return _elementwise("rectified_tanh_backward", ACT_RECTIFIEDTANH, 0.0, x, grad_output, out,
+                        True)
 
 
 def cube_backward(x, grad_output, out=None):
