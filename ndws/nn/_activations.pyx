@@ -14,7 +14,8 @@ from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, sam
 from ndws._threads cimport (threads_for, release_gil, run_tasks, Grain, GRAIN_NN_CHEAP,
                             GRAIN_NN_TRANSC)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
-from ndws.nn._math cimport _exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid, _isinf
+from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid, _isinf,
+                            _copysign)
 
 cnp.import_array()
 
@@ -94,16 +95,21 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
             return v if v > 0 else 0                      # inf * sigmoid(-inf) would be NaN
         return v * _sigmoid(v)
     elif code == ACT_SOFTSIGN:
-        if _isinf(v):
-            return 1 if v > 0 else -1                     # inf / inf would be NaN
-        return v / (1 + _fabs(v))
+        # beyond 1e30 the quotient is already +-1 in both precisions; the selects make it so
+        # at +-inf too (inf / inf would be NaN) without a branch
+        t = v / (1 + _fabs(v))
+        if v > <floating_t>1e30:
+            t = 1
+        if v < <floating_t>-1e30:
+            t = -1
+        return t
     elif code == ACT_RATIONALTANH:
         # 1.7159 * sgn(d) * (1 - 1/a), d = 2x/3, a = 1 + |d| + d^2 + 1.41645 d^4; a overflowing
         # to inf gives the limit +-1.7159
         t = <floating_t>TWO_THIRDS * v
         u = _fabs(t)
         u = 1 - 1 / (1 + u + u * u + <floating_t>RTANH_C * (u * u) * (u * u))
-        return <floating_t>RTANH_A * (u if t > 0 else (-u if t < 0 else t))
+        return <floating_t>RTANH_A * _copysign(u, t)        # u is 0 at 0: sgn(0) = 0
     elif code == ACT_RECTIFIEDTANH:
         t = _tanh(v)
         return 0 if t < 0 else t                          # NaN passes through
@@ -116,17 +122,17 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
 
 cdef inline floating_t _drtanh(floating_t v) noexcept nogil:
     # d/dx of ACT_RATIONALTANH: 1.7159 * 2/3 * (1 + 2u + 4c u^3) / a^2, u = |2x/3| (libnd4j's
-    # formula). For u > 1 the numerator and a are divided by u^4 first: libnd4j's form gives
-    # inf/inf = NaN once u^3 overflows (|x| > 6e12 in float32); this one goes to 0.
-    cdef floating_t u = _fabs(<floating_t>TWO_THIRDS * v), w, r
-    cdef floating_t a = 1 + u + u * u + <floating_t>RTANH_C * (u * u) * (u * u)
-    if u <= 1:
-        r = (1 + 2 * u + <floating_t>(4 * RTANH_C) * u * u * u) / (a * a)
-    else:
-        w = 1 / u
-        r = ((w * w * w * w + 2 * w * w * w + <floating_t>(4 * RTANH_C) * w)
-             / (w * w * w * w + w * w * w + w * w + <floating_t>RTANH_C) / a)
-    return <floating_t>(RTANH_A * TWO_THIRDS) * r
+    # formula), as (n / a) / a: a overflowing to inf then gives 0, not inf/inf. u is capped
+    # where a is already inf and n still finite (1e12 in float32, 1e100 in float64), so the
+    # derivative goes to 0 where libnd4j's gives NaN (|x| > 6e12 in float32). No branch: the
+    # loop vectorises.
+    cdef floating_t u = _fabs(<floating_t>TWO_THIRDS * v)
+    cdef floating_t big = <floating_t>(1e12 if floating_t is float32_t else 1e100)
+    cdef floating_t a, n
+    u = big if u > big else u                   # NaN passes
+    a = 1 + u + u * u + <floating_t>RTANH_C * (u * u) * (u * u)
+    n = 1 + 2 * u + <floating_t>(4 * RTANH_C) * u * u * u
+    return <floating_t>(RTANH_A * TWO_THIRDS) * (n / a) / a
 
 
 cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g) noexcept nogil:
@@ -140,12 +146,13 @@ cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g)
         if v != v:
             d = v
     elif code == ACT_HARDTANH or code == ACT_HARDSIGMOID:
-        # libnd4j's: the slope on the closed interval, kinks included
-        d = 0
-        if code == ACT_HARDTANH and v >= -1 and v <= 1:
-            d = 1
-        if code == ACT_HARDSIGMOID and v >= <floating_t>-2.5 and v <= <floating_t>2.5:
-            d = <floating_t>0.2
+        # libnd4j's: the slope on the closed interval, kinks included; plain selects, as above
+        d = 1 if code == ACT_HARDTANH else <floating_t>0.2
+        t = 1 if code == ACT_HARDTANH else <floating_t>2.5
+        if v < -t:
+            d = 0
+        if v > t:
+            d = 0
         if v != v:
             d = v
     elif code == ACT_SELU:

@@ -1,7 +1,7 @@
 # Scalar math in the element type for ndws.nn's kernels (float32 stays in float: expf etc.);
 # inline, so each kernel module compiles it into its own loops.
-from libc.math cimport (erfc, erfcf, exp, expf, expm1, expm1f, fabs, fabsf, log, logf, log1p,
-                        log1pf, sqrt, sqrtf, tanhf)
+from libc.math cimport (copysign, copysignf, erfc, erfcf, exp, expf, expm1, expm1f, fabs, fabsf,
+                        log, logf, log1p, log1pf, sqrt, sqrtf, tanhf)
 from libc.math cimport tanh as c_tanh
 from ndws._typedefs cimport float32_t, floating_t
 
@@ -53,6 +53,13 @@ cdef inline floating_t _fabs(floating_t v) noexcept nogil:
         return fabsf(v)
     else:
         return fabs(v)
+
+
+cdef inline floating_t _copysign(floating_t v, floating_t sign) noexcept nogil:
+    if floating_t is float32_t:
+        return copysignf(v, sign)
+    else:
+        return copysign(v, sign)
 
 
 cdef inline floating_t _sqrt(floating_t v) noexcept nogil:
