@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from ndws.data import (ImagePreProcessingScaler, ImageRecordReader, ParentPathLabelGenerator,
-                       RecordReader, RecordReaderDataSetIterator)
+                       RecordReader, RecordReaderDataSetIterator,
+                       RecordReaderMultiDataSetIterator)
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -299,3 +300,11 @@ def test_array_records_contract():
     with pytest.raises(ValueError, match=r"^mem:1: label 2.0 in column index 1 is not a class "
                                          r"index in \[0, 2\)$"):
         next(iter(RecordReaderDataSetIterator(bad_label, 5, 1, 2)))
+    # the MultiDataSet iterator takes numbers only, and says so
+    multi = RecordReaderMultiDataSetIterator({"img": _Arrays([[np.ones(2), 1.0]])}, 2,
+                                             inputs=["img"])
+    with pytest.raises(ValueError, match=r"^mem:1: reader 'img' gives records holding an array "
+                                         r"\(an image reader's\); RecordReaderMultiDataSetIterator "
+                                         r"takes records of numbers: use "
+                                         r"RecordReaderDataSetIterator$"):
+        multi.next()

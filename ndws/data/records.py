@@ -618,6 +618,11 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
         return any(r.has_next() for r in self.readers.values())
 
     def _check_width(self, name: str, record: list[float]) -> None:
+        if any(isinstance(v, np.ndarray) for v in record):
+            raise ValueError(f"{_where(self.readers[name])}reader {name!r} gives records "
+                             f"holding an array (an image reader's); "
+                             f"RecordReaderMultiDataSetIterator takes records of numbers: use "
+                             f"RecordReaderDataSetIterator")
         width = self._widths.setdefault(name, len(record))
         if len(record) != width:
             raise ValueError(f"{_where(self.readers[name])}expected {width} fields, got "
