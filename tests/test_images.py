@@ -152,7 +152,8 @@ def test_with_parent_labels_images_in_the_folder_itself_are_refused(tmp_path, rn
     _save(str(tmp_path / "loose.png"), _pixels(rng, 3, 3))
     _save(str(tmp_path / "cls" / "ok.png"), _pixels(rng, 3, 3))
     reader = ImageRecordReader(3, 3, 3)
-    with pytest.raises(ValueError, match=r"^path: '.*loose.png' is directly in the folder "
+    with pytest.raises(ValueError, match=r"^ImageRecordReader.initialize: '.*loose.png' is "
+                                         r"directly in the folder "
                                          r"given: ParentPathLabelGenerator labels an image by "
                                          r"the folder it is in, so put the images in one "
                                          r"subfolder per class \(or pass label_generator=None "
@@ -213,19 +214,22 @@ def test_bad_images_are_named_and_stop_the_reader(tmp_path, rng):
 
 def test_bad_folders_and_arguments(tmp_path):
     reader = ImageRecordReader(3, 3)
-    with pytest.raises(FileNotFoundError, match=r"^path: no such folder '.*nope'$"):
+    with pytest.raises(FileNotFoundError, match=r"^ImageRecordReader.initialize: no such folder "
+                                                r"'.*nope'$"):
         reader.initialize(tmp_path / "nope")
     (tmp_path / "file.png").write_bytes(b"x")
-    with pytest.raises(NotADirectoryError, match=r"^path: '.*file.png' is a file, not a folder "
-                                                 r"of images$"):
+    with pytest.raises(NotADirectoryError, match=r"^ImageRecordReader.initialize: '.*file.png' "
+                                                 r"is a file, not a folder$"):
         reader.initialize(tmp_path / "file.png")
     empty = tmp_path / "empty"
     (empty / "cls").mkdir(parents=True)
     (empty / "cls" / "readme.txt").write_text("no images here")
-    with pytest.raises(ValueError, match=r"^path: no image files \(.bmp, .jpeg, .jpg, .png, "
+    with pytest.raises(ValueError, match=r"^ImageRecordReader.initialize: no image files "
+                                         r"\(.bmp, .jpeg, .jpg, .png, "
                                          r".tif, .tiff\) under '.*empty'$"):
         reader.initialize(empty)
-    with pytest.raises(TypeError, match=r"^path must be a folder"):
+    with pytest.raises(TypeError, match=r"^ImageRecordReader.initialize: path must be a folder "
+                                        r"\(str or os.PathLike\), got int 3$"):
         reader.initialize(3)
     with pytest.raises(RuntimeError, match=r"call initialize\(folder\) before reading"):
         ImageRecordReader(3, 3).next()

@@ -89,7 +89,7 @@ def test_missing_files_and_folders(mnist, tmp_path):
     load_mnist(folder, train=True)                      # the training files are all there
     with pytest.raises(FileNotFoundError, match=r"^load_mnist: no such folder '.*nowhere'$"):
         load_mnist(tmp_path / "nowhere")
-    with pytest.raises(NotADirectoryError, match=r"is a file; path is the folder"):
+    with pytest.raises(NotADirectoryError, match=r"^load_mnist: '.*' is a file, not a folder$"):
         load_mnist(os.path.join(folder, "t10k-images-idx3-ubyte"))
     for kw, msg in [({"train": 1}, r"train must be a bool, got 1"),
                     ({"flatten": "no"}, r"flatten must be a bool"),

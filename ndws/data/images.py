@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ndws.data.records import RecordReader, _check_int
+from ndws.data.records import RecordReader, _check_int, folder_arg
 
 __all__ = ["ImageRecordReader", "ParentPathLabelGenerator", "IMAGE_EXTENSIONS"]
 
@@ -126,14 +126,7 @@ class ImageRecordReader(RecordReader):
         and their classes. Raises ValueError for a folder without images and, with a label
         generator, for images directly in `path` (their class would be the folder itself);
         FileNotFoundError / NotADirectoryError for a path that is not a folder."""
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a folder (str or os.PathLike), got "
-                            f"{type(path).__name__} {path!r:.60}")
-        root = os.fspath(path)
-        if not os.path.exists(root):
-            raise FileNotFoundError(f"path: no such folder {root!r}")
-        if not os.path.isdir(root):
-            raise NotADirectoryError(f"path: {root!r} is a file, not a folder of images")
+        root = folder_arg(path, "ImageRecordReader.initialize: ")
         files = []
         for folder, subfolders, names in os.walk(root):
             subfolders[:] = [d for d in subfolders if not d.startswith(".")]
@@ -142,16 +135,18 @@ class ImageRecordReader(RecordReader):
                     files.append(os.path.join(folder, name))
         files.sort()
         if not files:
-            raise ValueError(f"path: no image files ({', '.join(IMAGE_EXTENSIONS)}) under "
+            raise ValueError(f"ImageRecordReader.initialize: no image files "
+                             f"({', '.join(IMAGE_EXTENSIONS)}) under "
                              f"{root!r}")
         names: list[str] = []
         if self.label_generator is not None:
             top = [f for f in files if os.path.dirname(f) == os.path.normpath(root)]
             if top and isinstance(self.label_generator, ParentPathLabelGenerator):
                 raise ValueError(
-                    f"path: {top[0]!r} is directly in the folder given: ParentPathLabelGenerator "
-                    f"labels an image by the folder it is in, so put the images in one subfolder "
-                    f"per class (or pass label_generator=None for unlabelled images)")
+                    f"ImageRecordReader.initialize: {top[0]!r} is directly in the folder given: "
+                    f"ParentPathLabelGenerator labels an image by the folder it is in, so put "
+                    f"the images in one subfolder per class (or pass label_generator=None for "
+                    f"unlabelled images)")
             for f in files:
                 label = self.label_generator.get_label_for_path(f)
                 if not isinstance(label, str):

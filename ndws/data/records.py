@@ -48,6 +48,20 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+def folder_arg(path: Any, where: str) -> str:
+    """`path` (a str or os.PathLike) as the str of an existing folder; TypeError,
+    FileNotFoundError or NotADirectoryError otherwise, each message starting with `where`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{where}path must be a folder (str or os.PathLike), got "
+                        f"{type(path).__name__} {path!r:.60}")
+    folder = os.fspath(path)
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"{where}no such folder {folder!r}")
+    if not os.path.isdir(folder):
+        raise NotADirectoryError(f"{where}{folder!r} is a file, not a folder")
+    return folder
+
+
 class RecordReader:
     """Base of the record readers (DataVec's ``RecordReader``): the iteration protocol over the
     records a subclass's ``_records()`` generator yields as ``(record, file, line)`` (line None

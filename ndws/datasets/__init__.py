@@ -226,15 +226,9 @@ def load_mnist(path: Any, train: bool = True, as_iterator: bool = False,
                         ("as_iterator", as_iterator)):
         if not isinstance(value, bool):
             raise TypeError(f"load_mnist: {name} must be a bool, got {value!r}")
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"load_mnist: path must be a folder (str or os.PathLike), got "
-                        f"{type(path).__name__} {path!r:.60}")
-    folder = os.fspath(path)
-    if not os.path.exists(folder):
-        raise FileNotFoundError(f"load_mnist: no such folder {folder!r}")
-    if not os.path.isdir(folder):
-        raise NotADirectoryError(f"load_mnist: {folder!r} is a file; path is the folder that "
-                                 f"holds the MNIST files")
+    from ndws.data.records import folder_arg
+
+    folder = folder_arg(path, "load_mnist: ")
     image_name, label_name = MNIST_FILES["train" if train else "test"]
     image_path = _mnist_file(folder, image_name)
     label_path = _mnist_file(folder, label_name)
