@@ -123,9 +123,10 @@ class ImageRecordReader(RecordReader):
     # -- the folder ---------------------------------------------------------------------------
     def initialize(self, path: Any) -> None:
         """Read the folder `path` (DataVec's ``initialize(new FileSplit(path))``): its images
-        and their classes. Raises ValueError for a folder without images and, with a label
-        generator, for images directly in `path` (their class would be the folder itself);
-        FileNotFoundError / NotADirectoryError for a path that is not a folder."""
+        and their classes. Raises ValueError for a folder without images and, with
+        ParentPathLabelGenerator, for images directly in `path` (their class would be the
+        folder itself); FileNotFoundError / NotADirectoryError for a path that is not a
+        folder. Nothing changes when it raises."""
         root = folder_arg(path, "ImageRecordReader.initialize: ")
         files = []
         for folder, subfolders, names in os.walk(root):
