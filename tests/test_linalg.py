@@ -779,8 +779,8 @@ def test_linear_validates_its_arguments(rng):
         F.linear(ndws.ones((4, 3), dtype=np.int64), w, b)
     with pytest.raises(ValueError, match=r"^linear: out has shape \(4, 4\), expected \(4, 5\)$"):
         F.linear(x, w, b, out=ndws.zeros((4, 4), dtype=np.float32))
-    with pytest.raises(ValueError, match="swish"):
-        F.linear(x, w, b, "swish")
+    with pytest.raises(ValueError, match="mish"):
+        F.linear(x, w, b, "mish")
     with ndws.workspace("LINEAR_STALE"):
         stale = ndws.ones((4, 3), dtype=np.float32)
     with pytest.raises(ndws.WorkspaceError, match=r"Op \[linear\] x argument uses leaked"):

@@ -62,8 +62,8 @@ def test_dl4j_defaults():
     ([DenseLayer(n_in=4, n_out=8)], {"seed": -1}, ValueError, r"^seed: expected an int"),
     ([DenseLayer(n_in=4, n_out=8)], {"seed": 1.5}, ValueError, r"^seed: expected an int"),
     ([DenseLayer(n_in=4, n_out=8)], {"updater": "adam"}, TypeError, r"^updater: expected"),
-    ([DenseLayer(n_in=4, n_out=8)], {"activation": "swish"}, ValueError,
-     r"^activation: unknown activation 'swish'"),
+    ([DenseLayer(n_in=4, n_out=8)], {"activation": "mish"}, ValueError,
+     r"^activation: unknown activation 'mish'"),
     ([DenseLayer(n_in=4, n_out=8)], {"training_workspace_mode": "FAST"}, ValueError,
      r"^training_workspace_mode: unknown workspace mode 'FAST'; expected one of NONE, ENABLED, "
      r"SINGLE, SEPARATE \(or an ndws.WorkspaceMode\)$"),
@@ -89,8 +89,8 @@ def test_configuration_errors_name_layer_and_field(layers, kw, exc, msg):
     (lambda: DenseLayer(bias_init=float("inf")), ValueError, r"^DenseLayer.bias_init: expected a finite"),
     (lambda: DenseLayer(updater=Adam), TypeError, r"^DenseLayer.updater: expected an ndws.nn updater"),
     (lambda: DenseLayer(name=5), TypeError, r"^DenseLayer.name: expected a str"),
-    (lambda: OutputLayer(loss_function="hinge"), ValueError,
-     r"^OutputLayer.loss_function: unknown loss function 'hinge'"),
+    (lambda: OutputLayer(loss_function="fmeasure"), ValueError,
+     r"^OutputLayer.loss_function: unknown loss function 'fmeasure'"),
     (lambda: DenseLayer(n_in=3, n_out=2, bogus=1), TypeError, r"unexpected keyword argument 'bogus'"),
 ])
 def test_layer_fields_are_checked_at_construction(make, exc, msg):

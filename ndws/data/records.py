@@ -32,6 +32,7 @@ from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.data.iterators import DataSetIterator, MultiDataSetIterator, shard_args, shard_part
 
 __all__ = [
+    "RecordReader",
     "CSVRecordReader",
     "RecordReaderDataSetIterator",
     "RecordReaderMultiDataSetIterator",
@@ -47,7 +48,93 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-class CSVRecordReader:
+def folder_arg(path: Any, where: str) -> str:
+    """`path` (a str or os.PathLike) as the str of an existing folder; TypeError,
+    FileNotFoundError or NotADirectoryError otherwise, each message starting with `where`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{where}path must be a folder (str or os.PathLike), got "
+                        f"{type(path).__name__} {path!r:.60}")
+    folder = os.fspath(path)
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"{where}no such folder {folder!r}")
+    if not os.path.isdir(folder):
+        raise NotADirectoryError(f"{where}{folder!r} is a file, not a folder")
+    return folder
+
+
+class RecordReader:
+    """Base of the record readers (DataVec's ``RecordReader``): the iteration protocol over the
+    records a subclass's ``_records()`` generator yields as ``(record, file, line)`` (line None
+    when a file is one record).
+
+    A record is a list of fields, each a number or a NumPy array (DataVec's ``NDArrayWritable``:
+    an image reader's ``[image, label]``). ``has_next()``, ``next()`` and ``reset()`` are
+    DataVec's, and a reader is a Python iterable (each ``iter()`` starts from the beginning).
+    After an error the reader does not skip to the next record: ``has_next()`` and ``next()``
+    raise ``RuntimeError`` (from the original error) until ``reset()``.
+    """
+
+    #: (file, 1-based line or None) of the record last returned by next(), or None
+    location: tuple[str, int | None] | None = None
+    _gen: Iterator[tuple[list[Any], str, int | None]] | None = None
+    _peeked: tuple[list[Any], str, int | None] | None = None
+    _failure: BaseException | None = None
+
+    def _records(self) -> Iterator[tuple[list[Any], str, int | None]]:
+        raise NotImplementedError
+
+    def _fill(self) -> bool:
+        if self._failure is not None:
+            raise RuntimeError(
+                f"{type(self).__name__} stopped at an error ({type(self._failure).__name__}: "
+                f"{self._failure}); it does not skip to the next record: call reset() to read "
+                f"again from the start") from self._failure
+        if self._peeked is None:
+            if self._gen is None:
+                self._gen = self._records()
+            try:
+                self._peeked = next(self._gen, None)
+            except BaseException as exc:
+                self._failure = exc
+                raise
+        return self._peeked is not None
+
+    def has_next(self) -> bool:
+        """True when another record can be read."""
+        return self._fill()
+
+    def next(self) -> list[Any]:
+        """The next record (a list of fields); StopIteration when exhausted."""
+        if not self._fill():
+            raise StopIteration
+        record, path, line = self._peeked  # type: ignore[misc]
+        self._peeked = None
+        self.location = (path, line)
+        return record
+
+    def reset(self) -> None:
+        """Start again from the first record."""
+        if self._gen is not None:
+            self._gen.close()  # closes an open file now, not at garbage collection
+        self._gen = None
+        self._peeked = None
+        self.location = None
+        self._failure = None
+
+    def reset_supported(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Close the open file, if any (the reader can still be reset and reused)."""
+        self.reset()
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        self.reset()
+        while self.has_next():
+            yield self.next()
+
+
+class CSVRecordReader(RecordReader):
     """Read numeric CSV records from one or more files (DataVec's ``CSVRecordReader``).
 
     Parameters
@@ -197,68 +284,21 @@ class CSVRecordReader:
                           f"{self.encoding!r} ({exc.reason}); pass the file's encoding, e.g. "
                           f"CSVRecordReader(..., encoding='latin-1')")
 
-    def _fill(self) -> bool:
-        if self._failure is not None:
-            raise RuntimeError(
-                f"CSVRecordReader stopped at an error ({type(self._failure).__name__}: "
-                f"{self._failure}); it does not skip to the next record: call reset() to read "
-                f"again from the start") from self._failure
-        if self._peeked is None:
-            if self._gen is None:
-                self._gen = self._records()
-            try:
-                self._peeked = next(self._gen, None)
-            except BaseException as exc:
-                self._failure = exc
-                raise
-        return self._peeked is not None
-
-    def has_next(self) -> bool:
-        """True when another record can be read."""
-        return self._fill()
-
-    def next(self) -> list[float]:
-        """The next record (a list of floats); StopIteration when exhausted."""
-        if not self._fill():
-            raise StopIteration
-        record, path, line = self._peeked  # type: ignore[misc]
-        self._peeked = None
-        self.location = (path, line)
-        return record
-
-    def reset(self) -> None:
-        """Start again from the first record of the first file."""
-        if self._gen is not None:
-            self._gen.close()  # closes the open file now, not at garbage collection
-        self._gen = None
-        self._peeked = None
-        self.location = None
-        self._failure = None
-
-    def reset_supported(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        """Close the open file, if any (the reader can still be reset and reused)."""
-        self.reset()
-
-    def __iter__(self) -> Iterator[list[float]]:
-        self.reset()
-        while self.has_next():
-            yield self.next()
-
 
 def _where(reader: Any) -> str:
     loc = getattr(reader, "location", None)
-    return f"{loc[0]}:{loc[1]}: " if loc else ""
+    if not loc:
+        return ""
+    return f"{loc[0]}:{loc[1]}: " if loc[1] is not None else f"{loc[0]}: "
 
 
 def _reader_copy(reader: Any) -> Any:
-    # a shard reads its own copy of a CSVRecordReader (same files and options, at the first
-    # record), so the iterator it came from stays usable; any other reader is shared
-    if type(reader) is CSVRecordReader:
-        return CSVRecordReader(reader.paths, reader.skip_num_lines, reader.delimiter,
-                               reader.quote, reader.encoding)
+    # a shard reads its own copy of a RecordReader (CSV, images: same files and options, at
+    # the first record), so the iterator it came from stays usable; any other reader is shared
+    if isinstance(reader, RecordReader):
+        other = copy.copy(reader)
+        other._gen = other._peeked = other._failure = other.location = None
+        return other
     return reader
 
 
@@ -287,8 +327,8 @@ class _RecordShard:
         evenly as can be, the first ``m % size`` ranks getting one record more; when
         ``m < size``, ranks m and up get a batch of 0 rows. Every shard reads (and checks)
         every record and keeps its own: the reading is not divided, the training is. A
-        CSVRecordReader is copied (same files and options), so this iterator stays usable;
-        any other reader is shared with the shard, which then owns it (it resets it).
+        RecordReader (CSV, images) is copied (same files and options), so this iterator stays
+        usable; any other reader is shared with the shard, which then owns it (it resets it).
         """
         rank, size = shard_args(rank, size)
         if self._shard[1] != 1:
@@ -437,7 +477,10 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
             rows.append(record)
         if not rows:
             raise StopIteration
+        first = rows[0]
         rows = rows[self._part(len(rows))]                  # a shard's part (all when unsharded)
+        if any(isinstance(v, np.ndarray) for v in first):
+            return self._array_batch(rows, first)
         table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
         label_cols = self._label_columns()
         if not label_cols:
@@ -445,12 +488,42 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         feature_mask = np.ones(table.shape[1], dtype=bool)
         feature_mask[label_cols] = False
         features = table[:, feature_mask].astype(np.float32)
+        return DataSet(features, self._labels(table[:, label_cols]))
+
+    def _labels(self, values: np.ndarray) -> np.ndarray:
+        # the label columns' values (n, n_label_columns) as regression targets or one-hot rows
         if self.regression:
-            labels = table[:, label_cols].astype(np.float32)
-        else:
-            labels = np.zeros((table.shape[0], self.num_classes), dtype=np.float32)
-            labels[np.arange(table.shape[0]), table[:, self.label_index].astype(np.intp)] = 1
-        return DataSet(features, labels)
+            return values.astype(np.float32)
+        labels = np.zeros((values.shape[0], self.num_classes), dtype=np.float32)
+        labels[np.arange(values.shape[0]), values[:, 0].astype(np.intp)] = 1
+        return labels
+
+    def _array_batch(self, rows: list, first: list) -> DataSet:
+        # records holding an array (an image reader's [image, label]: DataVec's NDArrayWritable):
+        # that array is the example's features, stacked to (batch, *its shape) as DL4J stacks
+        # them (an image reader's NCHW batches)
+        label_cols = self._label_columns()
+        feature_cols = [c for c in range(len(first)) if c not in label_cols]
+        if len(feature_cols) != 1 or not isinstance(first[feature_cols[0]], np.ndarray):
+            raise ValueError(f"{_where(self.reader)}a record holding an array must hold that "
+                             f"array and the label column(s) only, got fields of types "
+                             f"{[type(v).__name__ for v in first]} with label_index="
+                             f"{self.label_index}")
+        col = feature_cols[0]
+        shape = first[col].shape
+        features = np.empty((len(rows),) + shape, dtype=np.float32)
+        for i, record in enumerate(rows):
+            array = record[col]
+            if not isinstance(array, np.ndarray) or array.shape != shape:
+                got = array.shape if isinstance(array, np.ndarray) else type(array).__name__
+                raise ValueError(f"records' arrays must all have one shape: {shape} first, "
+                                 f"then {got}")
+            features[i] = array
+        if not label_cols:
+            return DataSet(features, None)
+        values = np.array([[record[c] for c in label_cols] for record in rows],
+                          dtype=np.float64).reshape(len(rows), len(label_cols))
+        return DataSet(features, self._labels(values))
 
     def _reset(self) -> None:
         self.reader.reset()
@@ -559,6 +632,11 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
         return any(r.has_next() for r in self.readers.values())
 
     def _check_width(self, name: str, record: list[float]) -> None:
+        if any(isinstance(v, np.ndarray) for v in record):
+            raise ValueError(f"{_where(self.readers[name])}reader {name!r} gives records "
+                             f"holding an array (an image reader's); "
+                             f"RecordReaderMultiDataSetIterator takes records of numbers: use "
+                             f"RecordReaderDataSetIterator")
         width = self._widths.setdefault(name, len(record))
         if len(record) != width:
             raise ValueError(f"{_where(self.readers[name])}expected {width} fields, got "

@@ -1,7 +1,7 @@
 # Scalar math in the element type for ndws.nn's kernels (float32 stays in float: expf etc.);
 # inline, so each kernel module compiles it into its own loops.
-from libc.math cimport (erfc, erfcf, exp, expf, expm1, expm1f, fabs, fabsf, log1p, log1pf, sqrt,
-                        sqrtf, tanhf)
+from libc.math cimport (copysign, copysignf, erfc, erfcf, exp, expf, expm1, expm1f, fabs, fabsf,
+                        log, logf, log1p, log1pf, sqrt, sqrtf, tanhf)
 from libc.math cimport tanh as c_tanh
 from ndws._typedefs cimport float32_t, floating_t
 
@@ -18,6 +18,13 @@ cdef inline floating_t _expm1(floating_t v) noexcept nogil:
         return expm1f(v)
     else:
         return expm1(v)
+
+
+cdef inline floating_t _log(floating_t v) noexcept nogil:
+    if floating_t is float32_t:
+        return logf(v)
+    else:
+        return log(v)
 
 
 cdef inline floating_t _log1p(floating_t v) noexcept nogil:
@@ -48,6 +55,13 @@ cdef inline floating_t _fabs(floating_t v) noexcept nogil:
         return fabs(v)
 
 
+cdef inline floating_t _copysign(floating_t v, floating_t sign) noexcept nogil:
+    if floating_t is float32_t:
+        return copysignf(v, sign)
+    else:
+        return copysign(v, sign)
+
+
 cdef inline floating_t _sqrt(floating_t v) noexcept nogil:
     if floating_t is float32_t:
         return sqrtf(v)
@@ -62,3 +76,8 @@ cdef inline floating_t _sigmoid(floating_t v) noexcept nogil:
         return 1 / (1 + _exp(-v))
     e = _exp(v)
     return e / (1 + e)
+
+
+cdef inline bint _isinf(floating_t v) noexcept nogil:
+    # +-inf (not NaN): v - v is NaN exactly for infinities and NaN, and NaN != NaN
+    return v == v and v - v != v - v

@@ -45,8 +45,10 @@ def member(cls: type, value: Any, unknown: str, hint: str = "") -> Any:
 
 
 class Activation(enum.Enum):
-    """Activation functions with a native kernel (DL4J's ``Activation`` names); layers also take
-    the lower-case names (``"relu"``, ``"leakyrelu"`` / ``"leaky_relu"``, ...)."""
+    """Activation functions with a native kernel (DL4J's ``Activation`` names, each with DL4J's
+    default parameters: LEAKYRELU's alpha 0.01, THRESHOLDEDRELU's theta 1.0); layers also take
+    the lower-case names (``"relu"``, ``"leakyrelu"`` / ``"leaky_relu"``, ...). The formulas
+    are those of `ndws.nn.functional` (docs/networks.md lists them)."""
 
     IDENTITY = "identity"
     RELU = "relu"
@@ -56,6 +58,15 @@ class Activation(enum.Enum):
     TANH = "tanh"
     SOFTPLUS = "softplus"
     GELU = "gelu"
+    HARDTANH = "hardtanh"
+    HARDSIGMOID = "hardsigmoid"
+    SELU = "selu"
+    SWISH = "swish"
+    SOFTSIGN = "softsign"
+    RATIONALTANH = "rationaltanh"
+    RECTIFIEDTANH = "rectifiedtanh"
+    CUBE = "cube"
+    THRESHOLDEDRELU = "thresholdedrelu"
     SOFTMAX = "softmax"
 
     @classmethod
@@ -69,6 +80,8 @@ class Activation(enum.Enum):
                     return m
             if key == "linear":
                 return cls.IDENTITY
+            if key == "silu":                  # torch's name of swish
+                return cls.SWISH
         names = ", ".join(m.value for m in cls)
         raise ValueError(f"{where}: unknown activation {value!r:.40}; expected one of {names} "
                          f"(or an ndws.nn.Activation)")
@@ -76,8 +89,10 @@ class Activation(enum.Enum):
 
 class LossFunction(enum.Enum):
     """Losses of output layers (DL4J's ``LossFunctions.LossFunction`` names). Scores follow
-    DL4J: the per-example loss (summed over outputs, or averaged for MSE and
-    MEAN_ABSOLUTE_ERROR), averaged over the examples."""
+    DL4J: the per-example loss (summed over outputs; averaged over them for MSE,
+    MEAN_ABSOLUTE_ERROR, MEAN_SQUARED_LOGARITHMIC_ERROR, MEAN_ABSOLUTE_PERCENTAGE_ERROR and
+    WASSERSTEIN; one value per example for MCXENT, NEGATIVELOGLIKELIHOOD and
+    COSINE_PROXIMITY), averaged over the examples (docs/networks.md has the table)."""
 
     MCXENT = "MCXENT"
     NEGATIVELOGLIKELIHOOD = "NEGATIVELOGLIKELIHOOD"
@@ -87,6 +102,14 @@ class LossFunction(enum.Enum):
     L2 = "L2"
     SQUARED_LOSS = "SQUARED_LOSS"
     MEAN_ABSOLUTE_ERROR = "MEAN_ABSOLUTE_ERROR"
+    COSINE_PROXIMITY = "COSINE_PROXIMITY"
+    HINGE = "HINGE"
+    SQUARED_HINGE = "SQUARED_HINGE"
+    KL_DIVERGENCE = "KL_DIVERGENCE"
+    POISSON = "POISSON"
+    MEAN_SQUARED_LOGARITHMIC_ERROR = "MEAN_SQUARED_LOGARITHMIC_ERROR"
+    MEAN_ABSOLUTE_PERCENTAGE_ERROR = "MEAN_ABSOLUTE_PERCENTAGE_ERROR"
+    WASSERSTEIN = "WASSERSTEIN"
 
     @classmethod
     def parse(cls, value: Any, where: str) -> "LossFunction":
@@ -493,6 +516,33 @@ class DenseLayer(_WeightsMixin, Layer):
 
 _PROBABILITY_LOSSES = (LossFunction.MCXENT, LossFunction.NEGATIVELOGLIKELIHOOD)
 
+#: the losses on the activated output: loss -> (its kernel, how DL4J reduces an example's
+#: outputs: "sum", "mean", or "row" for a kernel with one value per example)
+_ON_OUTPUT = {
+    LossFunction.MSE: (F.mse_loss, "mean"),
+    LossFunction.L2: (F.mse_loss, "sum"),
+    LossFunction.SQUARED_LOSS: (F.mse_loss, "sum"),
+    LossFunction.L1: (F.mae_loss, "sum"),
+    LossFunction.MEAN_ABSOLUTE_ERROR: (F.mae_loss, "mean"),
+    LossFunction.COSINE_PROXIMITY: (F.cosine_proximity_loss, "row"),
+    LossFunction.HINGE: (F.hinge_loss, "sum"),
+    LossFunction.SQUARED_HINGE: (F.squared_hinge_loss, "sum"),
+    LossFunction.KL_DIVERGENCE: (F.kl_divergence_loss, "sum"),
+    LossFunction.POISSON: (F.poisson_loss, "sum"),
+    LossFunction.MEAN_SQUARED_LOGARITHMIC_ERROR: (F.msle_loss, "mean"),
+    LossFunction.MEAN_ABSOLUTE_PERCENTAGE_ERROR: (F.mape_loss, "mean"),
+    LossFunction.WASSERSTEIN: (F.wasserstein_loss, "mean"),
+}
+
+
+def _reduces(loss: LossFunction) -> str:
+    # how DL4J reduces one example's outputs to its loss ("sum", "mean" or "row")
+    if loss in _PROBABILITY_LOSSES:
+        return "row"
+    if loss is LossFunction.XENT:
+        return "sum"
+    return _ON_OUTPUT[loss][1]
+
 
 def _check_loss_fits(loss: LossFunction, act: Activation, where: str) -> None:
     if loss in _PROBABILITY_LOSSES and act is not Activation.SOFTMAX:
@@ -532,18 +582,16 @@ class _LossMixin:
         n, width = z.shape
         dz = (mgr.create_uninitialized(ArrayType.BP_WORKING_MEM, z.shape, dtype=z.dtype)
               if want_grad else None)
-        per_example_sum = loss in (LossFunction.XENT, LossFunction.L1, LossFunction.L2,
-                                   LossFunction.SQUARED_LOSS)
+        reduces = _reduces(loss)
         weights = None
         reduction = "mean"
         if mask is not None:
             # DL4J: masked-out examples add nothing and the sum is still divided by the
             # batch size (not by the mask's sum); a mask value weighs its example's loss
             reduction = "sum"
-            scale = 1.0 / n if (per_example_sum or loss in _PROBABILITY_LOSSES) \
-                else 1.0 / (n * width)
+            scale = 1.0 / (n * width) if reduces == "mean" else 1.0 / n
             weights = self._width_weights(n, scale, z.dtype)
-        elif per_example_sum and width > 1:
+        elif reduces == "sum" and width > 1:
             # mean over all elements times the width = per-example sum averaged over examples
             weights = self._width_weights(n, float(width), z.dtype)
         if loss in _PROBABILITY_LOSSES:
@@ -554,13 +602,12 @@ class _LossMixin:
             return self._unpack(F.binary_cross_entropy_with_logits(
                 z, labels, weights=weights, mask=mask, reduction=reduction, grad=want_grad,
                 grad_out=dz), want_grad)
-        # regression losses act on the activated output
+        # the other losses act on the activated output: dL/d(output), then through the
+        # activation's derivative (DL4J's ILossFunction.computeGradient)
         pred = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, z.shape, dtype=z.dtype)
         F.activation(act.value, z, out=pred)
-        fn = F.mse_loss if loss in (LossFunction.MSE, LossFunction.L2,
-                                    LossFunction.SQUARED_LOSS) else F.mae_loss
-        res = fn(pred, labels, weights=weights, mask=mask, reduction=reduction, grad=want_grad,
-                 grad_out=pred if want_grad else None)
+        res = _ON_OUTPUT[loss][0](pred, labels, weights=weights, mask=mask, reduction=reduction,
+                                  grad=want_grad, grad_out=pred if want_grad else None)
         score, dpred = self._unpack(res, want_grad)
         if want_grad:
             F.activation_backward(act.value, z, dpred, out=dz)
@@ -589,12 +636,10 @@ class _LossMixin:
         else:
             pred = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, z.shape, dtype=z.dtype)
             F.activation(act.value, z, out=pred)
-            fn = F.mse_loss if loss in (LossFunction.MSE, LossFunction.L2,
-                                        LossFunction.SQUARED_LOSS) else F.mae_loss
-            per = fn(pred, labels, mask=mask, reduction="none", grad=False)
+            per = _ON_OUTPUT[loss][0](pred, labels, mask=mask, reduction="none", grad=False)
         if per.ndim == 1:
             return per
-        if loss in (LossFunction.MSE, LossFunction.MEAN_ABSOLUTE_ERROR):
+        if _reduces(loss) == "mean":
             return ndws.mean(per, axis=1)
         return ndws.sum(per, axis=1)
 
@@ -618,8 +663,9 @@ class OutputLayer(_LossMixin, _WeightsMixin, Layer):
     Parameters
     ----------
     loss_function : str or LossFunction
-        MCXENT / NEGATIVELOGLIKELIHOOD need softmax, XENT needs sigmoid; MSE, L1, L2,
-        SQUARED_LOSS and MEAN_ABSOLUTE_ERROR take any activation.
+        MCXENT / NEGATIVELOGLIKELIHOOD need softmax, XENT needs sigmoid; the others take any
+        activation, as in DL4J (KL_DIVERGENCE expects probabilities, e.g. softmax; POISSON a
+        positive rate, e.g. softplus; HINGE and SQUARED_HINGE labels of -1 / +1).
     **common
         As `Layer` (n_out required).
     """
