@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ndws.nn.layers import Activation, Layer, WeightInit, _finite, _nonneg, member
+from ndws.nn.layers.base import Activation, Layer, WeightInit, _finite, _nonneg, member
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 

@@ -41,7 +41,7 @@ from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation import evaluate as _evaluate
 from ndws.nn.history import History, _Epoch, _Progress
-from ndws.nn.layers import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
+from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn.listeners import TrainingListener
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,

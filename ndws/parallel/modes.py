@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ndws.nn.layers import member
+from ndws.nn.layers.base import member
 
 __all__ = ["TrainingMode", "InferenceMode", "LoadBalanceMode"]
 

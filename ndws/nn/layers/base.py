@@ -1,20 +1,6 @@
-"""Layers of a `MultiLayerNetwork`, each with its forward and backward side by side, on the fused
-kernels of `ndws.nn.functional`, and `Layer`, the base class of custom layers.
-
-A layer object is first a configuration (its keyword arguments, DL4J's builder fields in
-snake_case; None means "the network's default"); the network clones it when it is built and
-gives the clone views of its parameters and gradients in the network's flat buffers
-(``layer.params["W"]``, ``layer.grads["W"]``). Every array a layer makes comes from the
-`LayerWorkspaceMgr` it is handed, under the `ArrayType` that says how long it lives.
-
-Examples
---------
->>> from ndws.nn import DenseLayer, OutputLayer
->>> DenseLayer(n_in=4, n_out=3, activation="relu")
-DenseLayer(n_in=4, n_out=3, activation=Activation.RELU)
->>> OutputLayer(n_out=2, activation="softmax", loss_function="mcxent").loss_function
-<LossFunction.MCXENT: 'MCXENT'>
-"""
+"""The base of every layer (`Layer`, for custom layers too), the enums layers take
+(`Activation`, `LossFunction`, `WeightInit`), the field checks, and the dense family's layers
+(see the package's docstring, `ndws.nn.layers`)."""
 from __future__ import annotations
 
 import enum
@@ -173,12 +159,15 @@ def _finite(owner: str, name: str, value: Any) -> float | None:
 
 
 _LAYERS: dict[str, type] = {}
+#: the package of ndws' own layers (one module per family), whose classes "@class" names bare
+_PACKAGE = __name__.rpartition(".")[0]
 
 
 def _class_key(cls: type) -> str:
     # what "@class" says: the bare name for ndws' own layers, module.qualname for the others
     # (two custom layers may share a name)
-    return cls.__name__ if cls.__module__ == __name__ else f"{cls.__module__}.{cls.__qualname__}"
+    builtin = cls.__module__ == _PACKAGE or cls.__module__.startswith(_PACKAGE + ".")
+    return cls.__name__ if builtin else f"{cls.__module__}.{cls.__qualname__}"
 
 
 class Layer:
