@@ -5,6 +5,7 @@ layer makes goes to), `listeners`; and `functional` (``import ndws.nn.functional
 native activation, loss and updater kernels they are built on."""
 from ndws.nn import functional, listeners
 from ndws.nn.conf import MultiLayerConfiguration
+from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType, PoolingType, RNNFormat
 from ndws.nn.network import MultiLayerNetwork
 from ndws.nn.layers import (
     Activation,
@@ -17,6 +18,11 @@ from ndws.nn.layers import (
     LossLayer,
     OutputLayer,
     WeightInit,
+)
+from ndws.nn.preprocessors import (
+    CnnToFeedForwardPreProcessor,
+    FeedForwardToCnnPreProcessor,
+    InputPreProcessor,
 )
 from ndws.nn.updaters import (
     AdaGrad,
@@ -35,10 +41,11 @@ from ndws.nn.updaters import (
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesCloseable
 
 __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
-           "BatchNormalization",
-           "CycleSchedule", "DenseLayer", "DropoutLayer", "ExponentialSchedule", "Layer",
-           "LayerWorkspaceMgr", "LossFunction", "LossLayer", "MultiLayerConfiguration",
-           "MultiLayerNetwork",
-           "Nesterovs", "OutputLayer", "RmsProp", "Schedule", "ScheduleType", "Sgd",
+           "BatchNormalization", "CNN2DFormat", "CnnToFeedForwardPreProcessor",
+           "ConvolutionMode", "CycleSchedule", "DenseLayer", "DropoutLayer",
+           "ExponentialSchedule", "FeedForwardToCnnPreProcessor", "InputPreProcessor",
+           "InputType", "Layer", "LayerWorkspaceMgr", "LossFunction", "LossLayer",
+           "MultiLayerConfiguration", "MultiLayerNetwork", "Nesterovs", "OutputLayer",
+           "PoolingType", "RNNFormat", "RmsProp", "Schedule", "ScheduleType", "Sgd",
            "StepSchedule", "Updater", "WeightInit", "WorkspacesCloseable", "functional",
            "listeners"]

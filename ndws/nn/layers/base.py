@@ -12,22 +12,13 @@ import numpy as np
 import ndws
 from ndws._core import NDArray, _np_view
 from ndws.nn import functional as F
+from ndws.nn.inputs import InputType, member
+from ndws.nn.preprocessors import CnnToFeedForwardPreProcessor
 from ndws.nn.updaters import FieldTypeError, Updater, real_field
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["Activation", "LossFunction", "WeightInit", "Layer", "DenseLayer", "OutputLayer",
            "LossLayer", "ActivationLayer", "DropoutLayer", "BatchNormalization"]
-
-
-def member(cls: type, value: Any, unknown: str, hint: str = "") -> Any:
-    """`value` as a member of enum `cls`: the member itself or its name in any case; else
-    ValueError "<unknown> <value>; expected one of <names> <hint>"."""
-    if isinstance(value, cls):
-        return value
-    if isinstance(value, str) and value.upper() in cls.__members__:
-        return cls[value.upper()]
-    raise ValueError(f"{unknown} {value!r:.40}; expected one of "
-                     f"{', '.join(cls.__members__)}{' ' + hint if hint else ''}")
 
 
 class Activation(enum.Enum):
@@ -237,6 +228,9 @@ class Layer:
         self.params: dict[str, NDArray] = {}
         self.grads: dict[str, NDArray] = {}
         self.index: int = -1
+        #: the type of this layer's input (after its preprocessor), set when the configuration
+        #: resolves the layer; None when unknown (a stack of dense layers without input_type)
+        self.input_type: InputType | None = None
         #: whether backprop_gradient must return dL/d(input): the network clears it for its
         #: first layer, whose input gradient nothing reads (a built-in layer then returns
         #: None and skips that product, the largest of a typical first layer)
@@ -275,9 +269,11 @@ class Layer:
         return cls(**kwargs)
 
     def clone(self) -> "Layer":
-        """A fresh layer with the same configuration (no parameters)."""
+        """A fresh layer with the same configuration and input type (no parameters)."""
         kwargs = {f: getattr(self, f) for f in self.fields}
-        return type(self)(**kwargs)
+        layer = type(self)(**kwargs)
+        layer.input_type = self.input_type
+        return layer
 
     def __eq__(self, other: Any) -> bool:
         return type(other) is type(self) and other.to_dict() == self.to_dict()
@@ -292,17 +288,53 @@ class Layer:
                 shown.append(f"{f}={v}" if not isinstance(v, str) else f"{f}={v!r}")
         return f"{type(self).__name__}({', '.join(shown)})"
 
-    def resolved(self, defaults: dict, n_in: int | None, where: str) -> "Layer":
-        """A copy with every None field that has a network default filled in, and `n_in` set
-        when it was omitted (the configuration calls this; errors name `where`)."""
+    def resolved(self, defaults: dict, input_type: InputType | None, where: str,
+                 index: int = -1) -> "Layer":
+        """A copy with every None field that has a network default filled in, its input type
+        and index set, and `n_in` taken from the input type when it was omitted (the
+        configuration calls this, after checking an n_in that was given; errors name
+        `where`)."""
         layer = self.clone()
         for f, v in defaults.items():
             if f in layer.fields and getattr(layer, f) is None and v is not None:
                 setattr(layer, f, v)
-        if layer.n_in is None:
-            layer.n_in = n_in
+        layer.input_type = input_type
+        layer.index = index
+        if layer.n_in is None and input_type is not None:
+            layer.n_in = layer.n_in_for(input_type)
         layer._check_resolved(where)
         return layer
+
+    def n_in_for(self, input_type: InputType) -> int:
+        """The n_in an input of `input_type` means for this layer (DL4J's ``setNIn``): the
+        width of rows, the channels of images, the features of time series."""
+        if input_type.kind == "CNN":
+            return input_type.channels
+        if input_type.kind == "CNNFlat":
+            return input_type.elements_per_example()
+        return input_type.size
+
+    def preprocessor_for(self, input_type: InputType) -> Any:
+        """The preprocessor DL4J's ``setInputType`` puts before this layer for input of
+        `input_type` (an ``ndws.nn.InputPreProcessor``), or None; ValueError for a type the
+        layer cannot take."""
+        return None
+
+    def output_type(self, input_type: InputType | None) -> InputType | None:
+        """The type of this layer's output for input of `input_type` (DL4J's
+        ``getOutputType``; None when unknown). A layer without n_out, or that keeps its width,
+        passes its input's type on; any other gives rows of n_out."""
+        if input_type is None or input_type.kind == "FF":
+            width = self.output_width()
+            return None if width is None else InputType.feed_forward(width)
+        if self.keeps_width or self.n_out is None:
+            return input_type
+        return InputType.feed_forward(self.n_out)
+
+    def _input_elements(self) -> int:
+        # values per example of the input (n_in for rows)
+        t = self.input_type
+        return self.n_in if t is None or t.kind == "FF" else t.elements_per_example()
 
     def _check_resolved(self, where: str) -> None:
         if self.has_weights and self.n_in is None:
@@ -347,7 +379,7 @@ class Layer:
     def _dropout_use(self, batch: int, training: bool, itemsize: int) -> list:
         if not training or self.dropout is None or self.dropout >= 1.0:
             return []
-        size = batch * self.n_in * itemsize
+        size = batch * self._input_elements() * itemsize
         return [("forward", ArrayType.INPUT, size), ("forward", ArrayType.INPUT, size)]
 
     # -- forward and backward -------------------------------------------------------------------
@@ -397,7 +429,32 @@ class Layer:
         return eps
 
 
-class _WeightsMixin:
+def rows_preprocessor(layer: Layer, input_type: InputType) -> Any:
+    """What DL4J's feed-forward layers (dense, output, loss) insert before themselves: a
+    `CnnToFeedForwardPreProcessor` for images; rows need none."""
+    if input_type.kind == "CNN":
+        return CnnToFeedForwardPreProcessor(input_type.height, input_type.width,
+                                            input_type.channels, input_type.data_format)
+    if input_type.kind == "RNN":
+        raise ValueError(f"{type(layer).__name__} takes rows, got time series "
+                         f"({input_type!r}); pool them first (GlobalPoolingLayer)")
+    return None
+
+
+class _RowsInput:
+    # the feed-forward layers' input: rows, images flattened before them
+    def preprocessor_for(self, input_type):
+        return rows_preprocessor(self, input_type)
+
+    def _check_resolved(self, where):
+        t = self.input_type
+        if t is not None and t.kind not in ("FF", "CNNFlat"):
+            raise ValueError(f"{where}: {type(self).__name__} takes rows, got {t!r} (its "
+                             f"preprocessor must make rows, e.g. CnnToFeedForwardPreProcessor)")
+        super()._check_resolved(where)
+
+
+class _WeightsMixin(_RowsInput):
     # W (n_in, n_out) and b (n_out,), the first sized by fan-in/fan-out
     has_weights = True
 
@@ -692,7 +749,7 @@ class OutputLayer(_LossMixin, _WeightsMixin, Layer):
         return score, dict(self.grads), self._dropout_backward(eps)
 
 
-class LossLayer(_LossMixin, Layer):
+class LossLayer(_RowsInput, _LossMixin, Layer):
     """A loss on its input, without parameters (DL4J's ``LossLayer``): the input is the
     pre-activation."""
 
@@ -727,7 +784,7 @@ class ActivationLayer(Layer):
     keeps_width = True
 
     def memory_use(self, batch, training, itemsize):
-        size = batch * self.n_in * itemsize
+        size = batch * self._input_elements() * itemsize
         use = [("forward", ArrayType.ACTIVATIONS, size)]
         if training:
             use.append(("backward", ArrayType.ACTIVATION_GRAD, size))
@@ -756,7 +813,7 @@ class DropoutLayer(Layer):
         super().__init__(dropout=dropout, **common)
 
     def memory_use(self, batch, training, itemsize):
-        size = batch * self.n_in * itemsize
+        size = batch * self._input_elements() * itemsize
         use = self._dropout_use(batch, training, itemsize)
         use.append(("forward", ArrayType.ACTIVATIONS, size))
         if training:
