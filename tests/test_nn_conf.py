@@ -264,8 +264,9 @@ def test_hand_set_preprocessors_win_and_round_trip():
      r"^input_preprocessors: True is not a layer index"),
     ([DenseLayer(n_in=4, n_out=2)], {"input_preprocessors": {0: "flatten"}}, TypeError,
      r"^input_preprocessors\[0\]: expected an ndws.nn.InputPreProcessor, got str$"),
-    ([DenseLayer(n_in=4, n_out=2)], {"input_preprocessors": {
-        0: CnnToFeedForwardPreProcessor(2, 2, 1)}}, ValueError,
+    ([DenseLayer(n_in=4, n_out=2)], {"input_type": InputType.feed_forward(4),
+                                      "input_preprocessors": {
+                                          0: CnnToFeedForwardPreProcessor(2, 2, 1)}}, ValueError,
      r"^layers\[0\]: CnnToFeedForwardPreProcessor: expected convolutional input"),
     ([DenseLayer(n_out=2)], {"input_type": InputType.recurrent(4)}, ValueError,
      r"^layers\[0\]: DenseLayer takes rows, got time series \(InputType.recurrent\(4\)\)"),

@@ -91,7 +91,7 @@ class MultiLayerConfiguration:
                  "weight_decay", "bias_init", "training_workspace_mode",
                  "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
                  "input_preprocessors", "resolved_layers", "resolved_preprocessors",
-                 "_frozen")
+                 "_network_input", "_frozen")
 
     def __init__(self, layers: Any, *, seed: int | None = None, updater: Updater | None = None,
                  activation: Any = None, weight_init: Any = None, dropout: float | None = None,
@@ -172,8 +172,9 @@ class MultiLayerConfiguration:
                     "convolution_mode": self.convolution_mode}
         out, pres = [], []
         t = self.input_type
-        if t is None and self.layers[0].n_in is not None:
-            t = InputType.feed_forward(self.layers[0].n_in)
+        if t is None and 0 not in self.input_preprocessors:
+            t = self.layers[0].implied_input_type()
+        object.__setattr__(self, "_network_input", t)
         for i, layer in enumerate(self.layers):
             where = f"layers[{i}]"
             try:

@@ -47,7 +47,8 @@ from ndws.nn.listeners import TrainingListener
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
                              WS_LISTENER, WS_OUTPUT_MEM, WS_SINGLE, workspace_configs)
 from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
-from ndws.nn.memory_report import MemoryReport, merge as _merge, plan as _plan
+from ndws.nn.memory_report import (MemoryReport, layer_uses as _layer_uses, merge as _merge,
+                                   plan as _plan)
 from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
@@ -156,13 +157,18 @@ class MultiLayerNetwork:
         for layer in layers:
             layer._rng = self._dropout_rng
         self.layers = layers
+        # each layer's preprocessor (the configuration's, cloned: one may keep what a pass
+        # needs for its backward, like a layer)
+        self._preprocessors = [None if p is None else p.clone()
+                               for p in conf.resolved_preprocessors]
         self._params, self._grads = flat_p, flat_g
         self._layout = layout
         self._configs = workspace_configs(len(layers))
         self._managers: dict = {}
         self._presized: dict = {}
         # the compiled training iteration, where it applies (an inference replica never trains)
-        self._dense_plan = None if share else _dense_plan(layers, self._configs)
+        self._dense_plan = (None if share or any(self._preprocessors)
+                            else _dense_plan(layers, self._configs))
         self._segment_views: tuple = (None, None, [])
         if params is not None and not share:
             self.set_params(params)
@@ -254,10 +260,12 @@ class MultiLayerNetwork:
                 layer._rng = None                  # no dropout when scoring
             with scope_out_of_workspaces():
                 a = x
-                for layer in self.layers:
+                for layer, pre in zip(self.layers, self._preprocessors):
                     # DL4J's score(ds): inference for every layer (running statistics, no
                     # dropout); the output layer's training pass only keeps its
                     # pre-activation for the loss
+                    if pre is not None:
+                        a = pre.pre_process(a, mgr)
                     a = layer.activate(a, layer is out_layer, mgr)
                 if per_example:
                     return out_layer.compute_score_examples(labels, mgr, mask)
@@ -265,7 +273,7 @@ class MultiLayerNetwork:
         finally:
             for layer, r in zip(self.layers, saved):
                 layer._rng = r
-                layer.clear()
+            self._clear()
         return score + sum(layer.regularization_score() for layer in self.layers)
 
     def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray, NDArray | None]:
@@ -321,7 +329,7 @@ class MultiLayerNetwork:
         size = self.conf.dtype.itemsize
         plans = []
         for mode, training in ((self._train_mode(), True), (self._inference_mode(), False)):
-            uses = [layer.memory_use(batch, training, size) for layer in self.layers]
+            uses = _layer_uses(self, batch, training, size)
             if any(u is None for u in uses):
                 return
             plans.append(_plan(uses, mode, training))
@@ -359,20 +367,22 @@ class MultiLayerNetwork:
         return b.default_workspace(WS_LAYER_WORKING_MEM, c[WS_LAYER_WORKING_MEM]).build()
 
     @staticmethod
-    def _check_location(layer: Layer, t: ArrayType, array: Any, mgr: LayerWorkspaceMgr,
-                        op: str) -> None:
-        # what a layer returns must live where its ArrayType says (the classic mistake: an
-        # activation left in the layer's working memory, gone when that scope closes)
+    def _check_location(layer: Any, t: ArrayType, array: Any, mgr: LayerWorkspaceMgr,
+                        op: str, who: str = "") -> None:
+        # what a layer (or preprocessor: `who` names it) returns must live where its ArrayType
+        # says (the classic mistake: an activation left in the layer's working memory, gone
+        # when that scope closes)
+        who = who or f"layers[{layer.index}] ({type(layer).__name__})"
         if not isinstance(array, NDArray):
-            raise TypeError(f"layers[{layer.index}] ({type(layer).__name__}).{op} returned "
-                            f"{type(array).__name__}, expected an ndws.NDArray")
+            raise TypeError(f"{who}.{op} returned {type(array).__name__}, expected an "
+                            f"ndws.NDArray")
         if array.workspace_id == mgr._names.get(t):
             return                     # the common case: where it belongs (or both detached)
         try:
             mgr.validate_array_location(t, array, False, False)
         except ndws.WorkspaceError as exc:
             raise ndws.WorkspaceError(
-                f"layers[{layer.index}] ({type(layer).__name__}).{op}: array ({t}) workspace "
+                f"{who}.{op}: array ({t}) workspace "
                 f"validation failed - array is defined in incorrect workspace: {exc}. Make it "
                 f"with mgr.create({t}, ...) or move it there with mgr.leverage_to({t}, array) "
                 f"before returning it", "location", array.workspace_id) from None
@@ -384,6 +394,29 @@ class MultiLayerNetwork:
         if mode is WorkspaceMode.SINGLE:
             return contextlib.nullcontext()
         return mgr.notify_scope_entered(t)
+
+    def _preprocess(self, i: int, a: NDArray, mgr: LayerWorkspaceMgr, backward: bool
+                    ) -> NDArray:
+        # layer i's preprocessor, forward on its input or backward on its epsilon, inside the
+        # layer's scopes; its result is a view of its argument (living as long) or an array of
+        # the type's workspace
+        pre = self._preprocessors[i]
+        if backward:
+            out, t, op = pre.backprop(a, mgr), ArrayType.ACTIVATION_GRAD, "backprop"
+        else:
+            out, t, op = pre.pre_process(a, mgr), ArrayType.ACTIVATIONS, "pre_process"
+        if out is not a and (not isinstance(out, NDArray) or out.workspace_id != a.workspace_id):
+            self._check_location(None, t, out, mgr, op,
+                                 f"input_preprocessors[{i}] ({type(pre).__name__})")
+        return out
+
+    def _clear(self) -> None:
+        # what the last pass kept on the layers and preprocessors (DL4J's clear)
+        for layer in self.layers:
+            layer.clear()
+        for pre in self._preprocessors:
+            if pre is not None:
+                pre.clear()
 
     # -- inference ------------------------------------------------------------------------------
 
@@ -402,13 +435,7 @@ class MultiLayerNetwork:
             if arr.dtype != dt or not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr, dtype=dt)
             a = ndws.from_numpy(arr)
-        if a.ndim != 2:
-            raise ValueError(f"{name}: expected a 2-d array (n_samples, n_features), got shape "
-                             f"{a.shape}")
-        width = self.layers[0].n_in
-        if width is not None and a.shape[1] != width:
-            raise ValueError(f"{name}: expected {width} features (layers[0].n_in), got "
-                             f"{a.shape[1]}")
+        _check_input_shape(tuple(a.shape), self.conf._network_input, self.layers[0], name)
         if a.dtype != dt:
             with scope_out_of_workspaces():
                 a = a.astype(dt)
@@ -471,6 +498,8 @@ class MultiLayerNetwork:
                             m._map(ArrayType.ACTIVATIONS, name, self._configs[name])
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
+                            if self._preprocessors[i] is not None:
+                                a = self._preprocess(i, a, m, False)
                             a = layer.activate(a, training, m)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, m, "activate")
                         if len(held) > 1 or (held and i == n - 1):
@@ -480,8 +509,7 @@ class MultiLayerNetwork:
             finally:
                 while held:
                     held.pop().close()
-                for layer in self.layers:
-                    layer.clear()
+                self._clear()
             if not keep_all:
                 outs.append(a)
         return outs
@@ -659,8 +687,10 @@ class MultiLayerNetwork:
                 with outer:
                     a = x
                     acts = [x] if self._listeners else None
-                    for layer in self.layers:
+                    for i, layer in enumerate(self.layers):
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
+                            if self._preprocessors[i] is not None:
+                                a = self._preprocess(i, a, mgr, False)
                             a = layer.activate(a, True, mgr)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, mgr, "activate")
                         if acts is not None:
@@ -683,13 +713,15 @@ class MultiLayerNetwork:
                             else:
                                 grads, eps = layer.backprop_gradient(eps, mgr)
                                 self._take_gradients(layer, grads)
+                            if i > 0:
+                                self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps,
+                                                     mgr, "backprop_gradient")
+                                if self._preprocessors[i] is not None:
+                                    eps = self._preprocess(i, eps, mgr, True)
                         # layer i's gradients are final here (the compiled iteration calls the
                         # hook at the same point)
                         if self._after_layer_gradients is not None:
                             self._after_layer_gradients(i)
-                        if i > 0:
-                            self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps, mgr,
-                                                 "backprop_gradient")
                         if len(open_eps) > 1:
                             open_eps.pop(0).close()
                     while open_eps:
@@ -699,8 +731,7 @@ class MultiLayerNetwork:
             finally:
                 while open_eps:
                     open_eps.pop().close()
-                for layer in self.layers:
-                    layer.clear()
+                self._clear()
             for listener in self._listeners:
                 listener.on_backward_pass(self)
         return score + reg
@@ -744,23 +775,30 @@ class MultiLayerNetwork:
         (from `memory_report`; the modes place the same arrays in different workspaces)."""
         self._check_init()
         report = None if batch_size is None else MemoryReport(self, batch_size)
-        rows = [("#", "layer", "n_in", "n_out", "params", "activation")
+        # images or time series anywhere: a column with each layer's output shape
+        types = [layer.output_type(layer.input_type) for layer in self.layers]
+        shapes = any(t is not None and t.kind != "FF" for t in types) or any(self._preprocessors)
+        rows = [("#", "layer", "n_in", "n_out")
+                + (("output",) if shapes else ()) + ("params", "activation")
                 + (() if report is None else (f"train B ({batch_size})",
                                               f"infer B ({batch_size})"))]
-        for layer in self.layers:
+        for layer, t in zip(self.layers, types):
             n = sum(int(np.prod(s)) for s in layer.param_shapes().values())
             act = layer.activation.value if layer.activation is not None else "-"
             loss = getattr(layer, "loss_function", None)
-            row = (str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
-                   str(layer.output_width() or "-"), f"{n:,}",
-                   act + (f" / {loss.name}" if loss is not None else ""))
+            row = ((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
+                    str(layer.output_width() or "-"))
+                   + (("x".join(map(str, t.shape())) if t is not None else "-",) if shapes
+                      else ())
+                   + (f"{n:,}", act + (f" / {loss.name}" if loss is not None else "")))
             if report is not None:
                 use = report.layers[layer.index]
                 row += tuple("?" if use[k] is None else f"{sum(use[k].values()):,}"
                              for k in ("training", "inference"))
             rows.append(row)
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) if i in (1, 5) else c.rjust(w)
+        left = (1, len(rows[0]) - (3 if report is not None else 1))    # the layer, activation
+        lines = ["  ".join(c.ljust(w) if i in left else c.rjust(w)
                            for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
         lines.insert(1, "-" * len(lines[0]))
         lines.append(f"total parameters: {self.num_params():,}; dtype {self.conf.dtype.name}; "
@@ -946,6 +984,45 @@ def _layout(layers: list) -> list:
             layout.append((layer, name, shape, total, size))
             total += size
     return layout
+
+
+def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str) -> None:
+    # the network's input against its input type: a ValueError naming the first layer and the
+    # shape it expects (and the likely mistake: NHWC data into an NCHW network, one image
+    # without its batch dimension)
+    if t is None:
+        if len(shape) < 2:
+            raise ValueError(f"{name}: expected an array (n_samples, ...), got shape {shape}")
+        return
+    if t.kind == "FF":
+        if len(shape) != 2:
+            raise ValueError(f"{name}: expected a 2-d array (n_samples, n_features), got shape "
+                             f"{shape}")
+        if shape[1] != t.size:
+            raise ValueError(f"{name}: expected {t.size} features (layers[0].n_in), got "
+                             f"{shape[1]}")
+        return
+    expected = t.shape()
+    if len(shape) == len(expected) + 1 and all(d in (-1, g) for d, g in zip(expected,
+                                                                            shape[1:])):
+        return                   # (-1: a time series of any length)
+    if t.kind == "CNNFlat" and shape[1:] == (t.channels, t.height, t.width):
+        return                   # images of the flat type's shape pass its preprocessor as they are
+    where = f"layers[0] ({type(first).__name__})"
+    msg = (f"{name}: expected a {len(expected) + 1}-d array {t.describe_shape()} for {where}, "
+           f"the network's input type {t!r}; got shape {shape}")
+    if t.kind == "CNN" and len(shape) == 4:
+        other = (shape[1:] == (t.height, t.width, t.channels) if t.data_format.name == "NCHW"
+                 else shape[1:] == (t.channels, t.height, t.width))
+        if other:
+            have = "NHWC (channels last)" if t.data_format.name == "NCHW" else "NCHW"
+            axes = "(0, 3, 1, 2)" if t.data_format.name == "NCHW" else "(0, 2, 3, 1)"
+            msg += (f": the data is {have} and the network {t.data_format.name} (transpose it "
+                    f"with x.transpose{axes}, or configure InputType.convolutional(..., "
+                    f"data_format='{'NHWC' if t.data_format.name == 'NCHW' else 'NCHW'}'))")
+    if shape == expected:
+        msg += ": one example without its batch dimension? (x[None] adds it)"
+    raise ValueError(msg)
 
 
 def _counter(name: str, value: Any) -> int:

@@ -265,14 +265,20 @@ class ParallelInference(Stoppable):
                                 ) from exc
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"x: expected an array of numbers, got dtype {arr.dtype}")
-        if arr.ndim == 1:
+        # one example has the rank of the served network's input type (rows: 1, images: 3)
+        t = self._replicas[0].conf._network_input
+        rank = 1 if t is None else len(t.shape())
+        if arr.ndim == rank:
             vector = True
-            arr = arr.reshape(1, arr.shape[0])
-        elif arr.ndim == 2:
-            vector = False
-        else:
+            arr = arr.reshape((1,) + arr.shape)
+        elif arr.ndim == rank + 1 or (t is not None and t.kind == "CNNFlat" and arr.ndim == 4):
+            vector = False              # (a flat-image network also takes whole images)
+        elif rank == 1:
             raise ValueError(f"x: expected one example (n_features,) or a batch (n_samples, "
                              f"n_features), got shape {arr.shape}")
+        else:
+            raise ValueError(f"x: expected one example {t.shape()} or a batch "
+                             f"{t.describe_shape()} ({t!r}), got shape {arr.shape}")
         if arr.shape[0] == 0:
             raise ValueError("x: no examples (shape has 0 rows)")
         if arr.dtype != self._dtype or not arr.flags.c_contiguous:
@@ -293,7 +299,8 @@ class ParallelInference(Stoppable):
 
     def output(self, x: Any) -> NDArray:
         """The network's output for `x` (one example, ``(n_features,)``, or a batch,
-        ``(n_samples, n_features)``): a detached array the caller may keep. Safe to call from
+        ``(n_samples, n_features)``; for a network of images, one image or a batch of them):
+        a detached array the caller may keep. Safe to call from
         many threads at once; a failed forward pass raises its error in every caller of it."""
         req = self._request(x, True)
         if self._mode is InferenceMode.INPLACE:

@@ -305,6 +305,11 @@ class Layer:
         layer._check_resolved(where)
         return layer
 
+    def implied_input_type(self) -> InputType | None:
+        """The network's input type when this first layer has n_in and no input_type is given
+        (DL4J infers rows for its feed-forward layers; a layer of images infers nothing)."""
+        return None if self.n_in is None else InputType.feed_forward(self.n_in)
+
     def n_in_for(self, input_type: InputType) -> int:
         """The n_in an input of `input_type` means for this layer (DL4J's ``setNIn``): the
         width of rows, the channels of images, the features of time series."""
