@@ -112,6 +112,11 @@ def test_shuffle_and_batch_size_need_arrays(data):
         net.fit(DataSet(x, onehot), batch_size=8)
     with pytest.raises(ValueError, match=r"^labels: 49 rows for 50 examples$"):
         net.fit(x, y[:49], shuffle=True)
+    with pytest.raises(TypeError, match=r"^labels: expected an array of numbers, got dtype <U"):
+        net.fit(x, y.astype(str))
+    with pytest.raises(TypeError, match=r"^labels: expected an array of numbers, got dtype "
+                                        r"object$"):
+        net.fit(x, [object()] * 50)
     assert net.iteration == 0
 
 

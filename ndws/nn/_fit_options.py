@@ -10,7 +10,7 @@ import ndws
 from ndws._core import NDArray
 from ndws.data.dataset import DataSet
 
-__all__ = ["Validation", "check_seed", "shuffled"]
+__all__ = ["Validation", "check_seed", "labels_array", "shuffled"]
 
 # the rows of (features, labels) validation arrays scored per forward pass: bounds the
 # temporaries of a large held-out set
@@ -22,6 +22,21 @@ def check_seed(seed: Any) -> int:
             or not 0 <= seed < 1 << 63:
         raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r:.40}")
     return int(seed)
+
+
+def labels_array(labels: Any, name: str) -> NDArray:
+    """`labels` (class indices, one-hot rows or targets) as an NDArray, or a TypeError naming
+    the argument."""
+    if isinstance(labels, NDArray):
+        return labels
+    try:
+        arr = np.asarray(labels)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: expected an array of labels, got "
+                        f"{type(labels).__name__}") from exc
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected an array of numbers, got dtype {arr.dtype}")
+    return ndws.from_numpy(np.ascontiguousarray(arr))
 
 
 def shuffled(x: NDArray, y: NDArray, seed: int, epoch: int) -> tuple[NDArray, NDArray]:
@@ -45,17 +60,7 @@ class Validation:
         self._net = net
         if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], DataSet):
             x = net._as_input(data[0], "validation_data[0]")
-            y = data[1]
-            if not isinstance(y, NDArray):
-                try:
-                    y = np.asarray(y)
-                except (TypeError, ValueError) as exc:
-                    raise TypeError(f"validation_data[1]: expected an array of labels, got "
-                                    f"{type(data[1]).__name__}") from exc
-                if y.dtype.kind not in "biuf":
-                    raise TypeError(f"validation_data[1]: expected an array of numbers, got "
-                                    f"dtype {y.dtype}")
-                y = ndws.from_numpy(np.ascontiguousarray(y))
+            y = labels_array(data[1], "validation_data[1]")
             if y.ndim not in (1, 2) or y.shape[0] != x.shape[0]:
                 raise ValueError(f"validation_data: labels of shape {tuple(y.shape)} for "
                                  f"{x.shape[0]} examples")

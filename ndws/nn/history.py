@@ -25,7 +25,7 @@ import time
 import warnings
 from typing import Any, Callable
 
-__all__ = ["History"]
+__all__ = ["History", "write_above_bar"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,6 +56,10 @@ class History:
     """
 
     def __init__(self, epochs: int | None = None) -> None:
+        # epochs: how many the fit will run (for the bar's "epoch 3/10"; trainers pass it)
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
+                                   or epochs < 1):
+            raise ValueError(f"epochs: expected an int >= 1 or None, got {epochs!r:.40}")
         self.iterations: list[int] = []
         self.scores: list[float] = []
         self.epochs: list[int] = []

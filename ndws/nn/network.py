@@ -40,7 +40,7 @@ from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation import evaluate as _evaluate
-from ndws.nn._fit_options import Validation, check_seed, shuffled
+from ndws.nn._fit_options import Validation, check_seed, labels_array, shuffled
 from ndws.nn.history import History, _Epoch, _Progress
 from ndws.nn.layers import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
@@ -567,8 +567,7 @@ class MultiLayerNetwork:
 
     def _fit_arrays(self, data: Any, labels: Any) -> tuple[NDArray, NDArray]:
         x = self._as_input(data)
-        y = labels if isinstance(labels, NDArray) else ndws.from_numpy(
-            np.ascontiguousarray(labels))
+        y = labels_array(labels, "labels")
         if y.ndim == 0 or y.shape[0] != x.shape[0]:
             raise ValueError(f"labels: {y.shape[0] if y.ndim else 'no'} rows for "
                              f"{x.shape[0]} examples")
