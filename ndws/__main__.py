@@ -27,7 +27,7 @@ import numpy as np
 
 import ndws
 
-__all__ = ["main", "run_demo", "run_train", "run_train_mpi"]
+__all__ = ["Interrupted", "main", "run_demo", "run_train", "run_train_mpi"]
 
 try:                                   # page faults per iteration, where the OS counts them
     import resource
@@ -145,7 +145,7 @@ def run_demo(iterations: int = 1000, batch: int = 64, features: int = 256, hidde
     large = _compare(_large_workload(large_rows, large_features, seed), large_iterations,
                      "DEMO_LARGE")
     temp = large_rows * large_features * 4
-    print(f"ndws demo: cyclic workloads with a workspace and without, float32\n", file=out)
+    print("ndws demo: cyclic workloads with a workspace and without, float32\n", file=out)
     print(f"1. small arrays: {iterations} iterations of a {features}-{hidden}-{classes} forward "
           f"pass and softmax cross-entropy, batch {batch}", file=out)
     _table(small, out)

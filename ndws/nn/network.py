@@ -503,9 +503,15 @@ class MultiLayerNetwork:
 
         Parameters
         ----------
-        data : DataSet, iterable of DataSets (a DataSetIterator, a list, a generator), or
-            features ``(n_samples, n_features)`` with `labels` (class indices or one-hot
-            rows for a softmax output), cut into batches of `batch_size` rows (default: all).
+        data : DataSet, iterable of DataSets, or (n_samples, n_features) array
+            A DataSet, a DataSetIterator, a list or a generator of DataSets, or features.
+        labels : (n_samples,) or (n_samples, n_outputs) array, optional
+            With features: class indices or one-hot rows for a softmax output, targets for
+            a regression output.
+        batch_size : int, optional
+            With features and labels: rows per batch (default: all of them).
+        epochs : int
+            Passes over the data.
         progress : bool, optional
             One progress bar over the whole fit, the epoch in its text (default: on a
             terminal or in a notebook).
