@@ -264,7 +264,8 @@ def test_listeners_progress_bar_and_logs_on_rank_0_only(job):
     assert len(r0["scores"]) == 10 and len(r1["scores"]) == 0
     assert r0["history_scores"].tolist() == r1["history_scores"].tolist()
     assert r0["same_listeners"] and r1["same_listeners"]        # rank 1's are given back
-    assert "epoch 0" in r0["bar"] and r1["bar"] == ""
+    # one bar over the fit, its epochs numbered from 1
+    assert "epoch 1/2" in r0["bar"] and "epoch 2/2" in r0["bar"] and r1["bar"] == ""
     assert "communication: " in r0["perf_line"] and "samples/sec" in r0["perf_line"]
     assert r0["log"].count("communication: ") == 9 and r1["log"] == ""
     assert r0["hook_after"] == r1["hook_after"] == "None"       # the hook is removed

@@ -24,7 +24,7 @@ import codecs
 import copy
 import csv
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -41,7 +41,7 @@ __all__ = [
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
@@ -134,6 +134,14 @@ class RecordReader:
             yield self.next()
 
 
+def _field_error(message: str, column: int) -> ValueError:
+    # a field that is not a number, a plain ValueError that also knows its column (so an
+    # iterator can add what to do when it is the label column)
+    error = ValueError(message)
+    error.column = column  # type: ignore[attr-defined]
+    return error
+
+
 class CSVRecordReader(RecordReader):
     """Read numeric CSV records from one or more files (DataVec's ``CSVRecordReader``).
 
@@ -152,6 +160,10 @@ class CSVRecordReader(RecordReader):
         The files' text encoding (any Python codec); UTF-8 by default, with a leading
         byte-order mark dropped. Bytes the encoding can't decode raise
         ``ValueError("<file>:<line>: can't decode byte ... as <encoding> ...")``.
+    text_columns : iterable of int, optional
+        Columns (0-based) returned as text (the field with its blanks stripped) instead of
+        parsed: class names, for instance. `RecordReaderDataSetIterator` with a
+        ``label_mapping`` adds its label column here itself.
 
     Notes
     -----
@@ -159,8 +171,10 @@ class CSVRecordReader(RecordReader):
     the first record read; otherwise ``ValueError("<file>:<line>: expected N fields, got
     M")``. A field that ``float()`` cannot parse (after stripping blanks) raises
     ``ValueError("<file>:<line>: column index <c>: cannot parse <value> as a number")``; the
-    column index is 0-based, as ``label_index`` is. Line numbers are 1-based physical lines
-    of the file (a record spanning lines is reported at its first line).
+    column index is 0-based, as ``label_index`` is. When a file's first record has no number
+    at all (a header), the message adds ``if line <n> is a header, pass
+    skip_num_lines=<n>``. Line numbers are 1-based physical lines of the file (a record
+    spanning lines is reported at its first line).
 
     The reader is its own iterator protocol in DataVec's style (``has_next()``, ``next()``,
     ``reset()``) and a Python iterable (each ``iter()`` starts from the beginning). After an
@@ -169,7 +183,8 @@ class CSVRecordReader(RecordReader):
     """
 
     def __init__(self, path_or_paths: Any, skip_num_lines: int = 0, delimiter: str = ",",
-                 quote: str = '"', encoding: str = "utf-8") -> None:
+                 quote: str = '"', encoding: str = "utf-8",
+                 text_columns: Iterable[int] | None = None) -> None:
         if isinstance(path_or_paths, (str, os.PathLike)):
             paths = [path_or_paths]
         elif isinstance(path_or_paths, Sequence) and not isinstance(path_or_paths, bytes):
@@ -208,6 +223,14 @@ class CSVRecordReader(RecordReader):
             raise ValueError(f"delimiter and quote must differ, both are {delimiter!r}")
         self.delimiter = delimiter
         self.quote = quote
+        if text_columns is None:
+            text_columns = ()
+        elif isinstance(text_columns, (str, bytes)) or not hasattr(text_columns, "__iter__"):
+            raise TypeError(f"text_columns must be an iterable of column indices, got "
+                            f"{type(text_columns).__name__} {text_columns!r:.40}")
+        #: the columns returned as text (str), not parsed as numbers
+        self.text_columns: frozenset[int] = frozenset(
+            _check_int("text_columns: a column index", c, 0) for c in text_columns)
         #: number of fields per record, fixed by the first record read (None before)
         self.num_fields: int | None = None
         #: (file, 1-based line) of the record last returned by next(), or None
@@ -217,9 +240,10 @@ class CSVRecordReader(RecordReader):
         self._failure: BaseException | None = None
 
     def __repr__(self) -> str:
+        text = (f", text_columns={sorted(self.text_columns)}" if self.text_columns else "")
         return (f"CSVRecordReader({self.paths!r}, skip_num_lines={self.skip_num_lines}, "
                 f"delimiter={self.delimiter!r}, quote={self.quote!r}, "
-                f"encoding={self.encoding!r})")
+                f"encoding={self.encoding!r}{text})")
 
     def _records(self) -> Iterator[tuple[list[float], str, int]]:
         for path in self.paths:
@@ -237,6 +261,7 @@ class CSVRecordReader(RecordReader):
             reader = csv.reader(f, delimiter=self.delimiter, quotechar=self.quote,
                                 strict=True)
             line_end = self.skip_num_lines
+            first = True
             while True:
                 start = line_end + 1
                 try:
@@ -249,21 +274,29 @@ class CSVRecordReader(RecordReader):
                 line_end = reader.line_num + self.skip_num_lines
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue
-                yield self._parse(row, path, start), path, start
+                yield self._parse(row, path, start, first), path, start
+                first = False
 
-    def _parse(self, row: list[str], path: str, line: int) -> list[float]:
+    def _parse(self, row: list[str], path: str, line: int, first: bool = False) -> list:
         if self.num_fields is None:
             self.num_fields = len(row)
         elif len(row) != self.num_fields:
             raise ValueError(f"{path}:{line}: expected {self.num_fields} fields, got "
                              f"{len(row)}")
-        values = []
+        values: list = []
+        text = self.text_columns
         for column, field in enumerate(row):
+            if column in text:
+                values.append(field.strip())
+                continue
             try:
                 values.append(float(field.strip()))
             except ValueError:
-                raise ValueError(f"{path}:{line}: column index {column}: cannot parse "
-                                 f"{field!r} as a number") from None
+                # a file's first record with no number at all is most often its header
+                hint = (f"; if line {line} is a header, pass skip_num_lines={line}"
+                        if first and not any(map(_is_number, row)) else "")
+                raise _field_error(f"{path}:{line}: column index {column}: cannot parse "
+                                   f"{field!r} as a number{hint}", column) from None
         return values
 
     def _decode_error(self, path: str, exc: UnicodeDecodeError) -> ValueError:
@@ -283,6 +316,14 @@ class CSVRecordReader(RecordReader):
         return ValueError(f"{path}:{line}: can't decode {where or 'the text'} as "
                           f"{self.encoding!r} ({exc.reason}); pass the file's encoding, e.g. "
                           f"CSVRecordReader(..., encoding='latin-1')")
+
+
+def _is_number(field: str) -> bool:
+    try:
+        float(field.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def _where(reader: Any) -> str:
@@ -361,7 +402,19 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         column is a feature and ``labels`` is None.
     num_classes : int, optional
         Classification: the label column holds a class index in ``[0, num_classes)``, turned
-        into a one-hot row ``(batch, num_classes)``. Required for classification.
+        into a one-hot row ``(batch, num_classes)``. Required for classification, unless
+        `label_mapping` gives the classes.
+    label_mapping : "auto", sequence of str, or mapping of str to int, optional
+        Classification with class *names* in the label column (DL4J reads them through a
+        DataVec transform; here the iterator does it): the column is read as text (a
+        `CSVRecordReader` adds it to its ``text_columns``) and each name is looked up. A
+        sequence lists the names in class order (``["setosa", "versicolor", ...]``: index 0,
+        1, ...); a mapping gives each name's index; ``"auto"`` reads every record once, before
+        the first batch, and takes the distinct names in sorted order. `labels` is the list
+        of names by index (DL4J's ``getLabels()``): pass it as the `label_mapping` of the
+        test data's iterator, so both number the classes alike (``"auto"`` on a file that
+        lacks a class would number them differently). A name not in the mapping is an error
+        naming the file and line.
     regression : bool
         Regression: columns ``label_index..label_index_to`` (inclusive, as DL4J's) are float
         targets ``(batch, n_targets)``; ``num_classes`` must be None.
@@ -374,7 +427,7 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
 
     def __init__(self, reader: Any, batch_size: int, label_index: int = -1,
                  num_classes: int | None = None, regression: bool = False,
-                 label_index_to: int | None = None) -> None:
+                 label_index_to: int | None = None, label_mapping: Any = None) -> None:
         for method in ("has_next", "next", "reset"):
             if not callable(getattr(reader, method, None)):
                 raise TypeError(f"reader must be a record reader with has_next(), next() and "
@@ -401,20 +454,121 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                 raise ValueError(f"label_index_to must be >= label_index ({label_index}), got "
                                  f"{label_index_to}")
         else:
-            if num_classes is None:
+            if num_classes is None and label_mapping is None:
                 raise ValueError(f"num_classes is required for classification (label_index="
-                                 f"{label_index}); pass regression=True for float targets")
+                                 f"{label_index}); pass regression=True for float targets, or "
+                                 f"label_mapping for class names")
             if label_index_to is not None:
                 raise ValueError("label_index_to applies to regression only, got "
                                  f"{label_index_to} with regression=False")
         self.label_index = label_index
         self.label_index_to = label_index_to
-        self.num_classes = num_classes
         self.regression = regression
+        self._mapping: dict[str, int] | None = None
+        self._names: list[str] | None = None
+        self._auto = False
+        if label_mapping is not None:
+            if label_index == -1 or regression:
+                raise ValueError("label_mapping applies to classification only (label_index >= "
+                                 "0, regression=False)")
+            num_classes = self._set_mapping(label_mapping, num_classes)
+        text = getattr(reader, "text_columns", None)
+        if isinstance(text, frozenset):
+            features = text - ({label_index} if label_mapping is not None else set())
+            if features:
+                raise ValueError(f"reader.text_columns {sorted(features)}: only the label column "
+                                 f"may be text (with label_mapping); a feature must be a number")
+            if label_mapping is not None:
+                # a CSVRecordReader: its label column is read as text from now on
+                reader.text_columns = text | {label_index}
+        self.num_classes = num_classes
         self._num_fields: int | None = None
         # the iterator owns the reader from now on: start it at its first record
         reader.reset()
         self._consumed = False
+
+    def _set_mapping(self, mapping: Any, num_classes: int | None) -> int | None:
+        # label_mapping as {name: index} and the names by index; "auto" waits for the records
+        if isinstance(mapping, str):
+            if mapping != "auto":
+                raise ValueError(f"label_mapping: expected 'auto', a sequence of class names or "
+                                 f"a mapping of name to index, got the str {mapping!r:.40}")
+            self._auto = True
+            return num_classes
+        if isinstance(mapping, Mapping):
+            pairs = list(mapping.items())
+        elif isinstance(mapping, Sequence) and not isinstance(mapping, bytes):
+            pairs = [(name, i) for i, name in enumerate(mapping)]
+        else:
+            raise TypeError(f"label_mapping: expected 'auto', a sequence of class names or a "
+                            f"mapping of name to index, got {type(mapping).__name__}")
+        if not pairs:
+            raise ValueError("label_mapping: no classes given")
+        table: dict[str, int] = {}
+        for name, index in pairs:
+            if not isinstance(name, str):
+                raise TypeError(f"label_mapping: class names must be str, got "
+                                f"{type(name).__name__} {name!r:.40}")
+            index = _check_int(f"label_mapping[{name!r}]", index, 0)
+            if name.strip() != name:
+                raise ValueError(f"label_mapping: class name {name!r} has surrounding blanks "
+                                 f"(the reader strips them from the field)")
+            if name in table:
+                raise ValueError(f"label_mapping: class name {name!r} is given twice")
+            table[name] = index
+        width = max(table.values()) + 1
+        if num_classes is None:
+            num_classes = width
+        elif width > num_classes:
+            raise ValueError(f"label_mapping: index {width - 1} is out of range for "
+                             f"num_classes={num_classes}")
+        names = [""] * num_classes
+        for name, index in table.items():
+            names[index] = names[index] or name
+        self._mapping, self._names = table, names
+        return num_classes
+
+    def _discover(self) -> None:
+        # label_mapping="auto": every record's label once, the distinct names sorted (the same
+        # numbering in every process and shard, whatever the order of the rows)
+        reader, column = self.reader, self.label_index
+        found: set = set()
+        reader.reset()
+        try:
+            while reader.has_next():
+                record = reader.next()
+                if column >= len(record):
+                    raise ValueError(f"{_where(reader)}label_index {column} is out of range for "
+                                     f"records of {len(record)} fields")
+                found.add(self._label_text(record[column]))
+        finally:
+            reader.reset()
+        if not found:
+            raise ValueError("label_mapping='auto': the reader has no records")
+        names = sorted(found)
+        if self.num_classes is not None and self.num_classes != len(names):
+            raise ValueError(f"label_mapping='auto' found {len(names)} classes {names[:10]} but "
+                             f"num_classes={self.num_classes}; pass the class names as "
+                             f"label_mapping to fix their number and order")
+        self._auto = False
+        self._mapping = {name: i for i, name in enumerate(names)}
+        self._names = names
+        self.num_classes = len(names)
+
+    def _label_text(self, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"{_where(self.reader)}label_mapping: the reader gave "
+                             f"{value!r:.40} in column index {self.label_index}, not text (a "
+                             f"custom reader must return the class name as a str)")
+        return value
+
+    @property
+    def labels(self) -> list[str] | None:
+        """The class names by index when a `label_mapping` gives them (DL4J's
+        ``getLabels()``), else None."""
+        if self._auto:
+            self._discover()
+        return None if self._names is None else list(self._names)
 
     # -- layout ---------------------------------------------------------------------------
     def _label_columns(self) -> list[int]:
@@ -453,22 +607,46 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
 
     # -- DataSetIterator ------------------------------------------------------------------
     def has_next(self) -> bool:
-        return bool(self.reader.has_next())
+        return bool(self._read("has_next"))
 
     def _take_readers(self) -> None:
         self.reader = _reader_copy(self.reader)
 
+    def _read(self, method: str) -> Any:
+        # the reader's has_next() or next() (a record is parsed when peeked at): a label that
+        # is not a number gets the hint for class names
+        try:
+            return getattr(self.reader, method)()
+        except ValueError as exc:
+            if getattr(exc, "column", None) == self.label_index and not self.regression and self._mapping is None \
+                    and not self._auto:
+                raise ValueError(f"{exc}; for class names in the label column pass "
+                                 f"label_mapping (the names in class order, or 'auto')") from None
+            raise
+
     def _next(self) -> DataSet:
+        if self._auto:
+            self._discover()          # before the first record: the reader is at its start
         rows: list[list[float]] = []
-        while len(rows) < self._global_batch() and self.reader.has_next():
-            record = self.reader.next()
+        while len(rows) < self._global_batch() and self._read("has_next"):
+            record = self._read("next")
             self._consumed = True
             if self._num_fields is None:
                 self._set_num_fields(len(record))
             elif len(record) != self._num_fields:
                 raise ValueError(f"{_where(self.reader)}expected {self._num_fields} fields, "
                                  f"got {len(record)}")
-            if self.num_classes is not None:
+            if self._mapping is not None:
+                name = self._label_text(record[self.label_index])
+                index = self._mapping.get(name)
+                if index is None:
+                    known = sorted(self._mapping)
+                    raise ValueError(f"{_where(self.reader)}label {name!r} in column index "
+                                     f"{self.label_index} is not in label_mapping (classes: "
+                                     f"{known[:10]}{' ...' if len(known) > 10 else ''})")
+                record = list(record)
+                record[self.label_index] = float(index)
+            elif self.num_classes is not None:
                 value = record[self.label_index]
                 if not (float(value).is_integer() and 0 <= value < self.num_classes):
                     raise ValueError(f"{_where(self.reader)}label {value!r} in column index "
@@ -481,7 +659,11 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         rows = rows[self._part(len(rows))]                  # a shard's part (all when unsharded)
         if any(isinstance(v, np.ndarray) for v in first):
             return self._array_batch(rows, first)
-        table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
+        try:
+            table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
+        except ValueError:
+            raise ValueError(f"{_where(self.reader)}the reader gave text outside the label "
+                             f"column: every feature must be a number") from None
         label_cols = self._label_columns()
         if not label_cols:
             return DataSet(table.astype(np.float32), None)
@@ -540,6 +722,8 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
             return 0
         if self.regression:
             return len(self._label_columns())
+        if self._auto:
+            self._discover()
         return self.num_classes  # type: ignore[return-value]
 
 

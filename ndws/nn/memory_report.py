@@ -9,6 +9,7 @@ iteration, one layer's pass for the per-layer working memory and the ping-pong w
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import ndws
@@ -105,9 +106,11 @@ class MemoryReport:
     """
 
     def __init__(self, net: Any, batch_size: int):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        # a NumPy integer too (numbers.Integral), never a bool
+        if (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+                or batch_size < 1):
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
-        self.batch_size = batch_size
+        batch_size = self.batch_size = int(batch_size)
         itemsize = net.conf.dtype.itemsize
         self._uses = {}
         for training in (True, False):

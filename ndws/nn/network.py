@@ -40,6 +40,7 @@ from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation import evaluate as _evaluate
+from ndws.nn._fit_options import Validation, check_seed, labels_array, shuffled
 from ndws.nn.history import History, _Epoch, _Progress
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
@@ -98,6 +99,8 @@ class MultiLayerNetwork:
         self.last_etl_time = 0.0
         #: examples in the last fit iteration's batch
         self.last_batch_size = 0
+        #: the History of the running (or last) fit, for listeners (Keras' model.history)
+        self.history: History | None = None
 
     # -- building -------------------------------------------------------------------------------
 
@@ -250,7 +253,9 @@ class MultiLayerNetwork:
                     ndws.add(per, reg, out=per)
             return per
 
-    def _forward_score(self, ds: DataSet, per_example: bool = False) -> Any:
+    def _forward_score(self, ds: DataSet, per_example: bool = False,
+                       outputs: list | None = None) -> Any:
+        # outputs: a list to append the output layer's activations to (detached)
         out_layer = self._output_layer()
         x, labels, mask = self._batch_arrays(ds)
         mgr = self._manager(WorkspaceMode.NONE, True)
@@ -267,6 +272,8 @@ class MultiLayerNetwork:
                     if pre is not None:
                         a = pre.pre_process(a, mgr)
                     a = layer.activate(a, layer is out_layer, mgr)
+                if outputs is not None:
+                    outputs.append(a)
                 if per_example:
                     return out_layer.compute_score_examples(labels, mgr, mask)
                 score = out_layer.compute_score(labels, mgr, mask)
@@ -517,16 +524,60 @@ class MultiLayerNetwork:
     # -- training -------------------------------------------------------------------------------
 
     def fit(self, data: Any, labels: Any = None, *, batch_size: int | None = None,
-            epochs: int = 1, progress: bool | None = None) -> History:
-        """Train on `data`: a DataSet, an iterable (or DataSetIterator) of DataSets, or
-        features with `labels` (arrays) cut into batches of `batch_size`; returns the `History`.
-        `progress` shows a progress bar (default: when stderr is a terminal)."""
+            epochs: int = 1, progress: bool | None = None, shuffle: bool = False,
+            seed: int | None = None, validation_data: Any = None) -> History:
+        """Train on `data` for `epochs` epochs; returns the `History` (docs/networks.md,
+        "Training options").
+
+        Parameters
+        ----------
+        data : DataSet, iterable of DataSets, or (n_samples, n_features) array
+            A DataSet, a DataSetIterator, a list or a generator of DataSets, or features.
+        labels : (n_samples,) or (n_samples, n_outputs) array, optional
+            With features: class indices or one-hot rows for a softmax output, targets for
+            a regression output.
+        batch_size : int, optional
+            With features and labels: rows per batch (default: all of them).
+        epochs : int
+            Passes over the data.
+        progress : bool, optional
+            One progress bar over the whole fit, the epoch in its text (default: on a
+            terminal or in a notebook).
+        shuffle : bool
+            With features and labels arrays: visit the rows in a new order each epoch, drawn
+            from `seed` (default: the configuration's) and the network's epoch counter, so a
+            run repeats exactly, and a resumed one (save, load, fit) goes on with the orders
+            the uninterrupted run would have used.
+        validation_data : (features, labels), DataSet, or iterable of DataSets, optional
+            Held-out data scored after every epoch: ``History.validation_scores`` (and
+            ``validation_accuracy`` for a classifier), shown on the bar. An iterable is read
+            once per epoch, so it must be re-iterable (a list, a DataSetIterator), not a
+            generator.
+        """
         self._check_init()
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
+        epochs = _count("epochs", epochs)
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
-        history = History()
+        if not isinstance(shuffle, (bool, np.bool_)):
+            raise TypeError(f"shuffle: expected True or False, got {shuffle!r:.40}")
+        if labels is not None:
+            if batch_size is not None:
+                batch_size = _count("batch_size", batch_size)
+            # once for the whole fit, not per epoch: the arrays as the network's dtype
+            data, labels = self._fit_arrays(data, labels)
+        elif batch_size is not None:
+            raise ValueError("batch_size: only with features and labels arrays (a DataSet or an "
+                             "iterator brings its own batches)")
+        elif shuffle:
+            raise ValueError("shuffle: only with features and labels arrays (a DataSet or an "
+                             "iterator brings its own order, e.g. ArrayDataSetIterator(..., "
+                             "shuffle=True, seed=...))")
+        if seed is not None:
+            if not shuffle:
+                raise ValueError("seed: only with shuffle=True (it seeds the order of the rows)")
+            seed = check_seed(seed)
+        validate = None if validation_data is None else Validation(self, validation_data)
+        history = History(epochs)
         with self._exclusive("fit"):
             wrapper = None
             if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
@@ -537,16 +588,29 @@ class MultiLayerNetwork:
                 wrapper = data = AsyncDataSetIterator(data, queue_size=2)
             try:
                 for _ in range(epochs):
-                    self._fit_epoch(data, labels, batch_size, progress, history)
+                    x, y = data, labels
+                    if shuffle:
+                        x, y = shuffled(data, labels, self.conf.seed if seed is None else seed,
+                                        self._epoch)
+                    self._fit_epoch(x, y, batch_size, progress, history, validate)
             finally:
+                history._close()
                 if wrapper is not None:
                     wrapper.shutdown()
         return history
 
+    def _fit_arrays(self, data: Any, labels: Any) -> tuple[NDArray, NDArray]:
+        x = self._as_input(data)
+        y = labels_array(labels, "labels")
+        if y.ndim == 0 or y.shape[0] != x.shape[0]:
+            raise ValueError(f"labels: {y.shape[0] if y.ndim else 'no'} rows for "
+                             f"{x.shape[0]} examples")
+        return x, y
+
     def _fit_epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
-                   history: History) -> None:
+                   history: History, validate: Any = None) -> None:
         with _Epoch(self, self._listeners, history, _length(data, labels, batch_size),
-                    progress) as epoch:
+                    progress, validate=validate) as epoch:
             batches = iter(self._batches(data, labels, batch_size))
             while True:
                 waited = time.perf_counter()
@@ -569,8 +633,7 @@ class MultiLayerNetwork:
                 raise ValueError(f"labels: {y.shape[0]} rows for {n} examples")
             if batch_size is None:
                 batch_size = n
-            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-                raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+            batch_size = _count("batch_size", batch_size)
             for s in range(0, n, batch_size):
                 yield DataSet(x[s:s + batch_size], y[s:s + batch_size])
             return
@@ -1025,10 +1088,17 @@ def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str) -> None:
     raise ValueError(msg)
 
 
-def _counter(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name}: expected an int >= 0, got {value!r:.40}")
+def _count(name: str, value: Any, low: int = 1) -> int:
+    # an int argument >= low, a NumPy integer too but never a bool (fit's epochs and
+    # batch_size in every trainer, the counters)
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+            or value < low):
+        raise ValueError(f"{name}: expected an int >= {low}, got {value!r:.40}")
     return int(value)
+
+
+def _counter(name: str, value: Any) -> int:
+    return _count(name, value, 0)
 
 
 def _listener_list(listeners: tuple) -> list:
@@ -1043,7 +1113,8 @@ def _length(data: Any, labels: Any, batch_size: Any) -> int | None:
     # the number of batches of an epoch, when it can be known without consuming anything
     if labels is not None:
         n = len(data)
-        bs = batch_size if isinstance(batch_size, int) and batch_size > 0 else n
+        bs = (int(batch_size) if isinstance(batch_size, (int, np.integer))
+              and not isinstance(batch_size, bool) and batch_size > 0 else n)
         return -(-n // bs) if bs else None
     if isinstance(data, DataSet):
         return 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import numbers
 import sys
 import time
 import traceback
@@ -38,7 +39,7 @@ import ndws
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.history import History, _Epoch
-from ndws.nn.network import _length
+from ndws.nn.network import _count, _length
 from ndws.parallel.modes import TrainingMode, check_model, option_bool, option_enum, option_int
 
 __all__ = ["MPITrainer", "mpi_available"]
@@ -79,7 +80,7 @@ def mpi_available() -> bool:
 def _check_timeout(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):       # NumPy's too
         raise TypeError(f"timeout: expected seconds (a number > 0) or None, got "
                         f"{type(value).__name__} {value!r:.40}")
     if not (value > 0 and math.isfinite(value)):
@@ -337,12 +338,13 @@ class MPITrainer:
             self._report_score_after_averaging = option_bool(report_score_after_averaging,
                                                              "report_score_after_averaging")
             self._overlap = option_bool(overlap, "overlap")
-            if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int):
+            if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes,
+                                                                numbers.Integral):
                 raise TypeError(f"bucket_bytes: expected an int >= 0, got "
                                 f"{type(bucket_bytes).__name__}")
             if bucket_bytes < 0:
                 raise ValueError(f"bucket_bytes: must be at least 0, got {bucket_bytes}")
-            self._bucket_bytes = bucket_bytes
+            self._bucket_bytes = int(bucket_bytes)
             self._shared_memory = (None if shared_memory is None else
                                    option_bool(shared_memory, "shared_memory"))
             self._abort_on_error = option_bool(abort_on_error, "abort_on_error")
@@ -548,8 +550,7 @@ class MPITrainer:
         lock = net._exclusive("fit")
         locked = False
         try:
-            if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-                raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
+            epochs = _count("epochs", epochs)
             if progress is not None and not isinstance(progress, bool):
                 raise TypeError(f"progress: expected True, False or None, got "
                                 f"{progress!r:.40}")
@@ -557,10 +558,8 @@ class MPITrainer:
                 raise ValueError("MPITrainer.fit: the model is not initialised")
             # what MultiLayerNetwork.fit checks as it starts reading, checked here, before
             # the ranks agree (inside the training a bad argument would end the job)
-            if labels is not None and batch_size is not None and (
-                    isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                    or batch_size < 1):
-                raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+            if labels is not None and batch_size is not None:
+                batch_size = _count("batch_size", batch_size)
             if labels is None and batch_size is not None:
                 raise ValueError("batch_size: only with features and labels arrays (a DataSet "
                                  "or an iterator brings its own batches)")
@@ -604,7 +603,7 @@ class MPITrainer:
     def _fit(self, data: Any, labels: Any, batch_size: Any, epochs: int,
              progress: bool | None) -> History:
         net = self.model
-        history = History()
+        history = History(epochs)
         wrapper = None
         if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
                 and callable(getattr(data, "async_supported", None)) and data.async_supported()):

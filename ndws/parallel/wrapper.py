@@ -32,7 +32,7 @@ from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.history import History, _Epoch
 from ndws.nn.listeners import TrainingListener
-from ndws.nn.network import _length
+from ndws.nn.network import _count, _length
 from ndws.parallel._sync import SpinBarrier
 from ndws.parallel.modes import (Builder, Stoppable, TrainingMode, check_model,
                                  option_bool, option_enum, option_int)
@@ -300,8 +300,7 @@ class ParallelWrapper(Stoppable):
         """Train on what `MultiLayerNetwork.fit` takes, `workers` batches per round; returns
         the `History` of the rounds (each round's combined score and rows)."""
         self._check_open()
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
+        epochs = _count("epochs", epochs)
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
         if not self._busy.acquire(blocking=False):
@@ -332,7 +331,7 @@ class ParallelWrapper(Stoppable):
             wrapper = data = AsyncDataSetIterator(
                 data, queue_size=max(self.prefetch_buffer, 4) * n)
         run = self._start(n)
-        history = run.history = History()
+        history = run.history = History(epochs)
         try:
             for _ in range(epochs):
                 if self._stop_requested.is_set():
