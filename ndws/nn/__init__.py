@@ -11,13 +11,20 @@ from ndws.nn.layers import (
     Activation,
     ActivationLayer,
     BatchNormalization,
+    CnnLossLayer,
+    ConvolutionLayer,
+    Cropping2D,
     DenseLayer,
     DropoutLayer,
+    GlobalPoolingLayer,
     Layer,
     LossFunction,
     LossLayer,
     OutputLayer,
+    SubsamplingLayer,
+    Upsampling2D,
     WeightInit,
+    ZeroPaddingLayer,
 )
 from ndws.nn.preprocessors import (
     CnnToFeedForwardPreProcessor,
@@ -41,11 +48,12 @@ from ndws.nn.updaters import (
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesCloseable
 
 __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
-           "BatchNormalization", "CNN2DFormat", "CnnToFeedForwardPreProcessor",
-           "ConvolutionMode", "CycleSchedule", "DenseLayer", "DropoutLayer",
-           "ExponentialSchedule", "FeedForwardToCnnPreProcessor", "InputPreProcessor",
+           "BatchNormalization", "CNN2DFormat", "CnnLossLayer", "CnnToFeedForwardPreProcessor",
+           "ConvolutionLayer", "ConvolutionMode", "Cropping2D", "CycleSchedule", "DenseLayer", "DropoutLayer",
+           "ExponentialSchedule", "FeedForwardToCnnPreProcessor", "GlobalPoolingLayer",
+           "InputPreProcessor",
            "InputType", "Layer", "LayerWorkspaceMgr", "LossFunction", "LossLayer",
            "MultiLayerConfiguration", "MultiLayerNetwork", "Nesterovs", "OutputLayer",
-           "PoolingType", "RNNFormat", "RmsProp", "Schedule", "ScheduleType", "Sgd",
-           "StepSchedule", "Updater", "WeightInit", "WorkspacesCloseable", "functional",
-           "listeners"]
+           "PoolingType", "RNNFormat", "RmsProp", "Schedule", "ScheduleType", "Sgd", "SubsamplingLayer",
+           "StepSchedule", "Updater", "Upsampling2D", "WeightInit", "WorkspacesCloseable", "ZeroPaddingLayer",
+           "functional", "listeners"]

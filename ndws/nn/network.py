@@ -289,7 +289,8 @@ class MultiLayerNetwork:
             raise ValueError("the DataSet has no labels")
         labels = ds.labels
         mask = ds.labels_mask
-        convert = labels.ndim == 2 and labels.dtype != self.conf.dtype
+        # targets (one-hot rows, per-pixel labels) in the network's dtype; class indices stay
+        convert = labels.ndim >= 2 and labels.dtype != self.conf.dtype
         if mask is None and not convert:
             return x, labels, None            # nothing to make (fit's every batch, typically)
         with scope_out_of_workspaces():

@@ -18,7 +18,7 @@ from ndws.nn.updaters import FieldTypeError, Updater, real_field
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["Activation", "LossFunction", "WeightInit", "Layer", "DenseLayer", "OutputLayer",
-           "LossLayer", "ActivationLayer", "DropoutLayer", "BatchNormalization"]
+           "LossLayer", "ActivationLayer", "DropoutLayer"]
 
 
 class Activation(enum.Enum):
@@ -459,18 +459,9 @@ class _RowsInput:
         super()._check_resolved(where)
 
 
-class _WeightsMixin(_RowsInput):
-    # W (n_in, n_out) and b (n_out,), the first sized by fan-in/fan-out
-    has_weights = True
-
-    def param_shapes(self):
-        return {"W": (self.n_in, self.n_out), "b": (self.n_out,)}
-
-    def init_params(self, rng):
-        w = (self.weight_init or WeightInit.XAVIER).sample(rng, (self.n_in, self.n_out),
-                                                           self.n_in, self.n_out)
-        np.copyto(_np_view(self.params["W"]), w, casting="unsafe")
-        self.params["b"].fill(self.bias_init or 0.0)
+class _Regularized:
+    # l1 / l2 on the weights W (never on biases): the score terms and their gradient, DL4J's
+    # l1*sum|W| + 0.5*l2*sum(W**2)
 
     def regularization_score(self):
         # ndws calls, so the temporaries land in the current workspace (the network computes
@@ -483,20 +474,46 @@ class _WeightsMixin(_RowsInput):
             s += 0.5 * self.l2 * ndws.sum(ndws.multiply(w, w)).item()
         return s
 
-    def _weight_gradient_use(self, batch: int, itemsize: int) -> list:
-        # what _weight_gradients makes: the l2 term's temporary (in the working memory), the
-        # input gradient
+    def _regularize_gradient(self) -> None:
+        # dW += l2 * W + l1 * sign(W), after the data's gradient is in the flat buffer
+        g = self.grads["W"]
+        if self.l2:
+            ndws.add(g, ndws.multiply(self.params["W"], self.l2), out=g)
+        if self.l1:
+            ndws.add(g, ndws.multiply(ndws.sign(self.params["W"]), self.l1), out=g)
+
+    def _regularization_use(self, itemsize: int) -> list:
+        # what _regularize_gradient makes (its temporaries, in the working memory) and
+        # regularization_score at the end of the iteration (|W| or W*W and a 0-d sum each)
         use = []
-        w = self.n_in * self.n_out * itemsize
+        w = int(np.prod(self.param_shapes()["W"])) * itemsize
         if self.l2:
             use.append(("backward", ArrayType.BP_WORKING_MEM, w))
         if self.l1:
             use += [("backward", ArrayType.BP_WORKING_MEM, w)] * 2
-        # regularization_score, at the end of the iteration: |W| or W*W and a 0-d sum each
         for coefficient in (self.l1, self.l2):
             if coefficient:
                 use += [("backward", ArrayType.UPDATER_WORKING_MEM, w),
                         ("backward", ArrayType.UPDATER_WORKING_MEM, itemsize)]
+        return use
+
+
+class _WeightsMixin(_RowsInput, _Regularized):
+    # W (n_in, n_out) and b (n_out,), the first sized by fan-in/fan-out
+    has_weights = True
+
+    def param_shapes(self):
+        return {"W": (self.n_in, self.n_out), "b": (self.n_out,)}
+
+    def init_params(self, rng):
+        w = (self.weight_init or WeightInit.XAVIER).sample(rng, (self.n_in, self.n_out),
+                                                           self.n_in, self.n_out)
+        np.copyto(_np_view(self.params["W"]), w, casting="unsafe")
+        self.params["b"].fill(self.bias_init or 0.0)
+
+    def _weight_gradient_use(self, batch: int, itemsize: int) -> list:
+        # what _weight_gradients makes: the regularisation's temporaries, the input gradient
+        use = self._regularization_use(itemsize)
         if self.input_gradient_needed:
             use.append(("backward", ArrayType.ACTIVATION_GRAD, batch * self.n_in * itemsize))
         return use
@@ -505,12 +522,7 @@ class _WeightsMixin(_RowsInput):
         # dW := x.T @ dz, db := sum over rows of dz, written into the flat gradient views;
         # returns dL/dx := dz @ W.T in ACTIVATION_GRAD
         ndws.gemm(x, dz, out=self.grads["W"], trans_a=True)
-        if self.l2:
-            ndws.add(self.grads["W"], ndws.multiply(self.params["W"], self.l2),
-                     out=self.grads["W"])
-        if self.l1:
-            ndws.add(self.grads["W"], ndws.multiply(ndws.sign(self.params["W"]), self.l1),
-                     out=self.grads["W"])
+        self._regularize_gradient()
         ndws.sum(dz, axis=0, out=self.grads["b"])
         if not self.input_gradient_needed:
             return None
@@ -627,7 +639,10 @@ class _LossMixin:
         return self._loss(self._z, labels, mgr, False, mask)[0]
 
     def _loss(self, z: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr,
-              want_grad: bool, mask: NDArray | None = None) -> tuple[float, NDArray | None]:
+              want_grad: bool, mask: NDArray | None = None, examples: int | None = None
+              ) -> tuple[float, NDArray | None]:
+        # `examples`: what the sum of the rows' losses is divided by when it is not the rows
+        # (a per-pixel loss: the minibatch, DL4J's divisor)
         loss = self.loss_function
         act = self.activation or Activation.IDENTITY
         n, width = z.shape
@@ -636,11 +651,12 @@ class _LossMixin:
         reduces = _reduces(loss)
         weights = None
         reduction = "mean"
-        if mask is not None:
+        if mask is not None or examples is not None:
             # DL4J: masked-out examples add nothing and the sum is still divided by the
             # batch size (not by the mask's sum); a mask value weighs its example's loss
             reduction = "sum"
-            scale = 1.0 / (n * width) if reduces == "mean" else 1.0 / n
+            m = n if examples is None else examples
+            scale = 1.0 / (m * width) if reduces == "mean" else 1.0 / m
             weights = self._width_weights(n, scale, z.dtype)
         elif reduces == "sum" and width > 1:
             # mean over all elements times the width = per-example sum averaged over examples
@@ -836,120 +852,3 @@ class DropoutLayer(Layer):
                                        dtype=epsilon.dtype)
         ndws.multiply(epsilon, 1, out=eps)
         return {}, self._dropout_backward(eps)
-
-
-class BatchNormalization(Layer):
-    """Batch normalisation over the examples (DL4J's ``BatchNormalization`` for dense input):
-    ``y = gamma * (x - mean) / sqrt(var + eps) + beta`` with the batch's statistics in training
-    (biased variance) and the running ones at inference; each training pass moves the running
-    statistics: ``running = decay * running + (1 - decay) * batch``. The running mean and
-    variance live in the flat parameter buffer (saved, averaged, broadcast with it) but the
-    updater leaves them alone.
-
-    Parameters
-    ----------
-    decay : float in [0, 1]
-    eps : float > 0
-    lock_gamma_beta : bool
-        Keep gamma = 1 and beta = 0 (not trained).
-    **common
-        As `Layer` (n_out equals n_in).
-    """
-
-    fields = Layer.fields + ("decay", "eps", "lock_gamma_beta")
-
-    def __init__(self, *, decay: float = 0.9, eps: float = 1e-5, lock_gamma_beta: bool = False,
-                 **common: Any):
-        super().__init__(**common)
-        self.decay = _nonneg("BatchNormalization", "decay", decay, 1.0)
-        self.eps = _nonneg("BatchNormalization", "eps", eps, open_lo=True)
-        if not isinstance(lock_gamma_beta, bool):
-            raise FieldTypeError(f"BatchNormalization.lock_gamma_beta: expected a bool, got "
-                            f"{type(lock_gamma_beta).__name__}")
-        self.lock_gamma_beta = lock_gamma_beta
-
-    keeps_width = True
-
-    def _check_resolved(self, where):
-        if self.n_in is None:        # its parameters are n_in wide
-            raise ValueError(f"{where}.n_in: unknown (set n_in on the first layer)")
-        super()._check_resolved(where)
-
-    def param_shapes(self):
-        n = self.n_in
-        return {"gamma": (n,), "beta": (n,), "mean": (n,), "var": (n,)}
-
-    def memory_use(self, batch, training, itemsize):
-        # the arrays activate/backprop_gradient make: named ones by type, and the temporaries
-        # of the ndws calls (placed in the current workspace: this pass's working memory)
-        f = self.n_in * itemsize
-        nf = batch * f
-        if not training:
-            return [("forward", ArrayType.FF_WORKING_MEM, f)] * 3 + [
-                ("forward", ArrayType.ACTIVATIONS, nf)]
-        use = [("forward", ArrayType.ACTIVATIONS, nf),
-               ("forward", ArrayType.INPUT, f), ("forward", ArrayType.INPUT, nf)]
-        # mean, xc, xc*xc, var, var+eps, sqrt; the four running-statistics products
-        use += [("forward", ArrayType.FF_WORKING_MEM, b) for b in (f, nf, nf, f, f, f)]
-        use += [("forward", ArrayType.FF_WORKING_MEM, f)] * 4
-        # dy*x_hat, mean(dy), mean(dy*x_hat), x_hat*that, gamma*inv_std
-        use += [("backward", ArrayType.BP_WORKING_MEM, b) for b in (nf, f, f, nf, f)]
-        if self.input_gradient_needed:
-            use.append(("backward", ArrayType.ACTIVATION_GRAD, nf))
-        return use
-
-    def trainable(self, name):
-        return name in ("gamma", "beta") and not self.lock_gamma_beta
-
-    def init_params(self, rng):
-        self.params["gamma"].fill(1.0)
-        self.params["beta"].fill(0.0)
-        self.params["mean"].fill(0.0)
-        self.params["var"].fill(1.0)
-
-    def activate(self, x, training, mgr):
-        p = self.params
-        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
-        if not training:
-            # y = (x - running_mean) * (gamma / sqrt(running_var + eps)) + beta
-            scale = ndws.divide(p["gamma"], ndws.sqrt(ndws.add(p["var"], self.eps)))
-            ndws.subtract(x, p["mean"], out=y)
-            ndws.multiply(y, scale, out=y)
-            return ndws.add(y, p["beta"], out=y)
-        n = x.shape[0]
-        mean = ndws.mean(x, axis=0)
-        xc = ndws.subtract(x, mean)
-        var = ndws.mean(ndws.multiply(xc, xc), axis=0)
-        # kept for backprop: the normalised input and 1 / sqrt(var + eps)
-        inv_std = mgr.create_uninitialized(ArrayType.INPUT, (x.shape[1],), dtype=x.dtype)
-        ndws.divide(1.0, ndws.sqrt(ndws.add(var, self.eps)), out=inv_std)
-        x_hat = mgr.create_uninitialized(ArrayType.INPUT, x.shape, dtype=x.dtype)
-        ndws.multiply(xc, inv_std, out=x_hat)
-        self._x_hat, self._inv_std, self._n = x_hat, inv_std, n
-        ndws.multiply(x_hat, p["gamma"], out=y)
-        ndws.add(y, p["beta"], out=y)
-        # running statistics, in place in the parameter buffer
-        d = self.decay
-        ndws.add(ndws.multiply(p["mean"], d), ndws.multiply(mean, 1.0 - d), out=p["mean"])
-        ndws.add(ndws.multiply(p["var"], d), ndws.multiply(var, 1.0 - d), out=p["var"])
-        return y
-
-    def backprop_gradient(self, epsilon, mgr):
-        g = self.grads
-        x_hat, inv_std = self._x_hat, self._inv_std
-        dy_xhat = ndws.multiply(epsilon, x_hat)
-        if self.lock_gamma_beta:
-            g["gamma"].fill(0.0)
-            g["beta"].fill(0.0)
-        else:
-            ndws.sum(dy_xhat, axis=0, out=g["gamma"])
-            ndws.sum(epsilon, axis=0, out=g["beta"])
-        g["mean"].fill(0.0)
-        g["var"].fill(0.0)
-        # dx = gamma * inv_std * (dy - mean(dy) - x_hat * mean(dy * x_hat))
-        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, epsilon.shape,
-                                       dtype=epsilon.dtype)
-        ndws.subtract(epsilon, ndws.mean(epsilon, axis=0), out=eps)
-        ndws.subtract(eps, ndws.multiply(x_hat, ndws.mean(dy_xhat, axis=0)), out=eps)
-        ndws.multiply(eps, ndws.multiply(self.params["gamma"], inv_std), out=eps)
-        return dict(self.grads), eps

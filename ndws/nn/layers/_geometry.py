@@ -1,0 +1,226 @@
+"""What the layers of images share: their size fields (an int or a pair), the geometry of a
+window (kernel, stride, padding, dilation, mode) on the input type, checked with DL4J's
+messages when the configuration is built, and the check of the arrays they get.
+
+The output sizes are `ndws.nn.functional.conv_output_size` / `same_padding`'s (DL4J's
+``ConvolutionUtils``); what this module adds is the layer's name, index and input type in
+every message (DL4J's ``InputTypeUtil.getOutputTypeCnnLayers``)."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ndws.nn import functional as F
+from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType
+from ndws.nn.preprocessors import FeedForwardToCnnPreProcessor
+from ndws.nn.updaters import FieldTypeError
+
+__all__ = ["pair", "Window", "window", "image_input", "data_format", "check_image",
+           "too_large", "ImageLayer", "WindowLayer"]
+
+#: a layer's arrays per example may not exceed this many bytes: past it an im2col buffer or an
+#: activation of a batch overflows what an allocation can ask (caught when the configuration is
+#: built, before anything is allocated)
+MAX_EXAMPLE_BYTES = 1 << 48
+
+
+def pair(owner: str, name: str, value: Any, lo: int) -> tuple[int, int]:
+    """An int or a pair of ints >= lo as a pair (DL4J's ``int[2]`` builder fields)."""
+    items = value if isinstance(value, (tuple, list)) else (value, value)
+    if len(items) != 2 or any(isinstance(v, (bool, np.bool_))
+                              or not isinstance(v, (int, np.integer)) for v in items):
+        raise FieldTypeError(f"{owner}.{name}: expected an int or a pair of ints, got "
+                             f"{value!r:.40}")
+    if any(not lo <= v <= 1 << 31 for v in items):
+        raise ValueError(f"{owner}.{name}: expected ints in [{lo}, 2**31], got {value!r:.40}")
+    return (int(items[0]), int(items[1]))
+
+
+class Window(NamedTuple):
+    """A window layer's geometry on its input: output size and the padding actually applied
+    (top, bottom, left, right)."""
+
+    out_h: int
+    out_w: int
+    padding: tuple[int, int, int, int]
+
+
+def _prefix(layer: Any, dim: str) -> str:
+    return (f"Invalid configuration for layer (idx={layer.index}, name="
+            f"{layer.name or '(not named)'}, type={type(layer).__name__}) for {dim} dimension: ")
+
+
+def window(layer: Any, t: InputType, kernel: tuple, stride: tuple, padding: tuple,
+           dilation: tuple, mode: ConvolutionMode, n_out: int) -> Window:
+    """The output size and padding of `layer`'s window on images of type `t` (DL4J's
+    ``getOutputTypeCnnLayers``), or ValueError with DL4J's message, the layer's index, type
+    and the dimension: a kernel larger than the padded input (always checked: DL4J beta5's
+    rule), a Strict size that does not divide, padding with Same."""
+    suffix = (f"\nInput type = {t!r}, kernel = {list(kernel)}, strides = {list(stride)}, "
+              f"padding = {list(padding)}, layer size (output channels) = {n_out}, "
+              f"convolution mode = {mode.name}")
+    if mode is ConvolutionMode.SAME and any(padding):
+        raise ValueError(f"{_prefix(layer, 'height')}Padding cannot be used when using the "
+                         f"`same' convolution mode (padding = {list(padding)}){suffix}")
+    if mode is ConvolutionMode.CAUSAL:
+        raise ValueError(f"{type(layer).__name__}: Causal convolution mode can only be used with "
+                         f"1D convolutional neural network layers")
+    sizes, pads = [], []
+    for axis, dim, size in ((0, "height", t.height), (1, "width", t.width)):
+        k, s, p, d = kernel[axis], stride[axis], padding[axis], dilation[axis]
+        ek = (k - 1) * d + 1
+        if mode is not ConvolutionMode.SAME and ek > size + 2 * p:
+            what = (f"kernel size {k}" if d == 1
+                    else f"effective kernel size {ek} (kernel {k}, dilation {d})")
+            letter = dim[0].upper()
+            raise ValueError(f"{_prefix(layer, dim)}{what} larger than input {dim} {size} plus "
+                             f"padding 2*{p}. Require 0 < k{letter} <= in{dim.capitalize()} + "
+                             f"2*pad{letter}; got (k{letter}={ek}, in{dim.capitalize()}={size}, "
+                             f"pad{letter}={p}){suffix}")
+        try:
+            sizes.append(F.conv_output_size(size, k, s, p, d, mode.name, dim))
+        except ValueError as exc:
+            raise ValueError(f"{_prefix(layer, dim)}\nCombination of kernel size, stride and "
+                             f"padding are not valid for given input {dim}, using "
+                             f"ConvolutionMode.{mode.value}\n{exc}{suffix}") from None
+        pads.append(F.same_padding(size, k, s, d) if mode is ConvolutionMode.SAME else (p, p))
+    return Window(sizes[0], sizes[1], pads[0] + pads[1])
+
+
+def image_input(layer: Any, t: InputType | None, where: str) -> InputType:
+    """`t` when it is images; else ValueError saying what the layer needs."""
+    name = type(layer).__name__
+    if t is None:
+        raise ValueError(f"{where}: {name} needs the height and width of its input: give the "
+                         f"configuration input_type=InputType.convolutional(height, width, "
+                         f"channels) (or convolutional_flat)")
+    if t.kind != "CNN":
+        raise ValueError(f"{where}: {name} takes images (InputType.convolutional), got {t!r}"
+                         + ("; set input_type=InputType.convolutional_flat(height, width, "
+                            "channels) for rows of pixels" if t.kind == "FF" else ""))
+    return t
+
+
+def data_format(layer: Any, t: InputType, where: str) -> CNN2DFormat:
+    """The layer's data format: its own (which must be its input's), or its input's."""
+    own = layer.data_format
+    if own is not None and own is not t.data_format:
+        raise ValueError(f"{where}.data_format: {own.name} does not match its input "
+                         f"{t!r} ({t.data_format.name})")
+    return t.data_format
+
+
+def too_large(layer: Any, where: str, values: int, itemsize: int = 8) -> None:
+    """ValueError when one example's array of `values` elements exceeds MAX_EXAMPLE_BYTES."""
+    if values * itemsize > MAX_EXAMPLE_BYTES:
+        raise ValueError(f"{where}: {type(layer).__name__} would need {values:,} values per "
+                         f"example for one of its arrays, more than 2**48 bytes")
+
+
+def check_image(layer: Any, x: Any) -> None:
+    """The array `layer` got against its input type (DL4J's ``validateInputRank`` /
+    ``validateInputDepth`` messages); a custom layer before it may have made anything."""
+    t = layer.input_type
+    expected = t.shape()
+    if x.ndim == 4 and tuple(x.shape[1:]) == expected:
+        return
+    name = type(layer).__name__
+    who = f"(layer name = {layer.name or '(not named)'}, layer index = {layer.index})"
+    if x.ndim != 4:
+        layout = ("[minibatchSize, layerInputDepth, inputHeight, inputWidth]"
+                  if t.data_format is CNN2DFormat.NCHW
+                  else "[minibatchSize, inputHeight, inputWidth, layerInputDepth]")
+        hint = (" (Wrong input type (see InputType.convolutional_flat()) or wrong data type?)"
+                if x.ndim == 2 else "")
+        raise ValueError(f"Got rank {x.ndim} array as input to {name} {who} with shape "
+                         f"{tuple(x.shape)}. Expected rank 4 array with shape {layout}.{hint}")
+    c_axis = 1 if t.data_format is CNN2DFormat.NCHW else 3
+    if x.shape[c_axis] != t.channels:
+        other = 3 if c_axis == 1 else 1
+        hint = (f" (the other layout's channel axis has {t.channels}: NHWC data into an NCHW "
+                f"layer, or the reverse?)" if x.shape[other] == t.channels else "")
+        raise ValueError(f"Cannot do forward pass in {name} {who}: input array channels does "
+                         f"not match CNN layer configuration (data format = "
+                         f"{t.data_format.name}, data input channels = {x.shape[c_axis]}, "
+                         f"{tuple(x.shape)}; expected input channels = {t.channels}){hint}")
+    raise ValueError(f"{name} {who}: input of shape {tuple(x.shape)}, expected "
+                     f"{t.describe_shape()} ({t!r}): the geometry and memory plan are made "
+                     f"for that height and width")
+
+
+class ImageLayer:
+    """Mixin of the layers that take images: DL4J's preprocessor for rows of pixels
+    (convolutional_flat), no input type implied by n_in (channels), the data format taken from
+    the input type, and the runtime check of the input array."""
+
+    def implied_input_type(self):
+        return None                     # n_in is channels: it says nothing of height and width
+
+    def preprocessor_for(self, input_type):
+        if input_type.kind == "CNNFlat":
+            return FeedForwardToCnnPreProcessor(input_type.height, input_type.width,
+                                                input_type.channels)
+        return None
+
+    def _check_resolved(self, where):
+        t = image_input(self, self.input_type, where)
+        self.data_format = data_format(self, t, where)
+        super()._check_resolved(where)
+
+
+class WindowLayer(ImageLayer):
+    """Mixin of the layers with a window (convolutions and pooling): the fields kernel_size,
+    stride, padding, dilation, convolution_mode (None: the network's, TRUNCATE by default) and
+    data_format (None: the input's), checked when set; the geometry on the input type, checked
+    when the configuration is built."""
+
+    window_fields = ("kernel_size", "stride", "padding", "dilation", "convolution_mode",
+                     "data_format")
+    #: whether the mode may be CAUSAL (the 1-D layers)
+    allow_causal = False
+
+    def _init_window(self, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+                     convolution_mode: Any, data_format: Any) -> None:
+        owner = type(self).__name__
+        self.kernel_size = pair(owner, "kernel_size", kernel_size, 1)
+        self.stride = pair(owner, "stride", stride, 1)
+        self.padding = pair(owner, "padding", padding, 0)
+        self.dilation = pair(owner, "dilation", dilation, 1)
+        self.convolution_mode = (None if convolution_mode is None else
+                                 ConvolutionMode.parse(convolution_mode,
+                                                       f"{owner}.convolution_mode"))
+        self.data_format = (None if data_format is None
+                            else CNN2DFormat.parse(data_format, f"{owner}.data_format"))
+        self._check_mode(owner)
+
+    def _check_mode(self, where: str) -> None:
+        mode = self.convolution_mode
+        if mode is ConvolutionMode.CAUSAL and not self.allow_causal:
+            raise ValueError(f"{where}.convolution_mode: Causal convolution mode can only be "
+                             f"used with 1D convolutional neural network layers")
+        if mode is ConvolutionMode.SAME and any(self.padding):
+            raise ValueError(f"{where}.padding: Padding cannot be used when using the `same' "
+                             f"convolution mode (padding = {list(self.padding)})")
+
+    def _check_resolved(self, where):
+        super()._check_resolved(where)
+        self._check_mode(where)
+        self.geometry()
+
+    def _window_channels(self) -> int:
+        # the output channels the messages name (DL4J's "layer size")
+        return self.n_out if self.n_out is not None else self.n_in
+
+    def geometry(self) -> Window:
+        """The output size and applied padding on the layer's input type (computed once)."""
+        g = self.__dict__.get("_window")
+        if g is None or g[0] is not self.input_type:
+            mode = self.convolution_mode or ConvolutionMode.TRUNCATE
+            w = window(self, self.input_type, self.kernel_size, self.stride, self.padding,
+                       self.dilation, mode, self._window_channels())
+            g = self._window = (self.input_type, w)
+        return g[1]
+
+    def _pads(self) -> tuple:
+        return self.geometry().padding
