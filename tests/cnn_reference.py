@@ -119,3 +119,36 @@ def check_gradients(net, ds, eps=1e-6, max_rel=1e-3, min_abs=1e-8, max_per_param
     assert not bad, f"{len(bad)} of {len(indices)} gradients off; worst (rel, index, " \
                     f"backprop, numeric): {max(bad)}"
     return len(indices)
+
+
+def conv_transpose2d(x, w, b, stride, pads, dilation, fmt="NCHW"):
+    """The transposed convolution with w (c_in, c_out, kh, kw): every input value scattered
+    through the kernel, then the padding cut off."""
+    x = to_nchw(np.asarray(x, np.float64), fmt)
+    w = np.asarray(w, np.float64)
+    n, c, h, wd = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = w.shape[2:], stride, dilation
+    full = np.zeros((n, w.shape[1], sh * (h - 1) + (kh - 1) * dh + 1,
+                     sw * (wd - 1) + (kw - 1) * dw + 1))
+    for i in range(kh):
+        for j in range(kw):
+            full[:, :, i * dh:i * dh + sh * (h - 1) + 1:sh,
+                 j * dw:j * dw + sw * (wd - 1) + 1:sw] += np.einsum("nchw,co->nohw", x,
+                                                                    w[:, :, i, j])
+    t, bm, l, r = pads
+    out = full[:, :, t:full.shape[2] - bm, l:full.shape[3] - r]
+    if b is not None:
+        out = out + np.asarray(b, np.float64).reshape(1, -1, 1, 1)
+    return from_nchw(out, fmt)
+
+
+def depthwise_conv2d(x, w, b, stride, pads, dilation, fmt="NCHW"):
+    """Channel c convolved with w[c, j] (c_in, multiplier, kh, kw) gives output c*m + j."""
+    x = to_nchw(np.asarray(x, np.float64), fmt)
+    c, m = w.shape[:2]
+    outs = [conv2d(x[:, k:k + 1], w[k, j][None, None], None, stride, pads, dilation)
+            for k in range(c) for j in range(m)]
+    out = np.concatenate(outs, axis=1)
+    if b is not None:
+        out = out + np.asarray(b, np.float64).reshape(1, -1, 1, 1)
+    return from_nchw(out, fmt)

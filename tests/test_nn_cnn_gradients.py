@@ -245,3 +245,63 @@ def test_cnn_loss_layer_scores_like_dl4j(rng):
                                          r"input's\) for layers\[0\] \(CnnLossLayer\), got "
                                          r"\(5, 2, 4, 3\)$"):
         net.score(DataSet(x, labels.transpose(0, 1, 3, 2).copy()))
+
+
+# -- the rest of the family (CNNGradientCheckTest's testDeconvolution2D, testSeparableConv2D,
+# testDepthwiseConv2D; CNN1DGradientCheckTest's 1-D cases) ------------------------------------
+
+from ndws.nn import (Convolution1DLayer, Deconvolution2D, DepthwiseConvolution2D,  # noqa: E402
+                     SeparableConvolution2D, Subsampling1DLayer)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("mode, stride, k, d, act", [
+    ("same", 1, 2, 1, "tanh"), ("truncate", 2, 3, 1, "sigmoid"), ("same", 2, 3, 2, "relu"),
+    ("truncate", 1, 2, 2, "identity")])
+def test_deconvolution_2d(fmt, mode, stride, k, d, act, rng):
+    t = InputType.convolutional(4, 3, 2, fmt)
+    # (a bias off 0: where no input lands the output is the bias alone, and relu's kink at
+    # 0 would fail any central difference)
+    net = build([Deconvolution2D(kernel_size=k, stride=stride, dilation=d, n_out=2,
+                                 activation=act, convolution_mode=mode, bias_init=0.05),
+                 OutputLayer(n_out=2, activation="softmax")], t)
+    check_gradients(net, DataSet(images(rng, 2, t), one_hot(2, 2)))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("mode, stride, k, d, m", [
+    ("same", 1, 2, 1, 1), ("truncate", 2, 3, 1, 2), ("same", 2, 2, 2, 3),
+    ("truncate", 1, 3, 2, 1)])
+def test_depthwise_conv_2d(fmt, mode, stride, k, d, m, rng):
+    t = InputType.convolutional(7, 6, 2, fmt)
+    net = build([DepthwiseConvolution2D(kernel_size=k, stride=stride, dilation=d,
+                                        depth_multiplier=m, activation="tanh",
+                                        convolution_mode=mode),
+                 OutputLayer(n_out=2, activation="softmax")], t)
+    check_gradients(net, DataSet(images(rng, 2, t), one_hot(2, 2)))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("mode, stride, k, d, m", [
+    ("same", 1, 2, 1, 1), ("truncate", 2, 3, 1, 2), ("same", 2, 2, 2, 2)])
+def test_separable_conv_2d(fmt, mode, stride, k, d, m, rng):
+    t = InputType.convolutional(7, 6, 2, fmt)
+    net = build([SeparableConvolution2D(kernel_size=k, stride=stride, dilation=d,
+                                        depth_multiplier=m, n_out=3, activation="tanh",
+                                        convolution_mode=mode, l2=0.3, l1=0.2),
+                 OutputLayer(n_out=2, activation="softmax")], t)
+    check_gradients(net, DataSet(images(rng, 2, t), one_hot(2, 2)))
+
+
+@pytest.mark.parametrize("fmt", ["NCW", "NWC"])
+@pytest.mark.parametrize("mode, stride, k, d, kind", [
+    ("truncate", 1, 2, 1, "MAX"), ("same", 2, 3, 1, "AVG"), ("causal", 1, 3, 2, "MAX"),
+    ("causal", 2, 2, 1, "PNORM"), ("truncate", 1, 2, 2, "SUM")])
+def test_convolution_1d_with_subsampling_1d(fmt, mode, stride, k, d, kind, rng):
+    t = InputType.recurrent(2, 12, fmt)
+    net = build([Convolution1DLayer(kernel_size=k, stride=stride, dilation=d, n_out=3,
+                                    activation="tanh", convolution_mode=mode),
+                 Subsampling1DLayer(pooling_type=kind, kernel_size=2, stride=1, pnorm=2),
+                 GlobalPoolingLayer(pooling_type="avg"),
+                 OutputLayer(n_out=2, activation="softmax")], t)
+    check_gradients(net, DataSet(images(rng, 3, t), one_hot(3, 2)))

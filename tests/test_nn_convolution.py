@@ -334,3 +334,161 @@ def test_wrong_input_from_a_custom_layer_is_named(shape, msg):
     net.init()
     with pytest.raises(ValueError, match=msg):
         net.output(np.zeros((4, 1), np.float32))
+
+
+# -- the rest of the family ---------------------------------------------------------------------
+
+from cnn_reference import conv_transpose2d, depthwise_conv2d  # noqa: E402
+from ndws.nn import (Convolution1DLayer, Deconvolution2D, DepthwiseConvolution2D,  # noqa: E402
+                     SeparableConvolution2D, Subsampling1DLayer)
+
+
+@pytest.mark.parametrize("mode, stride, padding, dilation", [
+    ("TRUNCATE", 1, 0, 1), ("TRUNCATE", 2, 1, 1), ("TRUNCATE", 2, 0, 2), ("SAME", 2, 0, 1),
+    ("SAME", 1, 0, 1), ("STRICT", 3, 1, 1)])
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_deconvolution_forward(mode, stride, padding, dilation, fmt, dtype, rng):
+    layer = Deconvolution2D(kernel_size=(3, 2), stride=stride, padding=padding,
+                            dilation=dilation, convolution_mode=mode, n_out=3,
+                            activation="sigmoid", bias_init=0.1)
+    net = single(layer, InputType.convolutional(4, 5, 2, fmt), dtype)
+    d = net.layers[0]
+    assert d.param_shapes() == {"b": (3,), "W": (2, 3, 3, 2)}
+    out_h = stride * 4 if mode == "SAME" else stride * 3 + 2 * dilation + 1 - 2 * padding
+    out_w = stride * 5 if mode == "SAME" else stride * 4 + dilation + 1 - 2 * padding
+    g = d.geometry()
+    assert (g.out_h, g.out_w) == (out_h, out_w)
+    x = rng.standard_normal((2, 2, 4, 5) if fmt == "NCHW" else (2, 4, 5, 2)).astype(dtype)
+    expected = 1 / (1 + np.exp(-conv_transpose2d(x, d.params["W"].numpy(),
+                                                  d.params["b"].numpy(), (stride, stride),
+                                                  g.padding, (dilation, dilation), fmt)))
+    for train in (False, True):
+        np.testing.assert_allclose(net.feed_forward(x, train=train)[-1].numpy(), expected,
+                                   **TOL[dtype])
+
+
+@pytest.mark.parametrize("mode, stride, dilation", [("TRUNCATE", 1, 1), ("SAME", 2, 1),
+                                                    ("TRUNCATE", 2, 2), ("SAME", 1, 2)])
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("multiplier", [1, 2])
+def test_depthwise_and_separable_forward(mode, stride, dilation, fmt, multiplier, rng):
+    t = InputType.convolutional(6, 7, 3, fmt)
+    kw = dict(kernel_size=(3, 2), stride=stride, dilation=dilation, convolution_mode=mode,
+              depth_multiplier=multiplier, activation="tanh", bias_init=0.2)
+    x = rng.standard_normal((2,) + t.shape())
+    dnet = single(DepthwiseConvolution2D(**kw), t, np.float64)
+    dw = dnet.layers[0]
+    assert dw.n_out == 3 * multiplier
+    assert dw.param_shapes() == {"b": (3 * multiplier,), "W": (3, 2, 3, multiplier)}
+    pads = dw.geometry().padding
+    w_cm = dw.params["W"].numpy().transpose(2, 3, 0, 1)           # (c, m, kh, kw)
+    expected = np.tanh(depthwise_conv2d(x, w_cm, dw.params["b"].numpy(), (stride, stride),
+                                        pads, (dilation, dilation), fmt))
+    np.testing.assert_allclose(dnet.output(x).numpy(), expected, rtol=1e-12, atol=1e-12)
+    snet = single(SeparableConvolution2D(n_out=4, **kw), t, np.float64)
+    sep = snet.layers[0]
+    assert list(sep.param_shapes().items()) == [("b", (4,)), ("W", (multiplier, 3, 3, 2)),
+                                                ("pW", (4, 3 * multiplier, 1, 1))]
+    depth = depthwise_conv2d(x, sep.params["W"].numpy().transpose(1, 0, 2, 3), None,
+                             (stride, stride), pads, (dilation, dilation), fmt)
+    expected = np.tanh(conv2d(depth, sep.params["pW"].numpy(), sep.params["b"].numpy(),
+                              (1, 1), (0,) * 4, (1, 1), fmt))
+    for train in (False, True):
+        np.testing.assert_allclose(snet.feed_forward(x, train=train)[-1].numpy(), expected,
+                                   rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode, stride, padding, dilation", [
+    ("TRUNCATE", 1, 0, 1), ("TRUNCATE", 2, 1, 2), ("SAME", 2, 0, 1), ("CAUSAL", 1, 0, 2),
+    ("CAUSAL", 2, 0, 1)])
+@pytest.mark.parametrize("fmt", ["NCW", "NWC"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_convolution_1d_forward(mode, stride, padding, dilation, fmt, dtype, rng):
+    layer = Convolution1DLayer(kernel_size=3, stride=stride, padding=padding,
+                               dilation=dilation, convolution_mode=mode, n_out=4,
+                               activation="relu")
+    net = single(layer, InputType.recurrent(2, 9, fmt), dtype)
+    c1 = net.layers[0]
+    assert c1.param_shapes() == {"b": (4,), "W": (4, 2, 3, 1)}
+    x = rng.standard_normal((3, 2, 9) if fmt == "NCW" else (3, 9, 2)).astype(dtype)
+    xc = x if fmt == "NCW" else x.transpose(0, 2, 1)
+    ek = 2 * dilation + 1
+    if mode == "CAUSAL":
+        steps = -(-9 // stride)
+        pads = ((steps - 1) * stride + ek - 9, 0)        # all before the series
+    else:
+        steps, pads = out_and_pads(mode, 9, 3, stride, padding, dilation)
+    expected = np.maximum(conv2d(xc[..., None], c1.params["W"].numpy(), c1.params["b"].numpy(),
+                                 (stride, 1), pads + (0, 0), (dilation, 1)), 0)[..., 0]
+    assert expected.shape == (3, 4, steps)
+    if fmt == "NWC":
+        expected = expected.transpose(0, 2, 1)
+    assert net.conf.resolved_layers[0].output_type(None) == InputType.recurrent(4, steps, fmt)
+    for train in (False, True):
+        np.testing.assert_allclose(net.feed_forward(x, train=train)[-1].numpy(), expected,
+                                   **TOL[dtype])
+
+
+def test_causal_convolution_sees_no_future(rng):
+    net = single(Convolution1DLayer(kernel_size=3, convolution_mode="causal", n_out=2,
+                                    activation="identity"), InputType.recurrent(1, 8),
+                 np.float64)
+    x = rng.standard_normal((1, 1, 8))
+    later = x.copy()
+    later[..., 5:] += 10.0
+    a, b = net.output(x).numpy(), net.output(later).numpy()
+    np.testing.assert_array_equal(a[..., :5], b[..., :5])
+    assert not np.allclose(a[..., 5:], b[..., 5:])
+
+
+@pytest.mark.parametrize("kind", ["MAX", "AVG", "PNORM"])
+@pytest.mark.parametrize("fmt", ["NCW", "NWC"])
+def test_subsampling_1d_forward_and_variable_length(kind, fmt, rng):
+    layer = Subsampling1DLayer(pooling_type=kind, kernel_size=2, stride=2, pnorm=2)
+    for length in (10, None):
+        net = single(layer, InputType.recurrent(3, length, fmt), np.float64)
+        for steps in ((10,) if length else (10, 7)):
+            x = rng.standard_normal((2, 3, steps) if fmt == "NCW" else (2, steps, 3))
+            xc = x if fmt == "NCW" else x.transpose(0, 2, 1)
+            expected = pool2d(xc[..., None], kind, (2, 1), (2, 1), (0,) * 4, (1, 1))[..., 0]
+            if fmt == "NWC":
+                expected = expected.transpose(0, 2, 1)
+            np.testing.assert_allclose(net.output(x).numpy(), expected, rtol=1e-12)
+    assert net.memory_report(2).complete is False         # a varying length: not known
+
+
+@pytest.mark.parametrize("make, msg", [
+    (lambda: single(Convolution1DLayer(kernel_size=3, n_out=2), InputType.convolutional(4, 4, 1)),
+     r"^layers\[0\]: Convolution1DLayer takes time series \(InputType.recurrent\), got "
+     r"InputType.convolutional\(4, 4, 1\)$"),
+    (lambda: Convolution1DLayer(kernel_size=(3, 1), n_out=2),
+     r"^Convolution1DLayer.kernel_size: expected an int, got \(3, 1\)$"),
+    (lambda: Convolution1DLayer(kernel_size=3, n_out=2, padding=1, convolution_mode="causal"),
+     r"^Convolution1DLayer.padding: Padding cannot be used when using the `causal' "
+     r"convolution mode"),
+    (lambda: single(Convolution1DLayer(kernel_size=5, n_out=2), InputType.recurrent(2, 3)),
+     r"kernel size 5 larger than input height 3 plus padding"),
+    (lambda: single(DepthwiseConvolution2D(kernel_size=1, n_out=5, depth_multiplier=2),
+                    InputType.convolutional(3, 3, 2)),
+     r"^layers\[0\].n_out: a DepthwiseConvolution2D has n_in \* depth_multiplier = 4 outputs, "
+     r"got 5$"),
+    (lambda: DepthwiseConvolution2D(depth_multiplier=0),
+     r"^DepthwiseConvolution2D.depth_multiplier: expected an int in \[1, 2\*\*20\], got 0$"),
+    (lambda: single(Deconvolution2D(kernel_size=1, stride=3, n_out=2, convolution_mode="same"),
+                    InputType.convolutional(3, 3, 2)),
+     r"type=Deconvolution2D\) for height dimension: Same mode needs an effective kernel at "
+     r"least as large as the stride \(1 < 3\)"),
+    (lambda: single(Deconvolution2D(kernel_size=1, padding=2, n_out=2),
+                    InputType.convolutional(1, 3, 2)),
+     r"type=Deconvolution2D\) for height dimension: padding \(2, 2\) leaves no output"),
+])
+def test_family_configuration_errors(make, msg):
+    with pytest.raises(ValueError, match=msg):
+        make()
+
+
+def test_1d_input_of_the_wrong_length(rng):
+    net = single(Convolution1DLayer(kernel_size=2, n_out=2), InputType.recurrent(3, 6))
+    with pytest.raises(ValueError, match=r"expected a 3-d array \(n_samples, size=3, time=6\)"):
+        net.output(np.zeros((2, 3, 5), np.float32))

@@ -155,7 +155,7 @@ class MultiLayerNetwork:
                                      for _ in range(u.n_state)]) for u, s, e in segments]
         # DL4J's WeightDecay: the weights' [start, end) in the flat buffers
         self._decayed = [(layer, off, off + size) for layer, name, shape, off, size in layout
-                         if name == "W" and layer.weight_decay]
+                         if name in layer.weight_keys and layer.weight_decay]
         self._dropout_rng = np.random.default_rng([conf.seed, 1])
         for layer in layers:
             layer._rng = self._dropout_rng

@@ -12,11 +12,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ndws.nn import functional as F
-from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType
+from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType, RNNFormat
 from ndws.nn.preprocessors import FeedForwardToCnnPreProcessor
 from ndws.nn.updaters import FieldTypeError
 
-__all__ = ["pair", "Window", "window", "image_input", "data_format", "check_image",
+__all__ = ["pair", "size_1d", "Call", "Window", "window", "image_input", "data_format", "check_image",
            "too_large", "ImageLayer", "WindowLayer"]
 
 #: a layer's arrays per example may not exceed this many bytes: past it an im2col buffer or an
@@ -35,6 +35,16 @@ def pair(owner: str, name: str, value: Any, lo: int) -> tuple[int, int]:
     if any(not lo <= v <= 1 << 31 for v in items):
         raise ValueError(f"{owner}.{name}: expected ints in [{lo}, 2**31], got {value!r:.40}")
     return (int(items[0]), int(items[1]))
+
+
+class Call(NamedTuple):
+    """What one kernel call of a window layer on images of one type needs, worked out once
+    per type: the kernel's keyword arguments, the output's shape per example, and the scratch
+    bytes the layer remembers per (batch, pass, threads, itemsize)."""
+
+    kwargs: dict
+    out_shape: tuple
+    scratch: dict
 
 
 class Window(NamedTuple):
@@ -63,14 +73,18 @@ def window(layer: Any, t: InputType, kernel: tuple, stride: tuple, padding: tupl
     if mode is ConvolutionMode.SAME and any(padding):
         raise ValueError(f"{_prefix(layer, 'height')}Padding cannot be used when using the "
                          f"`same' convolution mode (padding = {list(padding)}){suffix}")
-    if mode is ConvolutionMode.CAUSAL:
+    if mode is ConvolutionMode.CAUSAL and not getattr(layer, "allow_causal", False):
         raise ValueError(f"{type(layer).__name__}: Causal convolution mode can only be used with "
                          f"1D convolutional neural network layers")
+    same = mode in (ConvolutionMode.SAME, ConvolutionMode.CAUSAL)
+    if mode is ConvolutionMode.CAUSAL and any(padding):
+        raise ValueError(f"{_prefix(layer, 'height')}Padding cannot be used with the causal "
+                         f"convolution mode (padding = {list(padding)}){suffix}")
     sizes, pads = [], []
     for axis, dim, size in ((0, "height", t.height), (1, "width", t.width)):
         k, s, p, d = kernel[axis], stride[axis], padding[axis], dilation[axis]
         ek = (k - 1) * d + 1
-        if mode is not ConvolutionMode.SAME and ek > size + 2 * p:
+        if not same and ek > size + 2 * p:
             what = (f"kernel size {k}" if d == 1
                     else f"effective kernel size {ek} (kernel {k}, dilation {d})")
             letter = dim[0].upper()
@@ -84,7 +98,12 @@ def window(layer: Any, t: InputType, kernel: tuple, stride: tuple, padding: tupl
             raise ValueError(f"{_prefix(layer, dim)}\nCombination of kernel size, stride and "
                              f"padding are not valid for given input {dim}, using "
                              f"ConvolutionMode.{mode.value}\n{exc}{suffix}") from None
-        pads.append(F.same_padding(size, k, s, d) if mode is ConvolutionMode.SAME else (p, p))
+        if mode is ConvolutionMode.SAME:
+            pads.append(F.same_padding(size, k, s, d))
+        elif mode is ConvolutionMode.CAUSAL:
+            pads.append((sum(F.same_padding(size, k, s, d)), 0))    # all before the input
+        else:
+            pads.append((p, p))
     return Window(sizes[0], sizes[1], pads[0] + pads[1])
 
 
@@ -169,58 +188,201 @@ class ImageLayer:
         super()._check_resolved(where)
 
 
+def size_1d(owner: str, name: str, value: Any, lo: int) -> int:
+    """An int >= lo (or a 1-tuple of one): a 1-D layer's size field (DL4J's ``int``)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1:
+            raise FieldTypeError(f"{owner}.{name}: expected an int, got {value!r:.40}")
+        value = value[0]
+    return pair(owner, name, value, lo)[0]
+
+
 class WindowLayer(ImageLayer):
     """Mixin of the layers with a window (convolutions and pooling): the fields kernel_size,
     stride, padding, dilation, convolution_mode (None: the network's, TRUNCATE by default) and
     data_format (None: the input's), checked when set; the geometry on the input type, checked
-    when the configuration is built."""
+    when the configuration is built.
+
+    A 1-D layer (``spatial_dims = 1``, DL4J's Convolution1DLayer / Subsampling1DLayer) takes
+    time series (n, c, T) (NCW) or (n, T, c) (NWC), seen as images (n, c, T, 1) / (n, T, 1, c)
+    (views), so the same window and kernels do the work; its sizes are ints, CAUSAL is allowed,
+    and a series of varying length gets its geometry when it comes."""
 
     window_fields = ("kernel_size", "stride", "padding", "dilation", "convolution_mode",
                      "data_format")
-    #: whether the mode may be CAUSAL (the 1-D layers)
-    allow_causal = False
+    #: 2 for images, 1 for time series
+    spatial_dims = 2
+
+    @property
+    def allow_causal(self) -> bool:
+        return self.spatial_dims == 1
 
     def _init_window(self, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
                      convolution_mode: Any, data_format: Any) -> None:
         owner = type(self).__name__
-        self.kernel_size = pair(owner, "kernel_size", kernel_size, 1)
-        self.stride = pair(owner, "stride", stride, 1)
-        self.padding = pair(owner, "padding", padding, 0)
-        self.dilation = pair(owner, "dilation", dilation, 1)
+        size = pair if self.spatial_dims == 2 else size_1d
+        self.kernel_size = size(owner, "kernel_size", kernel_size, 1)
+        self.stride = size(owner, "stride", stride, 1)
+        self.padding = size(owner, "padding", padding, 0)
+        self.dilation = size(owner, "dilation", dilation, 1)
         self.convolution_mode = (None if convolution_mode is None else
                                  ConvolutionMode.parse(convolution_mode,
                                                        f"{owner}.convolution_mode"))
+        fmt = CNN2DFormat if self.spatial_dims == 2 else RNNFormat
         self.data_format = (None if data_format is None
-                            else CNN2DFormat.parse(data_format, f"{owner}.data_format"))
+                            else fmt.parse(data_format, f"{owner}.data_format"))
         self._check_mode(owner)
+
+    def pairs(self) -> tuple:
+        """(kernel, stride, padding, dilation) of the 2-D window, each a pair."""
+        if self.spatial_dims == 2:
+            return self.kernel_size, self.stride, self.padding, self.dilation
+        return ((self.kernel_size, 1), (self.stride, 1), (self.padding, 0),
+                (self.dilation, 1))
 
     def _check_mode(self, where: str) -> None:
         mode = self.convolution_mode
         if mode is ConvolutionMode.CAUSAL and not self.allow_causal:
             raise ValueError(f"{where}.convolution_mode: Causal convolution mode can only be "
                              f"used with 1D convolutional neural network layers")
-        if mode is ConvolutionMode.SAME and any(self.padding):
-            raise ValueError(f"{where}.padding: Padding cannot be used when using the `same' "
-                             f"convolution mode (padding = {list(self.padding)})")
+        if mode in (ConvolutionMode.SAME, ConvolutionMode.CAUSAL) and any(self.pairs()[2]):
+            raise ValueError(f"{where}.padding: Padding cannot be used when using the "
+                             f"`{mode.value.lower()}' convolution mode (padding = "
+                             f"{self.padding!r})")
+
+    # -- the input: images, or time series seen as images ---------------------------------------
+
+    def implied_input_type(self):
+        return None
+
+    def preprocessor_for(self, input_type):
+        return super().preprocessor_for(input_type) if self.spatial_dims == 2 else None
 
     def _check_resolved(self, where):
-        super()._check_resolved(where)
+        if self.spatial_dims == 2:
+            super()._check_resolved(where)
+        else:
+            t, name = self.input_type, type(self).__name__
+            if t is None:
+                raise ValueError(f"{where}: {name} needs the type of its input: give the "
+                                 f"configuration input_type=InputType.recurrent(size, length)")
+            if t.kind != "RNN":
+                raise ValueError(f"{where}: {name} takes time series (InputType.recurrent), "
+                                 f"got {t!r}")
+            own = self.data_format
+            if own is not None and own is not t.data_format:
+                raise ValueError(f"{where}.data_format: {own.name} does not match its input "
+                                 f"{t!r} ({t.data_format.name})")
+            self.data_format = t.data_format
+            super(ImageLayer, self)._check_resolved(where)      # past ImageLayer's image check
         self._check_mode(where)
-        self.geometry()
+        if self.image_type() is not None:
+            self.geometry()
+
+    def image_type(self, length: int | None = None) -> InputType | None:
+        """The images the window moves over: the input's; for a 1-D layer its time series as
+        an image of width 1 (of `length` steps, default the input type's; None when unknown)."""
+        t = self.input_type
+        if self.spatial_dims == 2:
+            return t
+        if length is None:
+            cached = self.__dict__.get("_series_image")
+            if cached is not None and cached[0] is t:
+                return cached[1]
+            length = t.time_series_length
+            if length is None:
+                return None
+        fmt = "NCHW" if t.data_format is RNNFormat.NCW else "NHWC"
+        image = InputType.convolutional(length, 1, t.size, fmt)
+        if length == t.time_series_length:
+            self._series_image = (t, image)
+        return image
+
+    def images(self, x: Any) -> tuple:
+        """The layer's input array as images, and their type (checked; a view for 1-D)."""
+        if self.spatial_dims == 2:
+            check_image(self, x)
+            return x, self.input_type
+        t = self.input_type
+        ncw = t.data_format is RNNFormat.NCW
+        name = f"{type(self).__name__} (layer index = {self.index})"
+        if x.ndim != 3 or x.shape[1 if ncw else 2] != t.size:
+            raise ValueError(f"{name}: expected a time series {t.describe_shape()} ({t!r}), "
+                             f"got shape {tuple(x.shape)}")
+        length = x.shape[2 if ncw else 1]
+        if t.time_series_length not in (None, length):
+            raise ValueError(f"{name}: expected {t.time_series_length} time steps ({t!r}), got "
+                             f"{length}")
+        image = self.image_type(length)
+        if length != t.time_series_length:
+            self._check_image_sizes(f"layers[{self.index}]", image)
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name}: the time series must be C-contiguous")
+        return x.reshape(image.shape(x.shape[0])), image
+
+    def _check_image_sizes(self, where: str, t: InputType) -> None:
+        # a series of a length first seen at run time: its geometry and sizes, checked now
+        self.geometry(t)
+
+    def as_series(self, a: Any) -> Any:
+        """An image array (n, c, T, 1) / (n, T, 1, c) of a 1-D layer as its time series (a
+        view); an image layer's array as it is."""
+        if self.spatial_dims == 2:
+            return a
+        s = a.shape
+        return a.reshape((s[0], s[1], s[2]) if self.data_format is RNNFormat.NCW
+                         else (s[0], s[1], s[3]))
+
+    def output_image(self, t: InputType) -> InputType:
+        """The type of the output of images of type `t`."""
+        g = self.geometry(t)
+        return InputType.convolutional(g.out_h, g.out_w, self._window_channels(),
+                                       t.data_format.name)
+
+    def output_type(self, input_type):
+        t = self.image_type()
+        if self.spatial_dims == 2:
+            return self.output_image(t)
+        fmt = self.data_format.name
+        if t is None:
+            return InputType.recurrent(self._window_channels(), None, fmt)
+        out = self.output_image(t)
+        return InputType.recurrent(out.channels, out.height, fmt)
 
     def _window_channels(self) -> int:
-        # the output channels the messages name (DL4J's "layer size")
+        # the output channels (DL4J's "layer size" in the messages)
         return self.n_out if self.n_out is not None else self.n_in
 
-    def geometry(self) -> Window:
-        """The output size and applied padding on the layer's input type (computed once)."""
-        g = self.__dict__.get("_window")
-        if g is None or g[0] is not self.input_type:
+    def geometry(self, t: InputType | None = None) -> Window:
+        """The output size and applied padding on images of type `t` (default: the layer's
+        input; computed once per type)."""
+        t = self.image_type() if t is None else t
+        cache = self.__dict__.setdefault("_windows", {})
+        w = cache.get(t)
+        if w is None:
             mode = self.convolution_mode or ConvolutionMode.TRUNCATE
-            w = window(self, self.input_type, self.kernel_size, self.stride, self.padding,
-                       self.dilation, mode, self._window_channels())
-            g = self._window = (self.input_type, w)
-        return g[1]
+            k, s, p, d = self.pairs()
+            w = cache[t] = window(self, t, k, s, p, d, mode, self._window_channels())
+        return w
 
-    def _pads(self) -> tuple:
-        return self.geometry().padding
+    def kernel_call(self, t: InputType) -> Call:
+        """The kernel call on images of type t, worked out once (the last one found by
+        identity: a layer of fixed input meets one type, and a pass asks twice)."""
+        last = self.__dict__.get("_last_call")
+        if last is not None and last[0] is t:
+            return last[1]
+        calls = self.__dict__.setdefault("_calls", {})
+        c = calls.get(t)
+        if c is None:
+            g = self.geometry(t)
+            k, stride, _, dilation = self.pairs()
+            kwargs = {"stride": stride, "padding": g.padding, "dilation": dilation,
+                      "data_format": t.data_format.name}
+            if self.kernel_in_kwargs:
+                kwargs["kernel_size"] = k
+            c = calls[t] = Call(kwargs, self.output_image(t).shape(), {})
+        self._last_call = (t, c)
+        return c
+
+    #: whether the kernels take kernel_size (pooling) or read it off the weights (convolution)
+    kernel_in_kwargs = False

@@ -195,6 +195,8 @@ class Layer:
     has_weights: ClassVar[bool] = False
     #: whether the output is as wide as the input (an n_out given must equal n_in)
     keeps_width: ClassVar[bool] = False
+    #: the parameters l1, l2 and weight_decay act on (DL4J's weight parameters; never biases)
+    weight_keys: ClassVar[tuple[str, ...]] = ("W",)
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -466,35 +468,39 @@ class _Regularized:
     def regularization_score(self):
         # ndws calls, so the temporaries land in the current workspace (the network computes
         # this inside the iteration's scope): nothing on the heap
-        w = self.params["W"]
         s = 0.0
-        if self.l1:
-            s += self.l1 * ndws.sum(ndws.abs(w)).item()
-        if self.l2:
-            s += 0.5 * self.l2 * ndws.sum(ndws.multiply(w, w)).item()
+        for key in self.weight_keys:
+            w = self.params[key]
+            if self.l1:
+                s += self.l1 * ndws.sum(ndws.abs(w)).item()
+            if self.l2:
+                s += 0.5 * self.l2 * ndws.sum(ndws.multiply(w, w)).item()
         return s
 
     def _regularize_gradient(self) -> None:
         # dW += l2 * W + l1 * sign(W), after the data's gradient is in the flat buffer
-        g = self.grads["W"]
-        if self.l2:
-            ndws.add(g, ndws.multiply(self.params["W"], self.l2), out=g)
-        if self.l1:
-            ndws.add(g, ndws.multiply(ndws.sign(self.params["W"]), self.l1), out=g)
+        for key in self.weight_keys:
+            g, w = self.grads[key], self.params[key]
+            if self.l2:
+                ndws.add(g, ndws.multiply(w, self.l2), out=g)
+            if self.l1:
+                ndws.add(g, ndws.multiply(ndws.sign(w), self.l1), out=g)
 
     def _regularization_use(self, itemsize: int) -> list:
         # what _regularize_gradient makes (its temporaries, in the working memory) and
         # regularization_score at the end of the iteration (|W| or W*W and a 0-d sum each)
         use = []
-        w = int(np.prod(self.param_shapes()["W"])) * itemsize
-        if self.l2:
-            use.append(("backward", ArrayType.BP_WORKING_MEM, w))
-        if self.l1:
-            use += [("backward", ArrayType.BP_WORKING_MEM, w)] * 2
-        for coefficient in (self.l1, self.l2):
-            if coefficient:
-                use += [("backward", ArrayType.UPDATER_WORKING_MEM, w),
-                        ("backward", ArrayType.UPDATER_WORKING_MEM, itemsize)]
+        shapes = self.param_shapes()
+        for key in self.weight_keys:
+            w = int(np.prod(shapes[key])) * itemsize
+            if self.l2:
+                use.append(("backward", ArrayType.BP_WORKING_MEM, w))
+            if self.l1:
+                use += [("backward", ArrayType.BP_WORKING_MEM, w)] * 2
+            for coefficient in (self.l1, self.l2):
+                if coefficient:
+                    use += [("backward", ArrayType.UPDATER_WORKING_MEM, w),
+                            ("backward", ArrayType.UPDATER_WORKING_MEM, itemsize)]
         return use
 
 

@@ -26,7 +26,7 @@ from ndws.nn.layers._geometry import ImageLayer, WindowLayer, check_image
 from ndws.nn.layers.base import FieldTypeError, Layer
 from ndws.nn.workspace_mgr import ArrayType
 
-__all__ = ["SubsamplingLayer", "GlobalPoolingLayer"]
+__all__ = ["SubsamplingLayer", "Subsampling1DLayer", "GlobalPoolingLayer"]
 
 _I32 = np.dtype(np.int32)
 
@@ -55,7 +55,7 @@ class _Pooling:
     # the forward and backward of one pooling call over (kernel, stride, padding, dilation) on
     # images of the layer's data format; MAX keeps its arg-max positions for the backward pass
 
-    _pass_state = Layer._pass_state + ("_idx", "_x_shape")
+    _pass_state = Layer._pass_state + ("_idx", "_x_shape", "_t")
 
     def _pool(self, x, y, training, mgr, kw):
         kind = self.pooling_type
@@ -139,34 +139,62 @@ class SubsamplingLayer(_Pooling, WindowLayer, Layer):
         self.avg_pool_include_pad_in_divisor = _bool(owner, "avg_pool_include_pad_in_divisor",
                                                      avg_pool_include_pad_in_divisor)
 
+    kernel_in_kwargs = True
+
     def _include_padding(self):
         return self.avg_pool_include_pad_in_divisor
 
-    def output_type(self, input_type):
-        g = self.geometry()
-        return InputType.convolutional(g.out_h, g.out_w, self.n_in, self.data_format.name)
-
-    def _kernel_args(self) -> dict:
-        return {"kernel_size": self.kernel_size, "stride": self.stride,
-                "padding": self._pads(), "dilation": self.dilation,
-                "data_format": self.data_format.name}
-
     def memory_use(self, batch, training, itemsize):
-        g = self.geometry()
-        return self._pool_use(batch, training, itemsize, batch * self.n_in * g.out_h * g.out_w)
+        t = self.image_type()
+        if t is None:
+            return None                 # a time series of varying length: known when it comes
+        out = batch * self.output_image(t).elements_per_example()
+        return self._pool_use(batch, training, itemsize, out)
 
     def activate(self, x, training, mgr):
-        check_image(self, x)
-        shape = self.output_type(self.input_type).shape(x.shape[0])
-        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, shape, dtype=x.dtype)
-        return self._pool(x, y, training, mgr, self._kernel_args())
+        x, t = self.images(x)
+        call = self.kernel_call(t)
+        self._t = t
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, (x.shape[0],) + call.out_shape,
+                                     dtype=x.dtype)
+        return self.as_series(self._pool(x, y, training, mgr, call.kwargs))
 
     def backprop_gradient(self, epsilon, mgr):
         if not self.input_gradient_needed:
             return {}, None
-        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, self._x.shape,
-                                       dtype=epsilon.dtype)
-        return {}, self._unpool(epsilon, eps, self._kernel_args())
+        x, call = self._x, self.kernel_call(self._t)
+        shape = (x.shape[0],) + call.out_shape
+        if epsilon.shape != shape:
+            # a 1-D layer's series as images (a view; a copy if it is not C-contiguous)
+            if not epsilon.flags.c_contiguous:
+                epsilon = mgr.dup(ArrayType.BP_WORKING_MEM, epsilon)
+            epsilon = epsilon.reshape(shape)
+        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, x.shape, dtype=epsilon.dtype)
+        return {}, self.as_series(self._unpool(epsilon, eps, call.kwargs))
+
+
+class Subsampling1DLayer(SubsamplingLayer):
+    """1-D pooling over time (DL4J's ``Subsampling1DLayer``): time series (n, c, T) (NCW, or
+    (n, T, c) with NWC) pooled along T, through the 2-D kernels on (n, c, T, 1) views.
+
+    Parameters
+    ----------
+    kernel_size, stride, padding, dilation : int
+        Defaults 1, 2, 0, 1 (DL4J's builder).
+    convolution_mode : str or ConvolutionMode, optional
+        STRICT, TRUNCATE, SAME or CAUSAL.
+    data_format : {"NCW", "NWC"}, optional
+        None: the input's.
+    **others
+        As `SubsamplingLayer`.
+    """
+
+    spatial_dims = 1
+
+    def __init__(self, *, kernel_size: Any = 1, stride: Any = 2, padding: Any = 0,
+                 dilation: Any = 1, **kw: Any):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         dilation=dilation, **kw)
 
 
 class GlobalPoolingLayer(_Pooling, ImageLayer, Layer):
