@@ -264,7 +264,7 @@ class EvaluativeListener(TrainingListener):
         for ev in self.evaluations:
             if hasattr(ev, "reset"):
                 ev.reset()
-        self.last = model._do_evaluation_unlocked(self.iterator, *self.evaluations)
+        self.last = model._do_evaluation_unlocked(self.iterator, self.evaluations)
         first = self.evaluations[0]
         if hasattr(first, "stats"):
             log.info("Evaluation at iteration %d:\n%s", model.iteration, first.stats())

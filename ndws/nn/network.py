@@ -39,7 +39,7 @@ from ndws._core import NDArray
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
-from ndws.evaluation import evaluate as _evaluate
+from ndws.evaluation._evaluate import batches, check_evaluations, count
 from ndws.nn.history import History, _Epoch, _Progress
 from ndws.nn.layers import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
@@ -782,62 +782,118 @@ class MultiLayerNetwork:
 
     # -- evaluation -----------------------------------------------------------------------------
 
-    def do_evaluation(self, iterator: Any, *evaluations: Any, progress: bool | None = None
-                      ) -> Any:
-        """Evaluate the network's output over `iterator` (DataSets with one-hot labels) with
-        each evaluation; returns the evaluation when given one, else the tuple (the same
-        objects). Each batch's output goes to a workspace (WS_OUTPUT_MEM) that starts a new
-        cycle per batch, so after the first batch nothing is allocated per batch."""
+    def do_evaluation(self, data: Any, *evaluations: Any, labels: Any = None,
+                      batch_size: int | None = None, progress: bool | None = None) -> Any:
+        """Evaluate the network's output over `data` with each evaluation (DL4J's
+        ``doEvaluation``); returns the evaluation when given one, else the tuple (the same
+        objects).
+
+        `data` is what `fit` takes: a DataSet, an iterator or iterable of DataSets (or of
+        ``(features, labels)`` pairs), or a features array with its labels, given after it
+        (``do_evaluation(X, y, Evaluation())``) or as ``labels=``, cut into batches of
+        `batch_size` (default: one batch). Labels are one-hot rows or class indices.
+
+        Each batch is taken from `data` while none of the network's workspaces is open (so an
+        iterator's arrays are never born in a cycle that ends under them); then one cycle of
+        the output workspace (WS_OUTPUT_MEM) holds the batch's output while the evaluations
+        count it, and ends before the next batch is taken: after the first batch nothing is
+        allocated per batch. An evaluation other than ndws' own gets predictions valid during
+        its ``eval`` call only."""
         self._check_init()
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
+        if (labels is None and evaluations and _is_features(data)
+                and not callable(getattr(evaluations[0], "eval", None))):
+            labels, evaluations = evaluations[0], evaluations[1:]     # do_evaluation(X, y, ev)
         with self._exclusive("do_evaluation"):
-            return self._do_evaluation_unlocked(iterator, *evaluations, progress=progress)
+            return self._do_evaluation_unlocked(data, evaluations, labels, batch_size,
+                                                progress)
 
-    def _do_evaluation_unlocked(self, iterator: Any, *evaluations: Any,
-                                progress: bool | None = False) -> Any:
+    def _do_evaluation_unlocked(self, data: Any, evaluations: tuple, labels: Any = None,
+                                batch_size: Any = None, progress: bool | None = False) -> Any:
+        check_evaluations(evaluations)
+        source = self._evaluation_batches(data, labels, batch_size)
         mode = self._inference_mode()
-        held: list[Any] = []
         ws = None
         if mode is not WorkspaceMode.NONE:
             ws = get_workspace_manager().get_workspace_for_current_thread(
                 self._configs[WS_ALL_LAYERS_ACT], WS_OUTPUT_MEM)
-
-        bar = _Progress(progress, _length(iterator, None, None), "evaluating")
-
-        def predict(features: Any) -> NDArray:
-            # the previous batch has been counted: end its cycle, start this one's
-            while held:
-                held.pop().close()
-            bar.update(float("nan"))
-            a = self._as_input(features, "features")
-            if ws is None:
-                return self._forward_detached(a, False, mode, None)[-1]
-            held.append(ws.notify_scope_entered())
-            with scope_out_of_workspaces():
-                return self._forward_detached(a, False, mode, ws)[-1]
-
+        bar = _Progress(progress, _length(data, labels, batch_size), "evaluating")
         try:
-            return _evaluate(predict, iterator, *evaluations)
+            # each batch is taken with no cycle of the network open: an iterator makes its
+            # arrays in the caller's workspace (or detached), never in WS_OUTPUT_MEM's cycle
+            for features, batch_labels, mask in source:
+                a = self._as_input(features, "features")
+                bar.update(float("nan"))
+                with ws if ws is not None else contextlib.nullcontext():
+                    with scope_out_of_workspaces():
+                        out = self._forward_detached(a, False, mode, ws)[-1]
+                        count(evaluations, batch_labels, out, mask)
+                    # the batch's output goes with its cycle (no view of it outlives it)
+                    out = None
+                features = batch_labels = mask = a = None
         finally:
             bar.close()
-            while held:
-                held.pop().close()
+        return evaluations[0] if len(evaluations) == 1 else evaluations
 
-    def evaluate(self, iterator: Any) -> Any:
-        """An `ndws.evaluation.Evaluation` of the network over `iterator`."""
+    def _evaluation_batches(self, data: Any, labels: Any, batch_size: Any
+                            ) -> Iterable[tuple[Any, Any, Any]]:
+        # (features, labels, mask) of each batch of what do_evaluation accepts
+        if labels is None:
+            if batch_size is not None:
+                raise ValueError("batch_size: only with features and labels arrays (a DataSet "
+                                 "or an iterator brings its own batches)")
+            if _is_features(data):
+                raise TypeError("labels: features arrays need their labels (e.g. "
+                                "evaluate(X, y) or do_evaluation(X, y, Evaluation()))")
+            if isinstance(data, DataSet):
+                return batches([data])
+            if not hasattr(data, "__iter__"):
+                raise TypeError(f"data: expected a DataSet, an iterable of DataSets or "
+                                f"(features, labels) pairs, or features and labels arrays, "
+                                f"got {type(data).__name__}")
+            return batches(data)
+        x = self._as_input(data)
+        y = labels if isinstance(labels, NDArray) else np.asarray(labels)
+        n = x.shape[0]
+        if y.ndim == 0 or y.shape[0] != n:
+            raise ValueError(f"labels: {y.shape[0] if y.ndim else 'no'} rows for {n} examples")
+        if batch_size is None:
+            batch_size = max(n, 1)
+        if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                or batch_size < 1):
+            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+        return ((x[s:s + batch_size], y[s:s + batch_size], None)
+                for s in range(0, n, int(batch_size)))
+
+    def evaluate(self, data: Any, labels: Any = None, *, batch_size: int | None = None,
+                 progress: bool | None = None) -> Any:
+        """An `ndws.evaluation.Evaluation` of the network over `data` (what `do_evaluation`
+        takes: ``evaluate(X, y)``, a DataSet, an iterator, a list)."""
         from ndws.evaluation import Evaluation
-        return self.do_evaluation(iterator, Evaluation())
+        return self.do_evaluation(data, Evaluation(), labels=labels, batch_size=batch_size,
+                                  progress=progress)
 
-    def evaluate_roc_multi_class(self, iterator: Any, threshold_steps: int = 0) -> Any:
-        """An `ndws.evaluation.ROCMultiClass` of the network over `iterator`."""
+    def evaluate_roc_multi_class(self, data: Any, labels: Any = None, *,
+                                 threshold_steps: int = 0, batch_size: int | None = None,
+                                 progress: bool | None = None) -> Any:
+        """An `ndws.evaluation.ROCMultiClass` of the network over `data` (as `evaluate`);
+        DL4J's ``evaluateROCMultiClass(iterator, steps)`` form, an int after the data, is
+        `threshold_steps`."""
         from ndws.evaluation import ROCMultiClass
-        return self.do_evaluation(iterator, ROCMultiClass(threshold_steps))
+        if (isinstance(labels, (int, np.integer)) and not isinstance(labels, bool)
+                and not _is_features(data)):
+            labels, threshold_steps = None, labels
+        return self.do_evaluation(data, ROCMultiClass(threshold_steps), labels=labels,
+                                  batch_size=batch_size, progress=progress)
 
-    def evaluate_regression(self, iterator: Any) -> Any:
-        """An `ndws.evaluation.RegressionEvaluation` of the network over `iterator`."""
+    def evaluate_regression(self, data: Any, labels: Any = None, *,
+                            batch_size: int | None = None, progress: bool | None = None) -> Any:
+        """An `ndws.evaluation.RegressionEvaluation` of the network over `data` (as
+        `evaluate`)."""
         from ndws.evaluation import RegressionEvaluation
-        return self.do_evaluation(iterator, RegressionEvaluation())
+        return self.do_evaluation(data, RegressionEvaluation(), labels=labels,
+                                  batch_size=batch_size, progress=progress)
 
     # -- saving -------------------------------------------------------------------------------
 
@@ -974,6 +1030,11 @@ def _length(data: Any, labels: Any, batch_size: Any) -> int | None:
         return len(data)
     except TypeError:
         return None
+
+
+def _is_features(data: Any) -> bool:
+    # a features array (what fit cuts into batches with its labels), not a source of batches
+    return isinstance(data, (NDArray, np.ndarray))
 
 
 def _check_flat(params: Any, total: int) -> Any:
