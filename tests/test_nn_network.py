@@ -292,7 +292,9 @@ def test_other_losses_follow_dl4j_scaling(loss, act, rng):
     (lambda n: n.fit(DataSet(np.ones((4, 6)), np.zeros(4, np.int64)), batch_size=2), ValueError,
      r"^batch_size: only with features and labels arrays"),
     (lambda n: n.fit([np.ones(3)]), TypeError, r"^data: item 0 is a ndarray, not a DataSet$"),
-    (lambda n: n.output(np.ones((2, 3, 6))), ValueError, r"^x: expected a 2-d array"),
+    (lambda n: n.output(np.ones((2, 3, 6))), ValueError,
+     r"^x: expected one example \(n_features,\) or a batch \(n_samples, n_features\), got "
+     r"shape \(2, 3, 6\)$"),
     (lambda n: n.output(np.array([["a"] * 6])), TypeError, r"^x: expected an array of numbers"),
     (lambda n: n.output(object()), TypeError, r"^x: expected an array of numbers"),
     (lambda n: n.set_params(np.zeros(3)), ValueError, r"^params: expected shape \("),

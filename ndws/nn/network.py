@@ -387,7 +387,15 @@ class MultiLayerNetwork:
 
     # -- inference ------------------------------------------------------------------------------
 
-    def _as_input(self, x: Any, name: str = "x") -> NDArray:
+    def _as_row_or_batch(self, x: Any) -> tuple[NDArray, bool]:
+        # output/predict/feed_forward: one example (n_features,) is served as a batch of one
+        # and answered 1-d, as ndws.parallel.ParallelInference.output answers it
+        a = self._as_input(x, allow_row=True)
+        if a.ndim == 1:
+            return a.reshape(1, a.shape[0]), True
+        return a, False
+
+    def _as_input(self, x: Any, name: str = "x", allow_row: bool = False) -> NDArray:
         dt = self.conf.dtype
         if isinstance(x, NDArray):
             a = x
@@ -402,26 +410,29 @@ class MultiLayerNetwork:
             if arr.dtype != dt or not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr, dtype=dt)
             a = ndws.from_numpy(arr)
-        if a.ndim != 2:
-            raise ValueError(f"{name}: expected a 2-d array (n_samples, n_features), got shape "
-                             f"{a.shape}")
+        if a.ndim != 2 and not (allow_row and a.ndim == 1):
+            expected = ("one example (n_features,) or a batch (n_samples, n_features)"
+                        if allow_row else "a 2-d array (n_samples, n_features)")
+            raise ValueError(f"{name}: expected {expected}, got shape {a.shape}")
         width = self.layers[0].n_in
-        if width is not None and a.shape[1] != width:
+        if width is not None and a.shape[-1] != width:
             raise ValueError(f"{name}: expected {width} features (layers[0].n_in), got "
-                             f"{a.shape[1]}")
+                             f"{a.shape[-1]}")
         if a.dtype != dt:
             with scope_out_of_workspaces():
                 a = a.astype(dt)
         return a
 
     def output(self, x: Any, train: bool = False, output_workspace: Any = None) -> NDArray:
-        """The network's output for `x`: a detached array (the last layer writes straight into
-        detached memory), or an array in `output_workspace`, an open workspace of the caller.
-        Works whether or not the caller has a workspace open; the network's own workspaces
-        never leak into the caller's scope."""
+        """The network's output for `x`, a batch (n_samples, n_features) or one example
+        (n_features,), answered (n_samples, n_out) or (n_out,) as
+        `ndws.parallel.ParallelInference.output` answers them: a detached array (the last
+        layer writes straight into detached memory), or an array in `output_workspace`, an
+        open workspace of the caller. Works whether or not the caller has a workspace open;
+        the network's own workspaces never leak into the caller's scope."""
         self._check_init()
         with self._exclusive("output"):
-            a = self._as_input(x)
+            a, row = self._as_row_or_batch(x)
             if output_workspace is not None:
                 if not isinstance(output_workspace, ndws.Workspace):
                     raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
@@ -432,15 +443,40 @@ class MultiLayerNetwork:
                         f"before calling output (closing it stays the caller's job)", "closed",
                         output_workspace.id)
             mode = self._inference_mode() if not train else self._train_mode()
-            return self._forward_detached(a, train, mode, output_workspace)[-1]
+            out = self._forward_detached(a, train, mode, output_workspace)[-1]
+            return out[0] if row else out
+
+    def predict(self, x: Any) -> Any:
+        """Each example's class (DL4J's ``predict``): the index of its largest output, as a
+        detached (n_samples,) NDArray of int64, or one NumPy int64 for one example
+        (n_features,). An output of one column is a binary classifier: class 1 where it is
+        above 0.5, as `ndws.evaluation.Evaluation` counts it (DL4J's argmax would always say
+        0). A row whose output holds NaN has no class: ValueError."""
+        self._check_init()
+        with self._exclusive("predict"):
+            a, row = self._as_row_or_batch(x)
+            out = self._forward_detached(a, False, self._inference_mode(), None)[-1]
+            nan = np.flatnonzero(np.isnan(np.asarray(out)).any(axis=1))
+            if nan.size:
+                raise ValueError(f"predict: the output of row {int(nan[0])} holds NaN (rows "
+                                 f"{nan[:5].tolist()}{'...' if nan.size > 5 else ''} of "
+                                 f"{out.shape[0]}): no class can be chosen")
+            with scope_out_of_workspaces():
+                if out.shape[1] == 1:
+                    classes = (out.reshape(out.shape[0]) > 0.5).astype(np.int64)
+                else:
+                    classes = out.argmax(axis=1)
+            return classes[0] if row else classes
 
     def feed_forward(self, x: Any, train: bool = False) -> list[NDArray]:
-        """Every layer's activations for `x` (the input first), each detached."""
+        """Every layer's activations for `x` (the input first), each detached; for one
+        example (n_features,) each is 1-d, as `output` answers it."""
         self._check_init()
         with self._exclusive("feed_forward"):
-            a = self._as_input(x)
-            outs = self._forward_detached(a, train, WorkspaceMode.NONE, None, keep_all=True)
-            return [a.detach()] + outs
+            a, row = self._as_row_or_batch(x)
+            outs = [a.detach()] + self._forward_detached(a, train, WorkspaceMode.NONE, None,
+                                                         keep_all=True)
+            return [o[0] for o in outs] if row else outs
 
     def _forward_detached(self, a: NDArray, training: bool, mode: WorkspaceMode,
                           output_ws: Any, keep_all: bool = False) -> list[NDArray]:
