@@ -113,8 +113,7 @@ def make(name, tmp_path):
 def batches_of(data):
     # the oracle's copy of every batch: (features, labels) as NumPy arrays
     out = []
-    items = data if not hasattr(data, "reset") else (data.reset() or data)
-    for item in items:
+    for item in data:                       # a fresh source: its first epoch, as fit sees it
         f, l = (item.features, item.labels) if isinstance(item, DataSet) else item
         out.append((np.array(f, dtype=np.float32), np.array(l)))
     return out
@@ -204,6 +203,52 @@ def test_evaluative_listener_over_every_source_during_fit(name, mode, tmp_path):
     np.testing.assert_array_equal(ev.get_confusion_matrix(), want.get_confusion_matrix())
     assert len(probe.open_at_pull) == len(batches) * (3 if reusable else 1)
     assert all(opened == [] for opened in probe.open_at_pull)
+    if isinstance(probe.source, AsyncDataSetIterator):
+        probe.source.shutdown()
+
+
+class WorkspaceWatch(TrainingListener):
+    """Records the network's workspaces open when each hook runs."""
+
+    def __init__(self):
+        self.seen = []
+
+    def _note(self, hook):
+        self.seen.append((hook, open_network_workspaces()))
+
+    def on_epoch_start(self, model):
+        self._note("epoch_start")
+
+    def on_epoch_end(self, model):
+        self._note("epoch_end")
+
+    def on_backward_pass(self, model):
+        self._note("backward")
+
+    def on_gradient_calculation(self, model):
+        self._note("gradient")
+
+    def iteration_done(self, model, iteration, epoch):
+        self._note("iteration_done")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", [n for n in SOURCES if n != "list-of-pairs"])
+def test_fit_over_every_source_pulls_and_calls_listeners_with_no_cycle_open(name, mode,
+                                                                           tmp_path):
+    batches, width, classes = shape_of(name, tmp_path)
+    net = network(width, classes, mode)
+    oracle_net = network(width, classes, mode)
+    watch = WorkspaceWatch()
+    net.set_listeners(watch)
+    probe = Probe(make(name, tmp_path))
+    net.fit(probe, progress=False)
+    for f, l in batches:                                     # the same steps, batch by batch
+        oracle_net.fit(DataSet(f, l))
+    np.testing.assert_array_equal(net.params().numpy(), oracle_net.params().numpy())
+    assert probe.open_at_pull == [[]] * len(batches)
+    assert len(watch.seen) == 2 + 3 * len(batches)
+    assert all(opened == [] for _, opened in watch.seen)
     if isinstance(probe.source, AsyncDataSetIterator):
         probe.source.shutdown()
 

@@ -664,18 +664,18 @@ class MultiLayerNetwork:
     def _compiled(self, ds: DataSet) -> DensePlan | None:
         # The compiled iteration (ndws.nn._iteration) when it does exactly what the general path
         # of _gradient_and_score would: a network of built-in dense layers (_dense_plan), no
-        # label mask, no listener that looks at the activations, and workspaces in their normal
-        # mode (the debug modes change how the manager finds them).
+        # label mask, and workspaces in their normal mode (the debug modes change how the
+        # manager finds them).
         plan = self._dense_plan
         if plan is None or ds.labels_mask is not None or _core._get_debug_mode() != 0:
             return None
-        for listener in self._listeners:
-            if type(listener).on_forward_pass is not TrainingListener.on_forward_pass:
-                return None
         return plan
 
     def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode) -> float:
         # Forward and backward on ds: the gradients in the flat buffer, the score returned.
+        # The two paths share what surrounds the pass: the forward pass's listeners (called
+        # back from inside either), the backward pass's (here, after every workspace of the
+        # pass is closed), so neither can miss a hook the other calls.
         out_layer = self._output_layer()
         x, labels, mask = self._batch_arrays(ds)
         mgr = self._manager(mode, True)
@@ -684,8 +684,20 @@ class MultiLayerNetwork:
         self._presize(x.shape[0])
         plan = self._compiled(ds)
         if plan is not None:
+            forward = ((lambda acts: self._notify_forward(acts, mode))
+                       if self._forward_listeners() else None)
             # + 0.0: the general path's regularization sum (no l1/l2 here)
-            return plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients) + 0.0
+            score = plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
+                             forward) + 0.0
+        else:
+            score = self._general_pass(x, labels, mask, out_layer, mgr, mode)
+        for listener in self._listeners:
+            listener.on_backward_pass(self)
+        return score
+
+    def _general_pass(self, x: NDArray, labels: NDArray, mask: Any, out_layer: Layer,
+                      mgr: LayerWorkspaceMgr, mode: WorkspaceMode) -> float:
+        # the general path of _gradient_and_score: any layers, any workspace mode
         n = len(self.layers)
         open_eps: list[Any] = []      # SEPARATE: the epsilon scopes still open
         with scope_out_of_workspaces():
@@ -737,17 +749,20 @@ class MultiLayerNetwork:
                     open_eps.pop().close()
                 for layer in self.layers:
                     layer.clear()
-            for listener in self._listeners:
-                listener.on_backward_pass(self)
         return score + reg
+
+    def _forward_listeners(self) -> list:
+        # the listeners that look at the activations (overriding on_forward_pass): for the
+        # others the forward pass keeps no list and, compiled, computes no probabilities
+        return [l for l in self._listeners
+                if type(l).on_forward_pass is not TrainingListener.on_forward_pass]
 
     def _notify_forward(self, acts: list, mode: WorkspaceMode) -> None:
         # Listeners get the activations valid for the call only. In a workspace mode they are
         # the iteration's own arrays (stale once it ends); with no workspace they would be
         # detached and live on, so a listener that looks at them gets copies in a workspace
         # closed right after the call.
-        listening = [l for l in self._listeners
-                     if type(l).on_forward_pass is not TrainingListener.on_forward_pass]
+        listening = self._forward_listeners()
         if not listening:
             return
         if mode is not WorkspaceMode.NONE:
