@@ -174,3 +174,37 @@ def test_mpi_trainer_calls_every_hook(dense):
     names = [c[0] for c in rec.calls]
     assert names == ["on_epoch_start"] + hooks_of_one_iteration() * 5 + ["on_epoch_end"]
     assert ndws.current_workspace() is None
+
+
+@pytest.mark.parametrize("mode", ["SINGLE", "SEPARATE", "ENABLED"])
+@pytest.mark.parametrize("dense", [DenseLayer, PlainDense], ids=["compiled", "general"])
+def test_a_forward_listener_that_trains_a_network_is_named_and_nothing_moves(mode, dense):
+    # the forward pass's listeners are the one call into user code with the iteration's
+    # workspace open (its activations live there); training a network in this thread starts
+    # a new cycle of that workspace (the same names) under the iteration
+    x, y = data()
+    other = network(mode)
+
+    class Trains(TrainingListener):
+        def on_forward_pass(self, model, activations):
+            other.fit(x[:8], y[:8], progress=False)
+
+    net = network(mode, dense)
+    net.set_listeners(Trains())
+    before = net.params().numpy()
+    name = "WS_SINGLE" if mode == "SINGLE" else "WS_ALL_LAYERS_ACT"
+    with pytest.raises(ndws.WorkspaceError,
+                       match=rf"^Trains.on_forward_pass started a new cycle of workspace "
+                             rf"\[{name}\] while this network's training iteration had it open"):
+        net.fit(x[:8], y[:8], progress=False)
+    assert net.iteration == 0 and net.epoch == 0
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    assert ndws.current_workspace() is None
+
+    class TrainsAfter(TrainingListener):                 # where it belongs: it works
+        def iteration_done(self, model, iteration, epoch):
+            other.fit(x[:8], y[:8], progress=False)
+
+    net.set_listeners(TrainsAfter())
+    net.fit(x[:8], y[:8], progress=False)
+    assert net.iteration == 1

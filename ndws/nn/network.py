@@ -766,8 +766,22 @@ class MultiLayerNetwork:
         if not listening:
             return
         if mode is not WorkspaceMode.NONE:
+            # the iteration's open workspace: a listener that starts a new cycle of it (by
+            # training a network in this thread: the same names) takes the activations the
+            # backward pass is about to read; say so, by name, instead of an outdated array
+            name = WS_SINGLE if mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT
+            ws = get_workspace_manager().get_workspace_for_current_thread(self._configs[name],
+                                                                          name)
+            generation = ws.generation
             for listener in listening:
                 listener.on_forward_pass(self, acts)
+                if ws.generation != generation:
+                    raise ndws.WorkspaceError(
+                        f"{type(listener).__name__}.on_forward_pass started a new cycle of "
+                        f"workspace [{name}] while this network's training iteration had it "
+                        f"open (e.g. by training a network in this thread): the activations "
+                        f"its backward pass reads are gone. Do such work in iteration_done, "
+                        f"after the iteration's workspaces are closed", "outdated", name)
             return
         with ndws.workspace(WS_LISTENER):
             copies = [a.dup() for a in acts]
