@@ -644,7 +644,8 @@ def test_exotic_inputs(rng):
     assert net.output(np.zeros((0, 6), np.float32)).shape == (0, 3)
     assert np.isnan(net.output(np.full((2, 6), np.nan, np.float32)).numpy()).all()
     before = net.params().numpy()
-    net.fit(DataSet(np.zeros((0, 6), np.float32), np.zeros(0, np.int64)))
+    with pytest.raises(ValueError, match=r"^fit: no examples \(the DataSet has 0 rows\)$"):
+        net.fit(DataSet(np.zeros((0, 6), np.float32), np.zeros(0, np.int64)))
     np.testing.assert_array_equal(net.params().numpy(), before)   # nothing to learn from
     with pytest.raises(ValueError, match=r"labels has shape \(8, 4\), expected \(8, 3\)"):
         net.fit(x, np.zeros((8, 4), np.float32))

@@ -224,6 +224,7 @@ class MultiLayerNetwork:
         self._check_init()
         if not isinstance(ds, DataSet):
             raise TypeError(f"ds: expected a DataSet, got {type(ds).__name__}")
+        _refuse_no_examples("score", ds)           # a mean over no example has no value
         with self._exclusive("score"):
             return self._forward_score(ds)
 
@@ -534,6 +535,7 @@ class MultiLayerNetwork:
             raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
+        _refuse_no_examples("fit", data, labels)     # before an epoch starts or a hook fires
         history = History()
         with self._exclusive("fit"):
             wrapper = None
@@ -575,6 +577,8 @@ class MultiLayerNetwork:
             n = x.shape[0]
             if y.shape[0] != n:
                 raise ValueError(f"labels: {y.shape[0]} rows for {n} examples")
+            if n == 0:
+                raise ValueError("fit: no examples (data has 0 rows)")
             if batch_size is None:
                 batch_size = n
             if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -652,6 +656,7 @@ class MultiLayerNetwork:
         self._check_init()
         if not isinstance(ds, DataSet):
             raise TypeError(f"ds: expected a DataSet, got {type(ds).__name__}")
+        _refuse_no_examples("compute_gradient_and_score", ds)
         with self._exclusive("compute_gradient_and_score"):
             self._score = self._gradient_and_score(ds, self._train_mode())
             return self._score
@@ -678,6 +683,11 @@ class MultiLayerNetwork:
         # pass is closed), so neither can miss a hook the other calls.
         out_layer = self._output_layer()
         x, labels, mask = self._batch_arrays(ds)
+        if x.shape[0] == 0:
+            # e.g. an iterator's empty batch mid-epoch: refused before anything moves (a loss
+            # averaged over no example has no value, and an updater would still step)
+            raise ValueError(f"fit: no examples in the batch of iteration {self._iteration} "
+                             f"(0 rows)")
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
@@ -1095,6 +1105,21 @@ def _length(data: Any, labels: Any, batch_size: Any) -> int | None:
         return len(data)
     except TypeError:
         return None
+
+
+def _refuse_no_examples(op: str, data: Any, labels: Any = None) -> None:
+    # ValueError for features arrays or a DataSet of zero rows (an iterator's batches are
+    # checked as they come)
+    if isinstance(data, DataSet):
+        if data.features.shape[0] == 0:
+            raise ValueError(f"{op}: no examples (the DataSet has 0 rows)")
+    elif labels is not None:
+        try:
+            shape = data.shape if isinstance(data, NDArray) else np.shape(data)
+        except (TypeError, ValueError):
+            return                       # not an array: the conversion says why, later
+        if len(shape) and shape[0] == 0:
+            raise ValueError(f"{op}: no examples (data has 0 rows)")
 
 
 def _is_features(data: Any) -> bool:
