@@ -27,6 +27,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from typing import Any, Iterable
@@ -40,6 +41,7 @@ from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.evaluation._evaluate import batches, check_evaluations, count
+from ndws.nn import _checks
 from ndws.nn.history import History, _Epoch, _Progress
 from ndws.nn.layers import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
@@ -114,9 +116,9 @@ class MultiLayerNetwork:
         for i, layer in enumerate(layers):
             layer.index = i
             layer.input_gradient_needed = i > 0
-        layout = _layout(layers)
-        total = layout[-1][3] + layout[-1][4] if layout else 0
         dt = conf.dtype
+        layout = _layout(layers, dt.itemsize)
+        total = layout[-1][3] + layout[-1][4] if layout else 0
         if params is not None:
             _check_flat(params, total)      # before anything of the network is replaced
         if share:
@@ -136,7 +138,9 @@ class MultiLayerNetwork:
             # first would only cost: a replica for ndws.parallel is built per fit)
             rng = np.random.default_rng(conf.seed)
             for layer in layers:
+                views = dict(layer.params)
                 layer.init_params(rng)
+                _checks.params_kept(layer, views)
         # one updater segment per run of layers sharing an updater: [start, end) of the buffers
         segments = []
         for layer, name, shape, off, size in layout if not share else ():
@@ -156,6 +160,10 @@ class MultiLayerNetwork:
         for layer in layers:
             layer._rng = self._dropout_rng
         self.layers = layers
+        # each layer's declared output width (what activate must return; None: not declared)
+        # and whether what its passes return is checked (user code: ndws._checks)
+        self._widths = [layer.output_width() for layer in layers]
+        self._checked = [_checks.user_code(layer) for layer in layers]
         self._params, self._grads = flat_p, flat_g
         self._layout = layout
         self._configs = workspace_configs(len(layers))
@@ -240,7 +248,7 @@ class MultiLayerNetwork:
         with self._exclusive("score_examples"):
             per = self._forward_score(ds, per_example=True)
             if add_regularization:
-                reg = sum(layer.regularization_score() for layer in self.layers)
+                reg = self._regularization()
                 if reg:
                     ndws.add(per, reg, out=per)
             return per
@@ -255,19 +263,32 @@ class MultiLayerNetwork:
                 layer._rng = None                  # no dropout when scoring
             with scope_out_of_workspaces():
                 a = x
-                for layer in self.layers:
+                rows, dt = x.shape[0], self.conf.dtype
+                for layer, width in zip(self.layers, self._widths):
                     # DL4J's score(ds): inference for every layer (running statistics, no
                     # dropout); the output layer's training pass only keeps its
                     # pre-activation for the loss
                     a = layer.activate(a, layer is out_layer, mgr)
+                    if self._checked[layer.index]:
+                        _checks.returned(layer, "activate", a, (rows, width), dt)
                 if per_example:
-                    return out_layer.compute_score_examples(labels, mgr, mask)
-                score = out_layer.compute_score(labels, mgr, mask)
+                    per = out_layer.compute_score_examples(labels, mgr, mask)
+                    if self._checked[-1]:
+                        _checks.returned(out_layer, "compute_score_examples", per, (rows,), dt)
+                    return per
+                score = _checks.real(out_layer, "compute_score",
+                                     out_layer.compute_score(labels, mgr, mask))
         finally:
             for layer, r in zip(self.layers, saved):
                 layer._rng = r
                 layer.clear()
-        return score + sum(layer.regularization_score() for layer in self.layers)
+        return score + self._regularization()
+
+    def _regularization(self) -> float:
+        # the layers' l1/l2 terms of the score (ndws calls: their temporaries go to the
+        # current workspace, the iteration's when called inside it)
+        return sum(_checks.real(layer, "regularization_score", layer.regularization_score())
+                   for layer in self.layers)
 
     def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray, NDArray | None]:
         x = self._as_input(ds.features, "features")
@@ -322,7 +343,7 @@ class MultiLayerNetwork:
         size = self.conf.dtype.itemsize
         plans = []
         for mode, training in ((self._train_mode(), True), (self._inference_mode(), False)):
-            uses = [layer.memory_use(batch, training, size) for layer in self.layers]
+            uses = [_checks.memory_use(layer, batch, training, size) for layer in self.layers]
             if any(u is None for u in uses):
                 return
             plans.append(_plan(uses, mode, training))
@@ -493,6 +514,7 @@ class MultiLayerNetwork:
             self._presize(a.shape[0])
         outs: list[NDArray] = []
         n = len(self.layers)
+        rows, dt = a.shape[0], self.conf.dtype
         held: list[Any] = []          # SEPARATE: the ping-pong scopes still open
         with scope_out_of_workspaces():
             whole = (mgr.notify_scope_entered(ArrayType.ACTIVATIONS)
@@ -509,6 +531,8 @@ class MultiLayerNetwork:
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
                             a = layer.activate(a, training, m)
+                        if self._checked[i]:
+                            _checks.returned(layer, "activate", a, (rows, self._widths[i]), dt)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, m, "activate")
                         if len(held) > 1 or (held and i == n - 1):
                             held.pop(0).close()          # layer i's input has been read
@@ -717,9 +741,14 @@ class MultiLayerNetwork:
                 with outer:
                     a = x
                     acts = [x] if self._listeners else None
-                    for layer in self.layers:
+                    rows, dt = x.shape[0], self.conf.dtype
+                    shapes = []                # each layer's input shape: its epsilon's
+                    for layer, width, checked in zip(self.layers, self._widths, self._checked):
+                        shapes.append(a.shape)
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
                             a = layer.activate(a, True, mgr)
+                        if checked:
+                            _checks.returned(layer, "activate", a, (rows, width), dt)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, mgr, "activate")
                         if acts is not None:
                             acts.append(a)
@@ -736,24 +765,28 @@ class MultiLayerNetwork:
                             open_eps.append(mgr.notify_scope_entered(ArrayType.ACTIVATION_GRAD))
                         with self._scope(mgr, mode, ArrayType.BP_WORKING_MEM):
                             if i == n - 1:
-                                score, _, eps = out_layer.compute_score_and_gradient(labels, mgr,
-                                                                                    mask)
+                                op = "compute_score_and_gradient"
+                                score, grads, eps = _checks.output_result(
+                                    layer, layer.compute_score_and_gradient(labels, mgr, mask))
                             else:
-                                grads, eps = layer.backprop_gradient(eps, mgr)
-                                self._take_gradients(layer, grads)
+                                op = "backprop_gradient"
+                                grads, eps = _checks.backprop_result(
+                                    layer, layer.backprop_gradient(eps, mgr))
+                            _checks.gradients(layer, grads, self._checked[i])
                         # layer i's gradients are final here (the compiled iteration calls the
                         # hook at the same point)
                         if self._after_layer_gradients is not None:
                             self._after_layer_gradients(i)
                         if i > 0:
-                            self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps, mgr,
-                                                 "backprop_gradient")
+                            if self._checked[i]:
+                                _checks.returned(layer, op, eps, shapes[i], dt)
+                            self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps, mgr, op)
                         if len(open_eps) > 1:
                             open_eps.pop(0).close()
                     while open_eps:
                         open_eps.pop().close()
                     # in the iteration's scope, so its temporaries are the iteration's
-                    reg = sum(layer.regularization_score() for layer in self.layers)
+                    reg = self._regularization()
             finally:
                 while open_eps:
                     open_eps.pop().close()
@@ -797,21 +830,6 @@ class MultiLayerNetwork:
             copies = [a.dup() for a in acts]
             for listener in listening:
                 listener.on_forward_pass(self, copies)
-
-    @staticmethod
-    def _take_gradients(layer: Layer, grads: Any) -> None:
-        # a custom layer may return new arrays instead of writing into its views: copy them in
-        if not isinstance(grads, dict):
-            raise TypeError(f"layers[{layer.index}] ({type(layer).__name__}).backprop_gradient "
-                            f"must return (gradients dict, epsilon), got {type(grads).__name__}")
-        for name, g in grads.items():
-            view = layer.grads.get(name)
-            if view is None:
-                raise ValueError(f"layers[{layer.index}] ({type(layer).__name__}): gradient "
-                                 f"{name!r} is not one of its parameters "
-                                 f"{sorted(layer.grads)}")
-            if g is not view:
-                view.assign(g)
 
     def summary(self, batch_size: int | None = None) -> str:
         """A table of the layers: index, type, n_in, n_out, parameters, activation (and loss);
@@ -1067,13 +1085,13 @@ def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
     return DensePlan(layers, acts, keeps, configs)
 
 
-def _layout(layers: list) -> list:
+def _layout(layers: list, itemsize: int) -> list:
     # each parameter's place in the flat buffers, in layer order: (layer, name, shape, start,
-    # size)
+    # size), from the layers' checked shapes (a negative size would overlap the next one)
     layout, total = [], 0
     for layer in layers:
-        for name, shape in layer.param_shapes().items():
-            size = int(np.prod(shape, dtype=np.int64))
+        for name, shape in _checks.param_shapes(layer, itemsize).items():
+            size = math.prod(shape)
             layout.append((layer, name, shape, total, size))
             total += size
     return layout
