@@ -47,6 +47,17 @@ def data(rows=32):
     return rng.standard_normal((rows, 5)).astype(np.float32), rng.integers(0, 3, rows)
 
 
+def assert_fit_refused(net, exc, msg, rows=32):
+    # fit raises, naming the layer, and nothing moved or stayed open
+    x, y = data(rows)
+    before = net.params().numpy()
+    with pytest.raises(exc, match=msg):
+        net.fit(x, y)
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    assert net.iteration == 0
+    assert ndws.current_workspace() is None
+
+
 def test_a_correct_custom_layer_trains():
     x, y = data()
     net = network(Shift())
@@ -147,14 +158,7 @@ def gradient_layer(make):
      r"list for the gradients$"),
 ])
 def test_gradients_are_checked_against_their_parameters(make, exc, msg, mode):
-    x, y = data()
-    net = network(gradient_layer(make), mode)
-    before = net.params().numpy()
-    with pytest.raises(exc, match=msg):
-        net.fit(x, y)
-    np.testing.assert_array_equal(net.params().numpy(), before)
-    assert net.iteration == 0
-    assert ndws.current_workspace() is None
+    assert_fit_refused(network(gradient_layer(make), mode), exc, msg)
 
 
 @pytest.mark.parametrize("kind", ["ndarray", "numpy"])
@@ -182,13 +186,9 @@ def backprop_layer(make):
 @pytest.mark.parametrize("rows", [32, 2])       # 2 rows would unpack into (row 0, row 1)
 @pytest.mark.parametrize("mode", MODES)
 def test_backprop_gradient_returning_the_epsilon_alone(rows, mode):
-    x, y = data(rows)
-    net = network(backprop_layer(lambda g, e, eps, mgr: e), mode)
-    with pytest.raises(TypeError, match=rf"^layers\[1\] \(Back\)\.backprop_gradient must return "
-                                        rf"\(gradients dict, epsilon\), got NDArray of shape "
-                                        rf"\({rows}, 5\)$"):
-        net.fit(x, y)
-    assert net.iteration == 0 and ndws.current_workspace() is None
+    assert_fit_refused(network(backprop_layer(lambda g, e, eps, mgr: e), mode), TypeError,
+                       rf"^layers\[1\] \(Back\)\.backprop_gradient must return \(gradients "
+                       rf"dict, epsilon\), got NDArray of shape \({rows}, 5\)$", rows)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -214,13 +214,7 @@ def test_backprop_gradient_returning_the_epsilon_alone(rows, mode):
      r"^layers\[1\] \(Back\)\.backprop_gradient returned ndarray, expected an ndws\.NDArray$"),
 ])
 def test_the_epsilon_is_checked(make, exc, msg, mode):
-    x, y = data()
-    net = network(backprop_layer(make), mode)
-    before = net.params().numpy()
-    with pytest.raises(exc, match=msg):
-        net.fit(x, y)
-    np.testing.assert_array_equal(net.params().numpy(), before)
-    assert ndws.current_workspace() is None
+    assert_fit_refused(network(backprop_layer(make), mode), exc, msg)
 
 
 # -- activate -------------------------------------------------------------------------------
@@ -333,12 +327,7 @@ def test_an_output_layers_answer_is_checked(result, exc, msg):
         def compute_score_and_gradient(self, labels, mgr, mask=None):
             return result(*super().compute_score_and_gradient(labels, mgr, mask))
 
-    x, y = data()
-    net = network(Shift(), out=Out(n_out=3, activation="softmax"))
-    before = net.params().numpy()
-    with pytest.raises(exc, match=msg):
-        net.fit(x, y)
-    np.testing.assert_array_equal(net.params().numpy(), before)
+    assert_fit_refused(network(Shift(), out=Out(n_out=3, activation="softmax")), exc, msg)
 
 
 def test_compute_score_and_score_examples_of_a_custom_output_layer_are_checked():

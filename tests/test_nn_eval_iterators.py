@@ -253,12 +253,25 @@ def test_fit_over_every_source_pulls_and_calls_listeners_with_no_cycle_open(name
         probe.source.shutdown()
 
 
-@pytest.mark.parametrize("training_mode", ["AVERAGING", "SHARED_GRADIENTS"])
+def train_with(trainer, net, data):
+    # fit through one of the trainers that take an EvaluativeListener
+    if trainer == "mpi":
+        pytest.importorskip("mpi4py")
+        from mpi4py import MPI
+        from ndws.parallel import MPITrainer
+        with MPITrainer(net, MPI.COMM_SELF) as t:
+            t.fit(data, progress=False)
+        return
+    from ndws.parallel import ParallelWrapper
+    with ParallelWrapper(net, workers=2, training_mode=trainer) as pw:
+        pw.fit(data, progress=False)
+
+
+@pytest.mark.parametrize("trainer", ["AVERAGING", "SHARED_GRADIENTS", "mpi"])
 @pytest.mark.parametrize("name", ["ArrayDataSetIterator", "RecordReaderDataSetIterator",
                                   "AsyncDataSetIterator", "generator", "list",
                                   "list-class-indices", "load_iris"])
-def test_parallel_wrapper_with_an_evaluative_listener(name, training_mode, tmp_path):
-    from ndws.parallel import ParallelWrapper
+def test_parallel_trainers_with_an_evaluative_listener(name, trainer, tmp_path):
     batches, width, classes = shape_of(name, tmp_path)
     net = network(width, classes, "ENABLED")
     ev = Evaluation()
@@ -267,36 +280,13 @@ def test_parallel_wrapper_with_an_evaluative_listener(name, training_mode, tmp_p
     x = np.random.default_rng(1).normal(size=(64, width)).astype(np.float32)
     y = np.eye(classes, dtype=np.float32)[np.arange(64) % classes]
     data = Probe(ArrayDataSetIterator(x, y, 16))
-    with ParallelWrapper(net, workers=2, training_mode=training_mode) as pw:
-        pw.fit(data, progress=False)
+    train_with(trainer, net, data)
     want = oracle(net, batches, classes)[0]
     np.testing.assert_array_equal(ev.get_confusion_matrix(), want.get_confusion_matrix())
     assert listener.iterator.open_at_pull == [[]] * len(batches)
     assert data.open_at_pull == [[]] * 4
     if isinstance(listener.iterator.source, AsyncDataSetIterator):
         listener.iterator.source.shutdown()
-
-
-@pytest.mark.parametrize("name", ["ArrayDataSetIterator", "RecordReaderDataSetIterator",
-                                  "generator", "list", "load_iris"])
-def test_mpi_trainer_on_one_process_with_an_evaluative_listener(name, tmp_path):
-    pytest.importorskip("mpi4py")
-    from ndws.parallel import MPITrainer
-    batches, width, classes = shape_of(name, tmp_path)
-    net = network(width, classes, "ENABLED")
-    ev = Evaluation()
-    listener = EvaluativeListener(Probe(make(name, tmp_path)), 1, ev, invocation="epoch_end")
-    net.set_listeners(listener)
-    x = np.random.default_rng(1).normal(size=(40, width)).astype(np.float32)
-    y = np.eye(classes, dtype=np.float32)[np.arange(40) % classes]
-    data = Probe(ArrayDataSetIterator(x, y, 20))
-    from mpi4py import MPI
-    with MPITrainer(net, MPI.COMM_SELF) as trainer:
-        trainer.fit(data, progress=False)
-    want = oracle(net, batches, classes)[0]
-    np.testing.assert_array_equal(ev.get_confusion_matrix(), want.get_confusion_matrix())
-    assert listener.iterator.open_at_pull == [[]] * len(batches)
-    assert data.open_at_pull == [[]] * 2
 
 
 def test_the_issue_reproducer():
