@@ -373,6 +373,12 @@ def test_regression_labels_of_one_column_may_be_1d(rng):
     (lambda n, x, y: n.evaluate(_datasets(x, y), batch_size=4), ValueError,
      r"^batch_size: only with features and labels arrays"),
     (lambda n, x, y: n.evaluate(42), TypeError, r"^data: expected a DataSet, an iterable"),
+    (lambda n, x, y: n.evaluate(DataSet(x, y), y), ValueError,
+     r"^labels: only with features arrays \(the DataSet brings its own labels\)$"),
+    (lambda n, x, y: n.evaluate(ArrayDataSetIterator(x, y, 20), y), ValueError,
+     r"^labels: only with features arrays \(the ArrayDataSetIterator brings its own labels\)$"),
+    (lambda n, x, y: n.fit(DataSet(x, y), y), ValueError,
+     r"^labels: only with features arrays \(the DataSet brings its own labels\)$"),
     (lambda n, x, y: n.evaluate(x[:, :3], y), ValueError,
      r"^x: expected 5 features \(layers\[0\].n_in\), got 3$"),
     (lambda n, x, y: n.evaluate(x.astype(str), y), TypeError,
@@ -419,3 +425,17 @@ def test_zero_rows_and_empty_batches_count_nothing():
                                                                                y[20:40])])
     np.testing.assert_array_equal(
         ev.get_confusion_matrix(), oracle(net, [(x[:40], y[:40])], 4)[0].get_confusion_matrix())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_refused_batch_leaves_no_view_of_the_output_behind(mode):
+    # the refusing evaluation's frames held NumPy views of the batch's output when its cycle
+    # ended: the workspace warned and left its block to them (warnings are errors here)
+    x, y = problem()
+    net = network(5, 4, mode)
+    x[3:7] = np.nan
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"^Cannot perform evaluation with NaNs present in "
+                                             r"predictions: 16 NaNs"):
+            net.do_evaluation(ArrayDataSetIterator(x, y, 20), Evaluation(), ROCMultiClass())
+    assert ndws.current_workspace() is None and open_network_workspaces() == []

@@ -30,6 +30,7 @@ import contextlib
 import math
 import threading
 import time
+import traceback
 from typing import Any, Iterable
 
 import numpy as np
@@ -595,6 +596,7 @@ class MultiLayerNetwork:
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
         if labels is not None:
+            _refuse_labels_for_batches(data)
             x = self._as_input(data)
             y = labels if isinstance(labels, NDArray) else ndws.from_numpy(
                 np.ascontiguousarray(labels))
@@ -919,11 +921,18 @@ class MultiLayerNetwork:
                 a = self._as_input(features, "features")
                 bar.update(float("nan"))
                 with ws if ws is not None else contextlib.nullcontext():
-                    with scope_out_of_workspaces():
-                        out = self._forward_detached(a, False, mode, ws)[-1]
-                        count(evaluations, batch_labels, out, mask)
-                    # the batch's output goes with its cycle (no view of it outlives it)
-                    out = None
+                    try:
+                        with scope_out_of_workspaces():
+                            out = self._forward_detached(a, False, mode, ws)[-1]
+                            count(evaluations, batch_labels, out, mask)
+                    except BaseException as exc:
+                        # an evaluation that refused the batch left NumPy views of the output
+                        # in its frames: free them before the cycle ends (the traceback keeps
+                        # its lines), or the workspace would leave its block to them
+                        traceback.clear_frames(exc.__traceback__)
+                        raise
+                    finally:
+                        out = None     # the batch's output goes with its cycle
                 features = batch_labels = mask = a = None
         finally:
             bar.close()
@@ -946,6 +955,7 @@ class MultiLayerNetwork:
                                 f"(features, labels) pairs, or features and labels arrays, "
                                 f"got {type(data).__name__}")
             return batches(data)
+        _refuse_labels_for_batches(data)
         x = self._as_input(data)
         y = labels if isinstance(labels, NDArray) else np.asarray(labels)
         n = x.shape[0]
@@ -1138,6 +1148,14 @@ def _refuse_no_examples(op: str, data: Any, labels: Any = None) -> None:
             return                       # not an array: the conversion says why, later
         if len(shape) and shape[0] == 0:
             raise ValueError(f"{op}: no examples (data has 0 rows)")
+
+
+def _refuse_labels_for_batches(data: Any) -> None:
+    # labels go with features arrays; a DataSet or an iterator brings its own
+    if isinstance(data, DataSet) or (hasattr(data, "__iter__")
+                                     and not isinstance(data, (list, tuple, NDArray, np.ndarray))):
+        raise ValueError(f"labels: only with features arrays (the {type(data).__name__} "
+                         f"brings its own labels)")
 
 
 def _is_features(data: Any) -> bool:
