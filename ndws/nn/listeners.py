@@ -243,7 +243,9 @@ class CheckpointListener(TrainingListener):
 class EvaluativeListener(TrainingListener):
     """Runs ``model.do_evaluation(iterator, *evaluations)`` every `frequency` iterations (or
     epochs with ``invocation="epoch_end"``) and logs the first evaluation's `stats()`; the
-    evaluations are reset before each run and kept in `last`."""
+    evaluations are reset before each run and kept in `last`. `iterator` is anything
+    `do_evaluation` takes as its data but arrays (an iterator, a list, a DataSet); it runs after
+    the iteration's workspaces are closed, so any iterator works under any workspace mode."""
 
     root_worker_only = True  # under ParallelWrapper: worker 0 (the user's model) only
 
