@@ -721,7 +721,7 @@ class MultiLayerNetwork:
         plan = self._compiled(ds)
         if plan is not None:
             forward = ((lambda acts: self._notify_forward(acts, mode))
-                       if self._forward_listeners() else None)
+                       if self._listeners and self._forward_listeners() else None)
             # + 0.0: the general path's regularization sum (no l1/l2 here)
             score = plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
                              forward) + 0.0
