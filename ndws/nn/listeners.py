@@ -330,7 +330,9 @@ class CheckpointListener(TrainingListener):
 class EvaluativeListener(TrainingListener):
     """Runs ``model.do_evaluation(iterator, *evaluations)`` every `frequency` iterations (or
     epochs with ``invocation="epoch_end"``) and logs the first evaluation's `stats()`; the
-    evaluations are reset before each run and kept in `last`."""
+    evaluations are reset before each run and kept in `last`. `iterator` is anything
+    `do_evaluation` takes as its data but arrays (an iterator, a list, a DataSet); it runs after
+    the iteration's workspaces are closed, so any iterator works under any workspace mode."""
 
     root_worker_only = True  # under ParallelWrapper: worker 0 (the user's model) only
 
@@ -351,7 +353,7 @@ class EvaluativeListener(TrainingListener):
         for ev in self.evaluations:
             if hasattr(ev, "reset"):
                 ev.reset()
-        self.last = model._do_evaluation_unlocked(self.iterator, *self.evaluations)
+        self.last = model._do_evaluation_unlocked(self.iterator, self.evaluations)
         first = self.evaluations[0]
         if hasattr(first, "stats"):
             log.info("Evaluation at iteration %d:\n%s", model.iteration, first.stats())

@@ -13,6 +13,7 @@ import numbers
 from typing import Any
 
 import ndws
+from ndws.nn import _checks
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
                              WS_SINGLE)
 from ndws.nn.workspace_mgr import ArrayType
@@ -100,8 +101,8 @@ class MemoryReport:
         itemsize = net.conf.dtype.itemsize
         self._uses = {}
         for training in (True, False):
-            self._uses[training] = [layer.memory_use(batch_size, training, itemsize)
-                                    for layer in net.layers]
+            self._uses[training] = [
+                _checks.memory_use(layer, batch_size, training, itemsize) for layer in net.layers]
         self.complete = all(u is not None for uses in self._uses.values() for u in uses)
         state = sum(a.shape[0] for _, _, _, s in net._segments for a in s)
         self.parameter_bytes = (2 * net.num_params() + state) * itemsize
