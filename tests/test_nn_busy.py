@@ -17,7 +17,8 @@ from ndws.nn import DenseLayer, MultiLayerConfiguration, MultiLayerNetwork, Outp
 from ndws.nn import _busy
 from ndws.nn.listeners import TrainingListener
 
-WAIT = 30      # seconds: a bound for Events that must fire, never a timing assumption
+from busy_helpers import WAIT, Hold, start, start_fit, until
+
 MODES = ["NONE", "SINGLE", "SEPARATE"]
 HOOKS = ["on_epoch_start", "on_forward_pass", "on_backward_pass", "on_gradient_calculation",
          "iteration_done", "on_epoch_end"]
@@ -242,77 +243,6 @@ def test_a_layer_calling_its_network_inside_a_forward_pass_is_refused(batches):
 
 
 # -- other threads -----------------------------------------------------------------------------
-
-class Hold(TrainingListener):
-    """Holds fit in `hook` at iteration `at` until `go` (records each boundary's parameters)."""
-
-    def __init__(self, hook, at, raise_=None):
-        self.hook, self.at, self.raise_ = hook, at, raise_
-        self.inside, self.go = threading.Event(), threading.Event()
-        self.boundaries: dict = {}
-
-    def _hold(self, model):
-        if model.iteration != self.at:
-            return
-        live = model.params()
-        before = live.numpy().copy()
-        live.fill(7.0)             # what a half-written update looks like to a torn copy
-        self.inside.set()
-        assert self.go.wait(WAIT)
-        live.assign(before)
-        if self.raise_ is not None:
-            raise self.raise_
-
-    def on_gradient_calculation(self, model):
-        if self.hook == "on_gradient_calculation":
-            self._hold(model)
-
-    def on_backward_pass(self, model):
-        if self.hook == "on_backward_pass":
-            self._hold(model)
-
-    def iteration_done(self, model, iteration, epoch):
-        self.boundaries[iteration + 1] = model.params().numpy().copy()
-        if self.hook == "iteration_done" and iteration + 1 == self.at:
-            self.inside.set()
-            assert self.go.wait(WAIT)
-
-
-def start_fit(net, batches, **kw):
-    errors = []
-
-    def run():
-        try:
-            net.fit(batches, progress=False, **kw)
-        except BaseException as exc:  # noqa: BLE001 - asserted by the test
-            errors.append(exc)
-    t = threading.Thread(target=run, name="fit-thread")
-    t.start()
-    return t, errors
-
-
-def until(condition):
-    """Wait for `condition()` (a state another thread sets, polled on an Event's wait)."""
-    tick = threading.Event()
-    for _ in range(WAIT * 1000):
-        if condition():
-            return
-        tick.wait(0.001)
-    raise AssertionError("the condition never came true")
-
-
-def start(fn):
-    box = {}
-
-    def run():
-        try:
-            box["result"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - asserted by the test
-            box["error"] = exc
-    t = threading.Thread(target=run, name="copier")
-    t.start()
-    return t, box
-
 
 @pytest.mark.parametrize("at", [1, 2], ids=["mid-fit", "last-iteration"])
 def test_clone_from_another_thread_waits_for_the_iteration_boundary(at, batches):
