@@ -180,9 +180,9 @@ class MultiLayerNetwork:
     def _exclusive(self, op: str, kind: int = FORWARD, writes: bool = False) -> Exclusive:
         # one network serves one thread at a time: a second caller fails at once, by name; its
         # owner may call back from a listener what is safe where it is (ndws.nn._busy). `op`:
-        # a method of MultiLayerNetwork, or another class's "Class.method"
-        return Exclusive(self._busy, op if "." in op else "MultiLayerNetwork." + op, kind,
-                         writes)
+        # a method of MultiLayerNetwork, or another class's "Class" or "Class.method"
+        return Exclusive(self._busy, op if op[:1].isupper() else "MultiLayerNetwork." + op,
+                         kind, writes)
 
     # -- parameters -----------------------------------------------------------------------------
 
