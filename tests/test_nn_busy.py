@@ -359,3 +359,11 @@ def test_set_params_refuses_bad_input_before_taking_the_network(batches):
         net.set_params(np.zeros(n, np.int64))
     np.testing.assert_array_equal(net.params().numpy(), before)
     assert net._busy.owner is None
+    net.set_params(net.params())                       # its own live array: unchanged
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    net.set_params(np.ascontiguousarray(before[::-1])[::-1])     # a negative-stride view
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    with_nan = before.copy()
+    with_nan[0] = np.nan
+    net.set_params(with_nan[::1])
+    assert np.isnan(net.params().numpy()[0]) and net._busy.writing == 0

@@ -830,3 +830,42 @@ def test_an_update_waiting_when_fit_raises_fails_and_the_old_model_is_served(x):
         np.testing.assert_allclose(pi.output(x).numpy(), old.output(x).numpy(), rtol=1e-6)
         pi.update_model(net)                    # free again: the state fit left
         np.testing.assert_allclose(pi.output(x).numpy(), net.output(x).numpy(), rtol=1e-6)
+
+
+def test_the_probe_every_snapshot_taken_during_a_fit_is_some_iteration_s_end(x):
+    # the probe: 150 update_model calls while the model trains in another thread
+    # (which trains until they are done); each served parameter set must be the state at the
+    # end of some iteration (before: 66 of 150 matched none). It holds for any interleaving.
+    # parameters big enough for the copy and the update to run without the GIL (as the
+    # probe's network did), so a torn copy could happen
+    net = MultiLayerNetwork(MultiLayerConfiguration(
+        [DenseLayer(n_in=6, n_out=512, activation="tanh"),
+         DenseLayer(n_out=512, activation="tanh"),
+         OutputLayer(n_out=3, activation="softmax", loss_function="MCXENT")],
+        seed=1, updater=Sgd(0.1)))
+    net.init()
+    states = {net.params().numpy().tobytes()}
+    started, done = threading.Event(), threading.Event()
+
+    class Record(TrainingListener):
+        def iteration_done(self, model, iteration, epoch):
+            states.add(model.params().numpy().tobytes())
+            started.set()
+
+    def batches():
+        data = batches_of(x)
+        while not done.is_set():
+            yield from data
+
+    net.set_listeners(Record())
+    fit, errors = start_fit(net, batches())
+    served = []
+    assert started.wait(WAIT)
+    with ParallelInference(net) as pi:
+        while len(served) < 150:
+            pi.update_model(net)
+            served.append(pi._replicas[0].params().numpy().tobytes())
+    done.set()
+    fit.join(WAIT)
+    assert not errors and fit.is_alive() is False
+    assert sum(s not in states for s in served) == 0
