@@ -85,3 +85,28 @@ def start(fn):
     t = threading.Thread(target=run, name="copier")
     t.start()
     return t, box
+
+
+def copy_while_held(net, hold, fn):
+    """With a fit of `net` held inside an iteration by `hold`: run `fn()` (a copy of `net`) on
+    another thread until it waits for the iteration's end (or returns: it did not wait), then
+    release the fit and wait for `fn`. Returns (whether it waited, its box)."""
+    copier, box = start(fn)
+    until(lambda: net._busy.waiting or not copier.is_alive())
+    waited = copier.is_alive()
+    hold.go.set()
+    copier.join(WAIT)
+    return waited, box
+
+
+def clone_during(net, hold, train):
+    """`train()` (a fit of `net`) on a thread of its own; once `hold` holds it inside an
+    iteration, `net.clone()` from this thread, which must wait for the iteration's end. Returns
+    the clone, after the training has ended without an error."""
+    trainer, trained = start(train)
+    assert hold.inside.wait(WAIT)
+    waited, box = copy_while_held(net, hold, net.clone)
+    trainer.join(WAIT)
+    assert waited, "the copy did not wait for the iteration's end"
+    assert "error" not in trained and "error" not in box
+    return box["result"]

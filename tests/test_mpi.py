@@ -578,7 +578,7 @@ def test_a_trainer_is_not_built_around_a_model_fitting_in_another_thread():
 @needs_mpi4py
 @pytest.mark.parametrize("mode", ["SHARED_GRADIENTS", "AVERAGING"])
 def test_a_copy_during_an_mpi_fit_is_taken_at_a_step_boundary(mode, tmp_path):
-    from busy_helpers import WAIT, Hold, start, until
+    from busy_helpers import Hold, clone_during
     net = common.network("adam")
     x, y = common.data(32)
     trainer = _make(net, training_mode=mode)
@@ -591,16 +591,8 @@ def test_a_copy_during_an_mpi_fit_is_taken_at_a_step_boundary(mode, tmp_path):
             saved.append(model.params().numpy().copy())
 
     net.set_listeners(hold, Save())
-    fitter, fitted = start(lambda: trainer.fit(x, y, batch_size=8, progress=False))
-    assert hold.inside.wait(WAIT)
-    copier, box = start(net.clone)
-    until(lambda: net._busy.waiting or not copier.is_alive())
-    assert copier.is_alive(), "the copy did not wait for the step's end"
-    hold.go.set()
-    copier.join(WAIT)
-    fitter.join(WAIT)
-    assert "error" not in fitted and "error" not in box
-    np.testing.assert_array_equal(box["result"].params().numpy(), hold.boundaries[2])
+    clone = clone_during(net, hold, lambda: trainer.fit(x, y, batch_size=8, progress=False))
+    np.testing.assert_array_equal(clone.params().numpy(), hold.boundaries[2])
     np.testing.assert_array_equal(saved[1], hold.boundaries[2])
     from ndws.nn import MultiLayerNetwork
     np.testing.assert_array_equal(

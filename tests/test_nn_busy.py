@@ -17,7 +17,7 @@ from ndws.nn import DenseLayer, MultiLayerConfiguration, MultiLayerNetwork, Outp
 from ndws.nn import _busy
 from ndws.nn.listeners import TrainingListener
 
-from busy_helpers import WAIT, Hold, start, start_fit, until
+from busy_helpers import WAIT, Hold, clone_during, copy_while_held, start_fit
 
 MODES = ["NONE", "SINGLE", "SEPARATE"]
 HOOKS = ["on_epoch_start", "on_forward_pass", "on_backward_pass", "on_gradient_calculation",
@@ -249,16 +249,7 @@ def test_clone_from_another_thread_waits_for_the_iteration_boundary(at, batches)
     net = make_net()
     hold = Hold("on_gradient_calculation", at)
     net.set_listeners(hold)
-    fit, errors = start_fit(net, batches)
-    assert hold.inside.wait(WAIT)
-    copier, box = start(net.clone)
-    until(lambda: net._busy.waiting or not copier.is_alive())
-    assert copier.is_alive(), "the copy did not wait for the iteration's end"
-    hold.go.set()
-    copier.join(WAIT)
-    fit.join(WAIT)
-    assert not errors and "error" not in box
-    clone = box["result"]
+    clone = clone_during(net, hold, lambda: net.fit(batches, progress=False))
     # the state at the end of iteration `at`: never the half-written 7.0s
     np.testing.assert_array_equal(clone.params().numpy(), hold.boundaries[at + 1])
     assert (clone.iteration, clone.epoch) == (at + 1, 0)
@@ -273,11 +264,9 @@ def test_a_copy_waiting_when_fit_raises_inside_the_iteration_fails_with_the_reas
     net.set_listeners(hold)
     fit, errors = start_fit(net, batches)
     assert hold.inside.wait(WAIT)
-    copier, box = start(net.clone)
-    until(lambda: net._busy.waiting or not copier.is_alive())
-    hold.go.set()
-    copier.join(WAIT)
+    waited, box = copy_while_held(net, hold, net.clone)
     fit.join(WAIT)
+    assert waited
     assert [type(e) for e in errors] == [ValueError]
     assert str(box["error"]) == (
         "MultiLayerNetwork.clone: MultiLayerNetwork.fit raised ValueError inside a training "

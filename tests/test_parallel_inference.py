@@ -17,7 +17,7 @@ from ndws.data.dataset import DataSet
 from ndws.nn.listeners import TrainingListener
 from ndws.parallel import InferenceMode, LoadBalanceMode, ParallelInference
 
-from busy_helpers import Hold, start, start_fit, until
+from busy_helpers import Hold, copy_while_held, start_fit
 
 MODES = ["SEQUENTIAL", "BATCHED", "INPLACE"]
 WAIT = 30      # seconds: a bound for Events that must fire, never a timing assumption
@@ -762,12 +762,9 @@ def test_a_snapshot_of_a_model_training_in_another_thread_is_an_iteration_bounda
     pi = ParallelInference(make_net(seed=5)) if how == "update_model" else None
     fit, errors = start_fit(net, batches_of(x))
     assert hold.inside.wait(WAIT)
-    copier, box = start(lambda: pi.update_model(net) if pi is not None
-                        else ParallelInference(net))
-    until(lambda: net._busy.waiting or not copier.is_alive())
-    assert copier.is_alive(), "the snapshot did not wait for the iteration's end"
-    hold.go.set()
-    copier.join(WAIT)
+    waited, box = copy_while_held(net, hold, lambda: pi.update_model(net) if pi is not None
+                                  else ParallelInference(net))
+    assert waited, "the snapshot did not wait for the iteration's end"
     fit.join(WAIT)
     assert not errors and "error" not in box
     pi = pi or box["result"]
@@ -818,11 +815,9 @@ def test_an_update_waiting_when_fit_raises_fails_and_the_old_model_is_served(x):
     with ParallelInference(old) as pi:
         fit, errors = start_fit(net, batches_of(x))
         assert hold.inside.wait(WAIT)
-        copier, box = start(lambda: pi.update_model(net))
-        until(lambda: net._busy.waiting or not copier.is_alive())
-        hold.go.set()
-        copier.join(WAIT)
+        waited, box = copy_while_held(net, hold, lambda: pi.update_model(net))
         fit.join(WAIT)
+        assert waited
         assert [type(e) for e in errors] == [ValueError]
         assert str(box["error"]).startswith(
             "ParallelInference.update_model: MultiLayerNetwork.fit raised ValueError inside a "

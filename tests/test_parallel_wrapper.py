@@ -17,7 +17,7 @@ from ndws.nn.listeners import (CheckpointListener, CollectScoresListener, Perfor
                                TrainingListener)
 from ndws.parallel import ParallelWrapper, TrainingMode
 
-from busy_helpers import WAIT, Hold, start, until
+from busy_helpers import WAIT, Hold, clone_during, start
 
 
 def make_net(updater=None, seed=1, **conf):
@@ -609,16 +609,8 @@ def test_a_copy_from_another_thread_is_taken_at_worker_0_s_boundary(data, mode):
     hold = Hold("on_gradient_calculation", 1)        # worker 0, inside its second round
     pw = ParallelWrapper(net, workers=2, training_mode=mode)
     pw.set_listeners(hold)
-    fitter, fitted = start(lambda: pw.fit(x, y, batch_size=8, progress=False))
-    assert hold.inside.wait(WAIT)
-    copier, box = start(net.clone)
-    until(lambda: net._busy.waiting or not copier.is_alive())
-    assert copier.is_alive(), "the copy did not wait for the round's end"
-    hold.go.set()
-    copier.join(WAIT)
-    fitter.join(WAIT)
-    assert "error" not in fitted and "error" not in box
-    np.testing.assert_array_equal(box["result"].params().numpy(), hold.boundaries[2])
+    clone = clone_during(net, hold, lambda: pw.fit(x, y, batch_size=8, progress=False))
+    np.testing.assert_array_equal(clone.params().numpy(), hold.boundaries[2])
     pw.close()
 
 
