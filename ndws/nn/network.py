@@ -45,6 +45,7 @@ from ndws.evaluation._evaluate import batches, check_evaluations, count
 from ndws.nn import _checks
 from ndws.nn._fit_options import Validation, check_seed, labels_array, shuffled
 from ndws.nn.history import History, _Epoch, _Progress
+from ndws.nn._busy import FORWARD, FREE, STATE, TRAIN, WRITE, Busy, Exclusive
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn.listeners import TrainingListener
@@ -58,10 +59,11 @@ from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_wo
 
 __all__ = ["MultiLayerNetwork"]
 
-_BUSY = ("MultiLayerNetwork.{op}: the network is in use by another thread (one network serves "
-         "one thread at a time; give each thread its own, e.g. with clone())")
-
 _memory_manager = ndws.get_memory_manager()
+
+# what a nested call is refused inside of (ndws.nn._busy)
+_IN_FORWARD = "a forward pass"
+_IN_TRAINING = "the forward and backward pass of a training iteration"
 
 # the training layouts of the compiled iteration (ENABLED is resolved to SEPARATE before)
 _PLAN_MODES = {WorkspaceMode.NONE: MODE_NONE, WorkspaceMode.SINGLE: MODE_SINGLE,
@@ -75,7 +77,9 @@ class MultiLayerNetwork:
     conf : MultiLayerConfiguration
 
     Call `init` before using it. One network serves one thread at a time: a second thread that
-    calls `fit` / `output` while the first is inside gets a ``RuntimeError``.
+    calls `fit` / `output` while the first is inside gets a ``RuntimeError``; `clone()` and
+    `ndws.parallel.ParallelInference` copy it from any thread at an iteration boundary. What a
+    listener may call back is in docs/networks.md, "Threads, listeners and snapshots".
     """
 
     def __init__(self, conf: MultiLayerConfiguration):
@@ -87,7 +91,7 @@ class MultiLayerNetwork:
         self._iteration = 0
         self._epoch = 0
         self._score = float("nan")
-        self._busy = threading.Lock()
+        self._busy = Busy()
         self._params: NDArray | None = None
         self._listeners: list[TrainingListener] = []
         # ndws.parallel's workers train in the wrapper's workspace mode (DL4J's
@@ -109,9 +113,10 @@ class MultiLayerNetwork:
     def init(self, params: Any = None) -> None:
         """Build the layers, lay their parameters out in one flat array and initialise them
         from the seed (or copy `params`, a flat array of `num_params()` values)."""
-        self._build(params, share=False)
+        with self._exclusive("init", TRAIN, writes=True):
+            self._build(params, share=False)
 
-    def _build(self, params: Any, share: bool) -> None:
+    def _build(self, params: Any, share: bool, sample: bool = True) -> None:
         # share=True: an inference-only network (ndws.parallel's serving replicas) whose
         # parameters are views of `params` itself, a detached flat array laid out as this
         # configuration's; no gradients, no updater state, nothing copied or initialised
@@ -137,9 +142,10 @@ class MultiLayerNetwork:
             layer.params[name] = flat_p[off:off + size].reshape(shape)
             if flat_g is not None:
                 layer.grads[name] = flat_g[off:off + size].reshape(shape)
-        if params is None:
+        if params is None and sample:
             # from the seed; given parameters are copied in below instead (sampling them
-            # first would only cost: a replica for ndws.parallel is built per fit)
+            # first would only cost: a replica for ndws.parallel is built per fit; clone
+            # copies them in at an iteration boundary)
             rng = np.random.default_rng(conf.seed)
             for layer in layers:
                 views = dict(layer.params)
@@ -177,20 +183,26 @@ class MultiLayerNetwork:
         self._dense_plan = None if share else _dense_plan(layers, self._configs)
         self._segment_views: tuple = (None, None, [])
         if params is not None and not share:
-            self.set_params(params)
+            flat_p.assign(_check_flat(params, total))
 
     def _check_init(self) -> None:
         if self._params is None:
             raise RuntimeError("MultiLayerNetwork: call init() first")
 
-    def _exclusive(self, op: str) -> "_Exclusive":
-        # one network serves one thread at a time: a second caller fails at once, by name
-        return _Exclusive(self._busy, op)
+    def _exclusive(self, op: str, kind: int = FORWARD, writes: bool = False) -> Exclusive:
+        # one network serves one thread at a time: a second caller fails at once, by name; its
+        # owner may call back from a listener what is safe where it is (ndws.nn._busy). `op`:
+        # a method of MultiLayerNetwork, or another class's "Class" or "Class.method"
+        return Exclusive(self._busy, op if op[:1].isupper() else "MultiLayerNetwork." + op,
+                         kind, writes)
 
     # -- parameters -----------------------------------------------------------------------------
 
     def params(self) -> NDArray:
-        """The flat parameter array (the network's own, detached; layers' weights are views)."""
+        """The flat parameter array: the network's own, detached, and live (layers' weights
+        are views of it, and fit updates it in place). From another thread while the network
+        trains its values change under the reader, and a copy of it may mix two iterations;
+        `clone()` copies the network at an iteration boundary instead."""
         self._check_init()
         return self._params
 
@@ -199,9 +211,20 @@ class MultiLayerNetwork:
         return int(self._params.shape[0])
 
     def set_params(self, params: Any) -> None:
-        """Copy `params` (a flat array of num_params() values) into the network's parameters."""
+        """Copy `params` (a flat array of num_params() values) into the network's parameters.
+        Refused (RuntimeError) while another thread uses the network, and from a listener
+        inside a training iteration (iteration_done and the epoch hooks may call it)."""
         self._check_init()
-        self._params.assign(_check_flat(params, self.num_params()))
+        src = _check_flat(params, self.num_params())
+        with self._exclusive("set_params", WRITE, writes=True):
+            self._params.assign(src)
+
+    def _copy_params_into(self, out: NDArray, op: str) -> None:
+        # ndws.parallel's snapshots: the parameters into `out` (detached, num_params()
+        # values), at an iteration boundary: never a copy torn by a fit in another thread
+        self._check_init()
+        params = self._params
+        self._busy.snapshot(op, lambda: out.assign(params))
 
     @property
     def iteration(self) -> int:
@@ -210,7 +233,9 @@ class MultiLayerNetwork:
 
     @iteration.setter
     def iteration(self, value: int) -> None:
-        self._iteration = _counter("iteration", value)
+        value = _counter("iteration", value)
+        with self._exclusive("iteration", FREE):
+            self._iteration = value
 
     @property
     def epoch(self) -> int:
@@ -219,7 +244,9 @@ class MultiLayerNetwork:
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        self._epoch = _counter("epoch", value)
+        value = _counter("epoch", value)
+        with self._exclusive("epoch", FREE):
+            self._epoch = value
 
     def get_layer(self, index: int) -> Layer:
         self._check_init()
@@ -264,6 +291,8 @@ class MultiLayerNetwork:
         x, labels, mask = self._batch_arrays(ds)
         mgr = self._manager(WorkspaceMode.NONE, True)
         saved = [getattr(layer, "_rng", None) for layer in self.layers]
+        busy, around = self._busy, self._busy.inside
+        busy.inside = _IN_FORWARD
         try:
             for layer in self.layers:
                 layer._rng = None                  # no dropout when scoring
@@ -287,6 +316,7 @@ class MultiLayerNetwork:
                 score = _checks.real(out_layer, "compute_score",
                                      out_layer.compute_score(labels, mgr, mask))
         finally:
+            busy.inside = around
             for layer, r in zip(self.layers, saved):
                 layer._rng = r
                 layer.clear()
@@ -461,7 +491,8 @@ class MultiLayerNetwork:
         open workspace of the caller. Works whether or not the caller has a workspace open;
         the network's own workspaces never leak into the caller's scope."""
         self._check_init()
-        with self._exclusive("output"):
+        # training mode writes running statistics (BatchNormalization): snapshots wait
+        with self._exclusive("output", FORWARD, writes=bool(train)):
             a, row = self._as_row_or_batch(x)
             if output_workspace is not None:
                 if not isinstance(output_workspace, ndws.Workspace):
@@ -502,7 +533,7 @@ class MultiLayerNetwork:
         """Every layer's activations for `x` (the input first), each detached; for one
         example (n_features,) each is 1-d, as `output` answers it."""
         self._check_init()
-        with self._exclusive("feed_forward"):
+        with self._exclusive("feed_forward", FORWARD, writes=bool(train)):
             a, row = self._as_row_or_batch(x)
             outs = [a.detach()] + self._forward_detached(a, train, WorkspaceMode.NONE, None,
                                                          keep_all=True)
@@ -524,9 +555,11 @@ class MultiLayerNetwork:
         n = len(self.layers)
         rows, dt = a.shape[0], self.conf.dtype
         held: list[Any] = []          # SEPARATE: the ping-pong scopes still open
+        busy, around = self._busy, self._busy.inside
         with scope_out_of_workspaces():
             whole = (mgr.notify_scope_entered(ArrayType.ACTIVATIONS)
                      if mode is WorkspaceMode.SINGLE else contextlib.nullcontext())
+            busy.inside = _IN_FORWARD
             try:
                 with whole:
                     for i, layer in enumerate(self.layers):
@@ -547,6 +580,7 @@ class MultiLayerNetwork:
                         if keep_all:
                             outs.append(a.detach() if i < n - 1 else a)
             finally:
+                busy.inside = around
                 while held:
                     held.pop().close()
                 for layer in self.layers:
@@ -613,7 +647,7 @@ class MultiLayerNetwork:
             seed = check_seed(seed)
         validate = None if validation_data is None else Validation(self, validation_data)
         history = History(epochs)
-        with self._exclusive("fit"):
+        with self._exclusive("fit", TRAIN):
             wrapper = None
             if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
                     and callable(getattr(data, "async_supported", None))
@@ -698,6 +732,9 @@ class MultiLayerNetwork:
         return layer
 
     def _fit_batch(self, ds: DataSet) -> None:
+        # from the forward pass to the update the iteration writes the parameters: copies for
+        # other threads wait for its end (ndws.nn._busy); a raise leaves it to fit's exit
+        self._busy.begin()
         score = self._gradient_and_score(ds, self._train_mode())
         self._score = score
         self.last_batch_size = int(ds.features.shape[0])
@@ -706,6 +743,7 @@ class MultiLayerNetwork:
         self._update(0, int(self._params.shape[0]))
         done = self._iteration
         self._iteration += 1
+        self._busy.end()                   # the boundary: iteration_done may copy or save
         for listener in self._listeners:
             listener.iteration_done(self, done, self._epoch)
         # DL4J asks the memory manager once per iteration; it collects only when its occasional
@@ -747,7 +785,7 @@ class MultiLayerNetwork:
         if not isinstance(ds, DataSet):
             raise TypeError(f"ds: expected a DataSet, got {type(ds).__name__}")
         _refuse_no_examples("compute_gradient_and_score", ds)
-        with self._exclusive("compute_gradient_and_score"):
+        with self._exclusive("compute_gradient_and_score", TRAIN, writes=True):
             self._score = self._gradient_and_score(ds, self._train_mode())
             return self._score
 
@@ -783,14 +821,20 @@ class MultiLayerNetwork:
             mgr.set_no_leverage_override(x.workspace_id)
         self._presize(x.shape[0])
         plan = self._compiled(ds)
-        if plan is not None:
-            forward = ((lambda acts: self._notify_forward(acts, mode))
-                       if self._listeners and self._forward_listeners() else None)
-            # + 0.0: the general path's regularization sum (no l1/l2 here)
-            score = plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
-                             forward) + 0.0
-        else:
-            score = self._general_pass(x, labels, mask, out_layer, mgr, mode)
+        busy, around = self._busy, self._busy.inside
+        # on_forward_pass and the layers run inside the pass, on either path (ndws.nn._busy)
+        busy.inside = _IN_TRAINING
+        try:
+            if plan is not None:
+                forward = ((lambda acts: self._notify_forward(acts, mode))
+                           if self._listeners and self._forward_listeners() else None)
+                # + 0.0: the general path's regularization sum (no l1/l2 here)
+                score = plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
+                                 forward) + 0.0
+            else:
+                score = self._general_pass(x, labels, mask, out_layer, mgr, mode)
+        finally:
+            busy.inside = around
         for listener in self._listeners:
             listener.on_backward_pass(self)
         return score
@@ -1068,7 +1112,7 @@ class MultiLayerNetwork:
         """Save to `path`: a zip of the configuration, the parameters, the updater state (with
         `save_updater`) and the training counters and random state (docs/networks.md)."""
         self._check_init()
-        with self._exclusive("save"):
+        with self._exclusive("save", STATE):
             self._save_unlocked(path, save_updater)
 
     def _save_unlocked(self, path: Any, save_updater: bool) -> None:
@@ -1098,14 +1142,21 @@ class MultiLayerNetwork:
 
     def clone(self) -> "MultiLayerNetwork":
         """A new network with the same configuration and a copy of the parameters and updater
-        state (counters included)."""
+        state (counters included). From another thread while this network trains, the copy is
+        taken at the next iteration boundary (the caller waits for it); from a listener, at
+        iteration_done or an epoch hook (inside an iteration: RuntimeError)."""
         self._check_init()
         other = MultiLayerNetwork(self.conf)
-        other.init(self._params)
-        for (_, _, _, mine), (_, _, _, theirs) in zip(self._segments, other._segments):
-            for a, b in zip(mine, theirs):
-                b.assign(a)
-        other.iteration, other.epoch = self.iteration, self.epoch
+        other._build(None, share=False, sample=False)   # built first: the copy is all we wait for
+
+        def copy() -> None:
+            other._params.assign(self._params)
+            for (_, _, _, mine), (_, _, _, theirs) in zip(self._segments, other._segments):
+                for a, b in zip(mine, theirs):
+                    b.assign(a)
+            other._iteration, other._epoch = self._iteration, self._epoch
+
+        self._busy.snapshot("MultiLayerNetwork.clone", copy)
         return other
 
     def _replica(self, share: str, stream: int) -> "MultiLayerNetwork":
@@ -1244,20 +1295,3 @@ def _check_flat(params: Any, total: int) -> Any:
         raise TypeError(f"params: expected a float array, got dtype {src.dtype}")
     return src
 
-
-class _Exclusive:
-    # MultiLayerNetwork's busy lock as a context manager, taken without waiting (a plain class:
-    # fit runs it once per call, and a generator-based one costs a few microseconds)
-    __slots__ = ("_lock", "_op")
-
-    def __init__(self, lock: Any, op: str):
-        self._lock = lock
-        self._op = op
-
-    def __enter__(self) -> None:
-        if not self._lock.acquire(blocking=False):
-            raise RuntimeError(_BUSY.format(op=self._op))
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        self._lock.release()
-        return False
