@@ -1009,11 +1009,10 @@ class MultiLayerNetwork:
                 and not callable(getattr(evaluations[0], "eval", None))):
             labels, evaluations = evaluations[0], evaluations[1:]     # do_evaluation(X, y, ev)
         with self._exclusive("do_evaluation"):
-            return self._do_evaluation_unlocked(data, evaluations, labels, batch_size,
-                                                progress)
+            return self._evaluate_batches(data, evaluations, labels, batch_size, progress)
 
-    def _do_evaluation_unlocked(self, data: Any, evaluations: tuple, labels: Any = None,
-                                batch_size: Any = None, progress: bool | None = False) -> Any:
+    def _evaluate_batches(self, data: Any, evaluations: tuple, labels: Any,
+                          batch_size: Any, progress: bool | None) -> Any:
         check_evaluations(evaluations)
         source = self._evaluation_batches(data, labels, batch_size)
         mode = self._inference_mode()
@@ -1113,10 +1112,7 @@ class MultiLayerNetwork:
         `save_updater`) and the training counters and random state (docs/networks.md)."""
         self._check_init()
         with self._exclusive("save", STATE):
-            self._save_unlocked(path, save_updater)
-
-    def _save_unlocked(self, path: Any, save_updater: bool) -> None:
-        save_network(self, path, save_updater)
+            save_network(self, path, save_updater)
 
     @classmethod
     def load(cls, path: Any, load_updater: bool = True) -> "MultiLayerNetwork":
