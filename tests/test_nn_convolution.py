@@ -296,14 +296,13 @@ def test_json_round_trip_of_image_layers():
 # -- the input, checked when it comes ----------------------------------------------------------
 
 class Reshaper(Layer):
-    """A custom layer that hands the next layer whatever shape it is told to."""
+    """A custom layer that declares images (3, 3, 3) and hands on what it is told to."""
     keeps_width = True
+    fields = Layer.fields + ("shape",)
 
     def __init__(self, shape=None, **common):
         super().__init__(**common)
         self.shape = shape
-
-    fields = Layer.fields + ("shape",)
 
     def output_type(self, input_type):
         return InputType.convolutional(3, 3, 3)
@@ -328,12 +327,19 @@ class Reshaper(Layer):
     ((3, 4, 3), r"input of shape \(4, 3, 4, 3\), expected \(n_samples, channels=3, height=3, "
                 r"width=3\)"),
 ])
-def test_wrong_input_from_a_custom_layer_is_named(shape, msg):
+def test_wrong_input_is_named(shape, msg):
     net = MultiLayerNetwork(MultiLayerConfiguration(
         [Reshaper(shape, n_in=1), ConvolutionLayer(kernel_size=2, n_out=2)], seed=0))
     net.init()
-    with pytest.raises(ValueError, match=msg):
+    # the network names the custom layer that broke its declaration...
+    with pytest.raises(ValueError, match=r"^layers\[0\] \(Reshaper\).activate returned shape "
+                                         r"\(4, " + r", ".join(map(str, shape)) + r"\), expected "
+                                         r"\(4, 3, 3, 3\)"):
         net.output(np.zeros((4, 1), np.float32))
+    # ...and a layer called by hand checks what it gets, with DL4J's messages
+    with pytest.raises(ValueError, match=msg):
+        net.layers[1].activate(ndws.zeros((4,) + shape), False,
+                               ndws.nn.LayerWorkspaceMgr.no_workspaces())
 
 
 # -- the rest of the family ---------------------------------------------------------------------

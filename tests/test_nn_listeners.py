@@ -227,6 +227,25 @@ def test_reports_reach_stdout_by_default_and_can_be_silenced_or_redirected(rng, 
     assert len(lines) == 2 and lines[-1] == perf.last_line    # the first has no interval
 
 
+def test_evaluative_listener_reports_its_stats_through_its_printer(rng, capsys):
+    # the evaluation runs from iteration_done through the public do_evaluation (re-entrant
+    # for the fitting thread), with no bar of its own; its stats reach stdout by default
+    net, batches = net_and_batches(rng)
+    ev = Evaluation()
+    net.set_listeners(EvaluativeListener(batches, 2, ev))
+    net.fit(batches, progress=False)
+    out = capsys.readouterr().out
+    assert out.startswith("Evaluation at iteration 1:\n") and out.count("Evaluation at") == 2
+    assert ev.stats() in out
+    lines = []
+    net.set_listeners(EvaluativeListener(batches, 2, Evaluation(), printer=lines.append))
+    net.fit(batches, progress=False)
+    assert capsys.readouterr().out == "" and len(lines) == 1       # iterations 3, 4, 5: 4
+    assert lines[0].startswith("Evaluation at iteration 5:\n")
+    with pytest.raises(TypeError, match=r"^EvaluativeListener.printer: expected None"):
+        EvaluativeListener(batches, 1, Evaluation(), printer="stdout")
+
+
 def test_a_configured_ndws_logger_takes_the_reports(rng, caplog, capsys):
     net, batches = net_and_batches(rng)
     net.set_listeners(ScoreIterationListener(1))

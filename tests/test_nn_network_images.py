@@ -57,7 +57,8 @@ class ChannelScale(Layer):
         ndws.sum(prod, axis=(0, 2, 3), out=self.grads["s"])
         eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, epsilon.shape,
                                        dtype=epsilon.dtype)
-        return {}, ndws.multiply(epsilon, self.params["s"].reshape(1, -1, 1, 1), out=eps)
+        return {"s": self.grads["s"]}, ndws.multiply(epsilon, self.params["s"].reshape(1, -1, 1, 1),
+                                                      out=eps)
 
 
 def conf_for(mode, input_type=InputType.convolutional(4, 5, 3), dtype="float32", **kw):
@@ -174,10 +175,20 @@ def test_convolutional_flat_takes_rows_or_images(rng):
 def test_input_of_the_wrong_shape_names_the_layer_and_the_shape(shape, msg):
     net = MultiLayerNetwork(conf_for("ENABLED"))
     net.init()
-    with pytest.raises(ValueError, match=msg):
-        net.output(np.zeros(shape, np.float32))
+    if shape != (3, 4, 5):                # one image is served (see below), not trained on
+        with pytest.raises(ValueError, match=msg):
+            net.output(np.zeros(shape, np.float32))
     with pytest.raises(ValueError, match=msg.replace("^x:", "^features:")):
         net.fit(DataSet(np.zeros(shape, np.float32), np.zeros(shape[0], np.int64)))
+
+
+def test_one_image_is_served_without_the_batch_axis(rng):
+    net = MultiLayerNetwork(conf_for("ENABLED"))
+    net.init()
+    x = rng.standard_normal((4, 3, 4, 5)).astype(np.float32)
+    one = net.output(x[1])
+    assert one.shape == (3,)
+    np.testing.assert_array_equal(one.numpy(), net.output(x).numpy()[1])
 
 
 def test_nhwc_network_names_the_other_transposition():

@@ -309,7 +309,7 @@ class CheckpointListener(TrainingListener):
     def _save(self, model: Any) -> None:
         name = (f"checkpoint_{len(self.saved)}_iter{model.iteration}_epoch{model.epoch}.zip")
         path = os.path.join(self.directory, name)
-        model._save_unlocked(path, self.save_updater)
+        model.save(path, self.save_updater)
         self.saved.append(path)
         if self.keep_last is not None:
             while len(self.saved) > self.keep_last:
@@ -330,12 +330,15 @@ class CheckpointListener(TrainingListener):
 class EvaluativeListener(TrainingListener):
     """Runs ``model.do_evaluation(iterator, *evaluations)`` every `frequency` iterations (or
     epochs with ``invocation="epoch_end"``) and logs the first evaluation's `stats()`; the
-    evaluations are reset before each run and kept in `last`."""
+    evaluations are reset before each run and kept in `last`. `iterator` is anything
+    `do_evaluation` takes as its data but arrays (an iterator, a list, a DataSet); it runs after
+    the iteration's workspaces are closed, so any iterator works under any workspace mode.
+    `printer`: where the stats go (the module docstring)."""
 
     root_worker_only = True  # under ParallelWrapper: worker 0 (the user's model) only
 
     def __init__(self, iterator: Any, frequency: int, *evaluations: Any,
-                 invocation: str = "iteration_end"):
+                 invocation: str = "iteration_end", printer: Any = None):
         if not evaluations:
             raise ValueError("EvaluativeListener: give at least one evaluation")
         if invocation not in ("iteration_end", "epoch_end"):
@@ -345,16 +348,18 @@ class EvaluativeListener(TrainingListener):
         self.frequency = _frequency("EvaluativeListener", frequency)
         self.evaluations = evaluations
         self.invocation = invocation
+        self.printer = _printer("EvaluativeListener", printer)
         self.last: Any = None
 
     def _run(self, model: Any) -> None:
         for ev in self.evaluations:
             if hasattr(ev, "reset"):
                 ev.reset()
-        self.last = model._do_evaluation_unlocked(self.iterator, *self.evaluations)
+        # no bar of its own: the evaluation runs under the fit's
+        self.last = model.do_evaluation(self.iterator, *self.evaluations, progress=False)
         first = self.evaluations[0]
         if hasattr(first, "stats"):
-            log.info("Evaluation at iteration %d:\n%s", model.iteration, first.stats())
+            _report(self.printer, f"Evaluation at iteration {model.iteration}:\n{first.stats()}")
 
     def iteration_done(self, model, iteration, epoch):
         if self.invocation == "iteration_end" and iteration % self.frequency == 0:

@@ -13,6 +13,7 @@ import numbers
 from typing import Any
 
 import ndws
+from ndws.nn import _checks
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
                              WS_SINGLE)
 from ndws.nn.workspace_mgr import ArrayType
@@ -76,7 +77,7 @@ def layer_uses(net: Any, batch: int, training: bool, itemsize: int) -> list:
     preprocessor) that does not declare its use."""
     out = []
     for layer, pre in zip(net.layers, net._preprocessors):
-        use = layer.memory_use(batch, training, itemsize)
+        use = _checks.memory_use(layer, batch, training, itemsize)
         if pre is not None and use is not None:
             pre_use = pre.memory_use(batch, training, itemsize)
             use = None if pre_use is None else list(pre_use) + list(use)

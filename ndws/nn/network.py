@@ -27,8 +27,10 @@ True
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
+import traceback
 from typing import Any, Iterable
 
 import numpy as np
@@ -39,9 +41,11 @@ from ndws._core import NDArray
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
-from ndws.evaluation import evaluate as _evaluate
+from ndws.evaluation._evaluate import batches, check_evaluations, count
+from ndws.nn import _checks
 from ndws.nn._fit_options import Validation, check_seed, labels_array, shuffled
 from ndws.nn.history import History, _Epoch, _Progress
+from ndws.nn._busy import FORWARD, FREE, STATE, TRAIN, WRITE, Busy, Exclusive
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn.listeners import TrainingListener
@@ -56,10 +60,11 @@ from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_wo
 
 __all__ = ["MultiLayerNetwork"]
 
-_BUSY = ("MultiLayerNetwork.{op}: the network is in use by another thread (one network serves "
-         "one thread at a time; give each thread its own, e.g. with clone())")
-
 _memory_manager = ndws.get_memory_manager()
+
+# what a nested call is refused inside of (ndws.nn._busy)
+_IN_FORWARD = "a forward pass"
+_IN_TRAINING = "the forward and backward pass of a training iteration"
 
 # the training layouts of the compiled iteration (ENABLED is resolved to SEPARATE before)
 _PLAN_MODES = {WorkspaceMode.NONE: MODE_NONE, WorkspaceMode.SINGLE: MODE_SINGLE,
@@ -73,7 +78,9 @@ class MultiLayerNetwork:
     conf : MultiLayerConfiguration
 
     Call `init` before using it. One network serves one thread at a time: a second thread that
-    calls `fit` / `output` while the first is inside gets a ``RuntimeError``.
+    calls `fit` / `output` while the first is inside gets a ``RuntimeError``; `clone()` and
+    `ndws.parallel.ParallelInference` copy it from any thread at an iteration boundary. What a
+    listener may call back is in docs/networks.md, "Threads, listeners and snapshots".
     """
 
     def __init__(self, conf: MultiLayerConfiguration):
@@ -85,7 +92,7 @@ class MultiLayerNetwork:
         self._iteration = 0
         self._epoch = 0
         self._score = float("nan")
-        self._busy = threading.Lock()
+        self._busy = Busy()
         self._params: NDArray | None = None
         self._listeners: list[TrainingListener] = []
         # ndws.parallel's workers train in the wrapper's workspace mode (DL4J's
@@ -107,9 +114,10 @@ class MultiLayerNetwork:
     def init(self, params: Any = None) -> None:
         """Build the layers, lay their parameters out in one flat array and initialise them
         from the seed (or copy `params`, a flat array of `num_params()` values)."""
-        self._build(params, share=False)
+        with self._exclusive("init", TRAIN, writes=True):
+            self._build(params, share=False)
 
-    def _build(self, params: Any, share: bool) -> None:
+    def _build(self, params: Any, share: bool, sample: bool = True) -> None:
         # share=True: an inference-only network (ndws.parallel's serving replicas) whose
         # parameters are views of `params` itself, a detached flat array laid out as this
         # configuration's; no gradients, no updater state, nothing copied or initialised
@@ -118,9 +126,9 @@ class MultiLayerNetwork:
         for i, layer in enumerate(layers):
             layer.index = i
             layer.input_gradient_needed = i > 0
-        layout = _layout(layers)
-        total = layout[-1][3] + layout[-1][4] if layout else 0
         dt = conf.dtype
+        layout = _layout(layers, dt.itemsize)
+        total = layout[-1][3] + layout[-1][4] if layout else 0
         if params is not None:
             _check_flat(params, total)      # before anything of the network is replaced
         if share:
@@ -135,12 +143,15 @@ class MultiLayerNetwork:
             layer.params[name] = flat_p[off:off + size].reshape(shape)
             if flat_g is not None:
                 layer.grads[name] = flat_g[off:off + size].reshape(shape)
-        if params is None:
+        if params is None and sample:
             # from the seed; given parameters are copied in below instead (sampling them
-            # first would only cost: a replica for ndws.parallel is built per fit)
+            # first would only cost: a replica for ndws.parallel is built per fit; clone
+            # copies them in at an iteration boundary)
             rng = np.random.default_rng(conf.seed)
             for layer in layers:
+                views = dict(layer.params)
                 layer.init_params(rng)
+                _checks.params_kept(layer, views)
         # one updater segment per run of layers sharing an updater: [start, end) of the buffers
         segments = []
         for layer, name, shape, off, size in layout if not share else ():
@@ -164,6 +175,11 @@ class MultiLayerNetwork:
         # needs for its backward, like a layer)
         self._preprocessors = [None if p is None else p.clone()
                                for p in conf.resolved_preprocessors]
+        # each layer's declared output shape per example (what activate must return; None:
+        # any size there) and whether what its passes return is checked (user code:
+        # ndws._checks)
+        self._out_shapes = [_declared_shape(layer) for layer in layers]
+        self._checked = [_checks.user_code(layer) for layer in layers]
         self._params, self._grads = flat_p, flat_g
         self._layout = layout
         self._configs = workspace_configs(len(layers))
@@ -174,20 +190,26 @@ class MultiLayerNetwork:
                             else _dense_plan(layers, self._configs))
         self._segment_views: tuple = (None, None, [])
         if params is not None and not share:
-            self.set_params(params)
+            flat_p.assign(_check_flat(params, total))
 
     def _check_init(self) -> None:
         if self._params is None:
             raise RuntimeError("MultiLayerNetwork: call init() first")
 
-    def _exclusive(self, op: str) -> "_Exclusive":
-        # one network serves one thread at a time: a second caller fails at once, by name
-        return _Exclusive(self._busy, op)
+    def _exclusive(self, op: str, kind: int = FORWARD, writes: bool = False) -> Exclusive:
+        # one network serves one thread at a time: a second caller fails at once, by name; its
+        # owner may call back from a listener what is safe where it is (ndws.nn._busy). `op`:
+        # a method of MultiLayerNetwork, or another class's "Class" or "Class.method"
+        return Exclusive(self._busy, op if op[:1].isupper() else "MultiLayerNetwork." + op,
+                         kind, writes)
 
     # -- parameters -----------------------------------------------------------------------------
 
     def params(self) -> NDArray:
-        """The flat parameter array (the network's own, detached; layers' weights are views)."""
+        """The flat parameter array: the network's own, detached, and live (layers' weights
+        are views of it, and fit updates it in place). From another thread while the network
+        trains its values change under the reader, and a copy of it may mix two iterations;
+        `clone()` copies the network at an iteration boundary instead."""
         self._check_init()
         return self._params
 
@@ -196,9 +218,20 @@ class MultiLayerNetwork:
         return int(self._params.shape[0])
 
     def set_params(self, params: Any) -> None:
-        """Copy `params` (a flat array of num_params() values) into the network's parameters."""
+        """Copy `params` (a flat array of num_params() values) into the network's parameters.
+        Refused (RuntimeError) while another thread uses the network, and from a listener
+        inside a training iteration (iteration_done and the epoch hooks may call it)."""
         self._check_init()
-        self._params.assign(_check_flat(params, self.num_params()))
+        src = _check_flat(params, self.num_params())
+        with self._exclusive("set_params", WRITE, writes=True):
+            self._params.assign(src)
+
+    def _copy_params_into(self, out: NDArray, op: str) -> None:
+        # ndws.parallel's snapshots: the parameters into `out` (detached, num_params()
+        # values), at an iteration boundary: never a copy torn by a fit in another thread
+        self._check_init()
+        params = self._params
+        self._busy.snapshot(op, lambda: out.assign(params))
 
     @property
     def iteration(self) -> int:
@@ -207,7 +240,9 @@ class MultiLayerNetwork:
 
     @iteration.setter
     def iteration(self, value: int) -> None:
-        self._iteration = _counter("iteration", value)
+        value = _counter("iteration", value)
+        with self._exclusive("iteration", FREE):
+            self._iteration = value
 
     @property
     def epoch(self) -> int:
@@ -216,7 +251,9 @@ class MultiLayerNetwork:
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        self._epoch = _counter("epoch", value)
+        value = _counter("epoch", value)
+        with self._exclusive("epoch", FREE):
+            self._epoch = value
 
     def get_layer(self, index: int) -> Layer:
         self._check_init()
@@ -233,6 +270,7 @@ class MultiLayerNetwork:
         self._check_init()
         if not isinstance(ds, DataSet):
             raise TypeError(f"ds: expected a DataSet, got {type(ds).__name__}")
+        _refuse_no_examples("score", ds)           # a mean over no example has no value
         with self._exclusive("score"):
             return self._forward_score(ds)
 
@@ -248,7 +286,7 @@ class MultiLayerNetwork:
         with self._exclusive("score_examples"):
             per = self._forward_score(ds, per_example=True)
             if add_regularization:
-                reg = sum(layer.regularization_score() for layer in self.layers)
+                reg = self._regularization()
                 if reg:
                     ndws.add(per, reg, out=per)
             return per
@@ -260,28 +298,45 @@ class MultiLayerNetwork:
         x, labels, mask = self._batch_arrays(ds)
         mgr = self._manager(WorkspaceMode.NONE, True)
         saved = [getattr(layer, "_rng", None) for layer in self.layers]
+        busy, around = self._busy, self._busy.inside
+        busy.inside = _IN_FORWARD
         try:
             for layer in self.layers:
                 layer._rng = None                  # no dropout when scoring
             with scope_out_of_workspaces():
                 a = x
-                for layer, pre in zip(self.layers, self._preprocessors):
+                rows, dt = x.shape[0], self.conf.dtype
+                for layer, pre, shape in zip(self.layers, self._preprocessors,
+                                             self._out_shapes):
                     # DL4J's score(ds): inference for every layer (running statistics, no
                     # dropout); the output layer's training pass only keeps its
                     # pre-activation for the loss
                     if pre is not None:
                         a = pre.pre_process(a, mgr)
                     a = layer.activate(a, layer is out_layer, mgr)
+                    if self._checked[layer.index]:
+                        _checks.returned(layer, "activate", a, (rows,) + shape, dt)
                 if outputs is not None:
                     outputs.append(a)
                 if per_example:
-                    return out_layer.compute_score_examples(labels, mgr, mask)
-                score = out_layer.compute_score(labels, mgr, mask)
+                    per = out_layer.compute_score_examples(labels, mgr, mask)
+                    if self._checked[-1]:
+                        _checks.returned(out_layer, "compute_score_examples", per, (rows,), dt)
+                    return per
+                score = _checks.real(out_layer, "compute_score",
+                                     out_layer.compute_score(labels, mgr, mask))
         finally:
+            busy.inside = around
             for layer, r in zip(self.layers, saved):
                 layer._rng = r
             self._clear()
-        return score + sum(layer.regularization_score() for layer in self.layers)
+        return score + self._regularization()
+
+    def _regularization(self) -> float:
+        # the layers' l1/l2 terms of the score (ndws calls: their temporaries go to the
+        # current workspace, the iteration's when called inside it)
+        return sum(_checks.real(layer, "regularization_score", layer.regularization_score())
+                   for layer in self.layers)
 
     def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray, NDArray | None]:
         x = self._as_input(ds.features, "features")
@@ -428,7 +483,17 @@ class MultiLayerNetwork:
 
     # -- inference ------------------------------------------------------------------------------
 
-    def _as_input(self, x: Any, name: str = "x") -> NDArray:
+    def _as_row_or_batch(self, x: Any) -> tuple[NDArray, bool]:
+        # output/predict/feed_forward: one example ((n_features,), or one image) is served as a
+        # batch of one and answered without the batch axis, as
+        # ndws.parallel.ParallelInference.output answers it
+        a = self._as_input(x, allow_row=True)
+        t = self.conf._network_input
+        if a.ndim == (1 if t is None else len(t.shape())):
+            return a.reshape((1,) + tuple(a.shape)), True
+        return a, False
+
+    def _as_input(self, x: Any, name: str = "x", allow_row: bool = False) -> NDArray:
         dt = self.conf.dtype
         if isinstance(x, NDArray):
             a = x
@@ -443,20 +508,24 @@ class MultiLayerNetwork:
             if arr.dtype != dt or not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr, dtype=dt)
             a = ndws.from_numpy(arr)
-        _check_input_shape(tuple(a.shape), self.conf._network_input, self.layers[0], name)
+        _check_input_shape(tuple(a.shape), self.conf._network_input, self.layers[0], name,
+                           allow_row)
         if a.dtype != dt:
             with scope_out_of_workspaces():
                 a = a.astype(dt)
         return a
 
     def output(self, x: Any, train: bool = False, output_workspace: Any = None) -> NDArray:
-        """The network's output for `x`: a detached array (the last layer writes straight into
-        detached memory), or an array in `output_workspace`, an open workspace of the caller.
-        Works whether or not the caller has a workspace open; the network's own workspaces
-        never leak into the caller's scope."""
+        """The network's output for `x`, a batch (n_samples, n_features) or one example
+        (n_features,), answered (n_samples, n_out) or (n_out,) as
+        `ndws.parallel.ParallelInference.output` answers them: a detached array (the last
+        layer writes straight into detached memory), or an array in `output_workspace`, an
+        open workspace of the caller. Works whether or not the caller has a workspace open;
+        the network's own workspaces never leak into the caller's scope."""
         self._check_init()
-        with self._exclusive("output"):
-            a = self._as_input(x)
+        # training mode writes running statistics (BatchNormalization): snapshots wait
+        with self._exclusive("output", FORWARD, writes=bool(train)):
+            a, row = self._as_row_or_batch(x)
             if output_workspace is not None:
                 if not isinstance(output_workspace, ndws.Workspace):
                     raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
@@ -467,15 +536,40 @@ class MultiLayerNetwork:
                         f"before calling output (closing it stays the caller's job)", "closed",
                         output_workspace.id)
             mode = self._inference_mode() if not train else self._train_mode()
-            return self._forward_detached(a, train, mode, output_workspace)[-1]
+            out = self._forward_detached(a, train, mode, output_workspace)[-1]
+            return out[0] if row else out
+
+    def predict(self, x: Any) -> Any:
+        """Each example's class (DL4J's ``predict``): the index of its largest output, as a
+        detached (n_samples,) NDArray of int64, or one NumPy int64 for one example
+        (n_features,). An output of one column is a binary classifier: class 1 where it is
+        above 0.5, as `ndws.evaluation.Evaluation` counts it (DL4J's argmax would always say
+        0). A row whose output holds NaN has no class: ValueError."""
+        self._check_init()
+        with self._exclusive("predict"):
+            a, row = self._as_row_or_batch(x)
+            out = self._forward_detached(a, False, self._inference_mode(), None)[-1]
+            nan = np.flatnonzero(np.isnan(np.asarray(out)).any(axis=1))
+            if nan.size:
+                raise ValueError(f"predict: the output of row {int(nan[0])} holds NaN (rows "
+                                 f"{nan[:5].tolist()}{'...' if nan.size > 5 else ''} of "
+                                 f"{out.shape[0]}): no class can be chosen")
+            with scope_out_of_workspaces():
+                if out.shape[1] == 1:
+                    classes = (out.reshape(out.shape[0]) > 0.5).astype(np.int64)
+                else:
+                    classes = out.argmax(axis=1)
+            return classes[0] if row else classes
 
     def feed_forward(self, x: Any, train: bool = False) -> list[NDArray]:
-        """Every layer's activations for `x` (the input first), each detached."""
+        """Every layer's activations for `x` (the input first), each detached; for one
+        example (n_features,) each is 1-d, as `output` answers it."""
         self._check_init()
-        with self._exclusive("feed_forward"):
-            a = self._as_input(x)
-            outs = self._forward_detached(a, train, WorkspaceMode.NONE, None, keep_all=True)
-            return [a.detach()] + outs
+        with self._exclusive("feed_forward", FORWARD, writes=bool(train)):
+            a, row = self._as_row_or_batch(x)
+            outs = [a.detach()] + self._forward_detached(a, train, WorkspaceMode.NONE, None,
+                                                         keep_all=True)
+            return [o[0] for o in outs] if row else outs
 
     def _forward_detached(self, a: NDArray, training: bool, mode: WorkspaceMode,
                           output_ws: Any, keep_all: bool = False) -> list[NDArray]:
@@ -491,10 +585,13 @@ class MultiLayerNetwork:
             self._presize(a.shape[0])
         outs: list[NDArray] = []
         n = len(self.layers)
+        rows, dt = a.shape[0], self.conf.dtype
         held: list[Any] = []          # SEPARATE: the ping-pong scopes still open
+        busy, around = self._busy, self._busy.inside
         with scope_out_of_workspaces():
             whole = (mgr.notify_scope_entered(ArrayType.ACTIVATIONS)
                      if mode is WorkspaceMode.SINGLE else contextlib.nullcontext())
+            busy.inside = _IN_FORWARD
             try:
                 with whole:
                     for i, layer in enumerate(self.layers):
@@ -509,12 +606,16 @@ class MultiLayerNetwork:
                             if self._preprocessors[i] is not None:
                                 a = self._preprocess(i, a, m, False)
                             a = layer.activate(a, training, m)
+                        if self._checked[i]:
+                            _checks.returned(layer, "activate", a, (rows,) + self._out_shapes[i],
+                                             dt)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, m, "activate")
                         if len(held) > 1 or (held and i == n - 1):
                             held.pop(0).close()          # layer i's input has been read
                         if keep_all:
                             outs.append(a.detach() if i < n - 1 else a)
             finally:
+                busy.inside = around
                 while held:
                     held.pop().close()
                 self._clear()
@@ -561,6 +662,7 @@ class MultiLayerNetwork:
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
         if not isinstance(shuffle, (bool, np.bool_)):
             raise TypeError(f"shuffle: expected True or False, got {shuffle!r:.40}")
+        _refuse_no_examples("fit", data, labels)     # before an epoch starts or a hook fires
         if labels is not None:
             if batch_size is not None:
                 batch_size = _count("batch_size", batch_size)
@@ -579,7 +681,7 @@ class MultiLayerNetwork:
             seed = check_seed(seed)
         validate = None if validation_data is None else Validation(self, validation_data)
         history = History(epochs)
-        with self._exclusive("fit"):
+        with self._exclusive("fit", TRAIN):
             wrapper = None
             if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
                     and callable(getattr(data, "async_supported", None))
@@ -601,6 +703,7 @@ class MultiLayerNetwork:
         return history
 
     def _fit_arrays(self, data: Any, labels: Any) -> tuple[NDArray, NDArray]:
+        _refuse_labels_for_batches(data)
         x = self._as_input(data)
         y = labels_array(labels, "labels")
         if y.ndim == 0 or y.shape[0] != x.shape[0]:
@@ -626,12 +729,15 @@ class MultiLayerNetwork:
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
         if labels is not None:
+            _refuse_labels_for_batches(data)
             x = self._as_input(data)
             y = labels if isinstance(labels, NDArray) else ndws.from_numpy(
                 np.ascontiguousarray(labels))
             n = x.shape[0]
             if y.shape[0] != n:
                 raise ValueError(f"labels: {y.shape[0]} rows for {n} examples")
+            if n == 0:
+                raise ValueError("fit: no examples (data has 0 rows)")
             if batch_size is None:
                 batch_size = n
             batch_size = _count("batch_size", batch_size)
@@ -660,6 +766,9 @@ class MultiLayerNetwork:
         return layer
 
     def _fit_batch(self, ds: DataSet) -> None:
+        # from the forward pass to the update the iteration writes the parameters: copies for
+        # other threads wait for its end (ndws.nn._busy); a raise leaves it to fit's exit
+        self._busy.begin()
         score = self._gradient_and_score(ds, self._train_mode())
         self._score = score
         self.last_batch_size = int(ds.features.shape[0])
@@ -668,6 +777,7 @@ class MultiLayerNetwork:
         self._update(0, int(self._params.shape[0]))
         done = self._iteration
         self._iteration += 1
+        self._busy.end()                   # the boundary: iteration_done may copy or save
         for listener in self._listeners:
             listener.iteration_done(self, done, self._epoch)
         # DL4J asks the memory manager once per iteration; it collects only when its occasional
@@ -708,7 +818,8 @@ class MultiLayerNetwork:
         self._check_init()
         if not isinstance(ds, DataSet):
             raise TypeError(f"ds: expected a DataSet, got {type(ds).__name__}")
-        with self._exclusive("compute_gradient_and_score"):
+        _refuse_no_examples("compute_gradient_and_score", ds)
+        with self._exclusive("compute_gradient_and_score", TRAIN, writes=True):
             self._score = self._gradient_and_score(ds, self._train_mode())
             return self._score
 
@@ -720,28 +831,51 @@ class MultiLayerNetwork:
     def _compiled(self, ds: DataSet) -> DensePlan | None:
         # The compiled iteration (ndws.nn._iteration) when it does exactly what the general path
         # of _gradient_and_score would: a network of built-in dense layers (_dense_plan), no
-        # label mask, no listener that looks at the activations, and workspaces in their normal
-        # mode (the debug modes change how the manager finds them).
+        # label mask, and workspaces in their normal mode (the debug modes change how the
+        # manager finds them).
         plan = self._dense_plan
         if plan is None or ds.labels_mask is not None or _core._get_debug_mode() != 0:
             return None
-        for listener in self._listeners:
-            if type(listener).on_forward_pass is not TrainingListener.on_forward_pass:
-                return None
         return plan
 
     def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode) -> float:
         # Forward and backward on ds: the gradients in the flat buffer, the score returned.
+        # The two paths share what surrounds the pass: the forward pass's listeners (called
+        # back from inside either), the backward pass's (here, after every workspace of the
+        # pass is closed), so neither can miss a hook the other calls.
         out_layer = self._output_layer()
         x, labels, mask = self._batch_arrays(ds)
+        if x.shape[0] == 0:
+            # e.g. an iterator's empty batch mid-epoch: refused before anything moves (a loss
+            # averaged over no example has no value, and an updater would still step)
+            raise ValueError(f"fit: no examples in the batch of iteration {self._iteration} "
+                             f"(0 rows)")
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
         self._presize(x.shape[0])
         plan = self._compiled(ds)
-        if plan is not None:
-            # + 0.0: the general path's regularization sum (no l1/l2 here)
-            return plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients) + 0.0
+        busy, around = self._busy, self._busy.inside
+        # on_forward_pass and the layers run inside the pass, on either path (ndws.nn._busy)
+        busy.inside = _IN_TRAINING
+        try:
+            if plan is not None:
+                forward = ((lambda acts: self._notify_forward(acts, mode))
+                           if self._listeners and self._forward_listeners() else None)
+                # + 0.0: the general path's regularization sum (no l1/l2 here)
+                score = plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
+                                 forward) + 0.0
+            else:
+                score = self._general_pass(x, labels, mask, out_layer, mgr, mode)
+        finally:
+            busy.inside = around
+        for listener in self._listeners:
+            listener.on_backward_pass(self)
+        return score
+
+    def _general_pass(self, x: NDArray, labels: NDArray, mask: Any, out_layer: Layer,
+                      mgr: LayerWorkspaceMgr, mode: WorkspaceMode) -> float:
+        # the general path of _gradient_and_score: any layers, any workspace mode
         n = len(self.layers)
         open_eps: list[Any] = []      # SEPARATE: the epsilon scopes still open
         with scope_out_of_workspaces():
@@ -751,11 +885,17 @@ class MultiLayerNetwork:
                 with outer:
                     a = x
                     acts = [x] if self._listeners else None
+                    rows, dt = x.shape[0], self.conf.dtype
+                    shapes = []                # each layer's input shape: its epsilon's
                     for i, layer in enumerate(self.layers):
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
                             if self._preprocessors[i] is not None:
                                 a = self._preprocess(i, a, mgr, False)
+                            shapes.append(a.shape)
                             a = layer.activate(a, True, mgr)
+                        if self._checked[i]:
+                            _checks.returned(layer, "activate", a,
+                                             (rows,) + self._out_shapes[i], dt)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, mgr, "activate")
                         if acts is not None:
                             acts.append(a)
@@ -772,14 +912,19 @@ class MultiLayerNetwork:
                             open_eps.append(mgr.notify_scope_entered(ArrayType.ACTIVATION_GRAD))
                         with self._scope(mgr, mode, ArrayType.BP_WORKING_MEM):
                             if i == n - 1:
-                                score, _, eps = out_layer.compute_score_and_gradient(labels, mgr,
-                                                                                    mask)
+                                op = "compute_score_and_gradient"
+                                score, grads, eps = _checks.output_result(
+                                    layer, layer.compute_score_and_gradient(labels, mgr, mask))
                             else:
-                                grads, eps = layer.backprop_gradient(eps, mgr)
-                                self._take_gradients(layer, grads)
+                                op = "backprop_gradient"
+                                grads, eps = _checks.backprop_result(
+                                    layer, layer.backprop_gradient(eps, mgr))
+                            _checks.gradients(layer, grads, self._checked[i])
                             if i > 0:
+                                if self._checked[i]:
+                                    _checks.returned(layer, op, eps, shapes[i], dt)
                                 self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps,
-                                                     mgr, "backprop_gradient")
+                                                     mgr, op)
                                 if self._preprocessors[i] is not None:
                                     eps = self._preprocess(i, eps, mgr, True)
                         # layer i's gradients are final here (the compiled iteration calls the
@@ -791,47 +936,49 @@ class MultiLayerNetwork:
                     while open_eps:
                         open_eps.pop().close()
                     # in the iteration's scope, so its temporaries are the iteration's
-                    reg = sum(layer.regularization_score() for layer in self.layers)
+                    reg = self._regularization()
             finally:
                 while open_eps:
                     open_eps.pop().close()
                 self._clear()
-            for listener in self._listeners:
-                listener.on_backward_pass(self)
         return score + reg
+
+    def _forward_listeners(self) -> list:
+        # the listeners that look at the activations (overriding on_forward_pass): for the
+        # others the forward pass keeps no list and, compiled, computes no probabilities
+        return [l for l in self._listeners
+                if type(l).on_forward_pass is not TrainingListener.on_forward_pass]
 
     def _notify_forward(self, acts: list, mode: WorkspaceMode) -> None:
         # Listeners get the activations valid for the call only. In a workspace mode they are
         # the iteration's own arrays (stale once it ends); with no workspace they would be
         # detached and live on, so a listener that looks at them gets copies in a workspace
         # closed right after the call.
-        listening = [l for l in self._listeners
-                     if type(l).on_forward_pass is not TrainingListener.on_forward_pass]
+        listening = self._forward_listeners()
         if not listening:
             return
         if mode is not WorkspaceMode.NONE:
+            # the iteration's open workspace: a listener that starts a new cycle of it (by
+            # training a network in this thread: the same names) takes the activations the
+            # backward pass is about to read; say so, by name, instead of an outdated array
+            name = WS_SINGLE if mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT
+            ws = get_workspace_manager().get_workspace_for_current_thread(self._configs[name],
+                                                                          name)
+            generation = ws.generation
             for listener in listening:
                 listener.on_forward_pass(self, acts)
+                if ws.generation != generation:
+                    raise ndws.WorkspaceError(
+                        f"{type(listener).__name__}.on_forward_pass started a new cycle of "
+                        f"workspace [{name}] while this network's training iteration had it "
+                        f"open (e.g. by training a network in this thread): the activations "
+                        f"its backward pass reads are gone. Do such work in iteration_done, "
+                        f"after the iteration's workspaces are closed", "outdated", name)
             return
         with ndws.workspace(WS_LISTENER):
             copies = [a.dup() for a in acts]
             for listener in listening:
                 listener.on_forward_pass(self, copies)
-
-    @staticmethod
-    def _take_gradients(layer: Layer, grads: Any) -> None:
-        # a custom layer may return new arrays instead of writing into its views: copy them in
-        if not isinstance(grads, dict):
-            raise TypeError(f"layers[{layer.index}] ({type(layer).__name__}).backprop_gradient "
-                            f"must return (gradients dict, epsilon), got {type(grads).__name__}")
-        for name, g in grads.items():
-            view = layer.grads.get(name)
-            if view is None:
-                raise ValueError(f"layers[{layer.index}] ({type(layer).__name__}): gradient "
-                                 f"{name!r} is not one of its parameters "
-                                 f"{sorted(layer.grads)}")
-            if g is not view:
-                view.assign(g)
 
     def summary(self, batch_size: int | None = None) -> str:
         """A table of the layers: index, type, n_in, n_out, parameters, activation (and loss);
@@ -884,62 +1031,125 @@ class MultiLayerNetwork:
 
     # -- evaluation -----------------------------------------------------------------------------
 
-    def do_evaluation(self, iterator: Any, *evaluations: Any, progress: bool | None = None
-                      ) -> Any:
-        """Evaluate the network's output over `iterator` (DataSets with one-hot labels) with
-        each evaluation; returns the evaluation when given one, else the tuple (the same
-        objects). Each batch's output goes to a workspace (WS_OUTPUT_MEM) that starts a new
-        cycle per batch, so after the first batch nothing is allocated per batch."""
+    def do_evaluation(self, data: Any, *evaluations: Any, labels: Any = None,
+                      batch_size: int | None = None, progress: bool | None = None) -> Any:
+        """Evaluate the network's output over `data` with each evaluation (DL4J's
+        ``doEvaluation``); returns the evaluation when given one, else the tuple (the same
+        objects).
+
+        `data` is what `fit` takes: a DataSet, an iterator or iterable of DataSets (or of
+        ``(features, labels)`` pairs), or a features array with its labels, given after it
+        (``do_evaluation(X, y, Evaluation())``) or as ``labels=``, cut into batches of
+        `batch_size` (default: one batch). Labels are one-hot rows or class indices.
+
+        Each batch is taken from `data` while none of the network's workspaces is open (so an
+        iterator's arrays are never born in a cycle that ends under them); then one cycle of
+        the output workspace (WS_OUTPUT_MEM) holds the batch's output while the evaluations
+        count it, and ends before the next batch is taken: after the first batch nothing is
+        allocated per batch. An evaluation other than ndws' own gets predictions valid during
+        its ``eval`` call only."""
         self._check_init()
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
+        if (labels is None and evaluations and _is_features(data)
+                and not callable(getattr(evaluations[0], "eval", None))):
+            labels, evaluations = evaluations[0], evaluations[1:]     # do_evaluation(X, y, ev)
         with self._exclusive("do_evaluation"):
-            return self._do_evaluation_unlocked(iterator, *evaluations, progress=progress)
+            return self._evaluate_batches(data, evaluations, labels, batch_size, progress)
 
-    def _do_evaluation_unlocked(self, iterator: Any, *evaluations: Any,
-                                progress: bool | None = False) -> Any:
+    def _evaluate_batches(self, data: Any, evaluations: tuple, labels: Any,
+                          batch_size: Any, progress: bool | None) -> Any:
+        check_evaluations(evaluations)
+        source = self._evaluation_batches(data, labels, batch_size)
         mode = self._inference_mode()
-        held: list[Any] = []
         ws = None
         if mode is not WorkspaceMode.NONE:
             ws = get_workspace_manager().get_workspace_for_current_thread(
                 self._configs[WS_ALL_LAYERS_ACT], WS_OUTPUT_MEM)
-
-        bar = _Progress(progress, _length(iterator, None, None), "evaluating")
-
-        def predict(features: Any) -> NDArray:
-            # the previous batch has been counted: end its cycle, start this one's
-            while held:
-                held.pop().close()
-            bar.update(float("nan"))
-            a = self._as_input(features, "features")
-            if ws is None:
-                return self._forward_detached(a, False, mode, None)[-1]
-            held.append(ws.notify_scope_entered())
-            with scope_out_of_workspaces():
-                return self._forward_detached(a, False, mode, ws)[-1]
-
+        bar = _Progress(progress, _length(data, labels, batch_size), "evaluating")
         try:
-            return _evaluate(predict, iterator, *evaluations)
+            # each batch is taken with no cycle of the network open: an iterator makes its
+            # arrays in the caller's workspace (or detached), never in WS_OUTPUT_MEM's cycle
+            for features, batch_labels, mask in source:
+                a = self._as_input(features, "features")
+                bar.update(float("nan"))
+                with ws if ws is not None else contextlib.nullcontext():
+                    try:
+                        with scope_out_of_workspaces():
+                            out = self._forward_detached(a, False, mode, ws)[-1]
+                            count(evaluations, batch_labels, out, mask)
+                    except BaseException as exc:
+                        # an evaluation that refused the batch left NumPy views of the output
+                        # in its frames: free them before the cycle ends (the traceback keeps
+                        # its lines), or the workspace would leave its block to them
+                        traceback.clear_frames(exc.__traceback__)
+                        raise
+                    finally:
+                        out = None     # the batch's output goes with its cycle
+                features = batch_labels = mask = a = None
         finally:
             bar.close()
-            while held:
-                held.pop().close()
+        return evaluations[0] if len(evaluations) == 1 else evaluations
 
-    def evaluate(self, iterator: Any) -> Any:
-        """An `ndws.evaluation.Evaluation` of the network over `iterator`."""
+    def _evaluation_batches(self, data: Any, labels: Any, batch_size: Any
+                            ) -> Iterable[tuple[Any, Any, Any]]:
+        # (features, labels, mask) of each batch of what do_evaluation accepts
+        if labels is None:
+            if batch_size is not None:
+                raise ValueError("batch_size: only with features and labels arrays (a DataSet "
+                                 "or an iterator brings its own batches)")
+            if _is_features(data):
+                raise TypeError("labels: features arrays need their labels (e.g. "
+                                "evaluate(X, y) or do_evaluation(X, y, Evaluation()))")
+            if isinstance(data, DataSet):
+                return batches([data])
+            if not hasattr(data, "__iter__"):
+                raise TypeError(f"data: expected a DataSet, an iterable of DataSets or "
+                                f"(features, labels) pairs, or features and labels arrays, "
+                                f"got {type(data).__name__}")
+            return batches(data)
+        _refuse_labels_for_batches(data)
+        x = self._as_input(data)
+        y = labels if isinstance(labels, NDArray) else np.asarray(labels)
+        n = x.shape[0]
+        if y.ndim == 0 or y.shape[0] != n:
+            raise ValueError(f"labels: {y.shape[0] if y.ndim else 'no'} rows for {n} examples")
+        if batch_size is None:
+            batch_size = max(n, 1)
+        if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                or batch_size < 1):
+            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+        return ((x[s:s + batch_size], y[s:s + batch_size], None)
+                for s in range(0, n, int(batch_size)))
+
+    def evaluate(self, data: Any, labels: Any = None, *, batch_size: int | None = None,
+                 progress: bool | None = None) -> Any:
+        """An `ndws.evaluation.Evaluation` of the network over `data` (what `do_evaluation`
+        takes: ``evaluate(X, y)``, a DataSet, an iterator, a list)."""
         from ndws.evaluation import Evaluation
-        return self.do_evaluation(iterator, Evaluation())
+        return self.do_evaluation(data, Evaluation(), labels=labels, batch_size=batch_size,
+                                  progress=progress)
 
-    def evaluate_roc_multi_class(self, iterator: Any, threshold_steps: int = 0) -> Any:
-        """An `ndws.evaluation.ROCMultiClass` of the network over `iterator`."""
+    def evaluate_roc_multi_class(self, data: Any, labels: Any = None, *,
+                                 threshold_steps: int = 0, batch_size: int | None = None,
+                                 progress: bool | None = None) -> Any:
+        """An `ndws.evaluation.ROCMultiClass` of the network over `data` (as `evaluate`);
+        DL4J's ``evaluateROCMultiClass(iterator, steps)`` form, an int after the data, is
+        `threshold_steps`."""
         from ndws.evaluation import ROCMultiClass
-        return self.do_evaluation(iterator, ROCMultiClass(threshold_steps))
+        if (isinstance(labels, (int, np.integer)) and not isinstance(labels, bool)
+                and not _is_features(data)):
+            labels, threshold_steps = None, labels
+        return self.do_evaluation(data, ROCMultiClass(threshold_steps), labels=labels,
+                                  batch_size=batch_size, progress=progress)
 
-    def evaluate_regression(self, iterator: Any) -> Any:
-        """An `ndws.evaluation.RegressionEvaluation` of the network over `iterator`."""
+    def evaluate_regression(self, data: Any, labels: Any = None, *,
+                            batch_size: int | None = None, progress: bool | None = None) -> Any:
+        """An `ndws.evaluation.RegressionEvaluation` of the network over `data` (as
+        `evaluate`)."""
         from ndws.evaluation import RegressionEvaluation
-        return self.do_evaluation(iterator, RegressionEvaluation())
+        return self.do_evaluation(data, RegressionEvaluation(), labels=labels,
+                                  batch_size=batch_size, progress=progress)
 
     # -- saving -------------------------------------------------------------------------------
 
@@ -947,11 +1157,8 @@ class MultiLayerNetwork:
         """Save to `path`: a zip of the configuration, the parameters, the updater state (with
         `save_updater`) and the training counters and random state (docs/networks.md)."""
         self._check_init()
-        with self._exclusive("save"):
-            self._save_unlocked(path, save_updater)
-
-    def _save_unlocked(self, path: Any, save_updater: bool) -> None:
-        save_network(self, path, save_updater)
+        with self._exclusive("save", STATE):
+            save_network(self, path, save_updater)
 
     @classmethod
     def load(cls, path: Any, load_updater: bool = True) -> "MultiLayerNetwork":
@@ -977,14 +1184,21 @@ class MultiLayerNetwork:
 
     def clone(self) -> "MultiLayerNetwork":
         """A new network with the same configuration and a copy of the parameters and updater
-        state (counters included)."""
+        state (counters included). From another thread while this network trains, the copy is
+        taken at the next iteration boundary (the caller waits for it); from a listener, at
+        iteration_done or an epoch hook (inside an iteration: RuntimeError)."""
         self._check_init()
         other = MultiLayerNetwork(self.conf)
-        other.init(self._params)
-        for (_, _, _, mine), (_, _, _, theirs) in zip(self._segments, other._segments):
-            for a, b in zip(mine, theirs):
-                b.assign(a)
-        other.iteration, other.epoch = self.iteration, self.epoch
+        other._build(None, share=False, sample=False)   # built first: the copy is all we wait for
+
+        def copy() -> None:
+            other._params.assign(self._params)
+            for (_, _, _, mine), (_, _, _, theirs) in zip(self._segments, other._segments):
+                for a, b in zip(mine, theirs):
+                    b.assign(a)
+            other._iteration, other._epoch = self._iteration, self._epoch
+
+        self._busy.snapshot("MultiLayerNetwork.clone", copy)
         return other
 
     def _replica(self, share: str, stream: int) -> "MultiLayerNetwork":
@@ -1038,38 +1252,48 @@ def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
     return DensePlan(layers, acts, keeps, configs)
 
 
-def _layout(layers: list) -> list:
+def _layout(layers: list, itemsize: int) -> list:
     # each parameter's place in the flat buffers, in layer order: (layer, name, shape, start,
-    # size)
+    # size), from the layers' checked shapes (a negative size would overlap the next one)
     layout, total = [], 0
     for layer in layers:
-        for name, shape in layer.param_shapes().items():
-            size = int(np.prod(shape, dtype=np.int64))
+        for name, shape in _checks.param_shapes(layer, itemsize).items():
+            size = math.prod(shape)
             layout.append((layer, name, shape, total, size))
             total += size
     return layout
 
 
-def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str) -> None:
-    # the network's input against its input type: a ValueError naming the first layer and the
-    # shape it expects (and the likely mistake: NHWC data into an NCHW network, one image
-    # without its batch dimension)
+def _declared_shape(layer: Layer) -> tuple:
+    # what a layer's activate must return per example: its output type's shape (None where
+    # any size goes: a time series of varying length, a width not declared)
+    t = layer.output_type(layer.input_type)
     if t is None:
-        if len(shape) < 2:
-            raise ValueError(f"{name}: expected an array (n_samples, ...), got shape {shape}")
-        return
-    if t.kind == "FF":
-        if len(shape) != 2:
-            raise ValueError(f"{name}: expected a 2-d array (n_samples, n_features), got shape "
-                             f"{shape}")
-        if shape[1] != t.size:
+        return (layer.output_width(),)
+    return tuple(None if d == -1 else d for d in t.shape())
+
+
+def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str,
+                       allow_row: bool = False) -> None:
+    # the network's input against its input type (`allow_row`: one example without the batch
+    # axis too): a ValueError naming the first layer and the shape it expects (and the likely
+    # mistake: NHWC data into an NCHW network, one image without its batch axis)
+    if t is None or t.kind == "FF":
+        if len(shape) != 2 and not (allow_row and len(shape) == 1):
+            expected = ("one example (n_features,) or a batch (n_samples, n_features)"
+                        if allow_row else "a 2-d array (n_samples, n_features)")
+            raise ValueError(f"{name}: expected {expected}, got shape {shape}")
+        if t is not None and shape[-1] != t.size:
             raise ValueError(f"{name}: expected {t.size} features (layers[0].n_in), got "
-                             f"{shape[1]}")
+                             f"{shape[-1]}")
         return
     expected = t.shape()
-    if len(shape) == len(expected) + 1 and all(d in (-1, g) for d, g in zip(expected,
-                                                                            shape[1:])):
-        return                   # (-1: a time series of any length)
+
+    def fits(per: tuple) -> bool:            # (-1: a time series of any length)
+        return len(per) == len(expected) and all(d in (-1, g) for d, g in zip(expected, per))
+
+    if fits(shape[1:]) or (allow_row and fits(shape)):
+        return
     if t.kind == "CNNFlat" and shape[1:] == (t.channels, t.height, t.width):
         return                   # images of the flat type's shape pass its preprocessor as they are
     where = f"layers[0] ({type(first).__name__})"
@@ -1084,7 +1308,7 @@ def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str) -> None:
             msg += (f": the data is {have} and the network {t.data_format.name} (transpose it "
                     f"with x.transpose{axes}, or configure InputType.convolutional(..., "
                     f"data_format='{'NHWC' if t.data_format.name == 'NCHW' else 'NCHW'}'))")
-    if shape == expected:
+    if fits(shape):
         msg += ": one example without its batch dimension? (x[None] adds it)"
     raise ValueError(msg)
 
@@ -1125,6 +1349,34 @@ def _length(data: Any, labels: Any, batch_size: Any) -> int | None:
         return None
 
 
+def _refuse_no_examples(op: str, data: Any, labels: Any = None) -> None:
+    # ValueError for features arrays or a DataSet of zero rows (an iterator's batches are
+    # checked as they come)
+    if isinstance(data, DataSet):
+        if data.features.shape[0] == 0:
+            raise ValueError(f"{op}: no examples (the DataSet has 0 rows)")
+    elif labels is not None:
+        try:
+            shape = data.shape if isinstance(data, NDArray) else np.shape(data)
+        except (TypeError, ValueError):
+            return                       # not an array: the conversion says why, later
+        if len(shape) and shape[0] == 0:
+            raise ValueError(f"{op}: no examples (data has 0 rows)")
+
+
+def _refuse_labels_for_batches(data: Any) -> None:
+    # labels go with features arrays; a DataSet or an iterator brings its own
+    if isinstance(data, DataSet) or (hasattr(data, "__iter__")
+                                     and not isinstance(data, (list, tuple, NDArray, np.ndarray))):
+        raise ValueError(f"labels: only with features arrays (the {type(data).__name__} "
+                         f"brings its own labels)")
+
+
+def _is_features(data: Any) -> bool:
+    # a features array (what fit cuts into batches with its labels), not a source of batches
+    return isinstance(data, (NDArray, np.ndarray))
+
+
 def _check_flat(params: Any, total: int) -> Any:
     # a flat parameter array for a network of `total` parameters, or the reason it is not one
     src = params if isinstance(params, NDArray) else np.asarray(params)
@@ -1134,20 +1386,3 @@ def _check_flat(params: Any, total: int) -> Any:
         raise TypeError(f"params: expected a float array, got dtype {src.dtype}")
     return src
 
-
-class _Exclusive:
-    # MultiLayerNetwork's busy lock as a context manager, taken without waiting (a plain class:
-    # fit runs it once per call, and a generator-based one costs a few microseconds)
-    __slots__ = ("_lock", "_op")
-
-    def __init__(self, lock: Any, op: str):
-        self._lock = lock
-        self._op = op
-
-    def __enter__(self) -> None:
-        if not self._lock.acquire(blocking=False):
-            raise RuntimeError(_BUSY.format(op=self._op))
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        self._lock.release()
-        return False

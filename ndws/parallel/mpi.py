@@ -38,6 +38,7 @@ import numpy as np
 import ndws
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
+from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.history import History, _Epoch
 from ndws.nn.network import _count, _length
 from ndws.parallel.modes import TrainingMode, check_model, option_bool, option_enum, option_int
@@ -327,10 +328,15 @@ class MPITrainer:
         except (TypeError, ValueError) as exc:
             error, self._timeout = exc, None
         self._ch = _Channel(MPI, comm, self._timeout, self._context)
+        claimed = False
         try:
             if error is not None:
                 raise error
             check_model(model, "MPITrainer")
+            # the broadcast at the end writes the model: not under a fit in another thread
+            claim = model._exclusive("MPITrainer", FREE, writes=True)
+            claim.__enter__()                  # busy in another thread: RuntimeError
+            claimed = True
             self._training_mode = option_enum(TrainingMode, training_mode, "training_mode")
             self._averaging_frequency = option_int(averaging_frequency, "averaging_frequency",
                                                    1)
@@ -351,34 +357,38 @@ class MPITrainer:
             self._trace = option_bool(trace, "trace")
             self._kernel_threads = (None if kernel_threads is None else
                                     option_int(kernel_threads, "kernel_threads", 1))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RuntimeError) as exc:
             error = exc
-        self._ch.agree(error, "MPITrainer", 0 if error is not None else self._fingerprint())
-        # from here on the trainer's own communication context
-        self._ch = _Channel(MPI, comm.Dup(), self._timeout, self._context)
-        self._closed = False
-        self._rank, self._size = self._ch.rank, self._ch.size
-        # the ranks on this machine: they share its cores, and may share memory
-        node = self._ch.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self._rank)
-        here = node.Get_size()
-        if self._kernel_threads is None:
-            self._kernel_threads = max(1, ndws.get_num_threads() // here)
-        one_machine = here == self._size
-        self._shm: _SharedSum | None = None
-        if (self._shared_memory is not False and one_machine and self._size > 1
-                and self._training_mode is TrainingMode.SHARED_GRADIENTS):
-            self._shm = _SharedSum(node, model.num_params(), model.conf.dtype)
-        else:
-            node.Free()
-        if self._shared_memory and not one_machine:
-            self.close()
-            raise ValueError(f"shared_memory=True: the {self._size} ranks span more than one "
-                             f"machine (this one has {here}); use the default "
-                             f"(None) or False")
-        self._events: list = []
-        self._last_events: list = []
-        self._buckets: list = []
-        self._broadcast_state()
+        try:
+            self._ch.agree(error, "MPITrainer", 0 if error is not None else self._fingerprint())
+            # from here on the trainer's own communication context
+            self._ch = _Channel(MPI, comm.Dup(), self._timeout, self._context)
+            self._closed = False
+            self._rank, self._size = self._ch.rank, self._ch.size
+            # the ranks on this machine: they share its cores, and may share memory
+            node = self._ch.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self._rank)
+            here = node.Get_size()
+            if self._kernel_threads is None:
+                self._kernel_threads = max(1, ndws.get_num_threads() // here)
+            one_machine = here == self._size
+            self._shm: _SharedSum | None = None
+            if (self._shared_memory is not False and one_machine and self._size > 1
+                    and self._training_mode is TrainingMode.SHARED_GRADIENTS):
+                self._shm = _SharedSum(node, model.num_params(), model.conf.dtype)
+            else:
+                node.Free()
+            if self._shared_memory and not one_machine:
+                self.close()
+                raise ValueError(f"shared_memory=True: the {self._size} ranks span more "
+                                 f"than one machine (this one has {here}); use the "
+                                 f"default (None) or False")
+            self._events: list = []
+            self._last_events: list = []
+            self._buckets: list = []
+            self._broadcast_state()
+        finally:
+            if claimed:
+                claim.__exit__(sys.exc_info()[0], None, None)
 
     # -- read-only options ------------------------------------------------------------------
 
@@ -547,7 +557,7 @@ class MPITrainer:
         self._check_open()
         net = self.model
         error: BaseException | None = None
-        lock = net._exclusive("fit")
+        lock = net._exclusive("MPITrainer.fit", TRAIN)
         locked = False
         try:
             epochs = _count("epochs", epochs)
@@ -576,7 +586,9 @@ class MPITrainer:
                            0 if error is not None else self._fingerprint())
             listeners = net._listeners
             try:
+                net._busy.begin()              # copies for other threads wait for it
                 self._broadcast_state()
+                net._busy.end()
                 self._plan_buckets()
                 if self._rank:
                     net._listeners = []            # listeners report on rank 0 only
@@ -592,7 +604,7 @@ class MPITrainer:
                 net.__dict__.pop("last_comm_time", None)
         finally:
             if locked:
-                lock.__exit__(None, None, None)
+                lock.__exit__(sys.exc_info()[0], None, None)
 
     def _fail(self, exc: BaseException) -> None:
         # an exception inside fit: with several ranks the others are, or will be, blocked in a
@@ -633,8 +645,11 @@ class MPITrainer:
                 waited = time.perf_counter()
                 ds = next(batches, None)
                 net.last_etl_time = (time.perf_counter() - waited) * 1000.0
+                # the step writes the model until _end_step (copies for other threads wait)
+                net._busy.begin()
                 step = self._shared_step(ds) if shared else self._averaging_step(ds)
                 if step is None:
+                    net._busy.end()
                     break                      # no rank had a batch: the epoch is over
                 epoch.iteration(*step)
         if labels is None and hasattr(data, "reset") and callable(data.reset):
@@ -737,6 +752,7 @@ class MPITrainer:
         net = self.model
         done = net._iteration
         net._iteration += 1
+        net._busy.end()                                    # the boundary
         net.last_comm_time = self._ch.seconds * 1000.0     # PerformanceListener shows it
         for listener in net._listeners:
             listener.iteration_done(net, done, net._epoch)
