@@ -228,3 +228,30 @@ def test_hostile_batches():
         net.output(np.array([["a"] * 64]))
     nan = np.full((2, 64), np.nan, np.float32)
     assert np.isnan(net.output(nan).numpy()).all()
+
+
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+def test_per_pixel_labels_through_fit_validation_and_predict(fmt, rng):
+    conf = MultiLayerConfiguration(
+        [ConvolutionLayer(kernel_size=3, n_out=3, activation="identity",
+                          convolution_mode="same"),
+         CnnLossLayer(activation="softmax", loss_function="mcxent")],
+        input_type=InputType.convolutional(4, 5, 2, fmt), seed=2, updater=Adam(1e-2))
+    net = MultiLayerNetwork(conf)
+    net.init()
+    x = rng.standard_normal((6,) + conf.input_type.shape()).astype(np.float32)
+    classes = rng.integers(0, 3, (6, 4, 5))
+    axis = 1 if fmt == "NCHW" else 3
+    labels = np.moveaxis(np.eye(3)[classes], -1, axis)          # float64, as users have them
+    history = net.fit(x, labels, batch_size=3, epochs=3, validation_data=(x, labels))
+    assert len(history.validation_scores) == 3
+    assert history.validation_accuracy == []          # no per-row accuracy for pixels
+    out = net.output(x).numpy()
+    predicted = net.predict(x)
+    assert predicted.shape == (6, 4, 5)
+    np.testing.assert_array_equal(predicted.numpy(), out.argmax(axis))
+    assert net.predict(x[0]).shape == (4, 5)
+    # evaluated per pixel, whichever layout
+    ev = net.evaluate([DataSet(x, labels)])
+    assert ev.num_classes() == 3
+    assert ev.accuracy() == pytest.approx((out.argmax(axis) == classes).mean())

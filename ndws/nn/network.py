@@ -544,21 +544,29 @@ class MultiLayerNetwork:
         detached (n_samples,) NDArray of int64, or one NumPy int64 for one example
         (n_features,). An output of one column is a binary classifier: class 1 where it is
         above 0.5, as `ndws.evaluation.Evaluation` counts it (DL4J's argmax would always say
-        0). A row whose output holds NaN has no class: ValueError."""
+        0). A per-pixel output (CnnLossLayer) gives a class per pixel, (n_samples, h, w). A
+        row whose output holds NaN has no class: ValueError."""
         self._check_init()
         with self._exclusive("predict"):
             a, row = self._as_row_or_batch(x)
             out = self._forward_detached(a, False, self._inference_mode(), None)[-1]
-            nan = np.flatnonzero(np.isnan(np.asarray(out)).any(axis=1))
+            nan = np.flatnonzero(np.isnan(np.asarray(out)).reshape(out.shape[0], -1).any(axis=1))
             if nan.size:
                 raise ValueError(f"predict: the output of row {int(nan[0])} holds NaN (rows "
                                  f"{nan[:5].tolist()}{'...' if nan.size > 5 else ''} of "
                                  f"{out.shape[0]}): no class can be chosen")
+            # the class axis: the columns of rows; the channels of per-pixel (or per-step)
+            # outputs, which give a class per pixel
+            t = self.layers[-1].output_type(self.layers[-1].input_type)
+            axis = -1 if t is not None and t.data_format is not None and \
+                t.data_format.name in ("NHWC", "NWC") else 1
             with scope_out_of_workspaces():
-                if out.shape[1] == 1:
-                    classes = (out.reshape(out.shape[0]) > 0.5).astype(np.int64)
+                if out.shape[axis] == 1:
+                    classes = (out.reshape(out.shape[:axis % out.ndim]
+                                           + out.shape[axis % out.ndim + 1:]) > 0.5
+                               ).astype(np.int64)
                 else:
-                    classes = out.argmax(axis=1)
+                    classes = out.argmax(axis=axis % out.ndim)
             return classes[0] if row else classes
 
     def feed_forward(self, x: Any, train: bool = False) -> list[NDArray]:
@@ -1067,6 +1075,11 @@ class MultiLayerNetwork:
             ws = get_workspace_manager().get_workspace_for_current_thread(
                 self._configs[WS_ALL_LAYERS_ACT], WS_OUTPUT_MEM)
         bar = _Progress(progress, _length(data, labels, batch_size), "evaluating")
+        # a channels-last output of a class per pixel (or step) is counted channels-first, as
+        # the evaluations read rank-4 (rank-3) arrays: views of the output and labels
+        t = self.layers[-1].output_type(self.layers[-1].input_type)
+        last = (t is not None and t.data_format is not None
+                and t.data_format.name in ("NHWC", "NWC"))
         try:
             # each batch is taken with no cycle of the network open: an iterator makes its
             # arrays in the caller's workspace (or detached), never in WS_OUTPUT_MEM's cycle
@@ -1077,6 +1090,10 @@ class MultiLayerNetwork:
                     try:
                         with scope_out_of_workspaces():
                             out = self._forward_detached(a, False, mode, ws)[-1]
+                            if last:
+                                out, batch_labels, mask = (
+                                    _channels_first(v, out.ndim) for v in (out, batch_labels,
+                                                                            mask))
                             count(evaluations, batch_labels, out, mask)
                     except BaseException as exc:
                         # an evaluation that refused the batch left NumPy views of the output
@@ -1262,6 +1279,13 @@ def _layout(layers: list, itemsize: int) -> list:
             layout.append((layer, name, shape, total, size))
             total += size
     return layout
+
+
+def _channels_first(a: Any, ndim: int) -> Any:
+    # a channels-last array of rank `ndim` as channels-first (a view); others as they are
+    if a is None or a.ndim != ndim:
+        return a
+    return a.transpose((0, ndim - 1) + tuple(range(1, ndim - 1)))
 
 
 def _declared_shape(layer: Layer) -> tuple:
