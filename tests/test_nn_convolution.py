@@ -474,7 +474,7 @@ def test_subsampling_1d_forward_and_variable_length(kind, fmt, rng):
      r"^Convolution1DLayer.padding: Padding cannot be used when using the `causal' "
      r"convolution mode"),
     (lambda: single(Convolution1DLayer(kernel_size=5, n_out=2), InputType.recurrent(2, 3)),
-     r"kernel size 5 larger than input height 3 plus padding"),
+     r"for length dimension: kernel size 5 larger than input length 3 plus padding"),
     (lambda: single(DepthwiseConvolution2D(kernel_size=1, n_out=5, depth_multiplier=2),
                     InputType.convolutional(3, 3, 2)),
      r"^layers\[0\].n_out: a DepthwiseConvolution2D has n_in \* depth_multiplier = 4 outputs, "

@@ -62,7 +62,8 @@ def _prefix(layer: Any, dim: str) -> str:
 
 
 def window(layer: Any, t: InputType, kernel: tuple, stride: tuple, padding: tuple,
-           dilation: tuple, mode: ConvolutionMode, n_out: int) -> Window:
+           dilation: tuple, mode: ConvolutionMode, n_out: int,
+           dims: tuple = ("height", "width")) -> Window:
     """The output size and padding of `layer`'s window on images of type `t` (DL4J's
     ``getOutputTypeCnnLayers``), or ValueError with DL4J's message, the layer's index, type
     and the dimension: a kernel larger than the padded input (always checked: DL4J beta5's
@@ -81,7 +82,7 @@ def window(layer: Any, t: InputType, kernel: tuple, stride: tuple, padding: tupl
         raise ValueError(f"{_prefix(layer, 'height')}Padding cannot be used with the causal "
                          f"convolution mode (padding = {list(padding)}){suffix}")
     sizes, pads = [], []
-    for axis, dim, size in ((0, "height", t.height), (1, "width", t.width)):
+    for axis, dim, size in ((0, dims[0], t.height), (1, dims[1], t.width)):
         k, s, p, d = kernel[axis], stride[axis], padding[axis], dilation[axis]
         ek = (k - 1) * d + 1
         if not same and ek > size + 2 * p:
@@ -204,9 +205,10 @@ class WindowLayer(ImageLayer):
     when the configuration is built.
 
     A 1-D layer (``spatial_dims = 1``, DL4J's Convolution1DLayer / Subsampling1DLayer) takes
-    time series (n, c, T) (NCW) or (n, T, c) (NWC), seen as images (n, c, T, 1) / (n, T, 1, c)
-    (views), so the same window and kernels do the work; its sizes are ints, CAUSAL is allowed,
-    and a series of varying length gets its geometry when it comes."""
+    time series (n, c, T) (NCW) or (n, T, c) (NWC), seen as images one row high, (n, c, 1, T) /
+    (n, 1, T, c) (views: the kernels then find the steps contiguous along a row), so the same
+    window and kernels do the work; its sizes are ints, CAUSAL is allowed, and a series of
+    varying length gets its geometry when it comes."""
 
     window_fields = ("kernel_size", "stride", "padding", "dilation", "convolution_mode",
                      "data_format")
@@ -237,8 +239,8 @@ class WindowLayer(ImageLayer):
         """(kernel, stride, padding, dilation) of the 2-D window, each a pair."""
         if self.spatial_dims == 2:
             return self.kernel_size, self.stride, self.padding, self.dilation
-        return ((self.kernel_size, 1), (self.stride, 1), (self.padding, 0),
-                (self.dilation, 1))
+        return ((1, self.kernel_size), (1, self.stride), (0, self.padding),
+                (1, self.dilation))
 
     def _check_mode(self, where: str) -> None:
         mode = self.convolution_mode
@@ -281,7 +283,8 @@ class WindowLayer(ImageLayer):
 
     def image_type(self, length: int | None = None) -> InputType | None:
         """The images the window moves over: the input's; for a 1-D layer its time series as
-        an image of width 1 (of `length` steps, default the input type's; None when unknown)."""
+        an image one row high (of `length` steps, default the input type's; None when
+        unknown)."""
         t = self.input_type
         if self.spatial_dims == 2:
             return t
@@ -293,7 +296,7 @@ class WindowLayer(ImageLayer):
             if length is None:
                 return None
         fmt = "NCHW" if t.data_format is RNNFormat.NCW else "NHWC"
-        image = InputType.convolutional(length, 1, t.size, fmt)
+        image = InputType.convolutional(1, length, t.size, fmt)
         if length == t.time_series_length:
             self._series_image = (t, image)
         return image
@@ -325,13 +328,13 @@ class WindowLayer(ImageLayer):
         self.geometry(t)
 
     def as_series(self, a: Any) -> Any:
-        """An image array (n, c, T, 1) / (n, T, 1, c) of a 1-D layer as its time series (a
+        """An image array (n, c, 1, T) / (n, 1, T, c) of a 1-D layer as its time series (a
         view); an image layer's array as it is."""
         if self.spatial_dims == 2:
             return a
         s = a.shape
-        return a.reshape((s[0], s[1], s[2]) if self.data_format is RNNFormat.NCW
-                         else (s[0], s[1], s[3]))
+        return a.reshape((s[0], s[1], s[3]) if self.data_format is RNNFormat.NCW
+                         else (s[0], s[2], s[3]))
 
     def output_image(self, t: InputType) -> InputType:
         """The type of the output of images of type `t`."""
@@ -347,7 +350,7 @@ class WindowLayer(ImageLayer):
         if t is None:
             return InputType.recurrent(self._window_channels(), None, fmt)
         out = self.output_image(t)
-        return InputType.recurrent(out.channels, out.height, fmt)
+        return InputType.recurrent(out.channels, out.width, fmt)
 
     def _window_channels(self) -> int:
         # the output channels (DL4J's "layer size" in the messages)
@@ -362,7 +365,8 @@ class WindowLayer(ImageLayer):
         if w is None:
             mode = self.convolution_mode or ConvolutionMode.TRUNCATE
             k, s, p, d = self.pairs()
-            w = cache[t] = window(self, t, k, s, p, d, mode, self._window_channels())
+            dims = ("height", "width") if self.spatial_dims == 2 else ("height", "length")
+            w = cache[t] = window(self, t, k, s, p, d, mode, self._window_channels(), dims)
         return w
 
     def kernel_call(self, t: InputType) -> Call:

@@ -83,7 +83,11 @@ class _Convolution(WindowLayer, _Regularized, Layer):
 
     def weight_shape(self) -> tuple:
         """The shape of ``W``."""
-        return (self.n_out, self.n_in) + self.pairs()[0]
+        return (self.n_out, self.n_in) + self.kernel_size
+
+    def _kernel_w(self, w: Any) -> Any:
+        # W (or its gradient) as the kernel takes it: itself (a 1-D layer's view differs)
+        return w
 
     def param_shapes(self):
         w = {"W": self.weight_shape()}
@@ -115,16 +119,17 @@ class _Convolution(WindowLayer, _Regularized, Layer):
         return n
 
     def _scratch_of(self, call, x_shape, backward, itemsize) -> int:
-        return F.conv2d_scratch_bytes(x_shape, self.weight_shape(), dtype=_float(itemsize),
-                                      backward=backward, **call.kwargs)
+        return F.conv2d_scratch_bytes(x_shape, (self.n_out, self.n_in) + self.pairs()[0],
+                                      dtype=_float(itemsize), backward=backward, **call.kwargs)
 
     def _forward(self, x, b, act, out, scratch, kw, mgr, training) -> None:
-        F.conv2d(x, self.params["W"], b, activation=act, out=out, scratch=scratch, **kw)
+        F.conv2d(x, self._kernel_w(self.params["W"]), b, activation=act, out=out,
+                 scratch=scratch, **kw)
 
     def _backward(self, x, dz, eps, scratch, kw, mgr) -> None:
-        F.conv2d_backward(x, self.params["W"], dz, need_input=eps is not None,
+        F.conv2d_backward(x, self._kernel_w(self.params["W"]), dz, need_input=eps is not None,
                           need_weight=True, need_bias=self.has_bias, grad_input=eps,
-                          grad_weight=self.grads["W"],
+                          grad_weight=self._kernel_w(self.grads["W"]),
                           grad_bias=self.grads["b"] if self.has_bias else None,
                           scratch=scratch, **kw)
 
@@ -453,7 +458,7 @@ class SeparableConvolution2D(_Convolution):
 
 class Convolution1DLayer(_Convolution):
     """1-D convolution over time (DL4J's ``Convolution1DLayer``): time series (n, c, T) (NCW,
-    or (n, T, c) with NWC) to (n, n_out, T'), through the 2-D kernels on (n, c, T, 1) views.
+    or (n, T, c) with NWC) to (n, n_out, T'), through the 2-D kernels on (n, c, 1, T) views.
 
     Parameters
     ----------
@@ -476,3 +481,10 @@ class Convolution1DLayer(_Convolution):
                  dilation: Any = 1, **kw: Any):
         super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
                          dilation=dilation, **kw)
+
+    def weight_shape(self):
+        return (self.n_out, self.n_in, self.kernel_size, 1)         # DL4J's
+
+    def _kernel_w(self, w):
+        # (n_out, n_in, k, 1) as the (n_out, n_in, 1, k) kernel of a one-row image: a view
+        return w.reshape(self.n_out, self.n_in, 1, self.kernel_size)

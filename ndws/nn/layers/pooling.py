@@ -175,7 +175,7 @@ class SubsamplingLayer(_Pooling, WindowLayer, Layer):
 
 class Subsampling1DLayer(SubsamplingLayer):
     """1-D pooling over time (DL4J's ``Subsampling1DLayer``): time series (n, c, T) (NCW, or
-    (n, T, c) with NWC) pooled along T, through the 2-D kernels on (n, c, T, 1) views.
+    (n, T, c) with NWC) pooled along T, through the 2-D kernels on (n, c, 1, T) views.
 
     Parameters
     ----------
