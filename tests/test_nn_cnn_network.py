@@ -213,6 +213,8 @@ def test_parallel_inference_and_wrapper_with_a_cnn():
         image = x[1400].reshape(1, 8, 8)                     # one image (convolutional_flat)
         np.testing.assert_array_equal(pi.output(x[1400]).numpy(), expected[0])
         np.testing.assert_array_equal(pi.output(image[None]).numpy(), expected[:1])
+        np.testing.assert_array_equal(pi.output(image).numpy(), expected[0])
+        np.testing.assert_array_equal(net.output(image).numpy(), expected[0])
     finally:
         pi.shutdown()
 

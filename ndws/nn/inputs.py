@@ -191,6 +191,19 @@ class InputType:
             per = (self.size, t) if self.data_format is RNNFormat.NCW else (t, self.size)
         return per if batch is None else (batch,) + per
 
+    def example_shapes(self) -> tuple:
+        """The shapes one example of this type may have: its own, and for
+        convolutional_flat also the image it flattens (its preprocessor takes images as they
+        are). -1 stands for any length of a time series."""
+        if self.kind == "CNNFlat":
+            return (self.shape(), (self.channels, self.height, self.width))
+        return (self.shape(),)
+
+    def is_example(self, shape: tuple) -> bool:
+        """Whether an array of `shape` is one example of this type (no batch axis)."""
+        return any(len(shape) == len(e) and all(d in (-1, g) for d, g in zip(e, shape))
+                   for e in self.example_shapes())
+
     def elements_per_example(self) -> int:
         """Values per example (DL4J's ``arrayElementsPerExample``); an RNN type of variable
         length counts one time step."""

@@ -488,8 +488,7 @@ class MultiLayerNetwork:
         # batch of one and answered without the batch axis, as
         # ndws.parallel.ParallelInference.output answers it
         a = self._as_input(x, allow_row=True)
-        t = self.conf._network_input
-        if a.ndim == (1 if t is None else len(t.shape())):
+        if _one_example(tuple(a.shape), self.conf._network_input):
             return a.reshape((1,) + tuple(a.shape)), True
         return a, False
 
@@ -1297,6 +1296,13 @@ def _declared_shape(layer: Layer) -> tuple:
     return tuple(None if d == -1 else d for d in t.shape())
 
 
+def _one_example(shape: tuple, t: Any) -> bool:
+    """Whether input of `shape` is one example of input type `t` (no batch axis)."""
+    if t is None or t.kind == "FF":
+        return len(shape) == 1
+    return t.is_example(shape)
+
+
 def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str,
                        allow_row: bool = False) -> None:
     # the network's input against its input type (`allow_row`: one example without the batch
@@ -1311,17 +1317,10 @@ def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str,
             raise ValueError(f"{name}: expected {t.size} features (layers[0].n_in), got "
                              f"{shape[-1]}")
         return
-    expected = t.shape()
-
-    def fits(per: tuple) -> bool:            # (-1: a time series of any length)
-        return len(per) == len(expected) and all(d in (-1, g) for d, g in zip(expected, per))
-
-    if fits(shape[1:]) or (allow_row and fits(shape)):
+    if t.is_example(shape[1:]) or (allow_row and t.is_example(shape)):
         return
-    if t.kind == "CNNFlat" and shape[1:] == (t.channels, t.height, t.width):
-        return                   # images of the flat type's shape pass its preprocessor as they are
     where = f"layers[0] ({type(first).__name__})"
-    msg = (f"{name}: expected a {len(expected) + 1}-d array {t.describe_shape()} for {where}, "
+    msg = (f"{name}: expected a {len(t.shape()) + 1}-d array {t.describe_shape()} for {where}, "
            f"the network's input type {t!r}; got shape {shape}")
     if t.kind == "CNN" and len(shape) == 4:
         other = (shape[1:] == (t.height, t.width, t.channels) if t.data_format.name == "NCHW"
@@ -1332,7 +1331,7 @@ def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str,
             msg += (f": the data is {have} and the network {t.data_format.name} (transpose it "
                     f"with x.transpose{axes}, or configure InputType.convolutional(..., "
                     f"data_format='{'NHWC' if t.data_format.name == 'NCHW' else 'NCHW'}'))")
-    if fits(shape):
+    if _one_example(shape, t):
         msg += ": one example without its batch dimension? (x[None] adds it)"
     raise ValueError(msg)
 

@@ -283,20 +283,22 @@ class ParallelInference(Stoppable):
                                 ) from exc
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"x: expected an array of numbers, got dtype {arr.dtype}")
-        # one example has the rank of the served network's input type (rows: 1, images: 3)
+        # one example has the shape of the served network's input type (a row, an image)
         t = self._replicas[0].conf._network_input
-        rank = 1 if t is None else len(t.shape())
-        if arr.ndim == rank:
+        if t is None or t.kind == "FF":
+            vector = arr.ndim == 1
+            if arr.ndim not in (1, 2):
+                raise ValueError(f"x: expected one example (n_features,) or a batch "
+                                 f"(n_samples, n_features), got shape {arr.shape}")
+        elif t.is_example(arr.shape):
             vector = True
-            arr = arr.reshape((1,) + arr.shape)
-        elif arr.ndim == rank + 1 or (t is not None and t.kind == "CNNFlat" and arr.ndim == 4):
-            vector = False              # (a flat-image network also takes whole images)
-        elif rank == 1:
-            raise ValueError(f"x: expected one example (n_features,) or a batch (n_samples, "
-                             f"n_features), got shape {arr.shape}")
+        elif arr.ndim and t.is_example(arr.shape[1:]):
+            vector = False
         else:
             raise ValueError(f"x: expected one example {t.shape()} or a batch "
                              f"{t.describe_shape()} ({t!r}), got shape {arr.shape}")
+        if vector:
+            arr = arr.reshape((1,) + arr.shape)
         if arr.shape[0] == 0:
             raise ValueError("x: no examples (shape has 0 rows)")
         if arr.dtype != self._dtype or not arr.flags.c_contiguous:
