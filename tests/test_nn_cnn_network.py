@@ -224,6 +224,11 @@ def test_hostile_batches():
     net.init()
     out = net.output(np.zeros((0, 64), np.float32))
     assert out.shape == (0, 10)
+    assert net.output(np.zeros((0, 1, 8, 8), np.float32)).shape == (0, 10)
+    before = net.params().numpy()
+    with pytest.raises(ValueError, match=r"^fit: no examples"):
+        net.fit(DataSet(np.zeros((0, 1, 8, 8), np.float32), np.zeros(0, np.int64)))
+    np.testing.assert_array_equal(net.params().numpy(), before)
     with pytest.raises(ValueError, match=r"expected a 4-d array \(n_samples, 64\)|got shape"):
         net.output(np.zeros((2, 8, 8), np.float32))
     with pytest.raises(TypeError, match=r"expected an array of numbers"):

@@ -345,8 +345,9 @@ def test_wrong_input_is_named(shape, msg):
 # -- the rest of the family ---------------------------------------------------------------------
 
 from cnn_reference import conv_transpose2d, depthwise_conv2d  # noqa: E402
-from ndws.nn import (Convolution1DLayer, Deconvolution2D, DepthwiseConvolution2D,  # noqa: E402
-                     SeparableConvolution2D, Subsampling1DLayer)
+from ndws.nn import (Convolution1DLayer, Cropping2D, Deconvolution2D,  # noqa: E402
+                     DepthwiseConvolution2D, SeparableConvolution2D, Subsampling1DLayer,
+                     Upsampling2D, ZeroPaddingLayer)
 
 
 @pytest.mark.parametrize("mode, stride, padding, dilation", [
@@ -492,6 +493,30 @@ def test_subsampling_1d_forward_and_variable_length(kind, fmt, rng):
 def test_family_configuration_errors(make, msg):
     with pytest.raises(ValueError, match=msg):
         make()
+
+
+def test_resizing_errors_before_any_allocation():
+    t = InputType.convolutional(4, 4, 2)
+    with pytest.raises(ValueError, match=r"^layers\[0\]: Upsampling2D of InputType.convolutional"
+                                         r"\(4, 4, 2\) by \(1073741824, 1073741824\) is larger "
+                                         r"than 2\*\*31 rows or columns$"):
+        single(Upsampling2D(1 << 30), t)
+    with pytest.raises(ValueError, match=r"^layers\[0\]: Upsampling2D would need "
+                                         r"140,737,488,355,328 values per example"):
+        single(Upsampling2D(1 << 21), t)
+    with pytest.raises(ValueError, match=r"^layers\[0\]: ZeroPaddingLayer would need"):
+        single(ZeroPaddingLayer(1 << 30), t)
+    with pytest.raises(ValueError, match=r"^layers\[0\]: Cropping2D leaves no output from "
+                                         r"InputType.convolutional\(4, 4, 2\) \(height 0, "
+                                         r"width 2\)$"):
+        single(Cropping2D((2, 2, 1, 1)), t)
+    with pytest.raises(ValueError, match=r"^layers\[0\]: Upsampling2D takes images"):
+        single(Upsampling2D(2), InputType.feed_forward(3))
+    with pytest.raises(TypeError, match=r"^ZeroPaddingLayer.padding: Invalid padding values: "
+                                        r"expected 1, 2 \(height, width\) or 4 ints"):
+        ZeroPaddingLayer((1, 2, 3))
+    with pytest.raises(ValueError, match=r"^Cropping2D.cropping: expected ints in \[0, 2\*\*31\]"):
+        Cropping2D(-1)
 
 
 def test_1d_input_of_the_wrong_length(rng):

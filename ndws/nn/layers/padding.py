@@ -22,7 +22,7 @@ import numpy as np
 
 from ndws.nn import functional as F
 from ndws.nn.inputs import CNN2DFormat, InputType
-from ndws.nn.layers._geometry import ImageLayer, check_image, pair
+from ndws.nn.layers._geometry import ImageLayer, check_image, pair, too_large
 from ndws.nn.layers.base import FieldTypeError, Layer
 from ndws.nn.workspace_mgr import ArrayType
 
@@ -68,6 +68,7 @@ class _Resize(ImageLayer, Layer):
         if h < 1 or w < 1:
             raise ValueError(f"{where}: {type(self).__name__} leaves no output from "
                              f"{self.input_type!r} (height {h}, width {w})")
+        too_large(self, where, h * w * self.n_in)          # before anything is allocated
 
     def output_type(self, input_type):
         h, w = self._out_hw()
@@ -182,11 +183,12 @@ class Upsampling2D(_Resize):
         return self.input_type.height * self.size[0], self.input_type.width * self.size[1]
 
     def _check_resolved(self, where):
-        super()._check_resolved(where)
-        h, w = self._out_hw()
+        t = self.input_type
+        h, w = self._out_hw() if t is not None and t.kind == "CNN" else (0, 0)
         if h > 1 << 31 or w > 1 << 31:
             raise ValueError(f"{where}: Upsampling2D of {self.input_type!r} by {self.size} is "
                              f"larger than 2**31 rows or columns")
+        super()._check_resolved(where)
 
     def _forward(self, x, y):
         F.upsample2d(x, self.size, self.data_format.name, out=y)
