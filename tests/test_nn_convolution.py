@@ -523,3 +523,21 @@ def test_1d_input_of_the_wrong_length(rng):
     net = single(Convolution1DLayer(kernel_size=2, n_out=2), InputType.recurrent(3, 6))
     with pytest.raises(ValueError, match=r"expected a 3-d array \(n_samples, size=3, time=6\)"):
         net.output(np.zeros((2, 3, 5), np.float32))
+
+
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_padding_cropping_upsampling_forward(fmt, dtype, rng):
+    t = InputType.convolutional(4, 5, 3, fmt)
+    x = rng.standard_normal((2,) + t.shape()).astype(dtype)
+    xc = x if fmt == "NCHW" else x.transpose(0, 3, 1, 2)
+    back = (lambda a: a) if fmt == "NCHW" else (lambda a: a.transpose(0, 2, 3, 1))
+    cases = [(ZeroPaddingLayer((1, 2, 0, 3)),
+              np.pad(xc, ((0, 0), (0, 0), (1, 2), (0, 3)))),
+             (Cropping2D((1, 0, 2, 1)), xc[:, :, 1:, 2:4]),
+             (Upsampling2D((2, 3)), xc.repeat(2, axis=2).repeat(3, axis=3))]
+    for layer, expected in cases:
+        net = single(layer, t, dtype)
+        got = net.output(x)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got.numpy(), back(expected))
