@@ -1,6 +1,7 @@
 """Independent NumPy references for the layers of images (float64, loops over kernel taps,
-DL4J's size formulas written out again), and the central-difference gradient check of DL4J's
-GradientCheckUtil, for the layer tests."""
+DL4J's size formulas written out again), the central-difference gradient check of DL4J's
+GradientCheckUtil, and the check that every workspace mode trains a network alike, for the
+layer and network tests."""
 from __future__ import annotations
 
 import numpy as np
@@ -152,3 +153,34 @@ def depthwise_conv2d(x, w, b, stride, pads, dilation, fmt="NCHW"):
     if b is not None:
         out = out + np.asarray(b, np.float64).reshape(1, -1, 1, 1)
     return from_nchw(out, fmt)
+
+
+def check_modes(make, batch, x, iterations=4):
+    """Train `make(mode)`'s network on `batch` in each workspace mode: after warm-up (fit and
+    output on `x`) no workspace has spilled and each learned exactly the memory report's plan;
+    the next iterations allocate nothing on the heap (NONE: something); every mode ends with
+    the same bits."""
+    import ndws
+    from ndws._memory import allocation_counters
+    from ndws.nn import MultiLayerNetwork
+    results = {}
+    for mode in ("NONE", "SINGLE", "SEPARATE", "ENABLED"):
+        net = MultiLayerNetwork(make(mode))
+        net.init()
+        report = net.memory_report(x.shape[0])
+        for _ in range(3):
+            net.fit(batch)
+            net.output(x)
+        spaces = ndws.get_workspace_manager().get_all_workspaces_for_current_thread()
+        assert all(ws.spilled_size == 0 for ws in spaces), mode     # pre-sized from the plan
+        learned = {ws.id: ws.max_cycle_allocations for ws in spaces}
+        assert learned == report.workspaces(getattr(ndws.WorkspaceMode, mode)), mode
+        before = allocation_counters()["allocations"]
+        for _ in range(iterations):
+            net.fit(batch)
+        results[mode] = (net.params().numpy(), allocation_counters()["allocations"] - before)
+        ndws.destroy_all_workspaces_for_current_thread()
+    for mode in ("SINGLE", "SEPARATE", "ENABLED"):
+        np.testing.assert_array_equal(results[mode][0], results["NONE"][0])
+        assert results[mode][1] == 0, mode
+    assert results["NONE"][1] > 0

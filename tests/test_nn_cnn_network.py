@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ndws
-from ndws._memory import allocation_counters
+from cnn_reference import check_modes
 from ndws.data.dataset import DataSet
 from ndws.datasets import load_digits
 from ndws.nn import (Adam, BatchNormalization, CnnLossLayer, CnnToFeedForwardPreProcessor,
@@ -17,10 +17,9 @@ from ndws.nn import (Adam, BatchNormalization, CnnLossLayer, CnnToFeedForwardPre
                      DenseLayer, DepthwiseConvolution2D, DropoutLayer,
                      FeedForwardToCnnPreProcessor, GlobalPoolingLayer, InputType,
                      MultiLayerConfiguration, MultiLayerNetwork, OutputLayer,
-                     SeparableConvolution2D, Sgd, Subsampling1DLayer, SubsamplingLayer,
+                     SeparableConvolution2D, Subsampling1DLayer, SubsamplingLayer,
                      Upsampling2D, ZeroPaddingLayer)
 
-MODES = ["NONE", "SINGLE", "SEPARATE", "ENABLED"]
 
 
 @pytest.fixture(autouse=True)
@@ -150,28 +149,7 @@ def batch_for(make, rng, n=6):
 @pytest.mark.parametrize("make", [zoo, one_d, segmenter])
 def test_every_mode_same_bits_no_allocations_and_the_plan_is_learned(make, rng):
     x, batch = batch_for(make, rng)
-    results = {}
-    for mode in MODES:
-        net = MultiLayerNetwork(make(mode))
-        net.init()
-        report = net.memory_report(x.shape[0])
-        for _ in range(3):
-            net.fit(batch)
-            net.output(x)
-        wsm = ndws.get_workspace_manager()
-        spaces = wsm.get_all_workspaces_for_current_thread()
-        assert all(ws.spilled_size == 0 for ws in spaces), mode     # pre-sized from the plan
-        learned = {ws.id: ws.max_cycle_allocations for ws in spaces}
-        assert learned == report.workspaces(getattr(ndws.WorkspaceMode, mode)), mode
-        before = allocation_counters()["allocations"]
-        for _ in range(4):
-            net.fit(batch)
-        results[mode] = (net.params().numpy(), allocation_counters()["allocations"] - before)
-        ndws.destroy_all_workspaces_for_current_thread()
-    for mode in MODES[1:]:
-        np.testing.assert_array_equal(results[mode][0], results["NONE"][0])
-        assert results[mode][1] == 0, mode
-    assert results["NONE"][1] > 0
+    check_modes(make, batch, x)
 
 
 def test_save_load_and_resume_are_bit_exact(tmp_path, rng):

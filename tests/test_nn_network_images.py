@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ndws
-from ndws._memory import allocation_counters
+from cnn_reference import check_modes
 from ndws.data.dataset import DataSet
 from ndws.nn import (ArrayType, CnnToFeedForwardPreProcessor, DenseLayer,
                      FeedForwardToCnnPreProcessor, InputPreProcessor, InputType, Layer,
@@ -109,41 +109,11 @@ def test_gradient_through_a_preprocessor_matches_numpy(mode, rng):
     assert net.score(DataSet(x, y)) == pytest.approx(ref_score, rel=1e-12)
 
 
-def test_every_mode_trains_to_the_same_bits_without_allocating(rng):
+def test_every_mode_trains_alike_and_learns_the_plan(rng):
+    # the preprocessors' views count nothing and copy nothing: every mode the same bits, no
+    # allocation after warm-up, the workspaces learn exactly the plan
     x = rng.standard_normal((16, 3, 4, 5)).astype(np.float32)
-    batch = DataSet(x, rng.integers(0, 3, 16))
-    results = {}
-    for mode in MODES:
-        net = MultiLayerNetwork(conf_for(mode))
-        net.init()
-        for _ in range(3):
-            net.fit(batch)
-            net.output(x)
-        before = allocation_counters()["allocations"]
-        for _ in range(5):
-            net.fit(batch)
-        results[mode] = (net.params().numpy(), allocation_counters()["allocations"] - before)
-        ndws.destroy_all_workspaces_for_current_thread()
-    for mode in MODES[1:]:
-        np.testing.assert_array_equal(results[mode][0], results["NONE"][0])
-        assert results[mode][1] == 0, mode
-
-
-@pytest.mark.parametrize("mode", ["SINGLE", "SEPARATE"])
-def test_memory_plan_with_a_preprocessor_is_what_the_workspaces_learn(mode, rng):
-    net = MultiLayerNetwork(conf_for(mode))
-    net.init()
-    report = net.memory_report(8)
-    x = rng.standard_normal((8, 3, 4, 5)).astype(np.float32)
-    y = rng.integers(0, 3, 8)
-    wsm = ndws.get_workspace_manager()
-    for _ in range(4):
-        net.fit(DataSet(x, y))
-        net.output(x)
-    assert all(ws.spilled_size == 0 for ws in wsm.get_all_workspaces_for_current_thread())
-    learned = {ws.id: ws.max_cycle_allocations
-               for ws in wsm.get_all_workspaces_for_current_thread()}
-    assert learned == report.workspaces(getattr(ndws.WorkspaceMode, mode))
+    check_modes(conf_for, DataSet(x, rng.integers(0, 3, 16)), x)
 
 
 def test_convolutional_flat_takes_rows_or_images(rng):

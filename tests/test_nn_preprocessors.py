@@ -157,5 +157,6 @@ def test_json_round_trip_and_custom_classes():
     assert CnnToFeedForwardPreProcessor(4, 5, 2).to_dict() == {
         "@class": "CnnToFeedForwardPreProcessor", "height": 4, "width": 5, "channels": 2,
         "data_format": "NCHW"}
-    assert repr(FeedForwardToCnnPreProcessor(1, 2, 3)) == "FeedForwardToCnnPreProcessor(1, 2, 3, NCHW)"
+    assert repr(FeedForwardToCnnPreProcessor(1, 2, 3)) == \
+        "FeedForwardToCnnPreProcessor(1, 2, 3, NCHW)"
     assert Doubling().output_type(InputType.feed_forward(3)) == InputType.feed_forward(3)

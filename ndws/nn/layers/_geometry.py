@@ -16,8 +16,8 @@ from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType, RNNFormat
 from ndws.nn.preprocessors import FeedForwardToCnnPreProcessor
 from ndws.nn.updaters import FieldTypeError
 
-__all__ = ["pair", "size_1d", "Call", "Window", "window", "image_input", "data_format", "check_image",
-           "too_large", "ImageLayer", "WindowLayer"]
+__all__ = ["pair", "size_1d", "Call", "Window", "window", "images_of_rows", "image_input",
+           "data_format", "check_image", "too_large", "ImageLayer", "WindowLayer"]
 
 #: a layer's arrays per example may not exceed this many bytes: past it an im2col buffer or an
 #: activation of a batch overflows what an allocation can ask (caught when the configuration is
@@ -108,6 +108,14 @@ def window(layer: Any, t: InputType, kernel: tuple, stride: tuple, padding: tupl
     return Window(sizes[0], sizes[1], pads[0] + pads[1])
 
 
+def images_of_rows(t: InputType) -> Any:
+    """What DL4J's layers of images insert before themselves: rows of pixels
+    (convolutional_flat) made images by a `FeedForwardToCnnPreProcessor`; None otherwise."""
+    if t.kind == "CNNFlat":
+        return FeedForwardToCnnPreProcessor(t.height, t.width, t.channels)
+    return None
+
+
 def image_input(layer: Any, t: InputType | None, where: str) -> InputType:
     """`t` when it is images; else ValueError saying what the layer needs."""
     name = type(layer).__name__
@@ -178,10 +186,7 @@ class ImageLayer:
         return None                     # n_in is channels: it says nothing of height and width
 
     def preprocessor_for(self, input_type):
-        if input_type.kind == "CNNFlat":
-            return FeedForwardToCnnPreProcessor(input_type.height, input_type.width,
-                                                input_type.channels)
-        return None
+        return images_of_rows(input_type)
 
     def _check_resolved(self, where):
         t = image_input(self, self.input_type, where)

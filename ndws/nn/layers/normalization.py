@@ -18,7 +18,7 @@ from typing import Any
 import ndws
 from ndws.nn.inputs import CNN2DFormat, RNNFormat
 from ndws.nn.layers.base import FieldTypeError, Layer, _nonneg
-from ndws.nn.preprocessors import FeedForwardToCnnPreProcessor
+from ndws.nn.layers._geometry import images_of_rows
 from ndws.nn.workspace_mgr import ArrayType
 
 __all__ = ["BatchNormalization"]
@@ -63,10 +63,7 @@ class BatchNormalization(Layer):
 
     def preprocessor_for(self, input_type):
         # DL4J: rows of pixels become images first, so the statistics are per channel
-        if input_type.kind == "CNNFlat":
-            return FeedForwardToCnnPreProcessor(input_type.height, input_type.width,
-                                                input_type.channels)
-        return None
+        return images_of_rows(input_type)
 
     def _check_resolved(self, where):
         if self.n_in is None:        # its parameters are n_in wide

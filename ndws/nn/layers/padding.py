@@ -7,8 +7,8 @@ Examples
 >>> from ndws.nn import (Cropping2D, InputType, MultiLayerConfiguration, OutputLayer,
 ...                      Upsampling2D, ZeroPaddingLayer)
 >>> conf = MultiLayerConfiguration(
-...     [ZeroPaddingLayer(padding=(1, 2)), Cropping2D(cropping=(0, 1, 2, 3)), Upsampling2D(size=2),
-...      OutputLayer(n_out=2, activation="softmax")],
+...     [ZeroPaddingLayer(padding=(1, 2)), Cropping2D(cropping=(0, 1, 2, 3)),
+...      Upsampling2D(size=2), OutputLayer(n_out=2, activation="softmax")],
 ...     input_type=InputType.convolutional(5, 6, 3), seed=0)
 >>> [l.output_type(l.input_type) for l in conf.resolved_layers[:3]]  # doctest: +NORMALIZE_WHITESPACE
 [InputType.convolutional(7, 10, 3), InputType.convolutional(6, 5, 3),
