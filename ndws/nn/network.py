@@ -549,7 +549,7 @@ class MultiLayerNetwork:
         with self._exclusive("predict"):
             a, row = self._as_row_or_batch(x)
             out = self._forward_detached(a, False, self._inference_mode(), None)[-1]
-            nan = np.flatnonzero(np.isnan(np.asarray(out)).reshape(out.shape[0], -1).any(axis=1))
+            nan = np.flatnonzero(np.isnan(np.asarray(out)).any(axis=tuple(range(1, out.ndim))))
             if nan.size:
                 raise ValueError(f"predict: the output of row {int(nan[0])} holds NaN (rows "
                                  f"{nan[:5].tolist()}{'...' if nan.size > 5 else ''} of "
