@@ -541,3 +541,33 @@ def test_padding_cropping_upsampling_forward(fmt, dtype, rng):
         got = net.output(x)
         assert got.dtype == dtype
         np.testing.assert_array_equal(got.numpy(), back(expected))
+
+
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+def test_layers_against_pytorch(fmt, rng):
+    # where PyTorch is installed: a small stack against torch.nn.functional, in float64
+    torch = pytest.importorskip("torch")
+    tf = torch.nn.functional
+    t = InputType.convolutional(9, 8, 3, fmt)
+    net = single(ConvolutionLayer(kernel_size=3, stride=2, padding=1, dilation=1, n_out=4,
+                                  activation="relu"), t, np.float64)
+    conv = net.layers[0]
+    deconv_net = single(Deconvolution2D(kernel_size=3, stride=2, padding=1, n_out=2,
+                                        activation="identity"),
+                        InputType.convolutional(5, 4, 4, fmt), np.float64)
+    deconv = deconv_net.layers[0]
+    pool_net = single(SubsamplingLayer(pooling_type="avg", kernel_size=2, stride=2, padding=1),
+                      InputType.convolutional(5, 4, 4, fmt), np.float64)
+    x = rng.standard_normal((2,) + t.shape())
+    xt = torch.from_numpy(x if fmt == "NCHW" else x.transpose(0, 3, 1, 2).copy())
+    y = tf.relu(tf.conv2d(xt, torch.from_numpy(conv.params["W"].numpy()),
+                          torch.from_numpy(conv.params["b"].numpy()), stride=2, padding=1))
+    to_fmt = (lambda a: a) if fmt == "NCHW" else (lambda a: a.transpose(0, 2, 3, 1))
+    ours = net.output(x).numpy()
+    np.testing.assert_allclose(ours, to_fmt(y.numpy()), rtol=1e-12, atol=1e-12)
+    z = tf.conv_transpose2d(y, torch.from_numpy(deconv.params["W"].numpy()),
+                            torch.from_numpy(deconv.params["b"].numpy()), stride=2, padding=1)
+    np.testing.assert_allclose(deconv_net.output(ours).numpy(), to_fmt(z.numpy()), rtol=1e-12,
+                               atol=1e-12)
+    p = tf.avg_pool2d(y, 2, stride=2, padding=1, count_include_pad=False)
+    np.testing.assert_allclose(pool_net.output(ours).numpy(), to_fmt(p.numpy()), rtol=1e-12)
