@@ -36,12 +36,13 @@ ctypedef long long (*count_fn)() noexcept nogil
 # register tile C (row stride ldc, unit column stride) := (C if load_c else 0)
 # + sum_{p < kc} A[aoff[p] + i*ars] * B[boff[p] + j], with aoff == NULL for a packed A (A + p*MR)
 # and boff == NULL for a packed B (B + p*NR). Every element is the GEMM's fma chain over p.
+# Bc (NULL, or with an indirect B): receives B's rows packed, Bc[p*NR + j] = B[boff[p] + j].
 ctypedef void (*ukr_ind_f32_fn)(intp_t kc, const float32_t* A, const intp_t* aoff, intp_t ars,
                                 const float32_t* B, const intp_t* boff, float32_t* C,
-                                intp_t ldc, int load_c) noexcept nogil
+                                intp_t ldc, int load_c, float32_t* Bc) noexcept nogil
 ctypedef void (*ukr_ind_f64_fn)(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
                                 const float64_t* B, const intp_t* boff, float64_t* C,
-                                intp_t ldc, int load_c) noexcept nogil
+                                intp_t ldc, int load_c, float64_t* Bc) noexcept nogil
 
 ctypedef struct GemmTable:
     const char* isa                 # "baseline", "avx2" or "avx512"

@@ -130,6 +130,7 @@ SHAPES = [
     (3, 1, 12, 11, 6, (5, 5)),
     (2, 10, 7, 9, 40, (3, 2)),
     (1, 9, 6, 6, 3, (1, 1)),
+    (2, 17, 9, 10, 20, (3, 3)),     # 3x3 stride 1 with 16+ channels: Winograd F(2x2, 3x3)
 ]
 GRID = list(itertools.product([1, 2], [0, 1, (1, 0, 2, 1)], [1, 2]))   # stride, padding, dilation
 
