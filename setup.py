@@ -178,7 +178,8 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws._memory": ["ndws/_poison.h"],
            "ndws._threads": ["ndws/_pool.h"],
            "ndws.nn._iteration": ["ndws/_tls.h"],
-           "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"]}
+           "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
+           "ndws.nn._conv": ["ndws/nn/_winograd.pxi"]}
 
 
 def extension(name):
@@ -201,6 +202,7 @@ EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("nd
               extension("ndws._linalg"), extension("ndws._ufuncs"),
               extension("ndws.nn._activations"), extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
+              extension("ndws.nn._conv"), extension("ndws.nn._pool"),
               extension("ndws.nn._iteration"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels"),

@@ -71,7 +71,9 @@ def test_python_module_doctests():
     for name in ("ndws.workspace", "ndws.memory", "ndws.ops", "ndws.random",
                  "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
                  "ndws.nn.conf", "ndws.nn.network", "ndws.nn.listeners", "ndws.nn.history",
-                 "ndws.parallel.wrapper"):
+                 "ndws.nn.inputs", "ndws.nn.preprocessors", "ndws.nn.layers.convolution",
+                 "ndws.nn.layers.pooling", "ndws.nn.layers.normalization",
+                 "ndws.nn.layers.output", "ndws.nn.layers.padding", "ndws.parallel.wrapper"):
         module = importlib.import_module(name)
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, name
@@ -85,6 +87,9 @@ def test_all_names_exist_and_stub_agrees():
                    "ndws.nn.workspace_mgr", "ndws.nn.updaters", "ndws.nn.layers",
                    "ndws.nn.conf", "ndws.nn.network", "ndws.nn.serialization",
                    "ndws.nn.listeners", "ndws.nn.history", "ndws.nn.memory_report",
+                   "ndws.nn.inputs", "ndws.nn.preprocessors", "ndws.nn.layers.convolution",
+                   "ndws.nn.layers.pooling", "ndws.nn.layers.normalization",
+                   "ndws.nn.layers.output", "ndws.nn.layers.padding",
                    "ndws.parallel", "ndws.parallel.modes", "ndws.parallel.wrapper"):
         mod = importlib.import_module(module)
         for name in mod.__all__:

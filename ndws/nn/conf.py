@@ -2,9 +2,13 @@
 ``MultiLayerConfiguration`` / ``NeuralNetConfiguration.Builder().list()``), with an exact JSON
 round trip.
 
-Network-wide defaults (activation, weight_init, dropout, l1, l2, weight_decay, bias_init) apply to
-every layer that leaves the field unset (None); a layer's own value wins. A layer's `n_in` is
-inferred from the previous layer's output when omitted (DL4J's ``setInputType``).
+Network-wide defaults (activation, weight_init, dropout, l1, l2, weight_decay, bias_init,
+convolution_mode) apply to every layer that leaves the field unset (None); a layer's own value
+wins. A layer's `n_in` is inferred from the previous layer's output when omitted. With
+``input_type`` (DL4J's ``setInputType``) every layer learns the type of its input, its n_in
+comes from it, the preprocessors DL4J inserts are inserted (``input_preprocessors`` sets them
+by hand), and every convolution and pooling geometry is checked here, not at the first `fit`
+(docs/convolution.md).
 
 Examples
 --------
@@ -25,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from ndws.nn.inputs import ConvolutionMode, InputType
 from ndws.nn.layers.base import Activation, Layer, WeightInit, _finite, _nonneg, member
+from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
@@ -63,17 +69,29 @@ class MultiLayerConfiguration:
         Default ENABLED (SEPARATE for training, SINGLE for inference).
     dtype : {"float32", "float64"}
         Of parameters, activations and gradients.
+    convolution_mode : str or ConvolutionMode, optional
+        Default of the convolution and pooling layers: ``TRUNCATE`` (DL4J's).
+    input_type : InputType, optional
+        The network's input (DL4J's ``setInputType``): ``InputType.convolutional_flat(28, 28,
+        1)`` for MNIST's rows of pixels, ``InputType.convolutional(h, w, c)`` for images.
+        Needed by convolution and pooling layers, whose geometry it gives.
+    input_preprocessors : dict of int to InputPreProcessor, optional
+        Preprocessors by layer index (DL4J's ``inputPreProcessor(i, p)``); a layer without one
+        gets the one ``input_type`` implies, if any.
 
     Raises
     ------
     TypeError, ValueError
         Naming the layer (``layers[i]``) and the field, e.g. a layer whose n_in disagrees
-        with the previous layer's output, or a loss that does not fit its activation.
+        with the previous layer's output, a kernel larger than its padded input, or a loss that
+        does not fit its activation.
     """
 
     __slots__ = ("layers", "seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
                  "weight_decay", "bias_init", "training_workspace_mode",
-                 "inference_workspace_mode", "dtype", "resolved_layers", "_frozen")
+                 "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
+                 "input_preprocessors", "resolved_layers", "resolved_preprocessors",
+                 "_network_input", "_frozen")
 
     def __init__(self, layers: Any, *, seed: int | None = None, updater: Updater | None = None,
                  activation: Any = None, weight_init: Any = None, dropout: float | None = None,
@@ -81,7 +99,9 @@ class MultiLayerConfiguration:
                  weight_decay: float | None = None, bias_init: float | None = None,
                  training_workspace_mode: Any = WorkspaceMode.ENABLED,
                  inference_workspace_mode: Any = WorkspaceMode.ENABLED,
-                 dtype: Any = "float32"):
+                 dtype: Any = "float32", convolution_mode: Any = None,
+                 input_type: InputType | None = None,
+                 input_preprocessors: dict | None = None):
         set_ = object.__setattr__
         if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
             raise FieldTypeError(f"layers: expected a sequence of ndws.nn layers, got "
@@ -126,29 +146,64 @@ class MultiLayerConfiguration:
         set_(self, "inference_workspace_mode", _mode(inference_workspace_mode,
                                                      "inference_workspace_mode"))
         set_(self, "dtype", dt)
-        set_(self, "resolved_layers", self._resolve())
+        set_(self, "convolution_mode", ConvolutionMode.parse(
+            ConvolutionMode.TRUNCATE if convolution_mode is None else convolution_mode,
+            "convolution_mode"))
+        if input_type is not None and not isinstance(input_type, InputType):
+            raise FieldTypeError(f"input_type: expected an ndws.nn.InputType (e.g. "
+                                 f"InputType.convolutional_flat(28, 28, 1)), got "
+                                 f"{type(input_type).__name__}")
+        set_(self, "input_type", input_type)
+        set_(self, "input_preprocessors", _preprocessors(input_preprocessors, len(layers)))
+        resolved, pres = self._resolve()
+        set_(self, "resolved_layers", resolved)
+        #: the preprocessor of each layer (given or inserted), None where there is none
+        set_(self, "resolved_preprocessors", pres)
         set_(self, "_frozen", True)
 
     def _resolve(self) -> tuple:
+        # Walk the layers with the type of the data between them (DL4J's setInputType): each
+        # layer gets its preprocessor (given, or the one its input type implies), its input
+        # type and n_in, and passes on its output type. Without input_type, rows as wide as
+        # the first layer's n_in (DL4J infers that type the same way).
         defaults = {"activation": self.activation, "weight_init": self.weight_init,
                     "dropout": self.dropout, "l1": self.l1, "l2": self.l2,
-                    "weight_decay": self.weight_decay, "bias_init": self.bias_init}
-        out = []
-        width = None
+                    "weight_decay": self.weight_decay, "bias_init": self.bias_init,
+                    "convolution_mode": self.convolution_mode}
+        out, pres = [], []
+        t = self.input_type
+        if t is None and 0 not in self.input_preprocessors:
+            t = self.layers[0].implied_input_type()
+        object.__setattr__(self, "_network_input", t)
         for i, layer in enumerate(self.layers):
             where = f"layers[{i}]"
-            if layer.n_in is not None and width is not None and layer.n_in != width:
-                raise ValueError(f"{where}.n_in: {layer.n_in} does not match the output width "
-                                 f"{width} of layers[{i - 1}]")
             try:
-                resolved = layer.resolved(defaults, width, where)
+                pre = self.input_preprocessors.get(i)
+                if pre is None and t is not None:
+                    pre = layer.preprocessor_for(t)
+                if pre is not None:
+                    t = pre.output_type(t)
+                if layer.n_in is not None and t is not None and layer.n_in != layer.n_in_for(t):
+                    raise ValueError(self._n_in_mismatch(i, layer, t, pre))
+                resolved = layer.resolved(defaults, t, where, i)
+                t = resolved.output_type(t)
             except (TypeError, ValueError) as exc:
                 msg = str(exc)
                 raise type(exc)(msg if msg.startswith(where) else f"{where}: {msg}") from None
-            resolved.index = i
             out.append(resolved)
-            width = resolved.output_width()
-        return tuple(out)
+            pres.append(pre)
+        return tuple(out), tuple(pres)
+
+    def _n_in_mismatch(self, i: int, layer: Layer, t: InputType, pre: Any) -> str:
+        # the message of an n_in that disagrees with what the layer gets
+        where, expected = f"layers[{i}].n_in: {layer.n_in}", layer.n_in_for(t)
+        if t.kind == "FF" and pre is None and i > 0:
+            return f"{where} does not match the output width {expected} of layers[{i - 1}]"
+        what = "channels" if t.kind == "CNN" else "width"
+        after = f" after {pre!r}" if pre is not None else ""
+        source = "the network's input" if i == 0 and pre is None else (
+            f"its input{after}" if i == 0 else f"the output of layers[{i - 1}]{after}")
+        return f"{where} does not match the {what} {expected} of {source} ({t!r})"
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"MultiLayerConfiguration is frozen: build a new one instead of "
@@ -158,13 +213,22 @@ class MultiLayerConfiguration:
 
     def to_dict(self) -> dict:
         """The configuration as JSON-ready data (the layers as given, before defaults)."""
-        return {"format": _FORMAT, "version": _VERSION, "seed": self.seed,
+        out = {"format": _FORMAT, "version": _VERSION, "seed": self.seed,
                 "updater": self.updater.to_dict(), "activation": self.activation.name,
                 "weight_init": self.weight_init.name, "dropout": self.dropout, "l1": self.l1,
                 "l2": self.l2, "weight_decay": self.weight_decay, "bias_init": self.bias_init,
                 "training_workspace_mode": self.training_workspace_mode.name,
                 "inference_workspace_mode": self.inference_workspace_mode.name,
                 "dtype": self.dtype.name, "layers": [layer.to_dict() for layer in self.layers]}
+        # written only when set, so a stack of dense layers keeps the JSON it always had
+        if self.convolution_mode is not ConvolutionMode.TRUNCATE:
+            out["convolution_mode"] = self.convolution_mode.name
+        if self.input_type is not None:
+            out["input_type"] = self.input_type.to_dict()
+        if self.input_preprocessors:
+            out["input_preprocessors"] = {str(i): p.to_dict()
+                                          for i, p in sorted(self.input_preprocessors.items())}
+        return out
 
     def to_json(self, indent: int | None = 2) -> str:
         """`to_dict` as JSON text; `from_json` rebuilds an equal configuration."""
@@ -180,7 +244,8 @@ class MultiLayerConfiguration:
                              f"(this ndws reads version {_VERSION})")
         known = {"format", "version", "layers", "seed", "updater", "activation", "weight_init",
                  "dropout", "l1", "l2", "weight_decay", "bias_init", "training_workspace_mode",
-                 "inference_workspace_mode", "dtype"}
+                 "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
+                 "input_preprocessors"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
@@ -190,6 +255,23 @@ class MultiLayerConfiguration:
         kwargs = {k: v for k, v in data.items() if k not in ("format", "version", "layers")}
         if isinstance(kwargs.get("updater"), dict):
             kwargs["updater"] = Updater.from_dict(kwargs["updater"])
+        if "input_type" in kwargs:
+            kwargs["input_type"] = InputType.from_dict(kwargs["input_type"])
+        if "input_preprocessors" in kwargs:
+            given = kwargs["input_preprocessors"]
+            if not isinstance(given, dict):
+                raise ValueError(f"configuration.input_preprocessors: expected a dict, got "
+                                 f"{given!r:.40}")
+            pres = {}
+            for k, d in given.items():
+                if not (isinstance(k, str) and k.isdigit()):
+                    raise ValueError(f"configuration.input_preprocessors: expected layer "
+                                     f"indices as keys, got {k!r:.40}")
+                try:
+                    pres[int(k)] = InputPreProcessor.from_dict(d)
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"input_preprocessors[{k}]: {exc}") from None
+            kwargs["input_preprocessors"] = pres
         built = []
         for i, d in enumerate(layers):
             try:
@@ -216,6 +298,26 @@ class MultiLayerConfiguration:
     def __repr__(self) -> str:
         return (f"MultiLayerConfiguration({len(self.layers)} layers, seed={self.seed}, "
                 f"updater={self.updater!r}, dtype={self.dtype.name})")
+
+
+def _preprocessors(given: Any, n_layers: int) -> dict:
+    # input_preprocessors: {layer index: preprocessor}, copied (the configuration is frozen)
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise FieldTypeError(f"input_preprocessors: expected a dict of layer index to "
+                             f"preprocessor, got {type(given).__name__}")
+    out = {}
+    for i, p in given.items():
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) \
+                or not 0 <= i < n_layers:
+            raise ValueError(f"input_preprocessors: {i!r:.20} is not a layer index (0 to "
+                             f"{n_layers - 1})")
+        if not isinstance(p, InputPreProcessor):
+            raise FieldTypeError(f"input_preprocessors[{i}]: expected an "
+                                 f"ndws.nn.InputPreProcessor, got {type(p).__name__}")
+        out[int(i)] = p.clone()
+    return out
 
 
 def _is_dtype(value: Any) -> bool:

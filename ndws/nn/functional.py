@@ -1,10 +1,13 @@
 """The torch-like functional surface of ndws' native kernels: ``import ndws.nn.functional as F``.
 
 The fused dense layer `linear` (GEMM + bias + activation), activations (forward and
-derivative), softmax / log-softmax along an axis, losses with their gradients, and fused
-in-place updaters. Every function is a compiled function of `ndws.nn._activations`,
-`_losses`, `_updaters` or `_linear` (the fused layer runs on `ndws._linalg`'s GEMM), with no
-Python layer in between: a call on a small array costs a few hundred nanoseconds.
+derivative), softmax / log-softmax along an axis, losses with their gradients, fused in-place
+updaters, and the convolutional kernels: `conv2d` and its gradients, the transposed and
+depthwise convolutions, `im2col` / `col2im`, pooling, zero padding, cropping and upsampling,
+with DL4J's size helpers. Every function is a compiled function of `ndws.nn._activations`,
+`_losses`, `_updaters`, `_linear`, `_conv` or `_pool` (the dense layer and the convolutions
+run on `ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a small
+array costs a few hundred nanoseconds.
 
 Conventions
 -----------
@@ -70,6 +73,20 @@ from ndws.nn._activations import (
     thresholded_relu,
     thresholded_relu_backward,
 )
+from ndws.nn._conv import (
+    col2im,
+    conv2d,
+    conv2d_backward,
+    conv2d_scratch_bytes,
+    conv_output_size,
+    conv_transpose2d,
+    conv_transpose2d_backward,
+    conv_transpose_output_size,
+    depthwise_conv2d,
+    depthwise_conv2d_backward,
+    im2col,
+    same_padding,
+)
 from ndws.nn._linear import linear
 from ndws.nn._losses import (
     binary_cross_entropy_with_logits,
@@ -84,6 +101,22 @@ from ndws.nn._losses import (
     softmax_cross_entropy,
     squared_hinge_loss,
     wasserstein_loss,
+)
+from ndws.nn._pool import (
+    avg_pool2d,
+    avg_pool2d_backward,
+    crop2d,
+    crop2d_backward,
+    max_pool2d,
+    max_pool2d_backward,
+    pnorm_pool2d,
+    pnorm_pool2d_backward,
+    sum_pool2d,
+    sum_pool2d_backward,
+    upsample2d,
+    upsample2d_backward,
+    zero_pad2d,
+    zero_pad2d_backward,
 )
 from ndws.nn._updaters import (
     adagrad_update,
@@ -110,4 +143,10 @@ __all__ = [
     "poisson_loss", "msle_loss", "mape_loss", "wasserstein_loss",
     "sgd_update", "momentum_update", "adam_update", "adamw_update", "rmsprop_update",
     "adagrad_update",
+    "conv2d", "conv2d_backward", "conv2d_scratch_bytes", "conv_transpose2d",
+    "conv_transpose2d_backward", "depthwise_conv2d", "depthwise_conv2d_backward", "im2col",
+    "col2im", "conv_output_size", "same_padding", "conv_transpose_output_size",
+    "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "sum_pool2d",
+    "sum_pool2d_backward", "pnorm_pool2d", "pnorm_pool2d_backward", "zero_pad2d",
+    "zero_pad2d_backward", "crop2d", "crop2d_backward", "upsample2d", "upsample2d_backward",
 ]

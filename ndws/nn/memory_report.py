@@ -71,6 +71,20 @@ def plan(uses: list, mode: WorkspaceMode, training: bool) -> dict[str, int]:
     return out
 
 
+def layer_uses(net: Any, batch: int, training: bool, itemsize: int) -> list:
+    """Per layer, the arrays one pass makes (`Layer.memory_use`), its preprocessor's first:
+    the network runs a preprocessor inside its layer's scopes. None for a layer (or
+    preprocessor) that does not declare its use."""
+    out = []
+    for layer, pre in zip(net.layers, net._preprocessors):
+        use = _checks.memory_use(layer, batch, training, itemsize)
+        if pre is not None and use is not None:
+            pre_use = pre.memory_use(batch, training, itemsize)
+            use = None if pre_use is None else list(pre_use) + list(use)
+        out.append(use)
+    return out
+
+
 def merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
     """Two plans of one thread's workspaces: the larger need per workspace."""
     out = dict(a)
@@ -101,8 +115,7 @@ class MemoryReport:
         itemsize = net.conf.dtype.itemsize
         self._uses = {}
         for training in (True, False):
-            self._uses[training] = [
-                _checks.memory_use(layer, batch_size, training, itemsize) for layer in net.layers]
+            self._uses[training] = layer_uses(net, batch_size, training, itemsize)
         self.complete = all(u is not None for uses in self._uses.values() for u in uses)
         state = sum(a.shape[0] for _, _, _, s in net._segments for a in s)
         self.parameter_bytes = (2 * net.num_params() + state) * itemsize

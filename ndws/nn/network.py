@@ -52,7 +52,8 @@ from ndws.nn.listeners import TrainingListener
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
                              WS_LISTENER, WS_OUTPUT_MEM, WS_SINGLE, workspace_configs)
 from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
-from ndws.nn.memory_report import MemoryReport, merge as _merge, plan as _plan
+from ndws.nn.memory_report import (MemoryReport, layer_uses as _layer_uses, merge as _merge,
+                                   plan as _plan)
 from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
@@ -165,14 +166,19 @@ class MultiLayerNetwork:
                                      for _ in range(u.n_state)]) for u, s, e in segments]
         # DL4J's WeightDecay: the weights' [start, end) in the flat buffers
         self._decayed = [(layer, off, off + size) for layer, name, shape, off, size in layout
-                         if name == "W" and layer.weight_decay]
+                         if name in layer.weight_keys and layer.weight_decay]
         self._dropout_rng = np.random.default_rng([conf.seed, 1])
         for layer in layers:
             layer._rng = self._dropout_rng
         self.layers = layers
-        # each layer's declared output width (what activate must return; None: not declared)
-        # and whether what its passes return is checked (user code: ndws._checks)
-        self._widths = [layer.output_width() for layer in layers]
+        # each layer's preprocessor (the configuration's, cloned: one may keep what a pass
+        # needs for its backward, like a layer)
+        self._preprocessors = [None if p is None else p.clone()
+                               for p in conf.resolved_preprocessors]
+        # each layer's declared output shape per example (what activate must return; None:
+        # any size there) and whether what its passes return is checked (user code:
+        # ndws._checks)
+        self._out_shapes = [_declared_shape(layer) for layer in layers]
         self._checked = [_checks.user_code(layer) for layer in layers]
         self._params, self._grads = flat_p, flat_g
         self._layout = layout
@@ -180,7 +186,8 @@ class MultiLayerNetwork:
         self._managers: dict = {}
         self._presized: dict = {}
         # the compiled training iteration, where it applies (an inference replica never trains)
-        self._dense_plan = None if share else _dense_plan(layers, self._configs)
+        self._dense_plan = (None if share or any(self._preprocessors)
+                            else _dense_plan(layers, self._configs))
         self._segment_views: tuple = (None, None, [])
         if params is not None and not share:
             flat_p.assign(_check_flat(params, total))
@@ -299,13 +306,16 @@ class MultiLayerNetwork:
             with scope_out_of_workspaces():
                 a = x
                 rows, dt = x.shape[0], self.conf.dtype
-                for layer, width in zip(self.layers, self._widths):
+                for layer, pre, shape in zip(self.layers, self._preprocessors,
+                                             self._out_shapes):
                     # DL4J's score(ds): inference for every layer (running statistics, no
                     # dropout); the output layer's training pass only keeps its
                     # pre-activation for the loss
+                    if pre is not None:
+                        a = pre.pre_process(a, mgr)
                     a = layer.activate(a, layer is out_layer, mgr)
                     if self._checked[layer.index]:
-                        _checks.returned(layer, "activate", a, (rows, width), dt)
+                        _checks.returned(layer, "activate", a, (rows,) + shape, dt)
                 if outputs is not None:
                     outputs.append(a)
                 if per_example:
@@ -319,7 +329,7 @@ class MultiLayerNetwork:
             busy.inside = around
             for layer, r in zip(self.layers, saved):
                 layer._rng = r
-                layer.clear()
+            self._clear()
         return score + self._regularization()
 
     def _regularization(self) -> float:
@@ -334,7 +344,8 @@ class MultiLayerNetwork:
             raise ValueError("the DataSet has no labels")
         labels = ds.labels
         mask = ds.labels_mask
-        convert = labels.ndim == 2 and labels.dtype != self.conf.dtype
+        # targets (one-hot rows, per-pixel labels) in the network's dtype; class indices stay
+        convert = labels.ndim >= 2 and labels.dtype != self.conf.dtype
         if mask is None and not convert:
             return x, labels, None            # nothing to make (fit's every batch, typically)
         with scope_out_of_workspaces():
@@ -381,7 +392,7 @@ class MultiLayerNetwork:
         size = self.conf.dtype.itemsize
         plans = []
         for mode, training in ((self._train_mode(), True), (self._inference_mode(), False)):
-            uses = [_checks.memory_use(layer, batch, training, size) for layer in self.layers]
+            uses = _layer_uses(self, batch, training, size)
             if any(u is None for u in uses):
                 return
             plans.append(_plan(uses, mode, training))
@@ -419,20 +430,22 @@ class MultiLayerNetwork:
         return b.default_workspace(WS_LAYER_WORKING_MEM, c[WS_LAYER_WORKING_MEM]).build()
 
     @staticmethod
-    def _check_location(layer: Layer, t: ArrayType, array: Any, mgr: LayerWorkspaceMgr,
-                        op: str) -> None:
-        # what a layer returns must live where its ArrayType says (the classic mistake: an
-        # activation left in the layer's working memory, gone when that scope closes)
+    def _check_location(layer: Any, t: ArrayType, array: Any, mgr: LayerWorkspaceMgr,
+                        op: str, who: str = "") -> None:
+        # what a layer (or preprocessor: `who` names it) returns must live where its ArrayType
+        # says (the classic mistake: an activation left in the layer's working memory, gone
+        # when that scope closes)
+        who = who or f"layers[{layer.index}] ({type(layer).__name__})"
         if not isinstance(array, NDArray):
-            raise TypeError(f"layers[{layer.index}] ({type(layer).__name__}).{op} returned "
-                            f"{type(array).__name__}, expected an ndws.NDArray")
+            raise TypeError(f"{who}.{op} returned {type(array).__name__}, expected an "
+                            f"ndws.NDArray")
         if array.workspace_id == mgr._names.get(t):
             return                     # the common case: where it belongs (or both detached)
         try:
             mgr.validate_array_location(t, array, False, False)
         except ndws.WorkspaceError as exc:
             raise ndws.WorkspaceError(
-                f"layers[{layer.index}] ({type(layer).__name__}).{op}: array ({t}) workspace "
+                f"{who}.{op}: array ({t}) workspace "
                 f"validation failed - array is defined in incorrect workspace: {exc}. Make it "
                 f"with mgr.create({t}, ...) or move it there with mgr.leverage_to({t}, array) "
                 f"before returning it", "location", array.workspace_id) from None
@@ -445,14 +458,38 @@ class MultiLayerNetwork:
             return contextlib.nullcontext()
         return mgr.notify_scope_entered(t)
 
+    def _preprocess(self, i: int, a: NDArray, mgr: LayerWorkspaceMgr, backward: bool
+                    ) -> NDArray:
+        # layer i's preprocessor, forward on its input or backward on its epsilon, inside the
+        # layer's scopes; its result is a view of its argument (living as long) or an array of
+        # the type's workspace
+        pre = self._preprocessors[i]
+        if backward:
+            out, t, op = pre.backprop(a, mgr), ArrayType.ACTIVATION_GRAD, "backprop"
+        else:
+            out, t, op = pre.pre_process(a, mgr), ArrayType.ACTIVATIONS, "pre_process"
+        if out is not a and (not isinstance(out, NDArray) or out.workspace_id != a.workspace_id):
+            self._check_location(None, t, out, mgr, op,
+                                 f"input_preprocessors[{i}] ({type(pre).__name__})")
+        return out
+
+    def _clear(self) -> None:
+        # what the last pass kept on the layers and preprocessors (DL4J's clear)
+        for layer in self.layers:
+            layer.clear()
+        for pre in self._preprocessors:
+            if pre is not None:
+                pre.clear()
+
     # -- inference ------------------------------------------------------------------------------
 
     def _as_row_or_batch(self, x: Any) -> tuple[NDArray, bool]:
-        # output/predict/feed_forward: one example (n_features,) is served as a batch of one
-        # and answered 1-d, as ndws.parallel.ParallelInference.output answers it
+        # output/predict/feed_forward: one example ((n_features,), or one image) is served as a
+        # batch of one and answered without the batch axis, as
+        # ndws.parallel.ParallelInference.output answers it
         a = self._as_input(x, allow_row=True)
-        if a.ndim == 1:
-            return a.reshape(1, a.shape[0]), True
+        if _one_example(tuple(a.shape), self.conf._network_input):
+            return a.reshape((1,) + tuple(a.shape)), True
         return a, False
 
     def _as_input(self, x: Any, name: str = "x", allow_row: bool = False) -> NDArray:
@@ -470,14 +507,8 @@ class MultiLayerNetwork:
             if arr.dtype != dt or not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr, dtype=dt)
             a = ndws.from_numpy(arr)
-        if a.ndim != 2 and not (allow_row and a.ndim == 1):
-            expected = ("one example (n_features,) or a batch (n_samples, n_features)"
-                        if allow_row else "a 2-d array (n_samples, n_features)")
-            raise ValueError(f"{name}: expected {expected}, got shape {a.shape}")
-        width = self.layers[0].n_in
-        if width is not None and a.shape[-1] != width:
-            raise ValueError(f"{name}: expected {width} features (layers[0].n_in), got "
-                             f"{a.shape[-1]}")
+        _check_input_shape(tuple(a.shape), self.conf._network_input, self.layers[0], name,
+                           allow_row)
         if a.dtype != dt:
             with scope_out_of_workspaces():
                 a = a.astype(dt)
@@ -512,21 +543,29 @@ class MultiLayerNetwork:
         detached (n_samples,) NDArray of int64, or one NumPy int64 for one example
         (n_features,). An output of one column is a binary classifier: class 1 where it is
         above 0.5, as `ndws.evaluation.Evaluation` counts it (DL4J's argmax would always say
-        0). A row whose output holds NaN has no class: ValueError."""
+        0). A per-pixel output (CnnLossLayer) gives a class per pixel, (n_samples, h, w). A
+        row whose output holds NaN has no class: ValueError."""
         self._check_init()
         with self._exclusive("predict"):
             a, row = self._as_row_or_batch(x)
             out = self._forward_detached(a, False, self._inference_mode(), None)[-1]
-            nan = np.flatnonzero(np.isnan(np.asarray(out)).any(axis=1))
+            nan = np.flatnonzero(np.isnan(np.asarray(out)).any(axis=tuple(range(1, out.ndim))))
             if nan.size:
                 raise ValueError(f"predict: the output of row {int(nan[0])} holds NaN (rows "
                                  f"{nan[:5].tolist()}{'...' if nan.size > 5 else ''} of "
                                  f"{out.shape[0]}): no class can be chosen")
+            # the class axis: the columns of rows; the channels of per-pixel (or per-step)
+            # outputs, which give a class per pixel
+            t = self.layers[-1].output_type(self.layers[-1].input_type)
+            axis = -1 if t is not None and t.data_format is not None and \
+                t.data_format.name in ("NHWC", "NWC") else 1
             with scope_out_of_workspaces():
-                if out.shape[1] == 1:
-                    classes = (out.reshape(out.shape[0]) > 0.5).astype(np.int64)
+                if out.shape[axis] == 1:
+                    classes = (out.reshape(out.shape[:axis % out.ndim]
+                                           + out.shape[axis % out.ndim + 1:]) > 0.5
+                               ).astype(np.int64)
                 else:
-                    classes = out.argmax(axis=1)
+                    classes = out.argmax(axis=axis % out.ndim)
             return classes[0] if row else classes
 
     def feed_forward(self, x: Any, train: bool = False) -> list[NDArray]:
@@ -571,9 +610,12 @@ class MultiLayerNetwork:
                             m._map(ArrayType.ACTIVATIONS, name, self._configs[name])
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
+                            if self._preprocessors[i] is not None:
+                                a = self._preprocess(i, a, m, False)
                             a = layer.activate(a, training, m)
                         if self._checked[i]:
-                            _checks.returned(layer, "activate", a, (rows, self._widths[i]), dt)
+                            _checks.returned(layer, "activate", a, (rows,) + self._out_shapes[i],
+                                             dt)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, m, "activate")
                         if len(held) > 1 or (held and i == n - 1):
                             held.pop(0).close()          # layer i's input has been read
@@ -583,8 +625,7 @@ class MultiLayerNetwork:
                 busy.inside = around
                 while held:
                     held.pop().close()
-                for layer in self.layers:
-                    layer.clear()
+                self._clear()
             if not keep_all:
                 outs.append(a)
         return outs
@@ -853,12 +894,15 @@ class MultiLayerNetwork:
                     acts = [x] if self._listeners else None
                     rows, dt = x.shape[0], self.conf.dtype
                     shapes = []                # each layer's input shape: its epsilon's
-                    for layer, width, checked in zip(self.layers, self._widths, self._checked):
-                        shapes.append(a.shape)
+                    for i, layer in enumerate(self.layers):
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
+                            if self._preprocessors[i] is not None:
+                                a = self._preprocess(i, a, mgr, False)
+                            shapes.append(a.shape)
                             a = layer.activate(a, True, mgr)
-                        if checked:
-                            _checks.returned(layer, "activate", a, (rows, width), dt)
+                        if self._checked[i]:
+                            _checks.returned(layer, "activate", a,
+                                             (rows,) + self._out_shapes[i], dt)
                         self._check_location(layer, ArrayType.ACTIVATIONS, a, mgr, "activate")
                         if acts is not None:
                             acts.append(a)
@@ -883,14 +927,17 @@ class MultiLayerNetwork:
                                 grads, eps = _checks.backprop_result(
                                     layer, layer.backprop_gradient(eps, mgr))
                             _checks.gradients(layer, grads, self._checked[i])
+                            if i > 0:
+                                if self._checked[i]:
+                                    _checks.returned(layer, op, eps, shapes[i], dt)
+                                self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps,
+                                                     mgr, op)
+                                if self._preprocessors[i] is not None:
+                                    eps = self._preprocess(i, eps, mgr, True)
                         # layer i's gradients are final here (the compiled iteration calls the
                         # hook at the same point)
                         if self._after_layer_gradients is not None:
                             self._after_layer_gradients(i)
-                        if i > 0:
-                            if self._checked[i]:
-                                _checks.returned(layer, op, eps, shapes[i], dt)
-                            self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps, mgr, op)
                         if len(open_eps) > 1:
                             open_eps.pop(0).close()
                     while open_eps:
@@ -900,8 +947,7 @@ class MultiLayerNetwork:
             finally:
                 while open_eps:
                     open_eps.pop().close()
-                for layer in self.layers:
-                    layer.clear()
+                self._clear()
         return score + reg
 
     def _forward_listeners(self) -> list:
@@ -947,23 +993,30 @@ class MultiLayerNetwork:
         (from `memory_report`; the modes place the same arrays in different workspaces)."""
         self._check_init()
         report = None if batch_size is None else MemoryReport(self, batch_size)
-        rows = [("#", "layer", "n_in", "n_out", "params", "activation")
+        # images or time series anywhere: a column with each layer's output shape
+        types = [layer.output_type(layer.input_type) for layer in self.layers]
+        shapes = any(t is not None and t.kind != "FF" for t in types) or any(self._preprocessors)
+        rows = [("#", "layer", "n_in", "n_out")
+                + (("output",) if shapes else ()) + ("params", "activation")
                 + (() if report is None else (f"train B ({batch_size})",
                                               f"infer B ({batch_size})"))]
-        for layer in self.layers:
+        for layer, t in zip(self.layers, types):
             n = sum(int(np.prod(s)) for s in layer.param_shapes().values())
             act = layer.activation.value if layer.activation is not None else "-"
             loss = getattr(layer, "loss_function", None)
-            row = (str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
-                   str(layer.output_width() or "-"), f"{n:,}",
-                   act + (f" / {loss.name}" if loss is not None else ""))
+            row = ((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
+                    str(layer.output_width() or "-"))
+                   + (("x".join(map(str, t.shape())) if t is not None else "-",) if shapes
+                      else ())
+                   + (f"{n:,}", act + (f" / {loss.name}" if loss is not None else "")))
             if report is not None:
                 use = report.layers[layer.index]
                 row += tuple("?" if use[k] is None else f"{sum(use[k].values()):,}"
                              for k in ("training", "inference"))
             rows.append(row)
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) if i in (1, 5) else c.rjust(w)
+        left = (1, len(rows[0]) - (3 if report is not None else 1))    # the layer, activation
+        lines = ["  ".join(c.ljust(w) if i in left else c.rjust(w)
                            for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
         lines.insert(1, "-" * len(lines[0]))
         lines.append(f"total parameters: {self.num_params():,}; dtype {self.conf.dtype.name}; "
@@ -1021,6 +1074,11 @@ class MultiLayerNetwork:
             ws = get_workspace_manager().get_workspace_for_current_thread(
                 self._configs[WS_ALL_LAYERS_ACT], WS_OUTPUT_MEM)
         bar = _Progress(progress, _length(data, labels, batch_size), "evaluating")
+        # a channels-last output of a class per pixel (or step) is counted channels-first, as
+        # the evaluations read rank-4 (rank-3) arrays: views of the output and labels
+        t = self.layers[-1].output_type(self.layers[-1].input_type)
+        last = (t is not None and t.data_format is not None
+                and t.data_format.name in ("NHWC", "NWC"))
         try:
             # each batch is taken with no cycle of the network open: an iterator makes its
             # arrays in the caller's workspace (or detached), never in WS_OUTPUT_MEM's cycle
@@ -1031,6 +1089,10 @@ class MultiLayerNetwork:
                     try:
                         with scope_out_of_workspaces():
                             out = self._forward_detached(a, False, mode, ws)[-1]
+                            if last:
+                                out, batch_labels, mask = (
+                                    _channels_first(v, out.ndim) for v in (out, batch_labels,
+                                                                            mask))
                             count(evaluations, batch_labels, out, mask)
                     except BaseException as exc:
                         # an evaluation that refused the batch left NumPy views of the output
@@ -1216,6 +1278,62 @@ def _layout(layers: list, itemsize: int) -> list:
             layout.append((layer, name, shape, total, size))
             total += size
     return layout
+
+
+def _channels_first(a: Any, ndim: int) -> Any:
+    # a channels-last array of rank `ndim` as channels-first (a view); others as they are
+    if a is None or a.ndim != ndim:
+        return a
+    return a.transpose((0, ndim - 1) + tuple(range(1, ndim - 1)))
+
+
+def _declared_shape(layer: Layer) -> tuple:
+    # what a layer's activate must return per example: its output type's shape (None where
+    # any size goes: a time series of varying length, a width not declared)
+    t = layer.output_type(layer.input_type)
+    if t is None:
+        return (layer.output_width(),)
+    return tuple(None if d == -1 else d for d in t.shape())
+
+
+def _one_example(shape: tuple, t: Any) -> bool:
+    """Whether input of `shape` is one example of input type `t` (no batch axis)."""
+    if t is None or t.kind == "FF":
+        return len(shape) == 1
+    return t.is_example(shape)
+
+
+def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str,
+                       allow_row: bool = False) -> None:
+    # the network's input against its input type (`allow_row`: one example without the batch
+    # axis too): a ValueError naming the first layer and the shape it expects (and the likely
+    # mistake: NHWC data into an NCHW network, one image without its batch axis)
+    if t is None or t.kind == "FF":
+        if len(shape) != 2 and not (allow_row and len(shape) == 1):
+            expected = ("one example (n_features,) or a batch (n_samples, n_features)"
+                        if allow_row else "a 2-d array (n_samples, n_features)")
+            raise ValueError(f"{name}: expected {expected}, got shape {shape}")
+        if t is not None and shape[-1] != t.size:
+            raise ValueError(f"{name}: expected {t.size} features (layers[0].n_in), got "
+                             f"{shape[-1]}")
+        return
+    if t.is_example(shape[1:]) or (allow_row and t.is_example(shape)):
+        return
+    where = f"layers[0] ({type(first).__name__})"
+    msg = (f"{name}: expected a {len(t.shape()) + 1}-d array {t.describe_shape()} for {where}, "
+           f"the network's input type {t!r}; got shape {shape}")
+    if t.kind == "CNN" and len(shape) == 4:
+        other = (shape[1:] == (t.height, t.width, t.channels) if t.data_format.name == "NCHW"
+                 else shape[1:] == (t.channels, t.height, t.width))
+        if other:
+            have = "NHWC (channels last)" if t.data_format.name == "NCHW" else "NCHW"
+            axes = "(0, 3, 1, 2)" if t.data_format.name == "NCHW" else "(0, 2, 3, 1)"
+            msg += (f": the data is {have} and the network {t.data_format.name} (transpose it "
+                    f"with x.transpose{axes}, or configure InputType.convolutional(..., "
+                    f"data_format='{'NHWC' if t.data_format.name == 'NCHW' else 'NCHW'}'))")
+    if _one_example(shape, t):
+        msg += ": one example without its batch dimension? (x[None] adds it)"
+    raise ValueError(msg)
 
 
 def _count(name: str, value: Any, low: int = 1) -> int:
