@@ -172,12 +172,14 @@ generate("ndws/_entries.pxi.tp")
 #: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h"]
 DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
-                            "ndws/_poison.h", "ndws/_tls.h"],
+                            "ndws/_vmath.h", "ndws/_poison.h", "ndws/_tls.h"],
            "ndws._core": ["ndws/_poison.h", "ndws/_tls.h", "ndws/_dlpack.h"],
            "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._memory": ["ndws/_poison.h"],
            "ndws._threads": ["ndws/_pool.h"],
            "ndws.nn._iteration": ["ndws/_tls.h"],
+           "ndws.nn._activations": ["ndws/_vmath.h", "ndws/nn/_act_loops.h"],
+           "ndws.nn._losses": ["ndws/_vmath.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
            "ndws.nn._conv": ["ndws/nn/_winograd.pxi"]}
 
