@@ -1,6 +1,8 @@
 """Saving and loading networks: a zip of the configuration (JSON), the flat parameters and the
 flat updater state (``.npy``, read with ``allow_pickle=False``) and the training counters with
-the dropout generator's state (JSON). Loading runs no code: no pickle, no import by name.
+the dropout generator's state (JSON); on request, the state the recurrent layers carry between
+``rnn_time_step`` calls (``.npz``, also read without pickle). Loading runs no code: no pickle,
+no import by name.
 
 `MultiLayerNetwork.save` / `MultiLayerNetwork.load` are the entry points; a network loaded with
 its updater continues training exactly as the uninterrupted one would, bit for bit.
@@ -25,6 +27,7 @@ CONFIGURATION = "configuration.json"
 COEFFICIENTS = "coefficients.npy"
 UPDATER_STATE = "updater_state.npy"
 TRAINING_STATE = "training_state.json"
+RNN_STATE = "rnn_state.npz"
 FORMAT_VERSION = 1
 
 
@@ -34,11 +37,50 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def save_network(net: Any, path: Any, save_updater: bool = True) -> None:
+def _rnn_state_bytes(net: Any) -> bytes:
+    # every recurrent layer's carried state as arrays "<layer index>/<key>" of an .npz
+    arrays = {}
+    for layer in net.layers:
+        if hasattr(layer, "rnn_get_previous_state"):
+            try:
+                state = layer.rnn_get_previous_state()
+            except ValueError:              # Bidirectional: no state of its own
+                continue
+            for key, value in state.items():
+                arrays[f"{layer.index}/{key}"] = value.numpy()
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _load_rnn_state(net: Any, z: zipfile.ZipFile, path: str) -> None:
+    try:
+        with z.open(RNN_STATE) as f:
+            data = np.load(io.BytesIO(f.read()), allow_pickle=False)
+            arrays = {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise ValueError(f"{path}: {RNN_STATE} is malformed ({exc})") from None
+    per_layer: dict[int, dict] = {}
+    for name, value in arrays.items():
+        index, _, key = name.partition("/")
+        if not index.isdigit() or int(index) >= len(net.layers):
+            raise ValueError(f"{path}: {RNN_STATE}: {name!r} names no layer")
+        per_layer.setdefault(int(index), {})[key] = value
+    for index, state in per_layer.items():
+        try:
+            net.rnn_set_previous_state(index, state)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: {RNN_STATE}: {exc}") from None
+
+
+def save_network(net: Any, path: Any, save_updater: bool = True,
+                 save_rnn_state: bool = False) -> None:
     """Write `net` to `path` (a new file, or one replaced whole: the zip is written next to it
     and renamed, so a failure leaves the old file as it was)."""
     if not isinstance(save_updater, bool):
         raise TypeError(f"save_updater: expected a bool, got {type(save_updater).__name__}")
+    if not isinstance(save_rnn_state, bool):
+        raise TypeError(f"save_rnn_state: expected a bool, got {type(save_rnn_state).__name__}")
     path = _path(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"path: {path!r} is a directory")
@@ -51,6 +93,8 @@ def save_network(net: Any, path: Any, save_updater: bool = True) -> None:
                TRAINING_STATE: json.dumps(state).encode()}
     if save_updater:
         entries[UPDATER_STATE] = _npy_bytes(net._updater_state_flat())
+    if save_rnn_state:
+        entries[RNN_STATE] = _rnn_state_bytes(net)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".ndws-save-", suffix=".zip", dir=directory)
     try:
@@ -114,8 +158,10 @@ def load_network(cls: type, path: Any, load_updater: bool = True) -> Any:
         params = _read_npy(z, COEFFICIENTS, path)
         updater = (_read_npy(z, UPDATER_STATE, path)
                    if load_updater and state.get("has_updater_state") else None)
-    net = cls(conf)
-    net.init()
+        net = cls(conf)
+        net.init()
+        if RNN_STATE in names:
+            _load_rnn_state(net, z, path)
     if params.shape != (net.num_params(),) or params.dtype != conf.dtype:
         raise ValueError(f"{path}: {COEFFICIENTS} holds {params.dtype} {params.shape}, the "
                          f"configuration needs {conf.dtype} ({net.num_params()},)")

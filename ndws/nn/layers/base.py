@@ -13,7 +13,8 @@ import ndws
 from ndws._core import NDArray, _np_view
 from ndws.nn import functional as F
 from ndws.nn.inputs import InputType, member
-from ndws.nn.preprocessors import CnnToFeedForwardPreProcessor
+from ndws.nn.preprocessors import (CnnToFeedForwardPreProcessor, MaskState,
+                                   RnnToFeedForwardPreProcessor)
 from ndws.nn.updaters import FieldTypeError, Updater, real_field
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
@@ -365,6 +366,12 @@ class Layer:
         """Parameter name -> shape, in the order they sit in the flat buffer."""
         return {}
 
+    def param_order(self, name: str) -> str:
+        """How parameter `name`'s elements sit in the flat buffer: "C" (row-major, the default)
+        or "F" (column-major: DL4J's order of the recurrent and embedding weights, so that a
+        flat parameter vector of DL4J means the same here)."""
+        return "C"
+
     def trainable(self, name: str) -> bool:
         """Whether the updater changes parameter `name` (running statistics are parameters
         that only the forward pass changes)."""
@@ -405,7 +412,27 @@ class Layer:
 
     #: attributes a pass leaves on the layer for the next step (arrays in the network's
     #: workspaces); `clear` drops them
-    _pass_state: ClassVar[tuple[str, ...]] = ("_x", "_z", "_mask", "_x_hat", "_inv_std")
+    _pass_state: ClassVar[tuple[str, ...]] = ("_x", "_z", "_mask", "_x_hat", "_inv_std",
+                                              "_fmask")
+
+    def feed_forward_mask(self, mask: NDArray | None, state: MaskState | None,
+                          mgr: LayerWorkspaceMgr) -> tuple[NDArray | None, MaskState | None]:
+        """Take the features mask of the pass (after this layer's preprocessor; None when
+        there is none) and return the mask and state the next layer gets (DL4J's
+        ``feedForwardMaskArray``; docs/recurrent.md, "Masks"). The default keeps it for the
+        pass (``self._fmask``: the dense layers multiply their output and their dL/dz by a
+        mask of one value per row) and passes it on unchanged. The network calls it inside the
+        layer's forward scope, before `activate`; a mask a layer makes belongs in
+        ACTIVATIONS."""
+        self._fmask = mask
+        return mask, state
+
+    def _row_mask(self, rows: int) -> NDArray | None:
+        # the kept features mask as one value per row of a (rows, width) array, or None
+        m = getattr(self, "_fmask", None)
+        if m is None or m.size != rows or (m.ndim == 2 and m.shape[1] != 1):
+            return None
+        return m.reshape(rows, 1)
 
     def clear(self) -> None:
         """Forget what the last pass kept for backprop (DL4J's ``clear``): the network calls it
@@ -443,8 +470,8 @@ def rows_preprocessor(layer: Layer, input_type: InputType) -> Any:
         return CnnToFeedForwardPreProcessor(input_type.height, input_type.width,
                                             input_type.channels, input_type.data_format)
     if input_type.kind == "RNN":
-        raise ValueError(f"{type(layer).__name__} takes rows, got time series "
-                         f"({input_type!r}); pool them first (GlobalPoolingLayer)")
+        # one row per example and step (DL4J's RnnToFeedForwardPreProcessor)
+        return RnnToFeedForwardPreProcessor(input_type.data_format)
     return None
 
 
@@ -564,21 +591,29 @@ class DenseLayer(_WeightsMixin, Layer):
                                      dtype=x.dtype)
         if not training or act in _FROM_OUTPUT:
             # one fused pass; relu's and identity's derivatives are read off the output
-            # (relu(z) > 0 exactly where z > 0), so training keeps y itself
+            # (relu(z) > 0 exactly where z > 0; a masked row's dL/dz is zeroed anyway), so
+            # training keeps y itself
             F.linear(x, self.params["W"], self.params["b"], act.value, out=y)
             self._z = y
-            return y
-        # other activations need the pre-activation for the derivative
-        z = mgr.create_uninitialized(ArrayType.INPUT, y.shape, dtype=x.dtype)
-        F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
-        self._z = z
-        return F.activation(act.value, z, out=y)
+        else:
+            # other activations need the pre-activation for the derivative
+            z = mgr.create_uninitialized(ArrayType.INPUT, y.shape, dtype=x.dtype)
+            F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
+            self._z = z
+            F.activation(act.value, z, out=y)
+        m = self._row_mask(x.shape[0])
+        if m is not None:
+            ndws.multiply(y, m, out=y)          # DL4J's BaseLayer.applyMask
+        return y
 
     def backprop_gradient(self, epsilon, mgr):
         act = self.activation or Activation.IDENTITY
         dz = mgr.create_uninitialized(ArrayType.BP_WORKING_MEM, self._z.shape,
                                       dtype=self._z.dtype)
         F.activation_backward(act.value, self._z, epsilon, out=dz)
+        m = self._row_mask(dz.shape[0])
+        if m is not None:
+            ndws.multiply(dz, m, out=dz)
         eps = self._weight_gradients(self._x, dz, mgr)
         return dict(self.grads), self._dropout_backward(eps)
 
