@@ -134,6 +134,10 @@ def _use_isa(name, source="isa"):
     return previous
 
 
+cdef const GemmTable* gemm_table() noexcept:
+    return _T
+
+
 def _scratch_allocations():
     """Packing-scratch (re)allocations so far by the kernel module in use (tests: a loop of
     same-sized calls must not allocate)."""

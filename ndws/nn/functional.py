@@ -1,10 +1,12 @@
 """The torch-like functional surface of ndws' native kernels: ``import ndws.nn.functional as F``.
 
 The fused dense layer `linear` (GEMM + bias + activation), activations (forward and
-derivative), softmax / log-softmax along an axis, losses with their gradients, and fused
-in-place updaters. Every function is a compiled function of `ndws.nn._activations`,
-`_losses`, `_updaters` or `_linear` (the fused layer runs on `ndws._linalg`'s GEMM), with no
-Python layer in between: a call on a small array costs a few hundred nanoseconds.
+derivative), softmax / log-softmax along an axis, losses with their gradients, fused
+in-place updaters, and the recurrent time loops (`lstm_forward` / `lstm_backward`,
+`simple_rnn_forward` / `simple_rnn_backward`: whole sequences in compiled code). Every
+function is a compiled function of `ndws.nn._activations`, `_losses`, `_updaters`, `_linear`
+or `_rnn` (the fused layer and the time loops run on `ndws._linalg`'s GEMM), with no Python
+layer in between: a call on a small array costs a few hundred nanoseconds.
 
 Conventions
 -----------
@@ -71,6 +73,16 @@ from ndws.nn._activations import (
     thresholded_relu_backward,
 )
 from ndws.nn._linear import linear
+from ndws.nn._rnn import (
+    lstm_backward,
+    lstm_cache_shape,
+    lstm_forward,
+    lstm_scratch_bytes,
+    simple_rnn_backward,
+    simple_rnn_cache_shape,
+    simple_rnn_forward,
+    simple_rnn_scratch_bytes,
+)
 from ndws.nn._losses import (
     binary_cross_entropy_with_logits,
     cosine_proximity_loss,
@@ -110,4 +122,7 @@ __all__ = [
     "poisson_loss", "msle_loss", "mape_loss", "wasserstein_loss",
     "sgd_update", "momentum_update", "adam_update", "adamw_update", "rmsprop_update",
     "adagrad_update",
+    "lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
+    "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
+    "simple_rnn_scratch_bytes",
 ]
