@@ -415,3 +415,22 @@ def test_bad_input(rng):
     with pytest.raises(ValueError):
         net.fit(DataSet(x, np.zeros((2, 2, 5), np.float32), None, np.ones((2, 2))))
     np.testing.assert_array_equal(net.params().numpy(), before)
+
+
+def test_caches_do_not_grow_with_every_length(rng):
+    # time series of varying length: what layers keep per input shape stays bounded (the
+    # losses' weights grow to the longest batch; the 1-D windows keep at most 64 types)
+    from ndws.nn import Convolution1DLayer
+    net = build([Convolution1DLayer(kernel_size=2, n_out=3, convolution_mode="same"),
+                 LSTM(n_out=3, activation="tanh"),
+                 RnnOutputLayer(n_out=2, activation="softmax")],
+                input_type=InputType.recurrent(2))
+    for steps in range(1, 90):
+        x = rng.standard_normal((2, 2, steps)).astype(np.float32)
+        y = np.zeros((2, 2, steps), np.float32)
+        y[:, 0] = 1
+        net.fit(DataSet(x, y))
+    assert len(net.layers[0].__dict__["_calls"]) <= 64
+    assert len(net.layers[0].__dict__["_windows"]) <= 64
+    weights = net.layers[2].__dict__["_weights_cache"]
+    assert len(weights) == 1 and next(iter(weights.values())).shape == (2 * 89,)

@@ -469,10 +469,13 @@ class MultiLayerNetwork:
             length = x.shape[self._time_axis(self.conf._network_input)]
             if length == 0:
                 return
+        # once per batch size: the workspaces exist then, and a new length only changes how
+        # much they need (planning every length of a varying one would cost a walk of the
+        # configuration per batch)
         done = self._presized.setdefault(threading.get_ident(), set())
-        if (batch, length) in done:
+        if batch in done:
             return
-        done.add((batch, length))
+        done.add(batch)
         size = self.conf.dtype.itemsize
         plans = []
         for mode, training in ((self._train_mode(), True), (self._inference_mode(), False)):

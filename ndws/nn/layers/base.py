@@ -756,13 +756,15 @@ class _LossMixin:
         return (res[0], res[1]) if want_grad else (res, None)
 
     def _width_weights(self, n: int, value: float, dtype: Any) -> NDArray:
-        # a constant per-example weight array, made once per (batch size, value, dtype)
+        # a constant per-example weight array: a view of one detached array per (value, dtype)
+        # that grows to the most rows seen (time series of varying length change the rows of
+        # every batch: one array each would pile up)
         cache = self.__dict__.setdefault("_weights_cache", {})
-        key = (n, value, np.dtype(dtype).str)
+        key = (value, np.dtype(dtype).str)
         cached = cache.get(key)
-        if cached is None:
-            cached = cache[key] = ndws.full(n, value, dtype=dtype, detached=True)
-        return cached
+        if cached is None or cached.shape[0] < n:
+            cached = cache[key] = ndws.full(max(n, 1), value, dtype=dtype, detached=True)
+        return cached[:n]
 
 
 class OutputLayer(_LossMixin, _WeightsMixin, Layer):
