@@ -528,12 +528,13 @@ def test_steady_state_allocates_nothing_with_placed_scratch(rng):
     assert mm.allocation_statistics()["allocations"] == before
 
 
-def test_state_in_place_is_rnn_time_step(rng):
-    # h_out / c_out may be h0 / c0: one step at a time equals the whole sequence
-    p = _problem(rng, "lstm", B=2, T=6)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_state_in_place_is_rnn_time_step(batch, rng):
+    # h_out / c_out may be h0 / c0: one step at a time equals the whole sequence, bit for bit
+    p = _problem(rng, "lstm", B=batch, T=6)
     y_all = F.lstm_forward(p["x"], p["W"], p["RW"], p["b"], activation="tanh")[0].numpy()
-    h = np.zeros((2, 5))
-    c = np.zeros((2, 5))
+    h = np.zeros((batch, 5))
+    c = np.zeros((batch, 5))
     for t in range(6):
         y, _, _ = F.lstm_forward(p["x"][:, :, t:t + 1], p["W"], p["RW"], p["b"], h, c,
                                  activation="tanh", h_out=h, c_out=c)

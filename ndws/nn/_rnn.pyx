@@ -105,9 +105,12 @@ ctypedef struct Job:
     intp_t xrs, xcs
     char* W
     intp_t ws0, ws1
-    char* RW                           # RW[:, :K], row-major (rwcs == 1) for the forward's GEMM
-    intp_t rwrs, rwcs
-    char* RWt                          # backward: RW[:, :K]^T, K x n contiguous
+    # the recurrent product's right operand: RW[:, :K] (forward, rw_k = n rows, rw_n = K
+    # columns) or its transpose (backward, K x n), as strides into RW, and packed once for all
+    # steps (RWp, NULL for a single step: ndws._linalg's packed-B GEMM gives the same bits)
+    char* RW
+    intp_t rwrs, rwcs, rw_k, rw_n
+    char* RWp
     char* peep_w                       # GravesLSTM: wFF, wOO, wGG, n each, contiguous
     char* bias                         # K contiguous
     char* mask                         # B x T contiguous, or NULL
@@ -484,6 +487,36 @@ cdef int _gemm(const Job* j, intp_t m, intp_t n, intp_t k,
     return 0
 
 
+cdef int _gemm_rw(const Job* j, const char* a, intp_t rsa, char* c, intp_t rsc, intp_t csc,
+                  int nt) except -1 nogil:
+    # C (B x rw_n) := A (B x rw_k, unit column stride) @ RW or RW^T, from RW packed once when
+    # the call runs it more than once
+    cdef int ret
+    if j.RWp == NULL:
+        return _gemm(j, j.B, j.rw_n, j.rw_k, a, rsa, 1, j.RW, j.rwrs, j.rwcs, 0.0, c, rsc, csc,
+                     nt)
+    if j.f64:
+        ret = j.gt.dgemm_packed_b(j.B, j.rw_n, j.rw_k, 1.0, <const float64_t*>a, rsa, 1,
+                                  <const float64_t*>j.RWp, 0.0, <float64_t*>c, rsc, csc, nt)
+    else:
+        ret = j.gt.sgemm_packed_b(j.B, j.rw_n, j.rw_k, 1.0, <const float32_t*>a, rsa, 1,
+                                  <const float32_t*>j.RWp, 0.0, <float32_t*>c, rsc, csc, nt)
+    if ret != 0:
+        with gil:
+            raise MemoryError("could not allocate the GEMM's packing scratch")
+    return 0
+
+
+cdef void _pack_rw(Job* j) noexcept nogil:
+    # RWp := the recurrent operand, in the layout of ndws._linalg's packed-B GEMM
+    if j.f64:
+        j.gt.pack_b_f64(j.rw_k, j.rw_n, <const float64_t*>j.RW, j.rwrs, j.rwcs,
+                        <float64_t*>j.RWp)
+    else:
+        j.gt.pack_b_f32(j.rw_k, j.rw_n, <const float32_t*>j.RW, j.rwrs, j.rwcs,
+                        <float32_t*>j.RWp)
+
+
 cdef void _copy2(const char* src, intp_t ss0, intp_t ss1, char* dst, intp_t ds0, intp_t ds1,
                  intp_t n0, intp_t n1, intp_t item) noexcept nogil:
     # dst[i, k] := src[i, k] for an n0 x n1 matrix (strides in elements), in 16 x 16 tiles, so
@@ -546,8 +579,7 @@ cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
         j.has_s = t > 0 or j.has_s
         if j.has_s:
             # S := h_{t-1} @ RW, the recurrent part of every gate
-            _gemm(j, j.B, j.K, j.n, j.hbuf, j.n, 1, j.RW, j.rwrs, j.rwcs, 0.0, j.S, j.K, 1,
-                  j.nt_gemm)
+            _gemm_rw(j, j.hbuf, j.n, j.S, j.K, 1, j.nt_gemm)
         _run_rows(j)
         if loop is not None:
             loop._loop_leave()
@@ -562,8 +594,8 @@ cdef int _backward_loop(Job* j, Arena loop) except -1 nogil:
         j.has_s = t < j.T - 1
         if j.has_s:
             # S := dz_{t+1} @ RW^T, the error step t + 1 sends to h_t
-            _gemm(j, j.B, j.n, j.K, j.dz + (t + 1 - j.t0) * j.B * j.K * j.item, j.K, 1,
-                  j.RWt, j.n, 1, 0.0, j.S, j.n, 1, j.nt_gemm)
+            _gemm_rw(j, j.dz + (t + 1 - j.t0) * j.B * j.K * j.item, j.K, j.S, j.n, 1,
+                     j.nt_gemm)
         _run_rows(j)
         if loop is not None:
             loop._loop_leave()
@@ -848,18 +880,19 @@ cdef bint _time_major(intp_t B, intp_t T, intp_t sb, intp_t st, intp_t* rs) noex
 ctypedef struct Sizes:
     # what a call's scratch holds, in bytes (see _fwd_scratch / _bwd_scratch)
     intp_t total
-    intp_t proj, xcopy, rwc, hbuf, cbuf, mask, bias, peep, stmp, rtmp
-    intp_t dz, rwt, dxtmp, dcbuf, c0, ones
+    intp_t proj, xcopy, rwp, hbuf, cbuf, mask, bias, peep, stmp, rtmp
+    intp_t dz, dxtmp, dcbuf, c0, ones
 
 
 cdef void _fwd_scratch(Sizes* z, int kind, intp_t B, intp_t T, intp_t nin, intp_t n,
-                       intp_t item, bint copy_x, bint copy_rw, bint has_mask, bint peep,
+                       intp_t item, bint copy_x, bint pack_rw, bint has_mask, bint peep,
                        bint loop, intp_t rtw) noexcept:
     cdef intp_t K = 4 * n if kind == K_LSTM else n
     z.total = 0
     z.proj = _part(&z.total, T * B * K * item)
     z.xcopy = _part(&z.total, T * B * nin * item if copy_x else 0)
-    z.rwc = _part(&z.total, n * K * item if copy_rw else 0)
+    z.rwp = _part(&z.total, gemm_table().packed_b_elems(n, K, item == 8) * item if pack_rw
+                  else 0)
     z.hbuf = _part(&z.total, B * n * item)
     z.cbuf = _part(&z.total, B * n * item if kind == K_LSTM else 0)
     z.mask = _part(&z.total, B * T * item if has_mask else 0)
@@ -871,11 +904,12 @@ cdef void _fwd_scratch(Sizes* z, int kind, intp_t B, intp_t T, intp_t nin, intp_
 
 cdef void _bwd_scratch(Sizes* z, int kind, intp_t B, intp_t T, intp_t Tw, intp_t nin, intp_t n,
                        intp_t item, bint copy_x, bint copy_dx, bint has_mask, bint peep,
-                       bint loop, intp_t rtw) noexcept:
+                       bint loop, bint pack_rw, intp_t rtw) noexcept:
     cdef intp_t K = 4 * n if kind == K_LSTM else n
     z.total = 0
     z.dz = _part(&z.total, Tw * B * K * item)
-    z.rwt = _part(&z.total, K * n * item)
+    z.rwp = _part(&z.total, gemm_table().packed_b_elems(K, n, item == 8) * item if pack_rw
+                  else 0)
     z.xcopy = _part(&z.total, Tw * B * nin * item if copy_x else 0)
     z.dxtmp = _part(&z.total, Tw * B * nin * item if copy_dx else 0)
     z.dcbuf = _part(&z.total, B * n * item if kind == K_LSTM else 0)
@@ -1050,7 +1084,7 @@ cdef tuple _forward(int kind, object x, object W, object RW, object b, object h0
     cdef NDArray H0, C0 = None, M, Y, Hn, Cn = None, CA = None
     cdef Arena loop
     cdef intp_t B, T, nin, n, K, item, xsb, xsk, xst, rs
-    cdef bint copy_x, copy_rw
+    cdef bint copy_x, pack_rw
     cdef int nt, q
     cdef char* base
     cdef _Call call
@@ -1087,9 +1121,12 @@ cdef tuple _forward(int kind, object x, object W, object RW, object b, object h0
             Cn = call.out(c_out, dt, (B, n), "c_out", inputs)
         _seq_strides(X, ncw, &xsb, &xsk, &xst)
         copy_x = not _time_major(B, T, xsb, xst, &rs)
-        copy_rw = _es(RWa, 1) != 1
+        # RW packed once when it serves more than one step (not for a matrix-vector product,
+        # which the GEMM sums in another order: a step gives the same bits alone or in a
+        # sequence)
+        pack_rw = T > 1 and B > 1 and K > 1
         j.rtw = _rows_width(kind, False, CA is not None) * n
-        _fwd_scratch(&z, kind, B, T, nin, n, item, copy_x, copy_rw, M is not None, peep,
+        _fwd_scratch(&z, kind, B, T, nin, n, item, copy_x, pack_rw, M is not None, peep,
                      loop is not None, j.rtw)
         base = call.scratch(scratch, z.total, inputs + (Y, Hn, Cn, CA))
         j.proj = base + z.proj
@@ -1105,12 +1142,11 @@ cdef tuple _forward(int kind, object x, object W, object RW, object b, object h0
             for q in range(3):
                 _copy2(RWa._data + (K + q) * RWa._strides[1], _es(RWa, 0), 0,
                        j.peep_w + q * n * item, 1, 0, n, 1, item)
-        if copy_rw:
-            j.RW = base + z.rwc
-            _contiguous(RWa, j.RW, n, K)
-            j.rwrs, j.rwcs = K, 1
-        else:
-            j.RW, j.rwrs, j.rwcs = RWa._data, _es(RWa, 0), 1
+        j.RW, j.rwrs, j.rwcs, j.rw_k, j.rw_n = RWa._data, _es(RWa, 0), _es(RWa, 1), n, K
+        if pack_rw:
+            j.RWp = base + z.rwp
+            with nogil:
+                _pack_rw(&j)
         if loop is None:
             j.S = base + z.stmp
             j.rows_tmp = base + z.rtmp
@@ -1178,7 +1214,7 @@ cdef tuple _backward(int kind, object x, object W, object RW, object cache, obje
     cdef intp_t dsb = 0, dsk = 0, dst = 0, drs = 0
     cdef intp_t t0, t, hoff
     cdef int nt, q
-    cdef bint copy_x, copy_dx = False
+    cdef bint copy_x, copy_dx = False, pack_rw
     cdef char* base
     cdef char* xw
     cdef char* dxw
@@ -1242,14 +1278,19 @@ cdef tuple _backward(int kind, object x, object W, object RW, object cache, obje
             _seq_strides(dX, ncw, &dsb, &dsk, &dst)
             copy_dx = not _time_major(B, T, dsb, dst, &drs)
         j.rtw = _rows_width(kind, True, True) * n
+        pack_rw = Tw > 1 and B > 1 and n > 1
         _bwd_scratch(&z, kind, B, T, Tw, nin, n, item, copy_x, copy_dx, M is not None, peep,
-                     loop is not None, j.rtw)
+                     loop is not None, pack_rw, j.rtw)
         base = call.scratch(scratch, z.total, inputs + (dX, dW, dRW, db, dH0, dC0))
         j.bwd = True
         j.t0 = t0
         j.dz = base + z.dz
-        j.RWt = base + z.rwt
-        _copy2(RWa._data, _es(RWa, 1), _es(RWa, 0), j.RWt, n, 1, K, n, item)
+        # RW^T: T - 1 steps and the initial state's error use it
+        j.RW, j.rwrs, j.rwcs, j.rw_k, j.rw_n = RWa._data, _es(RWa, 1), _es(RWa, 0), K, n
+        if pack_rw:
+            j.RWp = base + z.rwp
+            with nogil:
+                _pack_rw(&j)
         j.dcbuf = base + z.dcbuf
         if C0 is not None:
             j.c0 = base + z.c0
@@ -1338,8 +1379,7 @@ cdef tuple _backward(int kind, object x, object W, object RW, object cache, obje
                 _zero2(dC0._data, _es(dC0, 0), _es(dC0, 1), B, n, item)
         else:
             with nogil:
-                _gemm(&j, B, n, K, j.dz, K, 1, j.RWt, n, 1, 0.0, dH0._data, _es(dH0, 0),
-                      _es(dH0, 1), j.nt_gemm)
+                _gemm_rw(&j, j.dz, K, dH0._data, _es(dH0, 0), _es(dH0, 1), j.nt_gemm)
             if kind == K_LSTM:
                 _copy2(j.dcbuf, n, 1, dC0._data, _es(dC0, 0), _es(dC0, 1), B, n, item)
         call.finish()
@@ -1630,7 +1670,7 @@ cdef intp_t _scratch_bytes(int kind, object batch, object n_in, object n_out, ob
         Tw = _imin(T, _size_arg(back_length, op, "back_length", 0))
     _check_size((B, T, max(nin, 1), 11 * n), op)
     if backward:
-        _bwd_scratch(&z, kind, B, T, Tw, nin, n, item, True, True, mask, peep, loop,
+        _bwd_scratch(&z, kind, B, T, Tw, nin, n, item, True, True, mask, peep, loop, True,
                      _rows_width(kind, True, True) * n)
     else:
         _fwd_scratch(&z, kind, B, T, nin, n, item, True, True, mask, peep, loop,
