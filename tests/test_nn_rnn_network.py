@@ -39,13 +39,18 @@ def data(rng, n=4, steps=9, size=3, classes=4, dtype=np.float32):
 
 # -- rnn_time_step ---------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("path", ["one-step", "general"])
 @pytest.mark.parametrize("fmt", ["NCW", "NWC"])
-def test_rnn_time_step_equals_output(fmt, rng):
+def test_rnn_time_step_equals_output(fmt, path, rng):
+    # rnn_time_step of one step takes its own path (the layers' step runners): the same tests
+    # run over both, and they give the same bits
     net = net_of(MultiLayerConfiguration(
         [GravesLSTM(n_out=6, activation="tanh"), SimpleRnn(n_out=5, activation="tanh"),
          DenseLayer(n_out=4, activation="tanh"), LSTM(n_out=4, activation="tanh", data_format=fmt),
          RnnOutputLayer(n_out=3, activation="softmax")],
         input_type=InputType.recurrent(3, data_format=fmt), seed=1))
+    if path == "general":
+        net._one_step_path = lambda x: None
     x, _ = data(rng, n=2, steps=7)
     if fmt == "NWC":
         x = np.ascontiguousarray(x.transpose(0, 2, 1))
@@ -56,8 +61,16 @@ def test_rnn_time_step_equals_output(fmt, rng):
         y = net.rnn_time_step(one)
         assert y.shape == (2, 3) and not y.is_attached()
         steps.append(y.numpy())
+    assert (net._step_plan is not None) == (path == "one-step")
     axis = 2 if fmt == "NCW" else 1
     np.testing.assert_allclose(np.stack(steps, axis), whole, atol=1e-6)
+    other = net_of(net.conf)
+    other.set_params(net.params())
+    if path == "one-step":
+        other._one_step_path = lambda x: None
+    again = [other.rnn_time_step(x[:, :, t] if fmt == "NCW" else x[:, t, :]).numpy()
+             for t in range(7)]
+    np.testing.assert_array_equal(np.stack(again, axis), np.stack(steps, axis))
     # several steps at once continue the same sequences
     net.rnn_clear_previous_state()
     part = [net.rnn_time_step(x[:, :, a:b] if fmt == "NCW" else x[:, a:b]).numpy()

@@ -427,6 +427,15 @@ class Layer:
         self._fmask = mask
         return mask, state
 
+    def step_runner(self, batch: int, dtype: Any) -> Any:
+        """For `MultiLayerNetwork.rnn_time_step`'s one-step path: a function
+        ``run(rows, out=None) -> rows`` taking this layer's input for one time step as
+        (batch, n_in) rows and returning its output as (batch, n_out) rows (into `out` when
+        given, else into a buffer it may reuse at the next call), computing exactly what
+        `activate` computes for a time series of one step; None when the layer has no such
+        path (the network then takes the general one)."""
+        return None
+
     def _row_mask(self, rows: int) -> NDArray | None:
         # the kept features mask as one value per row of a (rows, width) array, or None
         m = getattr(self, "_fmask", None)
@@ -605,6 +614,17 @@ class DenseLayer(_WeightsMixin, Layer):
         if m is not None:
             ndws.multiply(y, m, out=y)          # DL4J's BaseLayer.applyMask
         return y
+
+    def step_runner(self, batch, dtype):
+        if self.dropout is not None and self.dropout < 1.0:
+            return None
+        buf = ndws.empty((batch, self.n_out), dtype=dtype, detached=True)
+        act = (self.activation or Activation.IDENTITY).value
+        params = self.params
+
+        def run(rows, out=None):
+            return F.linear(rows, params["W"], params["b"], act, out=buf if out is None else out)
+        return run
 
     def backprop_gradient(self, epsilon, mgr):
         act = self.activation or Activation.IDENTITY

@@ -367,6 +367,19 @@ class RnnOutputLayer(_SequenceOutput, _Regularized, Layer):
         self._apply_mask(y)
         return self._as_sequence(y)
 
+    def step_runner(self, batch, dtype):
+        if self.dropout is not None and self.dropout < 1.0:
+            return None
+        buf = ndws.empty((batch, self.n_out), dtype=dtype, detached=True)
+        act = (self.activation or Activation.IDENTITY).value
+        params, n_out = self.params, self.n_out
+
+        def run(rows, out=None):
+            # one step's rows are the whole input: activate's rows, without the reshapes
+            return F.linear(rows, params["W"], params["b"].reshape(n_out), act,
+                            out=buf if out is None else out)
+        return run
+
     def compute_score_and_gradient(self, labels, mgr, mask=None):
         score, dz = self._score_rows(labels, mgr, mask, True)
         rows = self._x

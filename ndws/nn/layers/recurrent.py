@@ -390,6 +390,33 @@ class BaseRecurrentLayer(_Regularized, Layer):
         self._store_state(mode, final)
         return y
 
+    def step_runner(self, batch, dtype):
+        # rnn_time_step's one step: the loops on the rows viewed as a series of one step, the
+        # stored state in and out as in activate_with_state(..., "step"), the scratch and the
+        # output buffer kept (no workspace: one step has nothing to cycle)
+        ncw = self.data_format is RNNFormat.NCW
+        seq_in = (batch, self.n_in, 1) if ncw else (batch, 1, self.n_in)
+        seq_out = (batch, self.n_out, 1) if ncw else (batch, 1, self.n_out)
+        scratch = ndws.empty(self._scratch_bytes(batch, 1, np.dtype(dtype).itemsize, False,
+                                                 False, False), dtype=np.uint8, detached=True)
+        buf = ndws.empty((batch, self.n_out), dtype=dtype, detached=True)
+        loop = getattr(F, self.loops[0])
+        base = self._kernel_args()
+        params = self.params
+
+        def run(rows, out=None):
+            out = buf if out is None else out
+            start = self._initial_state("step", batch)
+            final = self._final_state("step", batch, dtype)
+            kw = dict(base)
+            self._state_args(kw, "h0", "c0", start)
+            self._state_args(kw, "h_out", "c_out", final)
+            loop(rows.reshape(seq_in), params["W"], params["RW"], params["b"],
+                 out=out.reshape(seq_out), scratch=scratch, **kw)
+            self._store_state("step", final)
+            return out
+        return run
+
     def _state_args(self, kw: dict, h: str, c: str, state: dict) -> None:
         kw[h] = state.get("prevAct")
         if "prevMem" in self.state_keys:
