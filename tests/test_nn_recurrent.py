@@ -414,7 +414,17 @@ def test_bad_input(rng):
     before = net.params().numpy().copy()
     with pytest.raises(ValueError):
         net.fit(DataSet(x, np.zeros((2, 2, 5), np.float32), None, np.ones((2, 2))))
+    nan = np.ones((2, 5), np.float32)
+    nan[1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"features_mask: holds nan at \(1, 3\): a mask must "
+                                         r"be finite"):
+        net.fit(DataSet(x, np.zeros((2, 2, 5), np.float32), nan))
+    with pytest.raises(ValueError, match=r"labels_mask: holds nan at \(1, 3\)"):
+        net.fit(DataSet(x, np.zeros((2, 2, 5), np.float32), None, nan))
+    with pytest.raises(TypeError, match="features_mask: expected an array of numbers"):
+        net.output(x, features_mask=np.array([["a"] * 5] * 2))
     np.testing.assert_array_equal(net.params().numpy(), before)
+    assert net.iteration == 0
 
 
 def test_caches_do_not_grow_with_every_length(rng):

@@ -6,7 +6,6 @@ time-series preprocessors, NCW and NWC."""
 import numpy as np
 import pytest
 
-import ndws
 from cnn_reference import check_gradients
 from ndws.data.dataset import DataSet
 from ndws.nn import (LSTM, Bidirectional, ConvolutionLayer, DenseLayer, EmbeddingLayer,

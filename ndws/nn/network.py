@@ -370,6 +370,7 @@ class MultiLayerNetwork:
             if convert:
                 labels = labels.astype(self.conf.dtype)
             if mask is not None:
+                _finite_mask("labels_mask", mask)
                 if mask.ndim == 2 and mask.shape[1] == 1:
                     mask = mask.reshape(mask.shape[0])        # DL4J's (n, 1) per-example mask
                 if mask.dtype != self.conf.dtype:
@@ -377,20 +378,6 @@ class MultiLayerNetwork:
             if fmask is not None and fmask.dtype != self.conf.dtype:
                 fmask = fmask.astype(self.conf.dtype)
         return x, labels, mask, fmask
-
-    def _as_mask(self, mask: Any) -> NDArray:
-        # a mask argument as an NDArray of the network's dtype (refused when not numbers)
-        if not isinstance(mask, NDArray):
-            try:
-                arr = np.asarray(mask)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"features_mask: expected an array of numbers, got "
-                                f"{type(mask).__name__}") from exc
-            if arr.dtype.kind not in "biuf":
-                raise TypeError(f"features_mask: expected numbers (0 masks a step), got dtype "
-                                f"{arr.dtype}")
-            mask = ndws.from_numpy(np.ascontiguousarray(arr, dtype=self.conf.dtype))
-        return mask
 
     def _check_features_mask(self, x: NDArray, fmask: NDArray) -> NDArray:
         # DL4J's features mask: (n, time) for a time series, (n,) or (n, 1) per example for
@@ -415,6 +402,7 @@ class MultiLayerNetwork:
         if fmask.dtype.kind not in "biuf":
             raise TypeError(f"features_mask: expected numbers (0 masks a step), got dtype "
                             f"{fmask.dtype}")
+        _finite_mask("features_mask", fmask)
         return fmask
 
     # -- workspace managers ---------------------------------------------------------------------
@@ -655,7 +643,11 @@ class MultiLayerNetwork:
             self._check_output_workspace(output_workspace)
             fmask = None
             if features_mask is not None:
-                fmask = self._check_features_mask(a, self._as_mask(features_mask))
+                fmask = self._check_features_mask(a, labels_array(features_mask,
+                                                                  "features_mask"))
+                if fmask.dtype != self.conf.dtype:
+                    with scope_out_of_workspaces():
+                        fmask = fmask.astype(self.conf.dtype)
             mode = self._inference_mode() if not train else self._train_mode()
             out = self._forward_detached(a, train, mode, output_workspace, fmask=fmask)[-1]
             return out[0] if row else out
@@ -1603,6 +1595,16 @@ def _param_view(flat: NDArray, off: int, size: int, shape: tuple, order: str) ->
     if order == "F":
         return part.reshape(tuple(reversed(shape))).transpose()
     return part.reshape(shape)
+
+
+def _finite_mask(name: str, mask: NDArray) -> None:
+    # a mask weighs values: NaN or inf in it would make every score and gradient it touches
+    # NaN, far from the batch that brought it
+    m = np.asarray(mask)
+    if m.dtype.kind == "f" and not np.isfinite(m).all():
+        bad = np.argwhere(~np.isfinite(m))[0]
+        raise ValueError(f"{name}: holds {m[tuple(bad)]} at {tuple(int(i) for i in bad)}: a "
+                         f"mask must be finite (0 masks, 1 keeps)")
 
 
 def _steps(a: NDArray, axis: int, start: int, end: int) -> NDArray:

@@ -445,7 +445,23 @@ class FeedForwardToRnnPreProcessor(InputPreProcessor):
         return []      # the rows of built-in layers are C-contiguous: a view
 
 
-class CnnToRnnPreProcessor(_Image):
+class _ImageSeries(_Image):
+    # images of one step each <-> time series: the images' geometry and the series' format,
+    # the work done by the two preprocessors they chain (made by each subclass's _parts)
+    fields = _Image.fields + ("rnn_data_format",)
+
+    def __init__(self, height: int, width: int, channels: int, data_format: Any = "NCHW",
+                 rnn_data_format: Any = "NCW"):
+        super().__init__(height, width, channels, data_format)
+        self.rnn_data_format = RNNFormat.parse(rnn_data_format, f"{type(self).__name__}."
+                                               f"rnn_data_format")
+        self._parts()
+
+    def _parts(self) -> None:
+        raise NotImplementedError
+
+
+class CnnToRnnPreProcessor(_ImageSeries):
     """Images (time * n, c, h, w) (NCHW; (time * n, h, w, c) for NHWC), one per example and
     step in DL4J's row order, into time series (n, c*h*w, time) (or (n, time, c*h*w) for
     NWC): `CnnToFeedForwardPreProcessor`'s flattening, then `FeedForwardToRnnPreProcessor`
@@ -460,14 +476,9 @@ class CnnToRnnPreProcessor(_Image):
         Of the time series.
     """
 
-    fields = _Image.fields + ("rnn_data_format",)
-
-    def __init__(self, height: int, width: int, channels: int, data_format: Any = "NCHW",
-                 rnn_data_format: Any = "NCW"):
-        super().__init__(height, width, channels, data_format)
-        self.rnn_data_format = RNNFormat.parse(rnn_data_format, "CnnToRnnPreProcessor."
-                                               "rnn_data_format")
-        self._flat = CnnToFeedForwardPreProcessor(height, width, channels, data_format)
+    def _parts(self):
+        self._flat = CnnToFeedForwardPreProcessor(self.height, self.width, self.channels,
+                                                  self.data_format)
         self._seq = FeedForwardToRnnPreProcessor(self.rnn_data_format)
 
     def pre_process(self, x, mgr):
@@ -497,7 +508,7 @@ class CnnToRnnPreProcessor(_Image):
                                    data_format=self.rnn_data_format.name)
 
 
-class RnnToCnnPreProcessor(_Image):
+class RnnToCnnPreProcessor(_ImageSeries):
     """Time series (n, c*h*w, time) (or (n, time, c*h*w) for NWC) into images (time * n, c, h,
     w) (or NHWC), one per example and step in DL4J's row order: `RnnToFeedForwardPreProcessor`,
     then `FeedForwardToCnnPreProcessor` (DL4J's ``RnnToCnnPreProcessor``), e.g. video frames
@@ -512,15 +523,10 @@ class RnnToCnnPreProcessor(_Image):
         Of the time series.
     """
 
-    fields = _Image.fields + ("rnn_data_format",)
-
-    def __init__(self, height: int, width: int, channels: int, data_format: Any = "NCHW",
-                 rnn_data_format: Any = "NCW"):
-        super().__init__(height, width, channels, data_format)
-        self.rnn_data_format = RNNFormat.parse(rnn_data_format, "RnnToCnnPreProcessor."
-                                               "rnn_data_format")
+    def _parts(self):
         self._rows = RnnToFeedForwardPreProcessor(self.rnn_data_format)
-        self._image = FeedForwardToCnnPreProcessor(height, width, channels, data_format)
+        self._image = FeedForwardToCnnPreProcessor(self.height, self.width, self.channels,
+                                                   self.data_format)
 
     def pre_process(self, x, mgr):
         if x.ndim == 4:

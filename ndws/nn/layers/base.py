@@ -540,6 +540,16 @@ class _Regularized:
         return use
 
 
+def init_dense(layer: Layer, rng: np.random.Generator) -> None:
+    """W (n_in, n_out) from the layer's weight_init with fan-in n_in and fan-out n_out, and b
+    (if the layer has one) at bias_init: every dense-like layer's initialisation."""
+    w = (layer.weight_init or WeightInit.XAVIER).sample(rng, (layer.n_in, layer.n_out),
+                                                        layer.n_in, layer.n_out)
+    np.copyto(_np_view(layer.params["W"]), w, casting="unsafe")
+    if "b" in layer.params:
+        layer.params["b"].fill(layer.bias_init or 0.0)
+
+
 class _WeightsMixin(_RowsInput, _Regularized):
     # W (n_in, n_out) and b (n_out,), the first sized by fan-in/fan-out
     has_weights = True
@@ -548,10 +558,7 @@ class _WeightsMixin(_RowsInput, _Regularized):
         return {"W": (self.n_in, self.n_out), "b": (self.n_out,)}
 
     def init_params(self, rng):
-        w = (self.weight_init or WeightInit.XAVIER).sample(rng, (self.n_in, self.n_out),
-                                                           self.n_in, self.n_out)
-        np.copyto(_np_view(self.params["W"]), w, casting="unsafe")
-        self.params["b"].fill(self.bias_init or 0.0)
+        init_dense(self, rng)
 
     def _weight_gradient_use(self, batch: int, itemsize: int) -> list:
         # what _weight_gradients makes: the regularisation's temporaries, the input gradient

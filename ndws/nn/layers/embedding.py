@@ -24,7 +24,8 @@ import ndws
 from ndws._core import NDArray, _np_view
 from ndws.nn import functional as F
 from ndws.nn.inputs import InputType, RNNFormat
-from ndws.nn.layers.base import Activation, FieldTypeError, Layer, WeightInit, _Regularized
+from ndws.nn.layers.base import (Activation, FieldTypeError, Layer, _Regularized,
+                                 init_dense)
 from ndws.nn.layers.pooling import _bool
 from ndws.nn.preprocessors import (RnnToFeedForwardPreProcessor, rows_of_sequence,
                                    sequence_view)
@@ -64,11 +65,7 @@ class _Embedding(_Regularized, Layer):
         return "F" if name == "W" else "C"
 
     def init_params(self, rng):
-        w = (self.weight_init or WeightInit.XAVIER).sample(rng, (self.n_in, self.n_out),
-                                                           self.n_in, self.n_out)
-        np.copyto(_np_view(self.params["W"]), w, casting="unsafe")
-        if self.has_bias:
-            self.params["b"].fill(self.bias_init or 0.0)
+        init_dense(self, rng)
 
     def _entry(self, i: int) -> str:
         return f"entry {i} in minibatch"

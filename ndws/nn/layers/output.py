@@ -20,17 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 import ndws
-from ndws._core import NDArray, _np_view
+from ndws._core import NDArray
 from ndws.nn import functional as F
 from ndws.nn.inputs import CNN2DFormat, InputType, RNNFormat
 from ndws.nn.layers._geometry import ImageLayer, check_image
-from ndws.nn.layers.base import Activation, Layer, WeightInit, _LossMixin, _Regularized
-from ndws.nn.layers.recurrent import check_sequence
-from ndws.nn.preprocessors import (CnnToRnnPreProcessor, FeedForwardToRnnPreProcessor,
-                                   MaskState, mask_rows, rows_of_sequence, sequence_view)
+from ndws.nn.layers.base import Activation, Layer, _LossMixin, _Regularized, init_dense
+from ndws.nn.layers.recurrent import SequenceInput, check_sequence
+from ndws.nn.preprocessors import MaskState, rows_of_sequence, sequence_view
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["CnnLossLayer", "RnnOutputLayer", "RnnLossLayer"]
@@ -157,7 +154,7 @@ class CnnLossLayer(ImageLayer, _LossMixin, Layer):
         return ndws.sum(per.reshape(n, per.shape[0] // max(n, 1)), axis=1)
 
 
-class _SequenceOutput(_LossMixin):
+class _SequenceOutput(SequenceInput, _LossMixin):
     # what RnnOutputLayer and RnnLossLayer share: time series in and out (rows get a
     # FeedForwardToRnnPreProcessor), the loss on one row per (step, example) in DL4J's
     # time-major order, divided by the minibatch, the labels and label mask checked and made
@@ -169,34 +166,6 @@ class _SequenceOutput(_LossMixin):
         super().__init__(**common)
         self.data_format = (None if data_format is None else
                             RNNFormat.parse(data_format, f"{type(self).__name__}.data_format"))
-
-    def implied_input_type(self):
-        if self.n_in is None:
-            return None
-        return InputType.recurrent(self.n_in, data_format=(self.data_format or RNNFormat.NCW).name)
-
-    def preprocessor_for(self, input_type):
-        fmt = (self.data_format or RNNFormat.NCW).name
-        if input_type.kind in ("FF", "CNNFlat"):
-            return FeedForwardToRnnPreProcessor(fmt)
-        if input_type.kind == "CNN":
-            return CnnToRnnPreProcessor(input_type.height, input_type.width,
-                                        input_type.channels, input_type.data_format, fmt)
-        return None
-
-    def _check_resolved(self, where):
-        t = self.input_type
-        if t is not None:
-            if t.kind != "RNN":
-                raise ValueError(f"{where}: {type(self).__name__} takes time series "
-                                 f"(InputType.recurrent), got {t!r}")
-            if self.data_format is not None and self.data_format is not t.data_format:
-                raise ValueError(f"{where}.data_format: {self.data_format.name}, but the "
-                                 f"layer's input is {t.data_format.name} ({t!r})")
-            self.data_format = t.data_format
-        elif self.data_format is None:
-            self.data_format = RNNFormat.NCW
-        super()._check_resolved(where)
 
     def output_type(self, input_type):
         t = self.input_type
@@ -329,10 +298,7 @@ class RnnOutputLayer(_SequenceOutput, _Regularized, Layer):
         return "F" if name == "W" else "C"
 
     def init_params(self, rng):
-        w = (self.weight_init or WeightInit.XAVIER).sample(rng, (self.n_in, self.n_out),
-                                                           self.n_in, self.n_out)
-        np.copyto(_np_view(self.params["W"]), w, casting="unsafe")
-        self.params["b"].fill(self.bias_init or 0.0)
+        init_dense(self, rng)
 
     def memory_use(self, batch, training, itemsize):
         t = self.input_type

@@ -38,7 +38,7 @@ from ndws.nn.inputs import InputType, RNNFormat
 from ndws.nn.layers.base import (Activation, FieldTypeError, Layer, WeightInit, _finite,
                                  _Regularized)
 from ndws.nn.preprocessors import (CnnToRnnPreProcessor, FeedForwardToRnnPreProcessor,
-                                   MaskState, sequence_view, time_major)
+                                   MaskState, sequence_view)
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import DummyWorkspace, get_workspace_manager
 
@@ -85,7 +85,42 @@ def _check_mask_shape(layer: Layer, mask: NDArray, n: int, steps: int) -> None:
                          f"{(n, steps)}")
 
 
-class BaseRecurrentLayer(_Regularized, Layer):
+class SequenceInput:
+    """Mixin of the layers that take time series (recurrent and RNN output layers): rows get a
+    `FeedForwardToRnnPreProcessor` and images a `CnnToRnnPreProcessor` before the layer, n_in
+    implies a time series of n_in features, and the layer's data_format left unset is its
+    input's (one that contradicts it is an error)."""
+
+    def implied_input_type(self):
+        if self.n_in is None:
+            return None
+        return InputType.recurrent(self.n_in, data_format=(self.data_format or RNNFormat.NCW).name)
+
+    def preprocessor_for(self, input_type):
+        fmt = (self.data_format or RNNFormat.NCW).name
+        if input_type.kind in ("FF", "CNNFlat"):
+            return FeedForwardToRnnPreProcessor(fmt)
+        if input_type.kind == "CNN":
+            return CnnToRnnPreProcessor(input_type.height, input_type.width,
+                                        input_type.channels, input_type.data_format, fmt)
+        return None
+
+    def _check_resolved(self, where):
+        t = self.input_type
+        if t is not None:
+            if t.kind != "RNN":
+                raise ValueError(f"{where}: {type(self).__name__} takes time series "
+                                 f"(InputType.recurrent), got {t!r}")
+            if self.data_format is not None and self.data_format is not t.data_format:
+                raise ValueError(f"{where}.data_format: {self.data_format.name}, but the "
+                                 f"layer's input is {t.data_format.name} ({t!r})")
+            self.data_format = t.data_format
+        elif self.data_format is None:
+            self.data_format = RNNFormat.NCW
+        super()._check_resolved(where)
+
+
+class BaseRecurrentLayer(SequenceInput, _Regularized, Layer):
     """What the recurrent layers share (DL4J's ``BaseRecurrentLayer``): time series in, time
     series out; rows get a `FeedForwardToRnnPreProcessor` and images a `CnnToRnnPreProcessor`
     before the layer; the state kept for `rnn_time_step` and for truncated BPTT; the masks.
@@ -127,34 +162,6 @@ class BaseRecurrentLayer(_Regularized, Layer):
         self.back_length: int | None = None
 
     # -- configuration --------------------------------------------------------------------------
-
-    def implied_input_type(self):
-        if self.n_in is None:
-            return None
-        return InputType.recurrent(self.n_in, data_format=(self.data_format or RNNFormat.NCW).name)
-
-    def preprocessor_for(self, input_type):
-        fmt = (self.data_format or RNNFormat.NCW).name
-        if input_type.kind in ("FF", "CNNFlat"):
-            return FeedForwardToRnnPreProcessor(fmt)
-        if input_type.kind == "CNN":
-            return CnnToRnnPreProcessor(input_type.height, input_type.width,
-                                        input_type.channels, input_type.data_format, fmt)
-        return None
-
-    def _check_resolved(self, where):
-        t = self.input_type
-        if t is not None:
-            if t.kind != "RNN":
-                raise ValueError(f"{where}: {type(self).__name__} takes time series "
-                                 f"(InputType.recurrent), got {t!r}")
-            if self.data_format is not None and self.data_format is not t.data_format:
-                raise ValueError(f"{where}.data_format: {self.data_format.name}, but the "
-                                 f"layer's input is {t.data_format.name} ({t!r})")
-            self.data_format = t.data_format
-        elif self.data_format is None:
-            self.data_format = RNNFormat.NCW
-        super()._check_resolved(where)
 
     def output_type(self, input_type):
         t = self.input_type

@@ -26,7 +26,7 @@ from ndws._core import NDArray, _np_view
 from ndws.nn.inputs import InputType, RNNFormat, member
 from ndws.nn.layers.base import FieldTypeError, Layer, _finite
 from ndws.nn.layers.recurrent import BaseRecurrentLayer, check_sequence
-from ndws.nn.preprocessors import MaskState, sequence_view, time_major
+from ndws.nn.preprocessors import sequence_view, time_major
 from ndws.nn.workspace_mgr import ArrayType
 
 __all__ = ["Bidirectional", "LastTimeStep", "MaskZeroLayer"]
