@@ -282,3 +282,35 @@ def test_debug_modes_with_variable_lengths(mode):
                 check(ds, src, k)
     finally:
         mgr.debug_mode = None
+
+
+def test_a_new_prefetcher_over_the_same_source_starts_on_a_ring_that_fits():
+    # a network's fit makes a prefetcher per call, and DL4J's habit is one call per epoch
+    src = Source([2, 30, 4, 20], rows=16, cols=32)
+    with AsyncDataSetIterator(src, queue_size=2) as it:
+        first = [kinds_of(ds) for ds in it]
+    assert first == expected_kinds(src)[0] and "pinned" in first[1]
+    src.reset()
+    before = allocation_counters()["allocations"]
+    with AsyncDataSetIterator(src, queue_size=2) as it:
+        second = [kinds_of(ds) for ds in it]
+        assert it.workspace.initial_block_size == block_of(cycle_bytes(16, 32, 30))
+    assert second == [MAIN] * 4
+    assert allocation_counters()["allocations"] - before == 2     # the primed ring
+
+
+class Unhashable(Source):
+    def __eq__(self, other):
+        return self is other
+
+    __hash__ = None
+
+
+def test_an_unhashable_source_remembers_within_its_prefetcher_only():
+    src = Unhashable([2, 30, 4])
+    with AsyncDataSetIterator(src, queue_size=2) as it:
+        assert [kinds_of(ds) for ds in it] == expected_kinds(src)[0]
+        assert [kinds_of(ds) for ds in it] == [MAIN] * 3           # after its reset
+    src.reset()
+    with AsyncDataSetIterator(src, queue_size=2) as it:
+        assert [kinds_of(ds) for ds in it] == expected_kinds(src)[0]

@@ -104,7 +104,7 @@ def test_shuffle_is_reproducible_per_epoch_and_can_be_off():
 
 
 def test_characters_outside_the_set_are_removed_and_the_maps():
-    it = CharacterIterator("ab\u00e9c~ab\u00e7cab", 2, 3, shuffle=False)
+    it = CharacterIterator("ab\u00e9c~ab\u00e7c\ud800ab\U0001f600", 2, 3, shuffle=False)
     assert it.text == "abcabcab"
     assert it.char_to_index["a"] == 0 and it.convert_character_to_index("C") == 28
     assert it.convert_index_to_character(2) == "c" and it.num_characters == 77

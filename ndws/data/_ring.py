@@ -12,10 +12,12 @@ first.
 
 Here the producer adapts the ring itself, between two batches:
 
-* the largest batch seen (the bytes of its cycle) is remembered by the prefetcher across
-  ``reset()``, so every ring after the first is made for it from the start: a priming cycle
-  that allocates that many bytes makes the ring learn its block from them (ND4J's learning,
-  fed the right size), and a steady epoch does no heap allocation from its first batch;
+* the largest batch seen (the bytes of its cycle) is remembered for the source iterator,
+  across ``reset()`` and across prefetchers over the same source (a network's ``fit`` makes
+  one per call, and DL4J's habit is a call per epoch), so every ring after the first is made
+  for it from the start: a priming cycle that allocates that many bytes makes the ring learn
+  its block from them (ND4J's learning, fed the right size), and a steady epoch does no heap
+  allocation from its first batch;
 * a batch that did not fit its block (the arena has just made it a pinned allocation) retires
   the ring: the next batch goes to a new ring made for it. The retired ring is destroyed once
   the new one has produced as many batches as the ring has blocks, which is when its memory
@@ -30,7 +32,9 @@ against ND4J's trimmed mode in the same run).
 from __future__ import annotations
 
 import collections
+import threading
 import uuid
+import weakref
 from typing import Any
 
 import numpy as np
@@ -41,13 +45,34 @@ __all__: list[str] = []
 
 
 class RingMemory:
-    """What a prefetcher's rings learn, kept across its producer runs (its epochs)."""
+    """What the rings of a source's prefetchers learn: kept across their producer runs (the
+    epochs) and across prefetchers over the same source (see `ring_memory`)."""
 
     __slots__ = ("largest",)
 
     def __init__(self) -> None:
-        #: the bytes of the largest batch (one ring cycle) seen so far, 0 before the first
+        #: the bytes of the largest batch (one ring cycle) seen so far, 0 before the first. A
+        #: size hint only: producers of several prefetchers over one source may raise it at
+        #: once (an int store each), and whichever wins, the next ring fits a batch as large.
         self.largest = 0
+
+
+# source iterator -> its RingMemory; weak, so the memory goes with the source
+_MEMORIES: "weakref.WeakKeyDictionary[Any, RingMemory]" = weakref.WeakKeyDictionary()
+_MEMORIES_LOCK = threading.Lock()
+
+
+def ring_memory(source: Any) -> RingMemory:
+    """The RingMemory of `source` (a new one for a source that can't be weakly referenced:
+    its prefetcher then remembers across its own resets only)."""
+    with _MEMORIES_LOCK:
+        try:
+            memory = _MEMORIES.get(source)
+            if memory is None:
+                memory = _MEMORIES[source] = RingMemory()
+        except TypeError:
+            memory = RingMemory()
+    return memory
 
 
 class Ring:

@@ -10,8 +10,9 @@ Differences from ND4J (docs/porting-from-dl4j.md):
 * A batch kept after the ring has come round to its memory raises ``ndws.WorkspaceError``
   (kind ``"overwritten"``) on use instead of silently changing value; ``detach()`` keeps one.
 * The ring adapts to batches of changing size (ndws/data/_ring.py): a batch that does not fit
-  moves the next ones to a ring made for it, and the size is kept across ``reset()``, so a
-  steady epoch of variable-length batches allocates nothing per batch from its first batch.
+  moves the next ones to a ring made for it, and the size is kept for the source (across
+  ``reset()`` and new prefetchers), so a steady epoch of variable-length batches allocates
+  nothing per batch from its first batch.
 * A producer exception is always delivered to the consumer (the same exception object), even
   to a consumer already blocked waiting for the next batch: the producer enqueues an error
   marker. Nothing hangs: consumers on several threads take turns (a lock), and each of them
@@ -29,7 +30,7 @@ import weakref
 from typing import Any
 
 import ndws
-from ndws.data._ring import Ring, RingMemory
+from ndws.data._ring import Ring, ring_memory
 from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _adapt, _check_item,
                                  _Delegating, _DelegatingShapes)
 
@@ -74,7 +75,8 @@ class _ProducerState:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.workspace: Any = None        # the current ring (read-only from other threads)
-        self.ring_memory = RingMemory()   # the largest batch, kept across runs (epochs)
+        self.ring_memory = ring_memory(base)   # the largest batch: across runs (epochs) and
+                                               # prefetchers of one source
 
     def start(self) -> None:
         self.stop.clear()

@@ -148,7 +148,8 @@ class CharacterIterator(_Batched, DataSetIterator):
         self.characters = valid_characters
         self.char_to_index = {c: i for i, c in enumerate(valid_characters)}
         # one lookup table over the code points present: unknown characters map to -1
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        # (surrogatepass: a lone surrogate is a code point like any other, outside the set)
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         table = np.full(max(int(codes.max(initial=0)), max(map(ord, valid_characters))) + 1,
                         -1, dtype=np.int64)
         table[[ord(c) for c in valid_characters]] = np.arange(len(valid_characters))
