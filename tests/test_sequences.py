@@ -352,6 +352,23 @@ def test_custom_readers_lists_and_arrays(rng):
         S(Reader([[[1.0, 2.0], [3.0]]]), 1, 2, 0).next()
     with pytest.raises(ValueError, match="a field that is not a number"):
         S(Reader([[["a", "b"]]]), 1, 2, 0).next()
+    with pytest.raises(TypeError, match="time steps are not all lists of fields"):
+        S(Reader([[1.0, 2.0]]), 1, 2, 0).next()
+    with pytest.raises(TypeError, match="a complex field"):
+        S(Reader([[[1.0, 1 + 2j]]]), 1, 2, 0).next()
+    for dtype in (np.complex128, "datetime64[s]", "U3"):
+        with pytest.raises(TypeError, match=r"sequence array of dtype .*; expected numbers"):
+            S(Reader([np.zeros((2, 2), dtype=dtype)]), 1, 2, 0).next()
+    with pytest.raises(ValueError, match=r"sequence array of shape \(2, 2, 1\)"):
+        S(Reader([np.zeros((2, 2, 1))]), 1, 2, 0).next()
+    with pytest.raises(TypeError, match="gave int for a sequence"):
+        S(Reader([7]), 1, 2, 0).next()
+    # strided and negative-stride views are read as their values
+    view = np.arange(12.0).reshape(6, 2)[::-2]
+    view[:, 1] = [1, 0, 1]
+    ds = S(Reader([view]), 1, 2, 1).next()
+    assert ds.features.numpy().tolist() == [[[10.0, 6.0, 2.0]]]
+    assert ds.labels.numpy()[0].argmax(axis=0).tolist() == [1, 0, 1]
     with pytest.raises(ValueError, match=r"labels_reader ran out of sequences after 1 while "
                                          r"features_reader has more"):
         list(S(Reader(f), Reader(lab[:1]), 1, 2, alignment_mode="ALIGN_END"))
@@ -417,6 +434,9 @@ def test_a_huge_number_of_classes_is_refused_by_name(tmp_path):
                                          r"bytes \(more than 2\*\*48\): check "
                                          r"num_possible_labels=1152921504606846976"):
         S(CSVSequenceRecordReader(p), 2**62, 2**60, 1).next()
+    with pytest.raises(MemoryError, match=r"labels of shape \(1, 17592186044416, 1\) do not "
+                                          r"fit in memory: check num_possible_labels="):
+        S(CSVSequenceRecordReader(p), 1, 2**44, 1).next()          # 64 TiB
 
 
 @pytest.mark.parametrize("args, kwargs, exc, msg", [

@@ -202,6 +202,10 @@ def _read_sequence(reader: Any, role: str) -> _Sequence:
         if steps.ndim != 2:
             raise ValueError(f"{where}{role} gave a sequence array of shape {steps.shape}; "
                              f"expected (time steps, fields)")
+        if steps.dtype.kind not in "biuf":
+            # complex would lose its imaginary part, dates and text have no float value
+            raise TypeError(f"{where}{role} gave a sequence array of dtype {steps.dtype}; "
+                            f"expected numbers (bool, integer or floating point)")
         table = steps
     else:
         try:
@@ -209,11 +213,17 @@ def _read_sequence(reader: Any, role: str) -> _Sequence:
         except TypeError:
             raise TypeError(f"{where}{role} gave {type(steps).__name__} for a sequence; "
                             f"expected a list of time steps, each a list of numbers") from None
-        widths = {len(s) if hasattr(s, "__len__") else -1 for s in steps}
-        if len(widths) > 1 or -1 in widths:
+        if not all(isinstance(s, (list, tuple, np.ndarray)) for s in steps):
+            raise TypeError(f"{where}{role} gave a sequence whose time steps are not all lists "
+                            f"of fields; expected a list of time steps, each a list of "
+                            f"numbers")
+        widths = {len(s) for s in steps}
+        if len(widths) > 1:
             raise ValueError(f"{where}{role} gave a sequence whose time steps have different "
                              f"numbers of fields ({sorted(widths)}); every step needs the "
                              f"same fields")
+        if any(isinstance(v, (complex, np.complexfloating)) for s in steps for v in s):
+            raise TypeError(f"{where}{role} gave a complex field; expected real numbers")
         table = steps
     try:
         table = np.asarray(table, dtype=np.float64)
@@ -470,7 +480,12 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         n_l = lt.shape[1] if self.regression else self.num_possible_labels
         self._check_bytes(n, n_f, n_l, t)
         features = np.zeros((n, n_f, t), dtype=np.float32)
-        labels = np.zeros((n, n_l, t), dtype=np.float32)
+        try:
+            labels = np.zeros((n, n_l, t), dtype=np.float32)
+        except MemoryError:
+            raise MemoryError(f"labels of shape ({n}, {n_l}, {t}) do not fit in memory"
+                              + ("" if self.regression else
+                                 f": check num_possible_labels={n_l}")) from None
         f_mask = np.zeros((n, t), dtype=np.float32)
         l_mask = np.zeros((n, t), dtype=np.float32)
         for i, (fs, ft, ls, lt) in enumerate(tables):
