@@ -101,7 +101,9 @@ class _Serial:
             if k == "@class":
                 continue
             if isinstance(v, dict):
-                v = _Serial.from_dict(v)
+                # only schedules nest (a learning rate): one level, so a file's nesting can't
+                # recurse without bound
+                v = Schedule.from_dict(v)
             elif k == "schedule_type":
                 v = ScheduleType(v)
             kwargs[k] = v
