@@ -468,3 +468,17 @@ def test_nested_updaters_in_a_configuration_are_refused_without_recursing(saved,
         _load_bad(tmp_path, saved)
     with pytest.raises(ValueError, match=r"^configuration: not JSON text \(maximum recursion"):
         MultiLayerConfiguration.from_json("[" * 100_000 + "]" * 100_000)
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda d: d["layers"][0].update(bias_init=10**400),
+     r"layers\[0\]: DenseLayer.bias_init: expected a finite real number, got 1000"),
+    (lambda d: d["updater"].update(learning_rate=10**400),
+     r"Adam.learning_rate: must be in \[0, inf\], got 1000"),
+    (lambda d: d["layers"][0].update(l2=-10**400), r"DenseLayer.l2: must be in \[0, inf\]"),
+    (lambda d: d.update(seed="1"), r"seed"),
+])
+def test_configuration_numbers_beyond_a_double_are_named(saved, tmp_path, edit, msg):
+    _edit_json(saved, "configuration.json", edit)
+    with pytest.raises(ValueError, match=r"bad.zip: configuration.json: .*" + msg):
+        _load_bad(tmp_path, saved)
