@@ -173,6 +173,7 @@ generate("ndws/_entries.pxi.tp")
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h"]
 DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
                             "ndws/_poison.h", "ndws/_tls.h"],
+           "ndws._fallback": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._core": ["ndws/_poison.h", "ndws/_tls.h", "ndws/_dlpack.h"],
            "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._memory": ["ndws/_poison.h"],
@@ -198,7 +199,7 @@ def extension(name):
 # in layer order (docs/architecture.md): each module cimports only modules listed before it
 EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("ndws._threads"),
               extension("ndws._core"), extension("ndws._creation"), extension("ndws._dispatch"),
-              extension("ndws._linalg"), extension("ndws._ufuncs"),
+              extension("ndws._linalg"), extension("ndws._fallback"), extension("ndws._ufuncs"),
               extension("ndws.nn._activations"), extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
               extension("ndws.nn._iteration"),
