@@ -99,40 +99,33 @@ def _file_sha(path):
         return _sha(f.read())
 
 
-def _headers_sha(directory, _memo={}):
-    # every header under `directory`, by content: an include directory's path differs from
-    # one pip build environment to the next, its headers do not
-    if directory not in _memo:
-        found = []
-        for base, _, names in os.walk(directory):
-            for name in names:
-                if name.endswith((".h", ".hpp")):
-                    path = os.path.join(base, name)
-                    found.append((os.path.relpath(path, directory), _file_sha(path)))
-        _memo[directory] = _sha(json.dumps(sorted(found)).encode())
-    return _memo[directory]
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
+_includes_of = {}
 
 
-def _project_headers(sources, include_dirs):
-    # the project's headers `sources` #include "...", directly or through another header (a
-    # header found only in another include directory is part of that directory's hash)
-    ndws_dir = os.path.join(ROOT, "ndws")
-    found, todo = set(), list(sources)
+def _included_headers(sources, include_dirs):
+    """(name, sha256) of every header `sources` include, directly or through another header,
+    that is found next to the including file or in `include_dirs` (the project's, NumPy's,
+    Python's; the C library's belong to the compiler's identity). By content and by name,
+    not by path: NumPy's include directory moves with every pip build environment, its
+    headers do not change."""
+    dirs = [os.path.abspath(d) for d in include_dirs]
+    found, todo = {}, [os.path.abspath(src) for src in sources]
     while todo:
         path = todo.pop()
-        with open(path, encoding="utf-8", errors="replace") as f:
-            names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M)
-        dirs = [os.path.dirname(os.path.abspath(path))] + [
-            os.path.abspath(d) for d in include_dirs]
-        for name in names:
-            for d in dirs:
-                header = os.path.join(d, name)
-                if (os.path.isfile(header) and header.startswith(ndws_dir + os.sep)
-                        and header not in found):
-                    found.add(header)
-                    todo.append(header)
+        if path not in _includes_of:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                _includes_of[path] = _INCLUDE.findall(f.read())
+        for name in _includes_of[path]:
+            for d in [os.path.dirname(path)] + dirs:
+                header = os.path.normpath(os.path.join(d, name))
+                if os.path.isfile(header):
+                    if header not in found:
+                        ours = header.startswith(os.path.join(ROOT, "ndws") + os.sep)
+                        found[header] = os.path.relpath(header, ROOT if ours else d)
+                        todo.append(header)
                     break
-    return found
+    return sorted((name, _file_sha(h)) for h, name in found.items())
 
 
 def _switches():
@@ -175,16 +168,11 @@ class BuildExt(build_ext):
         """Everything the module's binary is made from: its C source, the project's headers it
         includes, the include directories' headers, flags, macros, compiler, Python,
         switches."""
-        headers = sorted((os.path.relpath(h, ROOT), _file_sha(h))
-                         for h in _project_headers(ext.sources, ext.include_dirs))
-        # NumPy's and Python's headers, by content (the project's are in `headers`)
-        includes = [_headers_sha(d) for d in list(ext.include_dirs or [])
-                    + list(self.include_dirs or []) if os.path.isdir(d)
-                    and not os.path.abspath(d).startswith(os.path.join(ROOT, "ndws"))]
+        headers = _included_headers(ext.sources, list(ext.include_dirs or [])
+                                    + list(self.include_dirs or []))
         parts = {
             "format": 1, "name": ext.name,
             "sources": [_file_sha(src) for src in ext.sources], "headers": headers,
-            "includes": includes,
             "ext": [ext.extra_compile_args, ext.extra_link_args, ext.define_macros,
                     ext.undef_macros, ext.libraries, ext.library_dirs, ext.runtime_library_dirs,
                     ext.extra_objects, ext.language],
@@ -197,11 +185,12 @@ class BuildExt(build_ext):
                        platform.machine()],
             "switches": _switches(),
         }
-        return _sha(json.dumps(parts, sort_keys=True, default=str).encode())[:32]
+        text = json.dumps(parts, sort_keys=True, default=str, indent=0)
+        return _sha(text.encode())[:32], text
 
     def build_extension(self, ext):
         target = self.get_ext_fullpath(ext.name)
-        key = self._cache_key(ext)
+        key, parts = self._cache_key(ext)
         suffix = os.path.splitext(target)[1]
         cached = os.path.join(CACHE, "ext", f"{ext.name}-{key}{suffix}")
         if os.path.exists(cached) and not self.force:
@@ -217,14 +206,19 @@ class BuildExt(build_ext):
         finally:
             self.force = force
         _store(cached, target)
+        # what the build was made from, beside it: `diff` two of them to see why a module was
+        # compiled again
+        with open(cached[:-len(suffix)] + ".json", "w") as f:
+            f.write(parts)
         kept = sorted((os.path.join(CACHE, "ext", n) for n in os.listdir(
-            os.path.join(CACHE, "ext")) if n.startswith(ext.name + "-")),
+            os.path.join(CACHE, "ext")) if n.startswith(ext.name + "-") and n.endswith(suffix)),
             key=os.path.getmtime, reverse=True)
         for old in kept[KEEP_BUILDS:]:
-            try:
-                os.unlink(old)
-            except OSError:
-                pass
+            for path in (old, old[:-len(suffix)] + ".json"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
     def _compiles(self, source, cflags):
         tmp = tempfile.mkdtemp(prefix="ndws-probe-")
