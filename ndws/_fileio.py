@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import struct
 import zipfile
 import zlib
@@ -58,7 +59,14 @@ class Archive:
         self.path = path
         self.what = what
         try:
-            self._size = os.path.getsize(path)
+            st = os.stat(path)
+        except OSError as exc:
+            raise ValueError(f"{path}: not {what} ({exc})") from None
+        if not stat.S_ISREG(st.st_mode):
+            # a FIFO would block the read forever, a device (/dev/zero) never ends
+            raise ValueError(f"{path}: not {what} (not a regular file)")
+        try:
+            self._size = st.st_size
             self._zip = zipfile.ZipFile(path)
         except _ZIP_ERRORS as exc:
             raise ValueError(f"{path}: not {what} (not a zip: {exc})") from None

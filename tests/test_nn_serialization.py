@@ -482,3 +482,13 @@ def test_configuration_numbers_beyond_a_double_are_named(saved, tmp_path, edit, 
     _edit_json(saved, "configuration.json", edit)
     with pytest.raises(ValueError, match=r"bad.zip: configuration.json: .*" + msg):
         _load_bad(tmp_path, saved)
+
+
+def test_a_fifo_or_a_device_is_refused_without_reading(tmp_path):
+    os.mkfifo(tmp_path / "fifo.zip")              # opening it to read would wait for a writer
+    with pytest.raises(ValueError, match=r"fifo.zip: not an ndws network file \(not a regular "
+                                         r"file\)$"):
+        MultiLayerNetwork.load(tmp_path / "fifo.zip")
+    with pytest.raises(ValueError, match=r"^/dev/zero: not an ndws network file \(not a regular "
+                                         r"file\)$"):
+        MultiLayerNetwork.load("/dev/zero")

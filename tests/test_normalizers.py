@@ -422,6 +422,8 @@ def _meta(kind="standardize", **params):
     ("meta.npy", _npy(np.array("{not json")), r"meta.npy: not JSON text"),
     ("meta.npy", _npy(np.array("[1]")), r"meta.npy: expected a JSON object, got list"),
     ("meta.npy", _meta(fit_label="yes"), r"meta.npy: params: fit_label must be a bool"),
+    ("meta.npy", _meta(fit_label=False, min_range=10**400), r"meta.npy: params: .*unexpected "
+                                                            r"keyword argument 'min_range'"),
     ("meta.npy", _meta(fit_lable=True), r"meta.npy: params: .*unexpected keyword"),
     ("meta.npy", _npy(np.array('{"format": "ndws-normalizer-1", "kind": "standardize", '
                                '"params": [1]}')), r"meta.npy: params: expected a JSON object"),
@@ -462,3 +464,19 @@ def test_a_statistics_header_claiming_2_40_features_is_refused_before_allocating
                                          r"\(1099511627776,\) \(8796093022208 bytes\), the entry "
                                          r"holds 64 bytes of data$"):
         NormalizerStandardize.load(tmp_path / "bad.npz")
+
+
+@pytest.mark.parametrize("params, msg", [
+    ({"min_range": 10**400}, r"min_range must be finite, got 1000"),
+    ({"max_range": -10**400}, r"max_range must be finite, got -1000"),
+    ({"min_range": 2.0, "max_range": 1.0}, r"min_range must be < max_range"),
+])
+def test_minmax_settings_in_a_file_are_checked(tmp_path, tab, params, msg):
+    entries = _saved_entries(tmp_path, tab, NormalizerMinMaxScaler())
+    import json
+    meta = {"format": "ndws-normalizer-1", "kind": "minmax",
+            "params": {"min_range": 0.0, "max_range": 1.0, "fit_label": False, **params}}
+    entries["meta.npy"] = _npy(np.array(json.dumps(meta)))
+    _write_npz(tmp_path / "bad.npz", entries)
+    with pytest.raises(ValueError, match=r"bad.npz: meta.npy: params: " + msg):
+        NormalizerMinMaxScaler.load(tmp_path / "bad.npz")

@@ -487,8 +487,12 @@ def _check_range(min_range: Any, max_range: Any) -> tuple[float, float]:
     for name, v in (("min_range", min_range), ("max_range", max_range)):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise TypeError(f"{name} must be a number, got {v!r}")
-        if not np.isfinite(v):
-            raise ValueError(f"{name} must be finite, got {v!r}")
+        try:
+            finite = np.isfinite(float(v))
+        except OverflowError:             # a Python int beyond any double
+            finite = False
+        if not finite:
+            raise ValueError(f"{name} must be finite, got {v!r:.40}")
     if not min_range < max_range:
         raise ValueError(f"min_range must be < max_range, got min_range={min_range!r}, "
                          f"max_range={max_range!r}")
