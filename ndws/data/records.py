@@ -203,6 +203,9 @@ class CSVRecordReader(RecordReader):
         for p in self.paths:
             if os.path.isdir(p):
                 raise IsADirectoryError(f"path_or_paths: {p!r} is a directory, not a CSV file")
+            if os.path.exists(p) and not os.path.isfile(p):
+                # a FIFO would block the first read, a device would never end
+                raise ValueError(f"path_or_paths: {p!r} is not a regular file")
             if not os.path.isfile(p):
                 raise FileNotFoundError(f"path_or_paths: no such file {p!r}")
         if not isinstance(encoding, str):
