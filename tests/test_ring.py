@@ -13,6 +13,7 @@ import pytest
 import ndws
 from ndws._memory import allocation_counters
 from ndws.data import AsyncDataSetIterator, AsyncMultiDataSetIterator, DataSet, MultiDataSet
+from ndws.data._ring import Ring, RingMemory
 from ndws.data.iterators import DataSetIterator, MultiDataSetIterator
 
 TIMEOUT = 60
@@ -314,3 +315,32 @@ def test_an_unhashable_source_remembers_within_its_prefetcher_only():
     src.reset()
     with AsyncDataSetIterator(src, queue_size=2) as it:
         assert [kinds_of(ds) for ds in it] == expected_kinds(src)[0]
+
+
+def test_the_ring_names_the_rings_whose_batches_are_valid():
+    # the Ring the producer drives, on this thread: ids() is the current ring and the retired
+    # ones not yet destroyed
+    conf = ndws.WorkspaceConfiguration(
+        policy_allocation="OVERALLOCATE", policy_learning="FIRST_LOOP",
+        policy_reset="ENDOFBUFFER_REACHED", policy_spill="REALLOCATE",
+        min_size=1024, overallocation_limit=2.0)
+    src = Source([2, 2, 20, 2, 2, 2, 2, 2])
+    ring = Ring(conf, "IDS", RingMemory())
+    batches = []
+    try:
+        for k in range(8):
+            with ring:
+                batches.append(src.next())
+            ids = ring.ids()
+            if k < 2:
+                first = ring.workspace.id
+                assert ids == {first}
+            elif k < 2 + 3:                          # the first ring has 3 blocks
+                assert ids == {first, ring.workspace.id} and len(ids) == 2
+            else:
+                assert ids == {ring.workspace.id}
+                assert batches[1].features.stale == "destroyed"
+        assert all(b.features.workspace_id in {first, ring.workspace.id} for b in batches)
+    finally:
+        ring.close()
+    assert all(b.features.stale == "destroyed" for b in batches)

@@ -126,6 +126,12 @@ class Ring:
             self._retired.append((ws, self._count - 1 + ws.current_size // block))
             self.workspace = self._new()
 
+    def ids(self) -> set:
+        """The ids of the rings whose batches are still valid: the current one and those
+        retired and not yet destroyed (what a batch must be copied out of before `close`).
+        From another thread, read it only while the producer is not in a cycle."""
+        return {self.workspace.id} | {ws.id for ws, _ in self._retired}
+
     def close(self) -> None:
         """Destroy every ring of the run (their batches raise ``"destroyed"`` from now on)."""
         for ws, _ in self._retired:
