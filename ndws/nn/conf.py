@@ -333,7 +333,7 @@ class MultiLayerConfiguration:
         """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
         try:
             data = json.loads(text)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"configuration: not JSON text ({exc})") from None
         return cls.from_dict(data)
 

@@ -145,9 +145,13 @@ def _finite(owner: str, name: str, value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise FieldTypeError(f"{owner}.{name}: expected a finite real number, got "
                              f"{type(value).__name__} {value!r:.40}")
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}.{name}: expected a finite real number, got {value!r}")
-    return float(value)
+    try:
+        v = float(value)
+    except OverflowError:                # a Python int beyond any double
+        v = math.inf
+    if not math.isfinite(v):
+        raise ValueError(f"{owner}.{name}: expected a finite real number, got {value!r:.40}")
+    return v
 
 
 _LAYERS: dict[str, type] = {}
