@@ -2,7 +2,7 @@
 # `linear` of ndws.nn is built on it, with its bias + activation as the epilogue). Its operand
 # records are ndws._dispatch's.
 from ndws._core cimport NDArray
-from ndws._gemm_types cimport epilogue_fn
+from ndws._gemm_types cimport GemmTable, epilogue_fn
 
 # C := alpha*op(A) @ op(B) + beta*C on 2-D float32/float64 NDArrays of one dtype (op = transpose
 # when trans_*). `c` is preallocated with the result's shape and must not overlap `a` or `b`;
@@ -14,3 +14,9 @@ from ndws._gemm_types cimport epilogue_fn
 cdef int gemm_arrays(NDArray a, NDArray b, NDArray c, double alpha, double beta,
                      bint trans_a, bint trans_b, epilogue_fn ep, const void* ep_ctx,
                      object op) except -1
+
+
+# The GEMM table in use (the instruction set chosen at import, or by _use_isa): the convolution
+# kernels call its indirect micro-kernel directly. Read it once per call: _use_isa may swap it
+# between calls (never during one: it needs the GIL).
+cdef const GemmTable* gemm_table() noexcept

@@ -9,6 +9,10 @@ Differences from ND4J (docs/porting-from-dl4j.md):
 
 * A batch kept after the ring has come round to its memory raises ``ndws.WorkspaceError``
   (kind ``"overwritten"``) on use instead of silently changing value; ``detach()`` keeps one.
+* The ring adapts to batches of changing size (ndws/data/_ring.py): a batch that does not fit
+  moves the next ones to a ring made for it, and the size is kept for the source (across
+  ``reset()`` and new prefetchers), so a steady epoch of variable-length batches allocates
+  nothing per batch from its first batch.
 * A producer exception is always delivered to the consumer (the same exception object), even
   to a consumer already blocked waiting for the next batch: the producer enqueues an error
   marker. Nothing hangs: consumers on several threads take turns (a lock), and each of them
@@ -31,11 +35,11 @@ import collections
 import operator
 import threading
 import time
-import uuid
 import weakref
 from typing import Any
 
 import ndws
+from ndws.data._ring import Ring, ring_memory
 from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _adapt, _check_item,
                                  _Delegating, _DelegatingShapes)
@@ -148,6 +152,9 @@ class _ProducerState:
         self.channel = _Channel(queue_size)
         self.thread: threading.Thread | None = None
         self.workspace: Any = None        # the current ring (read-only from other threads)
+        self.ring: Ring | None = None     # the run's rings (the producer's; see halt)
+        self.ring_memory = ring_memory(base)   # the largest batch: across runs (epochs) and
+                                               # prefetchers of one source
         self.leftover: list = []          # read, but the channel closed before it went in
         self.parked = threading.Event()   # the producer no longer touches the base
         self.release = threading.Event()  # the ring may go: the producer destroys it and ends
@@ -158,6 +165,7 @@ class _ProducerState:
     def start(self) -> None:
         self.channel = _Channel(self.queue_size)
         self.workspace = None
+        self.ring = None
         self.leftover = []
         self.parked = threading.Event()
         self.release = threading.Event()
@@ -167,11 +175,13 @@ class _ProducerState:
                                        daemon=True)
         self.thread.start()
 
-    def halt(self, keep: bool, abandoned: bool = False) -> list:
-        """Stop the producer and join it (it destroys its ring before it ends). Returns what
-        it read and nobody took, in order (batches, then an end or a `_Failure`); with `keep`
-        the batches are first copied out of the ring, else they are dropped with it. An
-        `abandoned` iterator's producer is not waited for while it is inside the source."""
+    def halt(self, keep: bool, abandoned: bool = False, held: list | None = None) -> list:
+        """Stop the producer and join it (it destroys its rings before it ends). Returns what
+        it read and nobody took, in order: `held` (what the consumer took from the channel
+        and did not hand out), then the channel's batches, then an end or a `_Failure`. With
+        `keep` the batches are first copied out of the rings, else they are dropped with
+        them. An `abandoned` iterator's producer is not waited for while it is inside the
+        source."""
         thread = self.thread
         if thread is None:
             return []
@@ -187,12 +197,14 @@ class _ProducerState:
             self.release.set()
             return []
         self.parked.wait()
-        items = self.channel.take_all() + self.leftover
+        items = (held or []) + self.channel.take_all() + self.leftover
         self.leftover = []
-        if keep and self.workspace is not None:
-            ring = self.workspace.id
+        if keep and self.ring is not None:
+            # parked: the producer is in no cycle, so the rings' ids hold still; a batch may
+            # live in a retired ring that close() destroys too
+            rings = self.ring.ids()
             for item in items:
-                if _in_ring(item, ring):
+                if _in_rings(item, rings):
                     item.detach()
         self.release.set()
         thread.join()
@@ -200,7 +212,7 @@ class _ProducerState:
         return items
 
 
-def _in_ring(item: Any, ring: str) -> bool:
+def _in_rings(item: Any, rings: set) -> bool:
     if isinstance(item, DataSet):
         arrays: Any = (item.features, item.labels, item.features_mask, item.labels_mask)
     elif isinstance(item, MultiDataSet):
@@ -208,20 +220,19 @@ def _in_ring(item: Any, ring: str) -> bool:
                                   item.labels_masks) if group for a in group]
     else:
         return False
-    return any(a is not None and a.workspace_id == ring for a in arrays)
+    return any(a is not None and a.workspace_id in rings for a in arrays)
 
 
 def _produce(state: _ProducerState) -> None:
-    base, channel, ws = state.base, state.channel, None
+    base, channel, ring = state.base, state.channel, None
     index = 0
     in_has_next = True
     try:
         last: Any = None            # the marker that ends the run: _END, a _Failure, or none
         try:
             if state.conf is not None:
-                ws = ndws.get_workspace_manager().create_new_workspace(
-                    state.conf, f"{state.ws_prefix}-{uuid.uuid4()}")
-                state.workspace = ws
+                ring = state.ring = Ring(state.conf, state.ws_prefix, state.ring_memory)
+                state.workspace = ring.workspace
             while True:
                 state.reading = True
                 if channel.closed:
@@ -231,12 +242,14 @@ def _produce(state: _ProducerState) -> None:
                     last = _END
                     break
                 in_has_next = False
-                if ws is not None:
+                if ring is not None:
                     # one cycle of the ring per batch; leaving the `with` ends the cycle
                     # (ND4J's commit), after which the batch stays valid until the ring has
-                    # come round to its memory again
-                    with ws:
+                    # come round to its memory again; a batch that did not fit its block
+                    # moves the next ones to a bigger ring (ndws/data/_ring.py)
+                    with ring:
                         item = base.next()
+                    state.workspace = ring.workspace
                 else:
                     item = base.next()
                 state.reading = False
@@ -254,15 +267,12 @@ def _produce(state: _ProducerState) -> None:
             state.leftover.append(last)
     finally:
         state.parked.set()
-        # The batches in the channel and in the consumer's hands live in the ring: keep it
+        # The batches in the channel and in the consumer's hands live in the rings: keep them
         # until the consumer resets or shuts down (and has copied out what it keeps).
         state.release.wait()
-        if ws is not None:
+        if ring is not None:
             state.workspace = None
-            # (a DummyWorkspace under DebugMode.BYPASS_EVERYTHING has no scope to close)
-            if getattr(ws, "is_scope_active", False):
-                ws.close()
-            ndws.get_workspace_manager().destroy_workspace(ws)
+            ring.close()
 
 
 def _finalize(state: _ProducerState) -> None:
@@ -460,10 +470,10 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         state = self._state
         started = state.base_started
         running = state.thread is not None
-        items = state.halt(keep=True)
+        items = state.halt(keep=True, held=None if cached is None else [cached])
         self._finalizer()
         if running:
-            self._give_back(([] if cached is None else [cached]) + items, started)
+            self._give_back(items, started)
         # wake a consumer blocked in has_next() on another thread: it sees the end
         state.channel.wake()
 
@@ -511,7 +521,10 @@ class AsyncDataSetIterator(_AsyncBase, DataSetIterator):
         10 MiB), so a steady epoch does no heap allocation for batch data. A batch is valid
         until the ring comes round to its memory, at least ``queue_size + 1`` batches later
         (more with small batches); ``detach()`` what you keep longer, or it raises
-        ``ndws.WorkspaceError`` (kind ``"overwritten"``) on use.
+        ``ndws.WorkspaceError`` (kind ``"overwritten"``) on use. Batches of changing size
+        (time series of varying length) are the normal case: the blocks are 1.3 times the
+        largest batch seen, and a batch that did not fit moves the next ones to a new ring
+        (the old one goes a lap later: its batches then raise, kind ``"destroyed"``).
 
     Notes
     -----
