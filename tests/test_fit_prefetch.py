@@ -171,6 +171,81 @@ def test_resuming_after_save_and_load_equals_two_epochs_straight(tmp_path, kind)
         assert {t for _, _, t in it.reads} == {ADSI} and it.resets == [MAIN] * 2
 
 
+class GatedArrays(ArrayDataSetIterator):
+    """The issue's iterator, a shuffled ArrayDataSetIterator, whose reads the test arranges:
+    batch i of epoch e waits for `gate[(e, i)]` (when the test made one) and sets
+    `read[(e, i)]`. With `loading` it says async_supported() True, as an iterator that loads
+    from disk would, so fit prefetches it itself."""
+
+    def __init__(self, loading):
+        super().__init__(X, Y, BATCH, shuffle=True, seed=3)
+        self.loading = loading
+        self.gate = {}
+        self.read = collections.defaultdict(threading.Event)
+
+    def async_supported(self):
+        return self.loading
+
+    def _next(self):
+        key = (self.epoch, self._batcher.pos // BATCH)
+        if key in self.gate:
+            assert self.gate[key].wait(60)
+        ds = super()._next()
+        self.read[key].set()
+        return ds
+
+
+@pytest.mark.parametrize("who", ["fit prefetches", "the user wraps"])
+@pytest.mark.parametrize("producer", ["a whole epoch ahead", "in lock-step"])
+def test_resumed_training_of_the_issue_equals_two_epochs_straight_every_time(tmp_path, who,
+                                                                                producer):
+    # shuffled ArrayDataSetIterator, dropout and Adam: fit 1 epoch, save, load, fit 1 epoch
+    straight = make_net()
+    straight.fit(ArrayDataSetIterator(X, Y, BATCH, shuffle=True, seed=3), epochs=2,
+                 progress=False)
+
+    class Arrange(TrainingListener):
+        """Places the producer at every iteration of an epoch: as far ahead as its queue
+        lets it (fit's first batch trains only once the producer has read batch `far`: the
+        whole epoch through the user's queue of N, batch 3 through fit's queue of 2, which
+        holds 1 and 2 while fit trains 0), or in lock-step (batch i + 1 is read only once fit
+        has trained batch i, so the end of the epoch is found while fit trains its last)."""
+
+        def __init__(self, it):
+            self.it, self.count = it, 0
+            self.far = 3 if who == "fit prefetches" else N - 1
+
+        def iteration_done(self, model, iteration, epoch):
+            e, i = divmod(self.count, N)
+            self.count += 1
+            if producer == "a whole epoch ahead":
+                if i == 0:
+                    assert self.it.read[(e, self.far)].wait(60)
+            elif i + 1 < N:
+                self.it.gate[(e, i + 1)].set()
+
+    for run in range(3):
+        it = GatedArrays(loading=who == "fit prefetches")
+        if producer == "in lock-step":
+            it.gate = {(e, i): threading.Event() for e in range(2) for i in range(1, N)}
+        source = it if who == "fit prefetches" else AsyncDataSetIterator(it, queue_size=N)
+        net = make_net()
+        net.set_listeners(Arrange(it))
+        net.fit(source, epochs=1, progress=False)
+        assert (it.epoch, it._batcher.pos) == (1, 0)      # reset by fit, nothing read since
+        net.save(tmp_path / f"net{run}.zip")
+        resumed = nn.MultiLayerNetwork.load(tmp_path / f"net{run}.zip")
+        arrange = Arrange(it)
+        arrange.count = N
+        resumed.set_listeners(arrange)
+        resumed.fit(source, epochs=1, progress=False)
+        np.testing.assert_array_equal(resumed.params().numpy(), straight.params().numpy())
+        assert (it.epoch, it._batcher.pos) == (2, 0)
+        if who == "the user wraps":
+            source.shutdown()
+        assert [t for t in threading.enumerate() if t.name == ADSI] == []
+
+
 # -- the end of an epoch, several epochs -----------------------------------------------------
 
 @pytest.mark.parametrize("ahead", [True, False])
@@ -490,6 +565,21 @@ def test_batches_given_back_are_out_of_the_ring_and_reset_drops_them():
     assert it._position == 2 and it._started
     it.reset()                                      # a new epoch: the rest of the old goes
     assert (it.epoch, it.pos) == (1, 0) and len(rest(it)) == N
+
+
+def test_a_batch_has_next_fetched_and_nobody_took_is_given_back_out_of_the_ring():
+    it = Loader()
+    prefetch = AsyncDataSetIterator(it, queue_size=2)
+    prefetch.next()
+    assert prefetch.has_next()                      # batch 1 is fetched, not handed out
+    ring = prefetch.workspace.id
+    prefetch.shutdown()
+    given = it.next()
+    assert given.features.stale is None and given.features.workspace_id != ring
+    fresh = Loader()
+    fresh.next()
+    np.testing.assert_array_equal(given.features.numpy(), fresh.next().features.numpy())
+    assert rest(it) == rest(fresh)
 
 
 def test_a_shard_of_an_iterator_holding_given_back_batches_starts_afresh():

@@ -344,3 +344,19 @@ def test_the_ring_names_the_rings_whose_batches_are_valid():
     finally:
         ring.close()
     assert all(b.features.stale == "destroyed" for b in batches)
+
+
+def test_shutdown_gives_back_the_batches_of_a_retired_ring_intact():
+    # the 40-step batch did not fit: batches 0 to 2 live in the retired ring, 3 and 4 in the
+    # new one; shutdown destroys both, after copying out what it gives back to the source
+    src = Source([3, 3, 40, 3, 3])
+    it = AsyncDataSetIterator(src, queue_size=8)
+    state = it._state
+    assert state.parked.wait(TIMEOUT)               # the epoch read, its end queued
+    assert len(state.ring.ids()) == 2
+    it.shutdown()
+    for k in range(5):
+        ds = src.next()
+        assert ds.features.workspace_id is None and ds.labels_mask.workspace_id is None
+        check(ds, src, k)
+    assert not src.has_next()
