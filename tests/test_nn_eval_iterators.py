@@ -439,3 +439,21 @@ def test_a_refused_batch_leaves_no_view_of_the_output_behind(mode):
                                              r"predictions: 16 NaNs"):
             net.do_evaluation(ArrayDataSetIterator(x, y, 20), Evaluation(), ROCMultiClass())
     assert ndws.current_workspace() is None and open_network_workspaces() == []
+
+
+@pytest.mark.parametrize("taken", [0, 3])
+def test_a_one_pass_iterator_is_evaluated_from_where_it_is(taken):
+    # an iterator over a generator cannot reset: evaluation reads it as a loop would (it used
+    # to call its reset(), which raises NotImplementedError), as fit's epochs do
+    x, y = problem()
+    net = network(5, 4, "ENABLED")
+    want = oracle(net, batches_of(_datasets(x, y))[taken:], 4)[0]
+    for evaluate in (lambda it: net.evaluate(it),
+                     lambda it: net.do_evaluation(it, Evaluation())):
+        it = ExistingDataSetIterator(ds for ds in _datasets(x, y))
+        for _ in range(taken):
+            it.next()
+        assert not it.reset_supported()
+        got = evaluate(it)
+        np.testing.assert_array_equal(got.get_confusion_matrix(), want.get_confusion_matrix())
+        assert not it.has_next()

@@ -42,7 +42,7 @@ import ndws
 from ndws.data._ring import Ring, ring_memory
 from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _adapt, _check_item,
-                                 _Delegating, _DelegatingShapes)
+                                 _Delegating, _DelegatingShapes, reset_if_supported)
 
 __all__ = ["AsyncDataSetIterator", "AsyncMultiDataSetIterator"]
 
@@ -583,8 +583,5 @@ def _end_of_epoch(data: Any, labels: Any) -> None:
     """What ``fit`` does after each epoch of an iterator: reset it, as a plain loop over epochs
     would, when it can be reset (a one-pass iterator, a generator say, is left as it is; an
     `AsyncDataSetIterator` resets its source and reads nothing until the next epoch asks)."""
-    if labels is not None or not callable(getattr(data, "reset", None)):
-        return
-    supported = getattr(data, "reset_supported", None)
-    if not callable(supported) or supported():
-        data.reset()
+    if labels is None:
+        reset_if_supported(data)

@@ -147,6 +147,19 @@ class _BaseIterator:
         return self.next()
 
 
+def reset_if_supported(it: Any) -> None:
+    """Start a new epoch of `it` as a loop over epochs would: reset it when it has ``reset()``
+    and can reset (``reset_supported()``, when it says). A one-pass iterator (over a generator,
+    say) is left as it is: its next epoch is empty, as a plain loop's would be, where calling
+    its ``reset()`` would raise NotImplementedError. Any object with the protocol's methods
+    (``fit``'s epochs, an evaluation's pass)."""
+    if not callable(getattr(it, "reset", None)):
+        return
+    supported = getattr(it, "reset_supported", None)
+    if not callable(supported) or supported():
+        it.reset()
+
+
 def _refuse_after_failure(it: Any) -> None:
     exc = it._failure
     if exc is not None:

@@ -5,6 +5,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from ndws.data.iterators import reset_if_supported
+
 __all__ = ["evaluate"]
 
 # batches, check_evaluations and count are also the loop of the network stack's evaluation,
@@ -26,14 +28,12 @@ def _batch(item: Any, index: int) -> tuple[Any, Any, Any, Any]:
 
 
 def batches(iterator: Iterable, features_mask: bool = False) -> Iterator[tuple]:
-    """``(features, labels, mask)`` of every batch of `iterator` (reset first when it has a
-    ``reset()``, as DL4J does), with the features mask fourth when `features_mask` (a
+    """``(features, labels, mask)`` of every batch of `iterator` (reset first when it can
+    reset, as DL4J does; a one-pass iterator is read from where it is), with the features mask fourth when `features_mask` (a
     network's time series of varying length need it). A caller that runs a model in a
     workspace cycle per batch pulls each batch from here with no cycle open
     (docs/evaluation.md, "Feeding evaluations")."""
-    reset = getattr(iterator, "reset", None)
-    if callable(reset):
-        reset()
+    reset_if_supported(iterator)
     for index, item in enumerate(iterator):
         parts = _batch(item, index)
         yield parts if features_mask else parts[:3]
