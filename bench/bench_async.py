@@ -226,21 +226,12 @@ EPOCH_KINDS = {"synchronous": lambda n: sync_epoch(n, 0.0, 0.0),
 
 
 def instructions_table() -> None:
-    import subprocess
+    from _callgrind import per_item
     n1, n2 = 100, 1100
     print(f"2'. Overhead in instructions per batch (callgrind, epochs of {n1} and {n2})")
     counts = {}
     for kind in EPOCH_KINDS:
-        got = []
-        for n in (n1, n2):
-            proc = subprocess.run(
-                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                 sys.executable, __file__, "--one-epoch", kind, str(n)],
-                env=dict(os.environ, PYTHONHASHSEED="0"), capture_output=True, text=True,
-                check=True)
-            line = [x for x in proc.stderr.splitlines() if "Collected" in x][0]
-            got.append(int(line.split()[-1]))
-        counts[kind] = (got[1] - got[0]) / (n2 - n1)
+        counts[kind] = per_item(lambda n: [__file__, "--one-epoch", kind, str(n)], n1, n2)
         print(f"  {kind:40s} {counts[kind]:10,.0f}")
     for kind in list(EPOCH_KINDS)[1:]:
         print(f"  {kind} - synchronous: {counts[kind] - counts['synchronous']:+,.0f}")

@@ -22,6 +22,8 @@ Usage::
     python bench/bench_fit.py --quick    # fewer iterations, noisier numbers
     python bench/bench_fit.py --noisy    # also with a busy neighbour process on one core
     python bench/bench_fit.py --sources  # only the data sources' rows (1 thread, batch 32)
+    python bench/bench_fit.py --sources --noisy   # those rows, also beside a busy neighbour
+    python bench/bench_fit.py --sources --instructions   # in-memory rows in instructions
 
 Targets: fit() within 1.15x of the GEMM floor at batch 128 and 1.3x at batch 32, and faster
 than PyTorch eager in every row; an in-memory iterator within 1.05x of the list; the slow
@@ -207,6 +209,69 @@ def run_sources(quick):
     rng = np.random.default_rng(0)
     steps = make_sources(mlp.init_params(rng), rng)
     print(json.dumps(_sources_us(steps, SOURCE_ROUNDS[1] if quick else SOURCE_ROUNDS[0])))
+
+
+INSTR_EPOCHS = (10, 50)      # the two epoch lengths of --instructions
+INSTR_SOURCES = ("list of DataSets", "arrays (X, Y, batch_size=32)", "ArrayDataSetIterator",
+                 "ExistingDataSetIterator(list)", "ArrayDataSetIterator, prefetched")
+
+
+def run_one_fit(name, n):
+    """One fit() over the first `n` batches from source `name` (under callgrind: see
+    instructions_sources). Everything else, the data of the longer epoch included, is made
+    the same whatever `n`, so the difference of two counts is n's batches through fit()."""
+    import gc
+
+    import numpy as np
+
+    import ndws
+    from ndws.data import ArrayDataSetIterator, DataSet, ExistingDataSetIterator
+    from ndws.data.async_iterators import AsyncDataSetIterator
+
+    gc.disable()            # a collection costs millions of instructions, at no fixed time
+    ndws.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    params0 = mlp.init_params(rng)
+    x, y = mlp.make_batch(rng, 32 * INSTR_EPOCHS[1])
+    listed = [DataSet(ndws.array(x[i:i + 32], detached=True),
+                      ndws.array(y[i:i + 32], detached=True)) for i in range(0, len(x), 32)]
+    x, y, listed = x[:32 * n], y[:32 * n], listed[:n]
+    _, _, net = make_fit(params0, x[:32], y[:32])
+    net.fit(listed[:2], progress=False)          # the workspaces learn their sizes
+    if name == "list of DataSets":
+        net.fit(listed, progress=False)
+    elif name == "arrays (X, Y, batch_size=32)":
+        net.fit(x, y, batch_size=32, progress=False)
+    elif name == "ArrayDataSetIterator":
+        net.fit(ArrayDataSetIterator(x, y, 32), progress=False)
+    elif name == "ExistingDataSetIterator(list)":
+        net.fit(ExistingDataSetIterator(listed), progress=False)
+    else:
+        with AsyncDataSetIterator(ArrayDataSetIterator(x, y, 32), queue_size=2) as it:
+            net.fit(it, progress=False)
+    assert net.iteration == 2 + n
+
+
+def instructions_sources():
+    """Instructions per fit() iteration from each in-memory source (callgrind): one fit() of
+    N1 and one of N2 batches, each in its own interpreter under PYTHONHASHSEED=0, and
+    (count(N2) - count(N1)) / (N2 - N1). Repeatable where wall-clock on a shared machine is
+    not; it counts work, not cache misses or waiting."""
+    from _callgrind import per_item
+    n1, n2 = INSTR_EPOCHS
+    print(f"\ninstructions per fit() iteration (callgrind, epochs of {n1} and {n2} batches of "
+          f"32, 1 kernel thread), and the ratio to the list")
+    counts = {}
+    for name in INSTR_SOURCES:
+        counts[name] = per_item(lambda n: [__file__, "--one-fit", name, str(n)], n1, n2,
+                                {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
+        base = counts[INSTR_SOURCES[0]]
+        print(f"  {name:<33} {counts[name]:>13,.0f} {counts[name] / base:>7.4f}  "
+              f"({counts[name] - base:+,.0f})")
+    worst = max(counts["ArrayDataSetIterator"], counts["ExistingDataSetIterator(list)"])
+    ratio = worst / counts[INSTR_SOURCES[0]]
+    print(f"  in-memory iterators within {TARGET_IN_MEMORY}x the list: "
+          f"{'PASS' if ratio <= TARGET_IN_MEMORY else 'MISS'} ({ratio:.4f}x)")
 
 
 def _median_us(step, n):
@@ -398,19 +463,32 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--noisy", action="store_true", help="also with a busy neighbour process")
     p.add_argument("--sources", action="store_true", help="only the data sources' rows")
+    p.add_argument("--instructions", action="store_true",
+                   help="with --sources: instructions per iteration (callgrind) instead")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--one-fit", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("--sources-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         run_child(args.child, args.quick)
         return 0
+    if args.one_fit:
+        run_one_fit(args.one_fit[0], int(args.one_fit[1]))
+        return 0
     if args.sources_child:
         run_sources(args.quick)
         return 0
     print(f"$ python bench/bench_fit.py{' --quick' if args.quick else ''}"
-          f"{' --noisy' if args.noisy else ''}{' --sources' if args.sources else ''}")
+          f"{' --noisy' if args.noisy else ''}{' --sources' if args.sources else ''}"
+          f"{' --instructions' if args.instructions else ''}")
+    if args.sources and args.instructions:
+        instructions_sources()
+        return 0
     if args.sources:
         report_sources(_child(1, args.quick, False, sources=True), "quiet machine")
+        if args.noisy:
+            report_sources(_child(1, args.quick, True, sources=True),
+                           "with a busy neighbour process on one core")
         return 0
     quiet = [_child(t, args.quick, False) for t in (1, 2)]
     print(f"torch: {quiet[0]['torch'] or 'not installed (skipped)'}; medians in microseconds")
@@ -419,6 +497,8 @@ def main(argv=None):
     if args.noisy:
         report([_child(t, args.quick, True) for t in (1, 2)],
                "with a busy neighbour process on one core")
+        report_sources(_child(1, args.quick, True, sources=True),
+                       "with a busy neighbour process on one core")
     return 0
 
 
