@@ -155,6 +155,7 @@ cdef class Arena:
     cdef int _fail_if_exported(self, str when) except -1
     cdef int _install_main(self, MemoryBlock block) except -1
     cdef int _init_buffer(self) except -1
+    cdef object _no_block(self)
     cdef void _clear_external(self) noexcept
     cdef void _clear_pinned(self, bint extended) noexcept
     cdef int _destroy_buffers(self, bint extended) except -1

@@ -383,6 +383,12 @@ cdef bint _ring_pin_overrun(MemoryBlock b, long long new_end) except -1:
 MAX_BLOCK_BYTES = PY_SSIZE_T_MAX // 2
 
 
+cdef object _sized_os_error(object exc, object wid, str field, Py_ssize_t size):
+    # an MMAP workspace's file could not be made: the error names the workspace and the field
+    return OSError(exc.errno, f"Workspace [{wid}]: {field}={size} bytes for its memory-mapped "
+                              f"file: {exc.strerror if exc.strerror else exc}")
+
+
 cdef Py_ssize_t _grown(Py_ssize_t size, double fraction, object wid) except -1:
     # size + floor(size * fraction), as ND4J's overallocation, refusing results that would
     # overflow (ND4J's long arithmetic wraps to a negative size and then spills everything).
@@ -451,7 +457,11 @@ cdef class Arena:
             flen = os.path.getsize(path) if os.path.exists(path) else 0
             if flen == 0 or flen < self._initial_size:
                 if self._initial_size > 0:
-                    _fill_file(path, self._initial_size)
+                    try:
+                        _fill_file(path, self._initial_size)
+                    except OSError as exc:
+                        raise _sized_os_error(exc, self._id, "initial_size",
+                                              self._initial_size) from None
                 else:
                     raise WorkspaceError("Memory-mapped file should have positive length.",
                                          "mmap", self._id)
@@ -498,13 +508,36 @@ cdef class Arena:
         if self._p_location == LOCATION_RAM:
             if self._current_size > 0:
                 self._is_init = True
-                block = allocate_block(self._current_size, True, BLOCK_MAIN)
+                try:
+                    block = allocate_block(self._current_size, True, BLOCK_MAIN)
+                except MemoryError:
+                    raise self._no_block() from None
                 self._install_main(block)
         elif self._mmap_temp:
-            self._install_main(map_temp_file(self._initial_size, None))
+            try:
+                block = map_temp_file(self._initial_size, None)
+            except OSError as exc:
+                raise _sized_os_error(exc, self._id, "initial_size", self._initial_size) \
+                    from None
+            self._install_main(block)
         else:
             self._install_main(map_file(self._mmap_path))
         return 0
+
+    cdef object _no_block(self):
+        # The error of a main block the machine can't give, naming the fields that sized it.
+        # The workspace is left without a block (its allocations spill), as before it first
+        # sized itself, rather than claiming a size it does not have.
+        cdef Py_ssize_t wanted = self._current_size
+        self._current_size = 0
+        self._is_over = False
+        learned = (f", the largest cycle {self._max_cycle} bytes"
+                   if self._p_learning != LEARN_NONE and self._max_cycle else "")
+        return MemoryError(f"Workspace [{self._id}]: can't allocate its block of {wanted} "
+                           f"bytes (initial_size={self._initial_size}, min_size="
+                           f"{self._min_size}, max_size={self._max_size}, "
+                           f"overallocation_limit={self._overalloc!r}{learned}): not enough "
+                           f"memory")
 
     cdef void _clear_external(self) noexcept:
         # "Freeing" spills drops the workspace's references; arrays still on them keep the

@@ -284,8 +284,9 @@ cdef Py_ssize_t _dimension_slow(object v, object shape) except -1:
     if n < 0:
         raise ValueError("negative dimensions are not allowed")
     if n > PY_SSIZE_T_MAX:
-        raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger than the "
-                         "maximum possible size.")
+        raise ValueError(f"shape: {shape!r:.60} is too many bytes: array is too big; "
+                         f"`arr.size * arr.dtype.itemsize` is larger than the maximum possible "
+                         f"size.")
     return n
 
 

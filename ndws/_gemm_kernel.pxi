@@ -208,6 +208,117 @@ cdef inline void _ukr(intp_t kc, const floating_t* A__pi, const floating_t* B__p
 
 
 # ------------------------------------------------------------------------------------------------
+# The indirect micro-kernel of the convolution kernels (ndws.nn._conv, published in the table as
+# ukr_ind_f32/_f64): the same register tile and the same fma chain over p as the GEMM's, with
+# the operands addressed through offset tables instead of packed panels, so a convolution reads
+# its input where it lies (an implicit im2col: the taps of one output row are one offset each):
+#
+#   C__ij (MR x NR, row stride ldc, unit column stride) (+)= sum_p A[aoff[p] + i*ars] * B[boff[p] + j]
+#
+# aoff == NULL means A is packed (A + p*MR, ars == 1); boff == NULL means B is packed
+# (B + p*NR). load_c adds the product to C instead of overwriting it. Bc (with an indirect B)
+# receives the B rows as they are loaded, packed (Bc + p*NR): the first A panel over a block of B
+# packs it for the others at the cost of two stores per MR*NV fmas.
+
+cdef inline void _ind_f32(intp_t kc, const float32_t* A, const intp_t* aoff, intp_t ars,
+                          const float32_t* B, const intp_t* boff, float32_t* C, intp_t ldc,
+                          bint load_c, float32_t* Bc, bint a_packed, bint b_packed,
+                          bint b_copy) noexcept nogil:
+    cdef ndws_vf32 acc[NDWS_MR_F32][NDWS_NV_F32]
+    cdef ndws_vf32 bv[NDWS_NV_F32]
+    cdef ndws_vf32 av
+    cdef const float32_t* a
+    cdef const float32_t* b
+    cdef intp_t p
+    cdef int r, v
+    for r in range(NDWS_MR_F32):
+        for v in range(NDWS_NV_F32):
+            acc[r][v] = ndws_vzero_f32()
+    for p in range(kc):
+        a = A + p * NDWS_MR_F32 if a_packed else A + aoff[p]
+        b = B + p * NDWS_NR_F32 if b_packed else B + boff[p]
+        for v in range(NDWS_NV_F32):
+            bv[v] = ndws_vload_f32(b + v * NDWS_VLEN_F32)
+            if b_copy:
+                ndws_vstore_f32(Bc + p * NDWS_NR_F32 + v * NDWS_VLEN_F32, bv[v])
+        for r in range(NDWS_MR_F32):
+            av = ndws_vset1_f32(a[r] if a_packed else a[r * ars])
+            for v in range(NDWS_NV_F32):
+                acc[r][v] = ndws_vfmadd_f32(av, bv[v], acc[r][v])
+    for r in range(NDWS_MR_F32):
+        for v in range(NDWS_NV_F32):
+            if load_c:
+                acc[r][v] = ndws_vadd_f32(ndws_vload_f32(C + r * ldc + v * NDWS_VLEN_F32),
+                                          acc[r][v])
+            ndws_vstore_f32(C + r * ldc + v * NDWS_VLEN_F32, acc[r][v])
+
+
+cdef inline void _ind_f64(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
+                          const float64_t* B, const intp_t* boff, float64_t* C, intp_t ldc,
+                          bint load_c, float64_t* Bc, bint a_packed, bint b_packed,
+                          bint b_copy) noexcept nogil:
+    cdef ndws_vf64 acc[NDWS_MR_F64][NDWS_NV_F64]
+    cdef ndws_vf64 bv[NDWS_NV_F64]
+    cdef ndws_vf64 av
+    cdef const float64_t* a
+    cdef const float64_t* b
+    cdef intp_t p
+    cdef int r, v
+    for r in range(NDWS_MR_F64):
+        for v in range(NDWS_NV_F64):
+            acc[r][v] = ndws_vzero_f64()
+    for p in range(kc):
+        a = A + p * NDWS_MR_F64 if a_packed else A + aoff[p]
+        b = B + p * NDWS_NR_F64 if b_packed else B + boff[p]
+        for v in range(NDWS_NV_F64):
+            bv[v] = ndws_vload_f64(b + v * NDWS_VLEN_F64)
+            if b_copy:
+                ndws_vstore_f64(Bc + p * NDWS_NR_F64 + v * NDWS_VLEN_F64, bv[v])
+        for r in range(NDWS_MR_F64):
+            av = ndws_vset1_f64(a[r] if a_packed else a[r * ars])
+            for v in range(NDWS_NV_F64):
+                acc[r][v] = ndws_vfmadd_f64(av, bv[v], acc[r][v])
+    for r in range(NDWS_MR_F64):
+        for v in range(NDWS_NV_F64):
+            if load_c:
+                acc[r][v] = ndws_vadd_f64(ndws_vload_f64(C + r * ldc + v * NDWS_VLEN_F64),
+                                          acc[r][v])
+            ndws_vstore_f64(C + r * ldc + v * NDWS_VLEN_F64, acc[r][v])
+
+
+cdef void _ukr_ind_f32(intp_t kc, const float32_t* A, const intp_t* aoff, intp_t ars,
+                       const float32_t* B, const intp_t* boff, float32_t* C, intp_t ldc,
+                       int load_c, float32_t* Bc) noexcept nogil:
+    # the three kinds of operand the convolutions use get their own loop (constant flags fold
+    # into the inlined body; with more call sites gcc stops inlining it); the rest share one
+    if aoff == NULL and boff == NULL:
+        _ind_f32(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, True, False)
+    elif aoff == NULL and Bc != NULL:
+        _ind_f32(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, False, True)
+    elif boff == NULL:
+        _ind_f32(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, True, False)
+    else:
+        _ind_f32(kc, A, aoff, ars if aoff != NULL else 1, B, boff, C, ldc, load_c, Bc,
+                 aoff == NULL, False, Bc != NULL)
+
+
+cdef void _ukr_ind_f64(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
+                       const float64_t* B, const intp_t* boff, float64_t* C, intp_t ldc,
+                       int load_c, float64_t* Bc) noexcept nogil:
+    # the three kinds of operand the convolutions use get their own loop (constant flags fold
+    # into the inlined body; with more call sites gcc stops inlining it); the rest share one
+    if aoff == NULL and boff == NULL:
+        _ind_f64(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, True, False)
+    elif aoff == NULL and Bc != NULL:
+        _ind_f64(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, False, True)
+    elif boff == NULL:
+        _ind_f64(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, True, False)
+    else:
+        _ind_f64(kc, A, aoff, ars if aoff != NULL else 1, B, boff, C, ldc, load_c, Bc,
+                 aoff == NULL, False, Bc != NULL)
+
+
+# ------------------------------------------------------------------------------------------------
 # Packing. The inner loop always runs along whichever source axis is contiguous, so transposed
 # operands pack as fast as plain ones; the padding rows/columns are zeros (they only feed the
 # parts of a tile that are never copied out).
@@ -863,6 +974,8 @@ _TABLE.sgemm = _sgemm
 _TABLE.dgemm = _dgemm
 _TABLE.scratch_allocations = _scratch_allocations
 _TABLE.scratch_buffers = _scratch_buffers
+_TABLE.ukr_ind_f32 = _ukr_ind_f32
+_TABLE.ukr_ind_f64 = _ukr_ind_f64
 _TABLE.pack_b_f32 = _spack_b
 _TABLE.pack_b_f64 = _dpack_b
 _TABLE.packed_b_elems = _packed_b_elems

@@ -32,6 +32,17 @@ ctypedef int (*dgemm_fn)(intp_t m, intp_t n, intp_t k, float64_t alpha,
 # loop of same-sized calls must not move it (tests assert that).
 ctypedef long long (*count_fn)() noexcept nogil
 
+# The convolutions' indirect micro-kernel (ndws.nn._conv; see _gemm_kernel.pxi): one MR x NR
+# register tile C (row stride ldc, unit column stride) := (C if load_c else 0)
+# + sum_{p < kc} A[aoff[p] + i*ars] * B[boff[p] + j], with aoff == NULL for a packed A (A + p*MR)
+# and boff == NULL for a packed B (B + p*NR). Every element is the GEMM's fma chain over p.
+# Bc (NULL, or with an indirect B): receives B's rows packed, Bc[p*NR + j] = B[boff[p] + j].
+ctypedef void (*ukr_ind_f32_fn)(intp_t kc, const float32_t* A, const intp_t* aoff, intp_t ars,
+                                const float32_t* B, const intp_t* boff, float32_t* C,
+                                intp_t ldc, int load_c, float32_t* Bc) noexcept nogil
+ctypedef void (*ukr_ind_f64_fn)(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
+                                const float64_t* B, const intp_t* boff, float64_t* C,
+                                intp_t ldc, int load_c, float64_t* Bc) noexcept nogil
 # B packed once for many products with it (the recurrent weights of a time loop): `pack_b_*`
 # copies a k x n B (any strides) into `packed_b_elems(k, n, is_f64)` elements in the layout the
 # kernel packs B into itself (K blocks of the balanced KC, each a row of zero-padded NR-wide
@@ -59,6 +70,8 @@ ctypedef struct GemmTable:
     count_fn scratch_allocations
     count_fn scratch_buffers        # threads holding a scratch buffer now (freed at thread exit)
     int kc_f32, mc_f32, nc_f32, kc_f64, mc_f64, nc_f64   # cache blocking (show_config, tests)
+    ukr_ind_f32_fn ukr_ind_f32
+    ukr_ind_f64_fn ukr_ind_f64
     pack_b_f32_fn pack_b_f32
     pack_b_f64_fn pack_b_f64
     packed_size_fn packed_b_elems

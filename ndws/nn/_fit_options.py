@@ -61,7 +61,7 @@ class Validation:
         if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], DataSet):
             x = net._as_input(data[0], "validation_data[0]")
             y = labels_array(data[1], "validation_data[1]")
-            if y.ndim not in (1, 2) or y.shape[0] != x.shape[0]:
+            if y.ndim == 0 or y.shape[0] != x.shape[0]:
                 raise ValueError(f"validation_data: labels of shape {tuple(y.shape)} for "
                                  f"{x.shape[0]} examples")
             if x.shape[0] == 0:
@@ -89,7 +89,8 @@ class Validation:
 
     def __call__(self) -> tuple[float, float | None]:
         net = self._net
-        classifier = (net.layers[-1].output_width() or 0) > 1
+        # an accuracy for rows of class scores (not for per-pixel outputs)
+        classifier = len(net._out_shapes[-1]) == 1 and (net.layers[-1].output_width() or 0) > 1
         rows, total, right, counted = 0, 0.0, 0, 0
         source = self._source
         try:

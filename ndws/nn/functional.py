@@ -1,12 +1,15 @@
 """The torch-like functional surface of ndws' native kernels: ``import ndws.nn.functional as F``.
 
 The fused dense layer `linear` (GEMM + bias + activation), activations (forward and
-derivative), softmax / log-softmax along an axis, losses with their gradients, fused
-in-place updaters, and the recurrent time loops (`lstm_forward` / `lstm_backward`,
+derivative), softmax / log-softmax along an axis, losses with their gradients, fused in-place
+updaters, the convolutional kernels: `conv2d` and its gradients, the transposed and
+depthwise convolutions, `im2col` / `col2im`, pooling, zero padding, cropping and upsampling,
+with DL4J's size helpers, and the recurrent time loops (`lstm_forward` / `lstm_backward`,
 `simple_rnn_forward` / `simple_rnn_backward`: whole sequences in compiled code). Every
-function is a compiled function of `ndws.nn._activations`, `_losses`, `_updaters`, `_linear`
-or `_rnn` (the fused layer and the time loops run on `ndws._linalg`'s GEMM), with no Python
-layer in between: a call on a small array costs a few hundred nanoseconds.
+function is a compiled function of `ndws.nn._activations`, `_losses`, `_updaters`, `_linear`,
+`_conv`, `_pool` or `_rnn` (the dense layer, the convolutions and the time loops run on
+`ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a small array costs
+a few hundred nanoseconds.
 
 Conventions
 -----------
@@ -72,6 +75,20 @@ from ndws.nn._activations import (
     thresholded_relu,
     thresholded_relu_backward,
 )
+from ndws.nn._conv import (
+    col2im,
+    conv2d,
+    conv2d_backward,
+    conv2d_scratch_bytes,
+    conv_output_size,
+    conv_transpose2d,
+    conv_transpose2d_backward,
+    conv_transpose_output_size,
+    depthwise_conv2d,
+    depthwise_conv2d_backward,
+    im2col,
+    same_padding,
+)
 from ndws.nn._linear import linear
 from ndws.nn._rnn import (
     lstm_backward,
@@ -96,6 +113,22 @@ from ndws.nn._losses import (
     softmax_cross_entropy,
     squared_hinge_loss,
     wasserstein_loss,
+)
+from ndws.nn._pool import (
+    avg_pool2d,
+    avg_pool2d_backward,
+    crop2d,
+    crop2d_backward,
+    max_pool2d,
+    max_pool2d_backward,
+    pnorm_pool2d,
+    pnorm_pool2d_backward,
+    sum_pool2d,
+    sum_pool2d_backward,
+    upsample2d,
+    upsample2d_backward,
+    zero_pad2d,
+    zero_pad2d_backward,
 )
 from ndws.nn._updaters import (
     adagrad_update,
@@ -122,6 +155,12 @@ __all__ = [
     "poisson_loss", "msle_loss", "mape_loss", "wasserstein_loss",
     "sgd_update", "momentum_update", "adam_update", "adamw_update", "rmsprop_update",
     "adagrad_update",
+    "conv2d", "conv2d_backward", "conv2d_scratch_bytes", "conv_transpose2d",
+    "conv_transpose2d_backward", "depthwise_conv2d", "depthwise_conv2d_backward", "im2col",
+    "col2im", "conv_output_size", "same_padding", "conv_transpose_output_size",
+    "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "sum_pool2d",
+    "sum_pool2d_backward", "pnorm_pool2d", "pnorm_pool2d_backward", "zero_pad2d",
+    "zero_pad2d_backward", "crop2d", "crop2d_backward", "upsample2d", "upsample2d_backward",
     "lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
     "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
     "simple_rnn_scratch_bytes",

@@ -283,14 +283,22 @@ class ParallelInference(Stoppable):
                                 ) from exc
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"x: expected an array of numbers, got dtype {arr.dtype}")
-        if arr.ndim == 1:
+        # one example has the shape of the served network's input type (a row, an image)
+        t = self._replicas[0].conf._network_input
+        if t is None or t.kind == "FF":
+            vector = arr.ndim == 1
+            if arr.ndim not in (1, 2):
+                raise ValueError(f"x: expected one example (n_features,) or a batch "
+                                 f"(n_samples, n_features), got shape {arr.shape}")
+        elif t.is_example(arr.shape):
             vector = True
-            arr = arr.reshape(1, arr.shape[0])
-        elif arr.ndim == 2:
+        elif arr.ndim and t.is_example(arr.shape[1:]):
             vector = False
         else:
-            raise ValueError(f"x: expected one example (n_features,) or a batch (n_samples, "
-                             f"n_features), got shape {arr.shape}")
+            raise ValueError(f"x: expected one example {t.shape()} or a batch "
+                             f"{t.describe_shape()} ({t!r}), got shape {arr.shape}")
+        if vector:
+            arr = arr.reshape((1,) + arr.shape)
         if arr.shape[0] == 0:
             raise ValueError("x: no examples (shape has 0 rows)")
         if arr.dtype != self._dtype or not arr.flags.c_contiguous:
@@ -311,7 +319,8 @@ class ParallelInference(Stoppable):
 
     def output(self, x: Any) -> NDArray:
         """The network's output for `x` (one example, ``(n_features,)``, or a batch,
-        ``(n_samples, n_features)``): a detached array the caller may keep. Safe to call from
+        ``(n_samples, n_features)``; for a network of images, one image or a batch of them):
+        a detached array the caller may keep. Safe to call from
         many threads at once; a failed forward pass raises its error in every caller of it."""
         req = self._request(x, True)
         if self._mode is InferenceMode.INPLACE:
