@@ -6,7 +6,7 @@ updaters, the convolutional kernels: `conv2d` and its gradients, the transposed 
 depthwise convolutions, `im2col` / `col2im`, pooling, zero padding, cropping and upsampling,
 with DL4J's size helpers, and the recurrent time loops (`lstm_forward` / `lstm_backward`,
 `simple_rnn_forward` / `simple_rnn_backward`: whole sequences in compiled code). Every
-function is a compiled function of `ndws.nn._activations`, `_losses`, `_updaters`, `_linear`,
+function is a compiled function of `ndws.nn._act_entries`, `_losses`, `_updaters`, `_linear`,
 `_conv`, `_pool` or `_rnn` (the dense layer, the convolutions and the time loops run on
 `ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a small array costs
 a few hundred nanoseconds.
@@ -32,8 +32,7 @@ Conventions
 >>> round(loss, 4)
 0.4076
 """
-from ndws.nn._activations import (
-    ACTIVATIONS,
+from ndws.nn._act_entries import (
     activation,
     activation_backward,
     cube,
@@ -75,6 +74,7 @@ from ndws.nn._activations import (
     thresholded_relu,
     thresholded_relu_backward,
 )
+from ndws.nn._activations import ACTIVATIONS
 from ndws.nn._conv import (
     col2im,
     conv2d,
