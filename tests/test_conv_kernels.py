@@ -131,6 +131,7 @@ SHAPES = [
     (2, 10, 7, 9, 40, (3, 2)),
     (1, 9, 6, 6, 3, (1, 1)),
     (2, 17, 9, 10, 20, (3, 3)),     # 3x3 stride 1 with 16+ channels: Winograd F(2x2, 3x3)
+    (2, 20, 7, 7, 32, (1, 1)),      # 1x1: positions as the tile's rows
 ]
 GRID = list(itertools.product([1, 2], [0, 1, (1, 0, 2, 1)], [1, 2]))   # stride, padding, dilation
 
@@ -176,6 +177,19 @@ def test_conv2d_forward_and_backward_match_numpy(rng, dtype, fmt, shape):
         close(gb, rb, sb, dtype)
 
 
+def test_the_grid_covers_every_algorithm():
+    from ndws.nn import _conv
+    seen = {"forward": set(), "input_grad": set(), "weight_grad": set()}
+    for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES, GRID):
+        if _fits((N, C, H, W, O, k), s, p, d):
+            for key, name in _conv._algorithms((N, C, H, W), (O, C) + k, s, p, d).items():
+                seen[key].add(name)
+    assert seen["forward"] == {"winograd", "direct", "packed", "positions"}
+    # the input gradient is the forward engine on the flipped kernel, or col2im
+    assert {"winograd", "col2im", "direct"} <= seen["input_grad"]
+    assert seen["weight_grad"] == {"channel taps", "column taps"}
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
 def test_conv_transpose2d_matches_numpy(rng, dtype, fmt):
@@ -210,8 +224,10 @@ def test_conv_transpose2d_matches_numpy(rng, dtype, fmt):
 @pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("mult", [1, 2])
 def test_depthwise_conv2d_matches_numpy(rng, dtype, fmt, mult):
-    for s, p, d in GRID:
-        x = rng.standard_normal((2, 3, 8, 7)).astype(dtype)
+    # widths below, at and past the 16-lane row blocks (an overlapping last block, a masked
+    # tail in the weight gradient's dot products)
+    for (s, p, d), width in itertools.product(GRID, (7, 18, 41)):
+        x = rng.standard_normal((2, 3, 8, width)).astype(dtype)
         w = rng.standard_normal((3, mult, 3, 2)).astype(dtype)
         b = rng.standard_normal(3 * mult).astype(dtype)
         ref = ref_depthwise(x, w, b, s, p, d)
@@ -688,10 +704,10 @@ def test_stale_and_foreign_arrays(rng):
 
 def test_strided_and_negative_stride_views(rng):
     base = rng.standard_normal((3, 10, 13, 12)).astype(np.float32)
-    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
     views = [base[::2, ::2, 1::2, ::-1], base[:, 5:, ::-1, 2:11], base[::-1, :5, :, ::3]]
-    for x in views:
-        for p in (0, 1):
+    for x, (k, p) in itertools.product(views, ((3, 0), (3, 1), (1, 0))):
+        w = rng.standard_normal((40, 5, k, k)).astype(np.float32)
+        if True:
             close(F.conv2d(x, w, None, padding=p), ref_conv(np.ascontiguousarray(x), w, None, 1, p),
                   ref_conv(np.abs(x), np.abs(w), None, 1, p), np.float32)
             dy = rng.standard_normal(ref_conv(x, w, None, 1, p).shape).astype(np.float32)
@@ -701,6 +717,7 @@ def test_strided_and_negative_stride_views(rng):
             scale = ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, p)
             for g_, r_, s_ in zip(got, want, scale):
                 close(g_, r_, s_, np.float32)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
     out = np.zeros((2, 12, 6, 24), np.float32)[:, ::2, :, ::-2]     # a strided out=
     y = F.conv2d(views[0], w, None, padding=1, out=out)
     assert y is out

@@ -36,6 +36,9 @@ from ndws.nn._activations cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, activation_c
                                    act_tile_f32, act_tile_f64, copy_into)
 from ndws._core import from_numpy as _from_numpy
 
+cdef extern from *:
+    void __builtin_prefetch(const void* p) noexcept nogil
+
 cnp.import_array()
 
 cdef object _F32 = np.dtype(np.float32)
@@ -580,12 +583,13 @@ cdef inline void _tile_bias_act(floating_t* tile, intp_t rv, intp_t NR, const ch
 cdef enum:
     FWD_DIRECT = 0      # panels of NR virtual positions read in place (stride 1)
     FWD_PACKED = 1      # panels of NR real positions packed from the padded rows
+    FWD_POS = 2         # 1x1 stride 1: tiles of MR positions x NR channels, x read in place
     TASK_BYTES = 1 << 20    # a task's padded rows stay within this (an L2 cache)
 
 
 ctypedef struct FwdPlan:
     int mode
-    intp_t MR, NR, K, nap        # register tile, taps, A panels
+    intp_t MR, NR, K, nap        # register tile, taps, A panels (FWD_POS: B panels of channels)
     intp_t kc, nkb               # K blocks: nkb blocks of (at most) kc taps
     intp_t R, tpi, ntasks        # output rows per task, tasks per image, tasks
     intp_t Hs, Ws, ps            # padded rows (at most), padded width, plane stride
@@ -615,6 +619,15 @@ cdef void _fwd_plan(const Geom* g, intp_t MR, intp_t NR, intp_t KC, intp_t item,
         pack = 10.0 / (16.0 * P.nap)
         if waste <= pack:
             P.mode = FWD_DIRECT
+    if (g.KH == 1 and g.KW == 1 and g.SH == 1 and g.SW == 1 and g.PT == 0 and g.PB == 0
+            and g.PL == 0 and g.PR == 0):
+        # A 1x1 convolution is a GEMM per image: computed with positions as the tile's MR rows
+        # and channels as its NR columns when that pads less (1x1 256->64 on 14x14: 196
+        # positions fill 7 panels of 32 (12.5% padding) but 25 rows of 8 (2%))
+        if (<double>_rup(g.OH * g.OW, MR) * _rup(g.CO, NR)
+                < <double>_rup(g.OH * g.OW, NR) * _rup(g.CO, MR)):
+            P.mode = FWD_POS
+            P.nap = _cdiv(g.CO, NR)
     # Whole images per task when the batch has at least 8, else each image in slices so that
     # there are about 8 tasks; and no task's padded rows beyond TASK_BYTES.
     P.R = g.OH if g.N >= 8 else _cdiv(g.OH, _cdiv(8, g.N))
@@ -627,8 +640,12 @@ cdef void _fwd_plan(const Geom* g, intp_t MR, intp_t NR, intp_t KC, intp_t item,
     P.ps = P.Hs * P.Ws
     # slack past the last plane: the last direct panel reads up to NR + Ws values beyond
     P.pad_elems = g.C * P.ps + NR + P.Ws
-    P.panel_elems = P.kc * NR
-    P.shared_bytes = (_rup(P.nap * P.K * MR * item, ALIGN) + 2 * _rup(P.K * 8, ALIGN))
+    P.panel_elems = P.kc * NR if P.mode != FWD_POS else P.K * MR
+    if P.mode == FWD_POS:
+        P.pad_elems = 0                 # x is read in place
+    # packed weights: nap panels of K x MR (FWD_POS: of K x NR), two offset tables
+    P.shared_bytes = (_rup(P.nap * P.K * (NR if P.mode == FWD_POS else MR) * item, ALIGN)
+                      + 2 * _rup(P.K * 8, ALIGN))
     # per thread: padded rows, a packed panel block, and the tiles of one panel's A panels
     P.thread_bytes = (_rup(P.pad_elems * item, ALIGN) + _rup(P.panel_elems * item, ALIGN)
                       + _rup(P.nap * MR * NR * item, ALIGN))
@@ -751,6 +768,92 @@ cdef void _fwd_store(const FwdJob* j, floating_t* tile, intp_t n, intp_t co0, in
         jj += run
 
 
+cdef void _fwd_task_pos(FwdJob* j, floating_t* apanel, floating_t* tiles, intp_t t
+                        ) noexcept nogil:
+    # 1x1 stride 1 without padding: per panel of MR output positions (rows of the task, flat),
+    # C (MR positions x NR channels) = X^T (positions x c_in) @ W^T (c_in x NR channels): the
+    # positions' values read where they lie (MR consecutive positions are xs3 apart in every
+    # channel when a row is xs2 = W*xs3 after the one before), the weights packed once
+    cdef const Geom* g = &j.g
+    cdef const FwdPlan* P = &j.p
+    cdef intp_t n = t // P.tpi, oh0 = (t % P.tpi) * P.R
+    cdef intp_t rows = _imin(g.OH, oh0 + P.R) - oh0, npos = rows * g.OW
+    cdef intp_t K = P.K, MR = P.MR, NR = P.NR, p0, cnt, cb, kb, pc, kc, r, c, q, oh, ow, jj
+    cdef intp_t rv, cv, ars
+    cdef const floating_t* xn = <const floating_t*>j.x + n * j.xs[0]
+    cdef const floating_t* Bw = <const floating_t*>j.Ap
+    cdef const floating_t* A
+    cdef const intp_t* aoff
+    cdef const floating_t* bias = <const floating_t*>j.bias
+    cdef floating_t* tile
+    cdef floating_t* yn = <floating_t*>j.y + n * j.ys[0]
+    cdef floating_t* d
+    cdef floating_t bv
+    cdef bint flat = j.xs[2] == g.W * j.xs[3] and j.ys[2] == g.OW * j.ys[3]
+    p0 = 0
+    while p0 < npos:
+        cnt = _imin(MR, npos - p0)
+        if flat and cnt == MR:
+            A = xn + (oh0 * g.W + p0) * j.xs[3]
+            aoff = j.boff_x                     # c * xs1
+            ars = j.xs[3]
+            # the panels after next, one cache line further in every channel: each k step of
+            # this panel reads a new line from L3 otherwise (1x1 256->64 on 14x14, batch 32,
+            # minimum per image: 94 -> 77-85 us)
+            if npos - p0 > 2 * MR:
+                for c in range(K):
+                    __builtin_prefetch(A + aoff[c] + 2 * MR * ars)
+        else:
+            # a short last panel (or rows that are not one run): its values packed, zeros after
+            for c in range(K):
+                for r in range(MR):
+                    if r < cnt:
+                        q = oh0 * g.OW + p0 + r
+                        oh = q // g.OW
+                        apanel[c * MR + r] = xn[c * j.xs[1] + oh * j.xs[2]
+                                                + (q - oh * g.OW) * j.xs[3]]
+                    else:
+                        apanel[c * MR + r] = 0
+            A = apanel
+            aoff = NULL
+            ars = 1
+        for cb in range(P.nap):
+            tile = tiles + cb * MR * NR
+            for kb in range(P.nkb):
+                pc = kb * P.kc
+                kc = _imin(P.kc, K - pc)
+                if aoff != NULL:
+                    _ukr(j.T, kc, A, aoff + pc, ars, Bw + (cb * K + pc) * NR, NULL, tile, NR,
+                         kb > 0)
+                else:
+                    _ukr(j.T, kc, A + pc * MR, NULL, 1, Bw + (cb * K + pc) * NR, NULL, tile,
+                         NR, kb > 0)
+            # bias per column (channel), activation, then each channel's cnt positions
+            cv = _imin(NR, g.CO - cb * NR)
+            if bias != NULL:
+                for jj in range(cv):
+                    bv = bias[(cb * NR + jj) * j.bs]
+                    for r in range(cnt):
+                        tile[r * NR + jj] += bv
+            if j.act != ACT_IDENTITY:
+                if floating_t is float32_t:
+                    act_tile_f32(j.act, <float32_t>j.alpha, tile, cnt, NR, NR, 1)
+                else:
+                    act_tile_f64(j.act, j.alpha, tile, cnt, NR, NR, 1)
+            for jj in range(cv):
+                d = yn + (cb * NR + jj) * j.ys[1]
+                if flat:
+                    d = d + (oh0 * g.OW + p0) * j.ys[3]
+                    for r in range(cnt):
+                        d[r * j.ys[3]] = tile[r * NR + jj]
+                else:
+                    for r in range(cnt):
+                        q = oh0 * g.OW + p0 + r
+                        oh = q // g.OW
+                        d[oh * j.ys[2] + (q - oh * g.OW) * j.ys[3]] = tile[r * NR + jj]
+        p0 += MR
+
+
 cdef void _fwd_task(FwdJob* j, floating_t* buf, floating_t* panel, floating_t* tiles, intp_t t
                     ) noexcept nogil:
     cdef const Geom* g = &j.g
@@ -815,7 +918,12 @@ cdef void _fwd_worker(void* ctx) noexcept nogil:
         t = ndws_claim(&j.next_task)
         if t >= j.p.ntasks:
             return
-        if j.f64:
+        if j.p.mode == FWD_POS:
+            if j.f64:
+                _fwd_task_pos(j, <float64_t*>panel, <float64_t*>tiles, t)
+            else:
+                _fwd_task_pos(j, <float32_t*>panel, <float32_t*>tiles, t)
+        elif j.f64:
             _fwd_task(j, <float64_t*>mine, <float64_t*>panel, <float64_t*>tiles, t)
         else:
             _fwd_task(j, <float32_t*>mine, <float32_t*>panel, <float32_t*>tiles, t)
@@ -829,17 +937,21 @@ cdef void _fwd_prepare(FwdJob* j, const char* w, const intp_t* wst, char* shared
     cdef FwdPlan* P = &j.p
     cdef char* cur = shared
     cdef intp_t item = 8 if j.f64 else 4, c, i, jj, p = 0
-    cdef char* Ap = _take(&cur, P.nap * P.K * P.MR * item)
+    cdef char* Ap = _take(&cur, P.nap * P.K * (P.NR if P.mode == FWD_POS else P.MR) * item)
     cdef intp_t* bp = <intp_t*>_take(&cur, P.K * 8)
     cdef intp_t* bx = <intp_t*>_take(&cur, P.K * 8)
     cdef bint direct_x = (P.mode == FWD_DIRECT and g.PT == 0 and g.PB == 0 and g.PL == 0
                           and g.PR == 0 and j.xs[3] == 1 and j.xs[2] == g.W and j.xs[1] > 0)
     j.thr = cur
     j.Ap = Ap
+    # weights in panels of MR output channels (as A), or of NR (as B, FWD_POS): the same layout
+    # with the panel height as the parameter
     if j.f64:
-        _pack_w(<const float64_t*>w, wst, g.CO, g.C, g.KH, g.KW, P.MR, <float64_t*>Ap)
+        _pack_w(<const float64_t*>w, wst, g.CO, g.C, g.KH, g.KW,
+                P.NR if P.mode == FWD_POS else P.MR, <float64_t*>Ap)
     else:
-        _pack_w(<const float32_t*>w, wst, g.CO, g.C, g.KH, g.KW, P.MR, <float32_t*>Ap)
+        _pack_w(<const float32_t*>w, wst, g.CO, g.C, g.KH, g.KW,
+                P.NR if P.mode == FWD_POS else P.MR, <float32_t*>Ap)
     j.boff_x_max = 0
     for c in range(g.C):
         for i in range(g.KH):
@@ -850,7 +962,7 @@ cdef void _fwd_prepare(FwdJob* j, const char* w, const intp_t* wst, char* shared
                     j.boff_x_max = bx[p]
                 p += 1
     j.boff_pad = bp
-    j.boff_x = bx if direct_x else NULL
+    j.boff_x = bx if direct_x or P.mode == FWD_POS else NULL
 
 
 cdef void _fwd_run(FwdJob* j, int nt) noexcept nogil:
@@ -2780,3 +2892,46 @@ cdef object _im2col(object x, object kernel_size, object stride, object padding,
         call.fail()
         raise
     return out if out is not None else Y
+
+
+cdef str _fwd_name(const Geom* g, bint f64):
+    cdef FwdJob fj
+    _fwd_init(&fj, g, f64)
+    if fj.wino:
+        return "winograd"
+    return {FWD_DIRECT: "direct", FWD_PACKED: "packed", FWD_POS: "positions"}[fj.p.mode]
+
+
+def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="NCHW",
+                dtype=np.float32):
+    """Which algorithm each pass of conv2d(x, w) takes here (this CPU's GEMM build): for the
+    tests (every path covered) and docs/kernels.md's table.
+
+    Returns
+    -------
+    dict
+        ``forward``: "winograd", "direct" (virtual columns), "packed" or "positions" (1x1);
+        ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
+        taps" or "column taps" (the weight gradient's tap groups).
+    """
+    cdef str op = "_algorithms"
+    cdef Geom g, f
+    cdef intp_t xs[4]
+    cdef intp_t MR, NR
+    cdef WgPlan W
+    cdef bint nhwc = parse_format(data_format, op)
+    dt = np.dtype(dtype)
+    zero = np.zeros((), dt)
+    X = arg4(np.broadcast_to(zero, tuple(x_shape)), op, "x_shape")
+    Wt = arg4(np.broadcast_to(zero, tuple(w_shape)), op, "w_shape")
+    _conv_setup(X, Wt, nhwc, stride, padding, dilation, &g, xs, op, "x", "w", False)
+    out = {"forward": _fwd_name(&g, dt == _F64)}
+    _tile_of(gemm_table(), dt == _F64, &MR, &NR)
+    if _dx_flip(&g, MR):
+        _flip_geom(&g, &f)
+        out["input_grad"] = _fwd_name(&f, dt == _F64)
+    else:
+        out["input_grad"] = "col2im"
+    _wg_plan(&g, MR, NR, dt.itemsize, &W)
+    out["weight_grad"] = "column taps" if W.kwmode else "channel taps"
+    return out
