@@ -252,6 +252,23 @@ def test_depthwise_conv2d_matches_numpy(rng, dtype, fmt, mult):
         close(gb, rb, sb, dtype)
 
 
+def test_depthwise_kernel_beyond_the_vector_path(rng):
+    # 17x17 = 289 taps: past the row kernels' limit, the generic loops
+    x = rng.standard_normal((1, 2, 20, 40))
+    w = rng.standard_normal((2, 1, 17, 17))
+    y = F.depthwise_conv2d(x, w, None, padding=3)
+    close(y, ref_depthwise(x, w, None, 1, 3), ref_depthwise(np.abs(x), np.abs(w), None, 1, 3),
+          np.float64)
+    dy = rng.standard_normal(np.asarray(y).shape)
+    gx, gw, _ = F.depthwise_conv2d_backward(x, w, dy, padding=3)
+    dense = np.zeros((2, 2, 17, 17))
+    dense[0, 0], dense[1, 1] = w[0, 0], w[1, 0]
+    rx, rw, _ = ref_conv_backward(x, dense, dy, 1, 3)
+    np.testing.assert_allclose(np.asarray(gx), rx, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(gw)[:, 0], np.stack([rw[0, 0], rw[1, 1]]),
+                               rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name,alpha", [("relu", None), ("leakyrelu", 0.1), ("tanh", None),
                                         ("sigmoid", None), ("elu", 0.5)])

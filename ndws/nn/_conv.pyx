@@ -2251,19 +2251,30 @@ ctypedef struct _DwCols:
     intp_t clo, chi             # columns where every tap lies inside
 
 
+cdef inline void _col_range(intp_t kw, intp_t DW, intp_t PL, intp_t SW, intp_t W, intp_t OW,
+                            intp_t* off, intp_t* lo, intp_t* hi) noexcept nogil:
+    # output columns [lo, hi) whose tap kw lies inside the input: 0 <= ow*SW + off < W
+    off[0] = kw * DW - PL
+    lo[0] = 0 if off[0] >= 0 else _cdiv(-off[0], SW)
+    hi[0] = _imin(OW, _cdiv(W - off[0], SW)) if W > off[0] else 0
+    if hi[0] < lo[0]:
+        hi[0] = lo[0]
+
+
 cdef void _dw_cols(const Geom* g, intp_t KW, intp_t DW, intp_t PL, intp_t W, intp_t OW,
                    _DwCols* c) noexcept nogil:
-    cdef intp_t kw
+    # The table holds the first DW_TAPS kernel columns (the vector paths only run kernels of at
+    # most DW_TAPS taps; the others compute their ranges with _col_range): a kernel's width
+    # is the caller's, never an index past a fixed-size array.
+    cdef intp_t kw, off, lo, hi
     c.clo = 0
     c.chi = OW
     for kw in range(KW):
-        c.off[kw] = kw * DW - PL
-        c.lo[kw] = 0 if c.off[kw] >= 0 else _cdiv(-c.off[kw], g.SW)
-        c.hi[kw] = _imin(OW, _cdiv(W - c.off[kw], g.SW)) if W > c.off[kw] else 0
-        if c.hi[kw] < c.lo[kw]:
-            c.hi[kw] = c.lo[kw]
-        c.clo = _imax(c.clo, c.lo[kw])
-        c.chi = _imin(c.chi, c.hi[kw])
+        _col_range(kw, DW, PL, g.SW, W, OW, &off, &lo, &hi)
+        if kw < DW_TAPS:
+            c.off[kw], c.lo[kw], c.hi[kw] = off, lo, hi
+        c.clo = _imax(c.clo, lo)
+        c.chi = _imin(c.chi, hi)
     if c.chi < c.clo:
         c.chi = c.clo
 
@@ -2294,7 +2305,7 @@ cdef inline floating_t _dw_point(const floating_t* x, intp_t xs, const floating_
 cdef void _dw_fwd_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogil:
     cdef const Geom* g = &j.g
     cdef intp_t n = t // g.CO, o = t % g.CO, c = o // j.m, jm = o % j.m
-    cdef intp_t oh, kh, kw, ih, ih0, ow, y3 = j.ys[3], taps = g.KH * g.KW
+    cdef intp_t oh, kh, kw, ih, ih0, ow, y3 = j.ys[3], taps = g.KH * g.KW, off, lo, hi
     cdef const floating_t* xc = <const floating_t*>j.x + n * j.xs[0] + c * j.xs[1]
     cdef const floating_t* wc = <const floating_t*>j.w + c * j.ws[0] + jm * j.ws[1]
     cdef floating_t* yr
@@ -2329,9 +2340,9 @@ cdef void _dw_fwd_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nog
                 if ih < 0 or ih >= g.H:
                     continue
                 for kw in range(g.KW):
+                    _col_range(kw, g.DW, g.PL, g.SW, g.W, g.OW, &off, &lo, &hi)
                     _row_axpy(yr, y3, xc + ih * j.xs[2], j.xs[3],
-                              wc[kh * j.ws[2] + kw * j.ws[3]], cols.lo[kw], cols.hi[kw], g.SW,
-                              cols.off[kw])
+                              wc[kh * j.ws[2] + kw * j.ws[3]], lo, hi, g.SW, off)
         if j.act != ACT_IDENTITY:
             if floating_t is float32_t:
                 act_tile_f32(j.act, <float32_t>j.alpha, yr, 1, g.OW, 0, y3)
@@ -2345,7 +2356,7 @@ cdef void _dw_dx_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogi
     # kernel over dY with the flipped kernel
     cdef const Geom* g = &j.g
     cdef intp_t n = t // g.C, c = t % g.C, jm, o, oh, kh, kw, ih, h, w, PT2, PL2, iw
-    cdef intp_t taps = g.KH * g.KW, oh0, x3 = j.dxs[3]
+    cdef intp_t taps = g.KH * g.KW, oh0, x3 = j.dxs[3], off, lo, hi
     cdef floating_t* dxc = <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1]
     cdef floating_t* dxr
     cdef const floating_t* wc
@@ -2392,7 +2403,6 @@ cdef void _dw_dx_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogi
                         _row_axpy(dxr, 1, dyc + oh * j.ys[2], 1, wf[kh * g.KW + kw],
                                   cols.lo[kw], cols.hi[kw], 1, cols.off[kw])
         return
-    _dw_cols(g, g.KW, g.DW, g.PL, g.W, g.OW, &cols)
     for h in range(g.H):
         for w in range(g.W):
             dxc[h * j.dxs[2] + w * x3] = 0
@@ -2406,9 +2416,9 @@ cdef void _dw_dx_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogi
                 if ih < 0 or ih >= g.H:
                     continue
                 for kw in range(g.KW):
+                    _col_range(kw, g.DW, g.PL, g.SW, g.W, g.OW, &off, &lo, &hi)
                     _row_scatter(dxc + ih * j.dxs[2], x3, dyr, j.ys[3],
-                                 wc[kh * j.ws[2] + kw * j.ws[3]], cols.lo[kw], cols.hi[kw],
-                                 g.SW, cols.off[kw])
+                                 wc[kh * j.ws[2] + kw * j.ws[3]], lo, hi, g.SW, off)
 
 
 cdef void _dw_dw_chan(const DwJob* j, intp_t c, floating_t dummy) noexcept nogil:
@@ -2427,6 +2437,26 @@ cdef void _dw_dw_chan(const DwJob* j, intp_t c, floating_t dummy) noexcept nogil
     cdef _DwCols cols
     cdef bint vec = (g.KW <= 16 and g.SW == 1 and j.xs[3] == 1 and j.ys[3] == 1
                      and g.KH * g.KW <= DW_TAPS)
+    cdef intp_t off, lo, hi
+    if g.KH * g.KW > DW_TAPS:
+        # a kernel too large for the per-tap table: one tap at a time, all images
+        for jm in range(j.m):
+            o = c * j.m + jm
+            for kh in range(g.KH):
+                for kw in range(g.KW):
+                    _col_range(kw, g.DW, g.PL, g.SW, g.W, g.OW, &off, &lo, &hi)
+                    s = 0
+                    for n in range(g.N):
+                        xc = <const floating_t*>j.x + n * j.xs[0] + c * j.xs[1]
+                        for oh in range(g.OH):
+                            ih = oh * g.SH - g.PT + kh * g.DH
+                            if 0 <= ih < g.H:
+                                s += _row_dot(<const floating_t*>j.y + n * j.ys[0]
+                                              + o * j.ys[1] + oh * j.ys[2], j.ys[3],
+                                              xc + ih * j.xs[2], j.xs[3], lo, hi, g.SW, off)
+                    (<floating_t*>j.dw)[c * j.dws[0] + jm * j.dws[1] + kh * j.dws[2]
+                                         + kw * j.dws[3]] = <floating_t>s
+        return
     _dw_cols(g, g.KW, g.DW, g.PL, g.W, g.OW, &cols)
     for jm in range(j.m):
         o = c * j.m + jm
@@ -2471,9 +2501,9 @@ cdef void _dw_dw_chan(const DwJob* j, intp_t c, floating_t dummy) noexcept nogil
                         dyr = dyc + oh * j.ys[2]
                         xr = xc + (oh * g.SH - r0) * j.xs[2]
                         for kw in range(g.KW):
-                            acc[kh * g.KW + kw] += _row_dot(dyr, j.ys[3], xr, j.xs[3],
-                                                            cols.lo[kw], cols.hi[kw], g.SW,
-                                                            cols.off[kw])
+                            _col_range(kw, g.DW, g.PL, g.SW, g.W, g.OW, &off, &lo, &hi)
+                            acc[kh * g.KW + kw] += _row_dot(dyr, j.ys[3], xr, j.xs[3], lo, hi,
+                                                            g.SW, off)
         for kh in range(g.KH):
             for kw in range(g.KW):
                 (<floating_t*>j.dw)[c * j.dws[0] + jm * j.dws[1] + kh * j.dws[2]
