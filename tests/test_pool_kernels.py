@@ -320,9 +320,19 @@ def test_bit_identical_on_one_and_two_threads(rng, dtype):
 
 def test_pooling_geometry_is_checked(rng):
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
-    with pytest.raises(ValueError, match=r"padding \(2, 2, 2, 2\) must be smaller than the "
-                                         r"effective kernel \(2, 2\)"):
+    with pytest.raises(ValueError, match="output height position 0 has no input element in "
+                                         "its window"):
         F.max_pool2d(x, 2, padding=2)
+    # dilated windows can miss a narrow input entirely although each side's padding is
+    # smaller than the effective kernel (found by a random sweep: max pooling then wrote
+    # through index -1 in its backward, average pooling divided by zero)
+    narrow = rng.standard_normal((2, 1, 5, 1)).astype(np.float32)
+    for fn in (F.max_pool2d, F.avg_pool2d, F.sum_pool2d):
+        with pytest.raises(ValueError, match="output width position 1 has no input element"):
+            fn(narrow, (4, 4), stride=(1, 3), padding=(1, 6, 4, 6), dilation=2)
+    with pytest.raises(ValueError, match="output width position 1 has no input element"):
+        F.max_pool2d_backward(narrow, np.zeros((2, 1, 2, 2), np.float32), (4, 4), stride=(1, 3),
+                              padding=(1, 6, 4, 6), dilation=2)
     with pytest.raises(ValueError, match="kernel height 5 is larger than the input height 4"):
         F.avg_pool2d(x, 5)
     with pytest.raises(ValueError, match="stride must be >= 1, got 0"):
