@@ -827,3 +827,32 @@ def test_conv_transpose_output_size():
     assert F.conv_transpose_output_size(7, 3, stride=2, mode="same") == 14
     with pytest.raises(ValueError, match="leaves no output"):
         F.conv_transpose_output_size(1, 1, padding=1)
+
+
+def test_random_geometries(rng):
+    # a sweep over geometries no hand-written case thought of (one found a crash: a depthwise
+    # kernel larger than the vector path's table)
+    done = 0
+    while done < 25:
+        dtype = (np.float32, np.float64)[rng.integers(2)]
+        N, C, H, W, O = (int(v) for v in rng.integers(1, [3, 20, 14, 40, 36]))
+        KH, KW = (int(v) for v in rng.integers(1, 7, 2))
+        s = tuple(int(v) for v in rng.integers(1, 4, 2))
+        d = tuple(int(v) for v in rng.integers(1, 4, 2))
+        p = tuple(int(v) for v in rng.integers(0, 5, 4))
+        if (KH - 1) * d[0] + 1 > H + p[0] + p[1] or (KW - 1) * d[1] + 1 > W + p[2] + p[3]:
+            continue
+        done += 1
+        x = rng.standard_normal((N, C, H, W)).astype(dtype)
+        w = rng.standard_normal((O, C, KH, KW)).astype(dtype)
+        b = rng.standard_normal(O).astype(dtype)
+        close(F.conv2d(x, w, b, s, p, d), ref_conv(x, w, b, s, p, d),
+              ref_conv(np.abs(x), np.abs(w), np.abs(b), s, p, d), dtype)
+        dy = rng.standard_normal(ref_conv(x, w, None, s, p, d).shape).astype(dtype)
+        for g_, r_, sc in zip(F.conv2d_backward(x, w, dy, s, p, d),
+                              ref_conv_backward(x, w, dy, s, p, d),
+                              ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), s, p, d)):
+            close(g_, r_, sc, dtype)
+        wd = rng.standard_normal((C, 2, KH, KW)).astype(dtype)
+        close(F.depthwise_conv2d(x, wd, None, s, p, d), ref_depthwise(x, wd, None, s, p, d),
+              ref_depthwise(np.abs(x), np.abs(wd), None, s, p, d), dtype)
