@@ -17,8 +17,6 @@ strides); every array may have any strides. Scratch memory (packed weights, offs
 each thread's padded image and panel) comes from `scratch=` or is placed in the calling
 thread's current workspace like a result; `conv2d_scratch_bytes` says how much a call needs.
 """
-cimport cython
-from libc.math cimport ceil
 from libc.string cimport memcpy, memset
 cimport numpy as cnp
 
@@ -240,10 +238,6 @@ cdef void _extent(NDArray a, char** lo, char** hi) noexcept:
     byte_extent(a._data, a._ndim, a._shape, a._strides, 1, a._itemsize, lo, hi)
 
 
-cdef bint _overlaps(NDArray a, NDArray b) noexcept:
-    return a is not None and b is not None and arrays_overlap(a, b)
-
-
 cdef class _Scratch:
     """The scratch memory of one call: the caller's `scratch=` array, or a uint8 array placed in
     the current workspace like a result (it then lives as long as the workspace's cycle, as
@@ -276,7 +270,7 @@ cdef class _Scratch:
             if not a.flags.c_contiguous:
                 raise ValueError(f"{op}: scratch must be C-contiguous")
             for other in inputs:
-                if _overlaps(a, <NDArray?>other) if other is not None else False:
+                if other is not None and arrays_overlap(a, <NDArray>other):
                     raise ValueError(f"{op}: scratch overlaps an input or output array")
             s.arr = a
         off = (-<size_t>s.arr._data) % ALIGN

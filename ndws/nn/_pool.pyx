@@ -13,9 +13,7 @@ first largest value (NaN wins: it propagates); AVG divides by the taps inside th
 ``include_padding`` (then by kh*kw, DL4J's ``avgPoolIncludePadInDivisor``); PNORM is
 ``(sum |x|^p)^(1/p)``; SUM adds.
 """
-cimport cython
 from libc.math cimport fabs, pow, sqrt, isnan
-from libc.string cimport memset
 cimport numpy as cnp
 
 import numpy as np
@@ -25,8 +23,8 @@ from ndws._dispatch cimport float_arg, shape_of, arrays_overlap, new_result, dis
 from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t, int32_t
 from ndws.nn._activations cimport copy_into
-from ndws.nn._conv cimport (Geom, parse_pair, parse_padding, parse_format, window_output,
-                            window_geom, arg4, logical, format_shape, out_array, place)
+from ndws.nn._conv cimport (Geom, parse_pair, parse_padding, parse_format, window_geom, arg4,
+                            logical, format_shape, out_array, place)
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
