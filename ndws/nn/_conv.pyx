@@ -2236,6 +2236,8 @@ cdef extern from "_dw_loops.h" nogil:
 
 cdef enum:
     DW_TAPS = 256               # kernels up to this many taps take the vector row kernels
+    DW_PLANE = 16384            # planes up to this many values (padded) are copied, padded,
+                                # to a stack buffer: then no row or column has a border
 
 
 ctypedef struct _DwCols:
@@ -2282,6 +2284,35 @@ cdef inline void _dw_row(floating_t* y, const floating_t* x, intp_t xs, intp_t d
         ndws_dw_row_f64(y, x, xs, dw, w, <int>KH, <int>KW, b, n)
 
 
+cdef inline void _dw_pad_plane(const floating_t* src, intp_t s2, intp_t s3, intp_t H,
+                               intp_t W, intp_t top, intp_t left, intp_t Hp, intp_t Wp,
+                               floating_t* buf) noexcept nogil:
+    # buf[i*Wp + j] := src[(i - top)*s2 + (j - left)*s3], 0 outside (a negative top or left
+    # crops). Plain loops: the rows of a small plane are shorter than a libc call is worth
+    # (memset/memcpy per row were a third of a depthwise weight gradient's instructions)
+    cdef intp_t i, jj, ih, lo = _imin(Wp, _imax(0, left)), hi = _imax(lo, _imin(Wp, W + left))
+    cdef floating_t* d
+    cdef const floating_t* r
+    for i in range(Hp):
+        d = buf + i * Wp
+        ih = i - top
+        if ih < 0 or ih >= H:
+            for jj in range(Wp):
+                d[jj] = 0
+            continue
+        r = src + ih * s2 + (lo - left) * s3
+        for jj in range(lo):
+            d[jj] = 0
+        if s3 == 1:
+            for jj in range(hi - lo):
+                d[lo + jj] = r[jj]
+        else:
+            for jj in range(hi - lo):
+                d[lo + jj] = r[jj * s3]
+        for jj in range(hi, Wp):
+            d[jj] = 0
+
+
 cdef inline floating_t _dw_point(const floating_t* x, intp_t xs, const floating_t* w,
                                  intp_t KH, intp_t KW, floating_t b, intp_t ow,
                                  const _DwCols* cols) noexcept nogil:
@@ -2305,6 +2336,8 @@ cdef void _dw_fwd_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nog
     cdef floating_t* yr
     cdef floating_t b0 = (<const floating_t*>j.bias)[o * j.bs] if j.bias != NULL else 0
     cdef floating_t wl[DW_TAPS]
+    cdef floating_t plane[DW_PLANE]
+    cdef intp_t Hp, Wp
     cdef _DwCols cols
     # the vector row kernel for rows whose taps are all inside, over the columns whose taps are
     cdef bint vec = (taps <= DW_TAPS and g.SW == 1 and j.xs[3] == 1 and y3 == 1)
@@ -2313,6 +2346,20 @@ cdef void _dw_fwd_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nog
         for kh in range(g.KH):
             for kw in range(g.KW):
                 wl[kh * g.KW + kw] = wc[kh * j.ws[2] + kw * j.ws[3]]
+        Hp = (g.OH - 1) * g.SH + g.EKH
+        Wp = g.OW + g.EKW - 1
+        if Hp * Wp <= DW_PLANE:
+            # the plane, padded, in L1: every row is the row kernel's, no border
+            _dw_pad_plane(xc, j.xs[2], 1, g.H, g.W, g.PT, g.PL, Hp, Wp, plane)
+            for oh in range(g.OH):
+                yr = <floating_t*>j.y + n * j.ys[0] + o * j.ys[1] + oh * j.ys[2]
+                _dw_row(yr, plane + oh * g.SH * Wp, Wp * g.DH, g.DW, wl, g.KH, g.KW, b0, g.OW)
+                if j.act != ACT_IDENTITY:
+                    if floating_t is float32_t:
+                        act_tile_f32(j.act, <float32_t>j.alpha, yr, 1, g.OW, 0, 1)
+                    else:
+                        act_tile_f64(j.act, j.alpha, yr, 1, g.OW, 0, 1)
+            return
     for oh in range(g.OH):
         yr = <floating_t*>j.y + n * j.ys[0] + o * j.ys[1] + oh * j.ys[2]
         ih0 = oh * g.SH - g.PT
@@ -2357,7 +2404,8 @@ cdef void _dw_dx_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogi
     cdef const floating_t* dyr
     cdef const floating_t* dyc
     cdef floating_t wf[DW_TAPS]
-    cdef floating_t acc
+    cdef floating_t plane[DW_PLANE]
+    cdef intp_t Hp, Wp
     cdef _DwCols cols
     cdef Geom f
     if (j.m == 1 and g.SH == 1 and g.SW == 1 and taps <= DW_TAPS and x3 == 1
@@ -2371,6 +2419,15 @@ cdef void _dw_dx_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogi
                 wf[kh * g.KW + kw] = wc[(g.KH - 1 - kh) * j.ws[2] + (g.KW - 1 - kw) * j.ws[3]]
         PT2 = (g.KH - 1) * g.DH - g.PT
         PL2 = (g.KW - 1) * g.DW - g.PL
+        if (g.H + g.EKH - 1) * (g.W + g.EKW - 1) <= DW_PLANE:
+            # dY padded by the flipped kernel's padding (negative: cropped), in L1
+            Hp = g.H + g.EKH - 1
+            Wp = g.W + g.EKW - 1
+            _dw_pad_plane(dyc, j.ys[2], 1, g.OH, g.OW, PT2, PL2, Hp, Wp, plane)
+            for h in range(g.H):
+                _dw_row(dxc + h * j.dxs[2], plane + h * Wp, Wp * g.DH, g.DW, wf, g.KH, g.KW, 0,
+                        g.W)
+            return
         f = g[0]
         f.SW = 1
         _dw_cols(&f, g.KW, g.DW, PL2, g.OW, g.W, &cols)
@@ -2428,6 +2485,8 @@ cdef void _dw_dw_chan(const DwJob* j, intp_t c, floating_t dummy) noexcept nogil
     cdef const floating_t* dyr
     cdef double acc[DW_TAPS]
     cdef double s
+    cdef floating_t plane[DW_PLANE]
+    cdef intp_t Hp, Wp
     cdef _DwCols cols
     cdef bint vec = (g.KW <= 16 and g.SW == 1 and j.xs[3] == 1 and j.ys[3] == 1
                      and g.KH * g.KW <= DW_TAPS)
@@ -2450,6 +2509,30 @@ cdef void _dw_dw_chan(const DwJob* j, intp_t c, floating_t dummy) noexcept nogil
                                               xc + ih * j.xs[2], j.xs[3], lo, hi, g.SW, off)
                     (<floating_t*>j.dw)[c * j.dws[0] + jm * j.dws[1] + kh * j.dws[2]
                                          + kw * j.dws[3]] = <floating_t>s
+        return
+    Hp = (g.OH - 1) * g.SH + g.EKH
+    Wp = g.OW + g.EKW - 1
+    if vec and Hp * Wp <= DW_PLANE:
+        # each image's plane padded in L1: one dot call per kernel row over all output rows
+        for jm in range(j.m):
+            o = c * j.m + jm
+            for kh in range(g.KH * g.KW):
+                acc[kh] = 0
+            for n in range(g.N):
+                _dw_pad_plane(<const floating_t*>j.x + n * j.xs[0] + c * j.xs[1], j.xs[2], 1,
+                              g.H, g.W, g.PT, g.PL, Hp, Wp, plane)
+                dyc = <const floating_t*>j.y + n * j.ys[0] + o * j.ys[1]
+                for kh in range(g.KH):
+                    if floating_t is float32_t:
+                        ndws_dw_dots_f32(dyc, j.ys[2], plane + kh * g.DH * Wp, g.SH * Wp, g.OH,
+                                         g.DW, <int>g.KW, g.OW, acc + kh * g.KW)
+                    else:
+                        ndws_dw_dots_f64(dyc, j.ys[2], plane + kh * g.DH * Wp, g.SH * Wp, g.OH,
+                                         g.DW, <int>g.KW, g.OW, acc + kh * g.KW)
+            for kh in range(g.KH):
+                for kw in range(g.KW):
+                    (<floating_t*>j.dw)[c * j.dws[0] + jm * j.dws[1] + kh * j.dws[2]
+                                         + kw * j.dws[3]] = <floating_t>acc[kh * g.KW + kw]
         return
     _dw_cols(g, g.KW, g.DW, g.PL, g.W, g.OW, &cols)
     for jm in range(j.m):

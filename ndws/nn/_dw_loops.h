@@ -81,50 +81,72 @@ NDWS_DW_ROW(ndws_dw_row_f64, double, ndws_dw_vf64)
  * NDWS_DW_BLOCK lanes per tap kept in registers over all the rows, summed lane by lane in a
  * fixed order at the end. KW <= 16. */
 #if defined(NDWS_DW_VECTORS)
-/* One tap at a time, so that its lane sums stay in registers (an array of accumulators indexed
- * by a run-time tap would live on the stack: every fma a store-load round trip); two of them,
- * alternating blocks, for two independent fma chains. */
-#define NDWS_DW_DOT_BLOCKS(T, V, VI)                                                          \
+/* Taps in groups of K <= 4 that share each load of g: 2K accumulators (two per tap, for
+ * alternating blocks: independent fma chains), a[K][2] with constant indices only, so that
+ * GCC keeps them in registers (an array indexed at run time would live on the stack: every fma
+ * a store-load round trip). K is a literal at every expansion. */
+#define NDWS_DW_DOT_GROUP(T, V, VI, K)                                                        \
     {                                                                                         \
-        V a0, a1, gv, xv;                                                                     \
-        T lanes[NDWS_DW_BLOCK];                                                               \
-        VI keep;                                                                              \
-        ptrdiff_t r, last = n - NDWS_DW_BLOCK, rem = n % NDWS_DW_BLOCK;                      \
-        for (e = 0; e < NDWS_DW_BLOCK; e++)                                                   \
-            keep[e] = e >= NDWS_DW_BLOCK - rem ? -1 : 0;                                      \
-        for (kw = 0; kw < KW; kw++) {                                                         \
-            a0 = (V){0};                                                                      \
-            a1 = (V){0};                                                                      \
-            for (r = 0; r < R; r++) {                                                         \
-                const T* gp = g + r * gr;                                                     \
-                const T* xp = x + r * xr + kw * dw;                                           \
-                for (i = 0; i + 2 * NDWS_DW_BLOCK <= n; i += 2 * NDWS_DW_BLOCK) {             \
-                    memcpy(&gv, gp + i, sizeof(V));                                           \
-                    memcpy(&xv, xp + i, sizeof(V));                                           \
-                    a0 += gv * xv;                                                            \
-                    memcpy(&gv, gp + i + NDWS_DW_BLOCK, sizeof(V));                           \
-                    memcpy(&xv, xp + i + NDWS_DW_BLOCK, sizeof(V));                           \
-                    a1 += gv * xv;                                                            \
+        V a[K][2], gv, xv;                                                                    \
+        for (k = 0; k < K; k++)                                                               \
+            a[k][0] = a[k][1] = (V){0};                                                       \
+        for (r = 0; r < R; r++) {                                                             \
+            const T* gp = g + r * gr;                                                         \
+            const T* xp = x + r * xr + kw0 * dw;                                              \
+            for (i = 0; i + 2 * NDWS_DW_BLOCK <= n; i += 2 * NDWS_DW_BLOCK) {                 \
+                memcpy(&gv, gp + i, sizeof(V));                                               \
+                for (k = 0; k < K; k++) {                                                     \
+                    memcpy(&xv, xp + k * dw + i, sizeof(V));                                  \
+                    a[k][0] += gv * xv;                                                       \
                 }                                                                             \
-                if (i + NDWS_DW_BLOCK <= n) {                                                 \
-                    memcpy(&gv, gp + i, sizeof(V));                                           \
-                    memcpy(&xv, xp + i, sizeof(V));                                           \
-                    a0 += gv * xv;                                                            \
-                }                                                                             \
-                if (rem) {                                                                    \
-                    /* the tail as the block ending at n, the lanes already counted cleared */\
-                    /* (bitwise: a cleared NaN or inf adds nothing)                        */ \
-                    memcpy(&gv, gp + last, sizeof(V));                                        \
-                    memcpy(&xv, xp + last, sizeof(V));                                        \
-                    gv = (V)((VI)gv & keep);                                                  \
-                    xv = (V)((VI)xv & keep);                                                  \
-                    a1 += gv * xv;                                                            \
+                memcpy(&gv, gp + i + NDWS_DW_BLOCK, sizeof(V));                               \
+                for (k = 0; k < K; k++) {                                                     \
+                    memcpy(&xv, xp + k * dw + i + NDWS_DW_BLOCK, sizeof(V));                  \
+                    a[k][1] += gv * xv;                                                       \
                 }                                                                             \
             }                                                                                 \
-            a0 += a1;                                                                         \
-            memcpy(lanes, &a0, sizeof(V));                                                    \
+            if (i + NDWS_DW_BLOCK <= n) {                                                     \
+                memcpy(&gv, gp + i, sizeof(V));                                               \
+                for (k = 0; k < K; k++) {                                                     \
+                    memcpy(&xv, xp + k * dw + i, sizeof(V));                                  \
+                    a[k][0] += gv * xv;                                                       \
+                }                                                                             \
+            }                                                                                 \
+            if (rem) {                                                                        \
+                /* the tail as the block ending at n, the lanes already counted cleared */    \
+                /* (bitwise: a cleared NaN or inf adds nothing)                          */   \
+                memcpy(&gv, gp + last, sizeof(V));                                            \
+                gv = (V)((VI)gv & keep);                                                      \
+                for (k = 0; k < K; k++) {                                                     \
+                    memcpy(&xv, xp + k * dw + last, sizeof(V));                               \
+                    xv = (V)((VI)xv & keep);                                                  \
+                    a[k][1] += gv * xv;                                                       \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        for (k = 0; k < K; k++) {                                                             \
+            a[k][0] += a[k][1];                                                               \
+            memcpy(lanes, &a[k][0], sizeof(V));                                               \
             for (e = 0; e < NDWS_DW_BLOCK; e++)                                               \
-                part[kw] += lanes[e];                                                         \
+                part[kw0 + k] += lanes[e];                                                    \
+        }                                                                                     \
+    }
+
+#define NDWS_DW_DOT_BLOCKS(T, V, VI)                                                          \
+    {                                                                                         \
+        T lanes[NDWS_DW_BLOCK];                                                               \
+        VI keep;                                                                              \
+        ptrdiff_t r, k, last = n - NDWS_DW_BLOCK, rem = n % NDWS_DW_BLOCK;                   \
+        int kw0;                                                                              \
+        for (e = 0; e < NDWS_DW_BLOCK; e++)                                                   \
+            keep[e] = e >= NDWS_DW_BLOCK - rem ? -1 : 0;                                      \
+        for (kw0 = 0; kw0 < KW; kw0 += 4) {                                                   \
+            switch (KW - kw0 >= 4 ? 4 : KW - kw0) {                                           \
+            case 4: NDWS_DW_DOT_GROUP(T, V, VI, 4) break;                                     \
+            case 3: NDWS_DW_DOT_GROUP(T, V, VI, 3) break;                                     \
+            case 2: NDWS_DW_DOT_GROUP(T, V, VI, 2) break;                                     \
+            default: NDWS_DW_DOT_GROUP(T, V, VI, 1) break;                                    \
+            }                                                                                 \
         }                                                                                     \
         done = 1;                                                                             \
     }
