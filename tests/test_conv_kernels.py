@@ -252,6 +252,26 @@ def test_depthwise_conv2d_matches_numpy(rng, dtype, fmt, mult):
         close(gb, rb, sb, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_depthwise_planes_beyond_the_stack_buffer(rng, dtype):
+    # 131x129 padded planes (more than 16K values): the row kernels with their border code
+    for s, p, d in ((1, 1, 1), (2, (1, 0, 2, 1), 1), (1, 2, 2)):
+        x = rng.standard_normal((1, 2, 129, 127)).astype(dtype)
+        w = rng.standard_normal((2, 1, 3, 3)).astype(dtype)
+        y = F.depthwise_conv2d(x, w, None, s, p, d)
+        close(y, ref_depthwise(x, w, None, s, p, d),
+              ref_depthwise(np.abs(x), np.abs(w), None, s, p, d), dtype)
+        dy = rng.standard_normal(np.asarray(y).shape).astype(dtype)
+        gx, gw, _ = F.depthwise_conv2d_backward(x, w, dy, s, p, d)
+        dense = np.zeros((2, 2, 3, 3))
+        dense[0, 0], dense[1, 1] = w[0, 0], w[1, 0]
+        rx, rw, _ = ref_conv_backward(x, dense, dy, s, p, d)
+        sx, sw, _ = ref_conv_backward(np.abs(x), np.abs(dense), np.abs(dy), s, p, d)
+        close(gx, rx, sx, dtype)
+        close(np.asarray(gw)[:, 0], np.stack([rw[0, 0], rw[1, 1]]),
+              np.stack([sw[0, 0], sw[1, 1]]), dtype)
+
+
 def test_depthwise_kernel_beyond_the_vector_path(rng):
     # 17x17 = 289 taps: past the row kernels' limit, the generic loops
     x = rng.standard_normal((1, 2, 20, 40))
