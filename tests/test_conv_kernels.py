@@ -272,6 +272,35 @@ def test_depthwise_planes_beyond_the_stack_buffer(rng, dtype):
               np.stack([sw[0, 0], sw[1, 1]]), dtype)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
+def test_every_build_of_the_depthwise_loops(rng, isa):
+    from ndws.nn import _conv
+    if isa not in _conv._dw_isas():
+        pytest.skip(f"this CPU cannot run the {isa} loops")
+    prev = _conv._use_dw_isa(isa)
+    try:
+        for dtype, width in itertools.product(DTYPES, (7, 18, 41)):
+            x = rng.standard_normal((2, 3, 9, width)).astype(dtype)
+            w = rng.standard_normal((3, 1, 3, 3)).astype(dtype)
+            y = F.depthwise_conv2d(x, w, None, padding=1)
+            close(y, ref_depthwise(x, w, None, 1, 1),
+                  ref_depthwise(np.abs(x), np.abs(w), None, 1, 1), dtype)
+            dy = rng.standard_normal(np.asarray(y).shape).astype(dtype)
+            gx, gw, _ = F.depthwise_conv2d_backward(x, w, dy, padding=1)
+            dense = np.zeros((3, 3, 3, 3))
+            for c in range(3):
+                dense[c, c] = w[c, 0]
+            rx, rw, _ = ref_conv_backward(x, dense, dy, 1, 1)
+            sx, sw, _ = ref_conv_backward(np.abs(x), np.abs(dense), np.abs(dy), 1, 1)
+            close(gx, rx, sx, dtype)
+            close(np.asarray(gw)[:, 0], np.stack([rw[c, c] for c in range(3)]),
+                  np.stack([sw[c, c] for c in range(3)]), dtype)
+    finally:
+        _conv._use_dw_isa(prev)
+    with pytest.raises(ValueError, match="expected one of"):
+        _conv._use_dw_isa("sse9")
+
+
 def test_depthwise_kernel_beyond_the_vector_path(rng):
     # 17x17 = 289 taps: past the row kernels' limit, the generic loops
     x = rng.standard_normal((1, 2, 20, 40))

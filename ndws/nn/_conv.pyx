@@ -2233,6 +2233,8 @@ cdef extern from "_dw_loops.h" nogil:
                           intp_t R, intp_t dw, int KW, intp_t n, double* out)
     void ndws_dw_dots_f64(const float64_t* g, intp_t gr, const float64_t* x, intp_t xr,
                           intp_t R, intp_t dw, int KW, intp_t n, double* out)
+    int ndws_dw_use(const char* isa)
+    const char* ndws_dw_isa()
 
 cdef enum:
     DW_TAPS = 256               # kernels up to this many taps take the vector row kernels
@@ -3042,3 +3044,32 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     _wg_plan(&g, MR, NR, dt.itemsize, &W)
     out["weight_grad"] = "column taps" if W.kwmode else "channel taps"
     return out
+
+
+_DW_ISAS = ("avx512", "avx2", "baseline")
+
+
+def _use_dw_isa(name):
+    """Run the depthwise loops built for instruction set `name` ("avx512", "avx2" or
+    "baseline"; the tests run each); returns the previous one. ValueError for one this CPU
+    cannot run (or that was not built)."""
+    if name not in _DW_ISAS:
+        raise ValueError(f"_use_dw_isa: expected one of {', '.join(_DW_ISAS)}, got {name!r}")
+    previous = ndws_dw_isa().decode()
+    if not ndws_dw_use(name.encode()):
+        raise ValueError(f"_use_dw_isa: this CPU cannot run the {name!r} depthwise loops")
+    return previous
+
+
+def _dw_isas():
+    """The depthwise loops' instruction sets this CPU can run, best first."""
+    previous = ndws_dw_isa()
+    runnable = [name for name in _DW_ISAS if ndws_dw_use(name.encode())]
+    ndws_dw_use(previous)
+    return runnable
+
+
+# the best variant this CPU runs
+for _name in _DW_ISAS:
+    if ndws_dw_use(_name.encode()):
+        break

@@ -1,24 +1,25 @@
 /* The inner loops of ndws' depthwise convolution (ndws/nn/_conv.pyx), in C so that GCC builds
- * them once per instruction set and picks one at load time (target_clones: AVX-512, AVX2 or
- * the x86-64 baseline), as ndws/nn/_upd_loops.h does for the updaters. A depthwise convolution
- * multiplies each input value by only kh*kw weights: nothing for a GEMM to block, all in the
- * vector width and in keeping partial sums in registers.
+ * them once per instruction set (AVX-512, AVX2, the x86-64 baseline: target attributes on the
+ * same source) and ndws picks one when the module loads (ndws_dw_use; the tests run every one
+ * this CPU supports through ndws.nn._conv._use_dw_isa). A depthwise convolution multiplies each
+ * input value by only kh*kw weights: nothing for a GEMM to block, all in the vector width and
+ * in keeping partial sums in registers.
  *
  * Rounding: the row kernel sums the taps of each output in one fixed order (kh, then kw) and a
  * dot product sums fixed lanes in a fixed order, so the result never depends on the thread
- * count; it may differ between instruction sets (a clone may fuse a multiply and an add), as
- * the GEMM builds do.
+ * count; it may differ between instruction sets (one may fuse a multiply and an add), as the
+ * GEMM builds do.
  */
 #ifndef NDWS_DW_LOOPS_H
 #define NDWS_DW_LOOPS_H
 
 #include <stddef.h>
-#include <string.h>     /* defines __GLIBC__ where there is one (target_clones needs its ifunc) */
+#include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define NDWS_DW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define NDWS_DW_CLONES
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define NDWS_DW_X86 1
+#define NDWS_DW_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#define NDWS_DW_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
 #define NDWS_DW_BLOCK 16        /* outputs kept in registers: one AVX-512 float32 vector */
@@ -57,8 +58,8 @@ typedef long long ndws_dw_vi64 __attribute__((vector_size(NDWS_DW_BLOCK * 8)));
 #define NDWS_DW_ROW_BLOCKS(T, V)
 #endif
 
-#define NDWS_DW_ROW(NAME, T, V)                                                               \
-NDWS_DW_CLONES                                                                                \
+#define NDWS_DW_ROW(NAME, T, V, ATTR)                                                         \
+ATTR                                                                                          \
 static void NAME(T* y, const T* x, ptrdiff_t xs, ptrdiff_t dw, const T* w, int KH, int KW,   \
                  T b, ptrdiff_t n) {                                                          \
     ptrdiff_t i = 0;                                                                          \
@@ -73,8 +74,14 @@ static void NAME(T* y, const T* x, ptrdiff_t xs, ptrdiff_t dw, const T* w, int K
     }                                                                                         \
 }
 
-NDWS_DW_ROW(ndws_dw_row_f32, float, ndws_dw_vf32)
-NDWS_DW_ROW(ndws_dw_row_f64, double, ndws_dw_vf64)
+NDWS_DW_ROW(ndws_dw_row_f32_base, float, ndws_dw_vf32, )
+NDWS_DW_ROW(ndws_dw_row_f64_base, double, ndws_dw_vf64, )
+#if defined(NDWS_DW_X86)
+NDWS_DW_ROW(ndws_dw_row_f32_avx2, float, ndws_dw_vf32, NDWS_DW_AVX2)
+NDWS_DW_ROW(ndws_dw_row_f64_avx2, double, ndws_dw_vf64, NDWS_DW_AVX2)
+NDWS_DW_ROW(ndws_dw_row_f32_avx512, float, ndws_dw_vf32, NDWS_DW_AVX512)
+NDWS_DW_ROW(ndws_dw_row_f64_avx512, double, ndws_dw_vf64, NDWS_DW_AVX512)
+#endif
 
 /* out[kw] += sum_{r < R} sum_{i < n} g[r*gr + i] * x[r*xr + kw*dw + i] for kw < KW: the kernel
  * row's weight gradients from R output rows of one image (unit strides, every tap inside x),
@@ -154,8 +161,8 @@ NDWS_DW_ROW(ndws_dw_row_f64, double, ndws_dw_vf64)
 #define NDWS_DW_DOT_BLOCKS(T, V, VI)
 #endif
 
-#define NDWS_DW_DOTS(NAME, T, V, VI)                                                              \
-NDWS_DW_CLONES                                                                                \
+#define NDWS_DW_DOTS(NAME, T, V, VI, ATTR)                                                    \
+ATTR                                                                                          \
 static void NAME(const T* g, ptrdiff_t gr, const T* x, ptrdiff_t xr, ptrdiff_t R,            \
                  ptrdiff_t dw, int KW, ptrdiff_t n, double* out) {                            \
     T part[16];                                                                               \
@@ -174,7 +181,80 @@ static void NAME(const T* g, ptrdiff_t gr, const T* x, ptrdiff_t xr, ptrdiff_t R
         out[kw] += part[kw];                                                                  \
 }
 
-NDWS_DW_DOTS(ndws_dw_dots_f32, float, ndws_dw_vf32, ndws_dw_vi32)
-NDWS_DW_DOTS(ndws_dw_dots_f64, double, ndws_dw_vf64, ndws_dw_vi64)
+NDWS_DW_DOTS(ndws_dw_dots_f32_base, float, ndws_dw_vf32, ndws_dw_vi32, )
+NDWS_DW_DOTS(ndws_dw_dots_f64_base, double, ndws_dw_vf64, ndws_dw_vi64, )
+#if defined(NDWS_DW_X86)
+NDWS_DW_DOTS(ndws_dw_dots_f32_avx2, float, ndws_dw_vf32, ndws_dw_vi32, NDWS_DW_AVX2)
+NDWS_DW_DOTS(ndws_dw_dots_f64_avx2, double, ndws_dw_vf64, ndws_dw_vi64, NDWS_DW_AVX2)
+NDWS_DW_DOTS(ndws_dw_dots_f32_avx512, float, ndws_dw_vf32, ndws_dw_vi32, NDWS_DW_AVX512)
+NDWS_DW_DOTS(ndws_dw_dots_f64_avx512, double, ndws_dw_vf64, ndws_dw_vi64, NDWS_DW_AVX512)
+#endif
+
+/* The variant in use: one pointer per loop, set by ndws_dw_use (module load, tests). */
+static struct {
+    const char* isa;
+    void (*row_f32)(float*, const float*, ptrdiff_t, ptrdiff_t, const float*, int, int, float,
+                    ptrdiff_t);
+    void (*row_f64)(double*, const double*, ptrdiff_t, ptrdiff_t, const double*, int, int,
+                    double, ptrdiff_t);
+    void (*dots_f32)(const float*, ptrdiff_t, const float*, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                     int, ptrdiff_t, double*);
+    void (*dots_f64)(const double*, ptrdiff_t, const double*, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                     int, ptrdiff_t, double*);
+} ndws_dw = {"baseline", ndws_dw_row_f32_base, ndws_dw_row_f64_base, ndws_dw_dots_f32_base,
+             ndws_dw_dots_f64_base};
+
+/* Use the loops built for `isa` ("avx512", "avx2" or "baseline"): 1, or 0 (nothing changed)
+ * when they were not built or this CPU (and OS) cannot run them. */
+static int ndws_dw_use(const char* isa) {
+    if (strcmp(isa, "baseline") == 0) {
+        ndws_dw.isa = "baseline";
+        ndws_dw.row_f32 = ndws_dw_row_f32_base;
+        ndws_dw.row_f64 = ndws_dw_row_f64_base;
+        ndws_dw.dots_f32 = ndws_dw_dots_f32_base;
+        ndws_dw.dots_f64 = ndws_dw_dots_f64_base;
+        return 1;
+    }
+#if defined(NDWS_DW_X86)
+    __builtin_cpu_init();
+    if (strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2")
+            && __builtin_cpu_supports("fma")) {
+        ndws_dw.isa = "avx2";
+        ndws_dw.row_f32 = ndws_dw_row_f32_avx2;
+        ndws_dw.row_f64 = ndws_dw_row_f64_avx2;
+        ndws_dw.dots_f32 = ndws_dw_dots_f32_avx2;
+        ndws_dw.dots_f64 = ndws_dw_dots_f64_avx2;
+        return 1;
+    }
+    if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f")
+            && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")
+            && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2")
+            && __builtin_cpu_supports("fma")) {
+        ndws_dw.isa = "avx512";
+        ndws_dw.row_f32 = ndws_dw_row_f32_avx512;
+        ndws_dw.row_f64 = ndws_dw_row_f64_avx512;
+        ndws_dw.dots_f32 = ndws_dw_dots_f32_avx512;
+        ndws_dw.dots_f64 = ndws_dw_dots_f64_avx512;
+        return 1;
+    }
+#endif
+    return 0;
+}
+
+static inline const char* ndws_dw_isa(void) { return ndws_dw.isa; }
+
+static inline void ndws_dw_row_f32(float* y, const float* x, ptrdiff_t xs, ptrdiff_t dw,
+                                   const float* w, int KH, int KW, float b, ptrdiff_t n)
+{ ndws_dw.row_f32(y, x, xs, dw, w, KH, KW, b, n); }
+static inline void ndws_dw_row_f64(double* y, const double* x, ptrdiff_t xs, ptrdiff_t dw,
+                                   const double* w, int KH, int KW, double b, ptrdiff_t n)
+{ ndws_dw.row_f64(y, x, xs, dw, w, KH, KW, b, n); }
+static inline void ndws_dw_dots_f32(const float* g, ptrdiff_t gr, const float* x, ptrdiff_t xr,
+                                    ptrdiff_t R, ptrdiff_t dw, int KW, ptrdiff_t n, double* out)
+{ ndws_dw.dots_f32(g, gr, x, xr, R, dw, KW, n, out); }
+static inline void ndws_dw_dots_f64(const double* g, ptrdiff_t gr, const double* x,
+                                    ptrdiff_t xr, ptrdiff_t R, ptrdiff_t dw, int KW,
+                                    ptrdiff_t n, double* out)
+{ ndws_dw.dots_f64(g, gr, x, xr, R, dw, KW, n, out); }
 
 #endif /* NDWS_DW_LOOPS_H */
