@@ -1,15 +1,20 @@
 """Command line: ``ndws train`` (the main job), ``ndws demo`` and ``ndws config`` (also as
 ``python -m ndws ...``).
 
-``train`` trains a multi-layer perceptron on the bundled digits with a progress bar, prints each
-epoch's score and held-out accuracy and the final evaluation, then compares the workspace modes
-on the same network. ``train --mpi``, run under ``mpiexec -n N``, trains the same network
-data-parallel on the N processes (`ndws.parallel.MPITrainer`, docs/distributed.md).
+``train`` trains a network on the bundled digits with a progress bar, prints each epoch's score
+and held-out accuracy and the final evaluation, then compares the workspace modes on the same
+network: a multi-layer perceptron, or with ``--model`` another network of the table `MODELS`
+(``lstm``: an LSTM that reads each 8x8 digit row by row, 8 steps of 8 features). ``train --mpi``, run under ``mpiexec -n N``, trains the same network
+data-parallel on the N processes (`ndws.parallel.MPITrainer`, docs/distributed.md). Ctrl-C
+stops it, saying where, with exit status 130.
 
-The demo runs the same cyclic workload (a small two-layer forward pass with a softmax and a
-loss, as in a training or inference loop) with a workspace and without, and prints the
-workspace statistics table, heap allocations of array data per iteration and time per
-iteration for both.
+The demo runs two cyclic workloads with a workspace and without, and prints for each the time
+per iteration, the heap allocations of array data and the page faults per iteration, then the
+workspace statistics table. The first (a small forward pass) shows what a workspace removes:
+every allocation, but no time, because malloc recycles small blocks from its free lists. The
+second (standardising a large batch) shows where that pays: each temporary there is larger
+than glibc's largest mmap threshold (32 MiB), so without a workspace it comes fresh from the
+kernel every iteration, page by page.
 """
 from __future__ import annotations
 
@@ -17,13 +22,24 @@ import argparse
 import statistics
 import sys
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 import ndws
 
-__all__ = ["main", "run_demo", "run_train", "run_train_mpi"]
+__all__ = ["Interrupted", "MODELS", "main", "run_demo", "run_train", "run_train_mpi"]
+
+try:                                   # page faults per iteration, where the OS counts them
+    import resource
+
+    def _page_faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+except ImportError:                    # Windows
+    resource = None                    # type: ignore[assignment]
+
+    def _page_faults() -> int:
+        return 0
 
 
 def _workload(batch: int, features: int, hidden: int, classes: int, seed: int
@@ -46,16 +62,32 @@ def _workload(batch: int, features: int, hidden: int, classes: int, seed: int
     return step
 
 
+def _large_workload(rows: int, features: int, seed: int) -> Callable[[], float]:
+    # a data-pipeline step over a large batch: standardise, then clip; each of its three
+    # temporaries is rows * features * 4 bytes
+    rng = np.random.default_rng(seed)
+    x = ndws.from_numpy(rng.standard_normal((rows, features)).astype(np.float32))
+    mean = ndws.from_numpy(rng.standard_normal(features).astype(np.float32))
+    inv_std = ndws.from_numpy((rng.random(features) + 0.5).astype(np.float32))
+
+    def step() -> float:
+        z = (x - mean) * inv_std
+        return ndws.clip(z, -3.0, 3.0).sum().item()
+    return step
+
+
 def _run(step: Callable[[], float], iterations: int, ws: ndws.Workspace | None
-         ) -> tuple[list[float], int, int, float]:
-    """Per-iteration times, allocations in the first iteration and in the rest, checksum."""
+         ) -> dict:
+    """Medians of the per-iteration time and page faults, heap allocations in the first
+    iteration and per later one, checksum."""
     mm = ndws.get_memory_manager()
-    times = []
+    times, faults = [], []
     checksum = 0.0
     first_allocs = 0
     before = mm.allocation_statistics()["allocations"]
     with mm.gc_paused():
         for i in range(iterations):
+            f0 = _page_faults()
             t0 = time.perf_counter()
             if ws is None:
                 checksum += step()
@@ -63,46 +95,84 @@ def _run(step: Callable[[], float], iterations: int, ws: ndws.Workspace | None
                 with ws:
                     checksum += step()
             times.append(time.perf_counter() - t0)
+            faults.append(_page_faults() - f0)
             if i == 0:
                 first_allocs = mm.allocation_statistics()["allocations"] - before
     total = mm.allocation_statistics()["allocations"] - before
-    return times, first_allocs, total - first_allocs, checksum
+    return {"median_us": statistics.median(times) * 1e6,
+            "allocations_first_iteration": first_allocs,
+            "allocations_per_iteration_after_first": (total - first_allocs)
+                                                     / max(iterations - 1, 1),
+            "page_faults_per_iteration": statistics.median(faults),
+            "checksum": checksum}
+
+
+def _compare(step: Callable[[], float], iterations: int, ws_id: str) -> dict:
+    conf = ndws.WorkspaceConfiguration(policy_learning=ndws.LearningPolicy.FIRST_LOOP)
+    ws = ndws.workspace(ws_id, conf)
+    step()  # warm NumPy's caches so neither run pays for first use
+    return {name: _run(step, iterations, target)
+            for name, target in (("without workspace", None), ("with workspace", ws))}
+
+
+def _table(results: dict, out: Any) -> None:
+    faults = "page faults" if resource is not None else ""
+    print(f"{'':<20} {'time/iteration':>16} {'heap allocations of array data':>34} "
+          f"{faults:>14}", file=out)
+    print(f"{'':<20} {'(median)':>16} {'first iteration':>17} {'per later one':>16} "
+          f"{'(median)' if faults else '':>14}", file=out)
+    for name, r in results.items():
+        shown = (f"{r['page_faults_per_iteration']:>14,.0f}" if faults else "")
+        print(f"{name:<20} {_us(r['median_us']):>16} {r['allocations_first_iteration']:>17d} "
+              f"{r['allocations_per_iteration_after_first']:>16.2f} {shown}", file=out)
+
+
+def _us(value: float) -> str:
+    return f"{value:,.1f} us" if value < 10_000 else f"{value / 1000:,.1f} ms"
+
+
+def _speedup(results: dict) -> float:
+    return results["without workspace"]["median_us"] / results["with workspace"]["median_us"]
 
 
 def run_demo(iterations: int = 1000, batch: int = 64, features: int = 256, hidden: int = 128,
-             classes: int = 10, seed: int = 0, out=None) -> dict:
-    """Run the demo and print its report; returns the measured figures."""
+             classes: int = 10, seed: int = 0, large_rows: int = 9216,
+             large_features: int = 1024, large_iterations: int = 20, out=None) -> dict:
+    """Run the demo and print its report; returns the measured figures: ``{"small": ...,
+    "large": ...}``, each ``{"without workspace": ..., "with workspace": ...}``."""
     out = out or sys.stdout
-    step = _workload(batch, features, hidden, classes, seed)
-    conf = ndws.WorkspaceConfiguration(policy_learning=ndws.LearningPolicy.FIRST_LOOP)
-    ws = ndws.workspace("DEMO_LOOP", conf)
-    step()  # warm NumPy's caches so neither run pays for first use
-    results = {}
-    for name, target in (("without workspace", None), ("with workspace", ws)):
-        times, first, rest, checksum = _run(step, iterations, target)
-        results[name] = {
-            "median_us": statistics.median(times) * 1e6,
-            "allocations_first_iteration": first,
-            "allocations_per_iteration_after_first": rest / max(iterations - 1, 1),
-            "checksum": checksum,
-        }
-    print(f"ndws demo: {iterations} iterations of a {features}-{hidden}-{classes} forward pass "
-          f"and softmax cross-entropy, batch {batch}, float32\n", file=out)
-    ndws.get_workspace_manager().print_allocation_statistics_for_current_thread(file=out)
+    small = _compare(_workload(batch, features, hidden, classes, seed), iterations,
+                     "DEMO_LOOP")
+    large = _compare(_large_workload(large_rows, large_features, seed), large_iterations,
+                     "DEMO_LARGE")
+    temp = large_rows * large_features * 4
+    print("ndws demo: cyclic workloads with a workspace and without, float32\n", file=out)
+    print(f"1. small arrays: {iterations} iterations of a {features}-{hidden}-{classes} forward "
+          f"pass and softmax cross-entropy, batch {batch}", file=out)
+    _table(small, out)
+    print(f"\n2. large arrays: {large_iterations} iterations of standardising and clipping "
+          f"{large_rows} x {large_features} values (three temporaries of "
+          f"{temp / 2**20:,.1f} MiB each)", file=out)
+    _table(large, out)
     print(file=out)
-    print(f"{'':<20} {'time/iteration':>16} {'heap allocations of array data':>34}", file=out)
-    print(f"{'':<20} {'(median)':>16} {'first iteration':>17} {'per later one':>16}", file=out)
-    for name, r in results.items():
-        print(f"{name:<20} {r['median_us']:>13.1f} us {r['allocations_first_iteration']:>17d} "
-              f"{r['allocations_per_iteration_after_first']:>16.2f}", file=out)
-    same = np.isclose(results["with workspace"]["checksum"],
-                      results["without workspace"]["checksum"], rtol=1e-6)
-    ratio = results["without workspace"]["median_us"] / results["with workspace"]["median_us"]
-    print(f"\nspeed-up with the workspace: {ratio:.2f}x; "
-          f"loss checksums {'match' if same else 'DIFFER'} "
-          f"({results['with workspace']['checksum']:.6f})", file=out)
+    ndws.get_workspace_manager().print_allocation_statistics_for_current_thread(file=out)
+    same = all(np.isclose(r["with workspace"]["checksum"], r["without workspace"]["checksum"],
+                          rtol=1e-6) for r in (small, large))
+    plain = small["without workspace"]
+    print(f"\nSmall arrays: the workspace removes every allocation "
+          f"({plain['allocations_per_iteration_after_first']:.0f} per iteration, 0 with it) "
+          f"but no time ({_speedup(small):.2f}x): malloc hands small blocks back from its free "
+          f"lists, and the matrix products take the time.", file=out)
+    faults = large["without workspace"]["page_faults_per_iteration"]
+    why = (f"; without it each temporary is mapped fresh from the kernel and zeroed page by "
+           f"page ({faults:,.0f} page faults per iteration)" if faults else "")
+    print(f"Large arrays: {_speedup(large):.2f}x with the workspace, which keeps reusing the "
+          f"memory of the first iteration{why}.", file=out)
+    print(f"speed-up with the workspace: {_speedup(large):.2f}x on large arrays, "
+          f"{_speedup(small):.2f}x on small ones; checksums "
+          f"{'match' if same else 'DIFFER'}", file=out)
     ndws.destroy_all_workspaces_for_current_thread()
-    return results
+    return {"small": small, "large": large}
 
 
 def _digits(seed: int):
@@ -123,45 +193,116 @@ def _digits_conf(hidden: int, seed: int, mode: str = "ENABLED"):
         inference_workspace_mode=mode)
 
 
+def _lstm_conf(hidden: int, seed: int, mode: str = "ENABLED"):
+    # each digit as a time series of its 8 rows (8 features each); the LSTM's state after the
+    # last row classifies it
+    from ndws.nn import (LSTM, Adam, InputType, LastTimeStep, MultiLayerConfiguration,
+                         OutputLayer)
+    return MultiLayerConfiguration(
+        [LastTimeStep(LSTM(n_out=hidden, activation="tanh")),
+         OutputLayer(n_out=10, activation="softmax", loss_function="MCXENT")],
+        input_type=InputType.recurrent(8, 8), seed=seed, updater=Adam(1e-2),
+        training_workspace_mode=mode, inference_workspace_mode=mode)
+
+
+def _rows_as_steps(x: np.ndarray) -> np.ndarray:
+    # (n, 64) pixels -> (n, 8 features, 8 steps): step t is row t of the image
+    return np.ascontiguousarray(x.reshape(-1, 8, 8).transpose(0, 2, 1))
+
+
+#: the networks ``ndws train --model`` trains: name -> (what it is, its configuration from
+#: (hidden, seed, mode), the digits' pixels as its input)
+MODELS: dict[str, tuple[str, Callable, Callable]] = {
+    "mlp": ("a 64-HIDDEN-HIDDEN-10 MLP (ReLU, softmax, Adam)", _digits_conf, lambda x: x),
+    "lstm": ("an LSTM of HIDDEN units reading each digit row by row (8 steps of 8 features), "
+             "its last step classified (softmax, Adam)", _lstm_conf, _rows_as_steps),
+}
+
+
 def _accuracy(net, x, y) -> float:
     return float((net.output(x).numpy().argmax(axis=1) == y).mean())
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C inside `run_train` / `run_train_mpi`, saying where it stopped (`where`); still a
+    KeyboardInterrupt for any caller."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
+def _epoch_lines(epochs: int, out: Any) -> Any:
+    from ndws.nn.history import write_above_bar
+    from ndws.nn.listeners import TrainingListener
+
+    class EpochLines(TrainingListener):
+        # a line per epoch from the fit's History (its validation included), printed above
+        # the progress bar
+        def on_epoch_end(self, model: Any) -> None:
+            h = model.history
+            write_above_bar(f"epoch {model.epoch:>3}/{epochs}: score {h.epoch_scores[-1]:.4f}, "
+                            f"held-out accuracy {h.validation_accuracy[-1]:.4f} "
+                            f"({h.epoch_seconds[-1]:.2f} s)", file=out)
+    return EpochLines()
+
+
 def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: int = 1,
-              progress: bool | None = None, mode_epochs: int = 5, out=None) -> dict:
-    """Train on the digits, print the report and the workspace-mode table; returns the
-    figures."""
+              progress: bool | None = None, mode_epochs: int = 5, out=None,
+              model: str = "mlp") -> dict:
+    """Train `model` (a name of `MODELS`) on the digits, print the report and the
+    workspace-mode table; returns the figures. Ctrl-C raises `Interrupted` (a
+    KeyboardInterrupt) saying where it stopped."""
     from ndws.data.dataset import DataSet
     from ndws.nn import MultiLayerNetwork
+    if model not in MODELS:
+        raise ValueError(f"model: expected one of {', '.join(MODELS)}, got {model!r:.40}")
+    _, make, features = MODELS[model]
     out = out or sys.stdout
     x, y, xt, yt = _digits(seed)
-    net = MultiLayerNetwork(_digits_conf(hidden, seed))
+    x, xt = features(x), features(xt)
+    net = MultiLayerNetwork(make(hidden, seed))
     net.init()
     print(f"ndws train: digits (8x8, 10 classes), {len(x)} training / {len(xt)} held-out "
-          f"examples, batch {batch_size}, {epochs} epochs\n", file=out)
+          f"examples, batch {batch_size}, {epochs} epochs, model {model}\n", file=out)
     print(net.summary(batch_size), file=out)
     print(file=out)
+    net.set_listeners(_epoch_lines(epochs, out))
     started = time.perf_counter()
-    accuracy = 0.0
-    for e in range(epochs):
-        t0 = time.perf_counter()
-        history = net.fit(x, y, batch_size=batch_size, progress=progress)
-        accuracy = _accuracy(net, xt, yt)
-        print(f"epoch {e + 1:>3}/{epochs}: score {history.epoch_scores[-1]:.4f}, held-out "
-              f"accuracy {accuracy:.4f} ({time.perf_counter() - t0:.2f} s)", file=out)
+    per_epoch = -(-len(x) // batch_size)
+    try:
+        # one fit: one progress bar over every epoch, a shuffled order per epoch (from the
+        # configuration's seed), the held-out data scored after each
+        history = net.fit(x, y, batch_size=batch_size, epochs=epochs, progress=progress,
+                          shuffle=True, validation_data=(xt, yt))
+    except KeyboardInterrupt:
+        done = net.iteration - net.epoch * per_epoch
+        raise Interrupted(f"in epoch {net.epoch + 1}/{epochs}, after iteration {done} of its "
+                          f"{per_epoch} ({net.iteration} in all)") from None
+    finally:
+        net.set_listeners()
+    accuracy = history.validation_accuracy[-1]
     onehot = np.eye(10, dtype=np.float32)[yt]
     ev = net.evaluate([DataSet(xt[i:i + 100], onehot[i:i + 100]) for i in range(0, len(xt), 100)])
     print(f"\ntrained in {time.perf_counter() - started:.1f} s\n", file=out)
     print(ev.stats(), file=out)
-    modes = _compare_modes(x, y, xt, yt, batch_size, hidden, seed, mode_epochs)
+    try:
+        modes = _compare_modes(x, y, xt, yt, batch_size, hidden, seed, mode_epochs, make)
+    except KeyboardInterrupt:
+        raise Interrupted("while comparing the workspace modes, after the training") from None
     print(f"\nWorkspace modes, the same network and seed, {mode_epochs} epochs each:", file=out)
     print(f"{'mode':<10}{'time/iteration':>16}{'peak workspace':>17}{'heap allocs/iter':>18}"
           f"{'held-out acc.':>15}", file=out)
     for name, r in modes.items():
         print(f"{name:<10}{r['us_per_iteration']:>13.1f} us{r['workspace_bytes']:>15,} B"
               f"{r['allocations_per_iteration']:>18.2f}{r['accuracy']:>15.4f}", file=out)
+    print("time/iteration: a training step's median; peak workspace: the bytes its workspaces "
+          "hold; heap allocs/iter: array allocations from the heap per step once warm.",
+          file=out)
+    print("Every mode trains the same parameters: keep ENABLED (the default: SEPARATE's small "
+          "memory for training, SINGLE for inference); SINGLE if memory is plentiful.", file=out)
     ndws.destroy_all_workspaces_for_current_thread()
-    return {"accuracy": accuracy, "evaluation": ev, "modes": modes}
+    return {"accuracy": accuracy, "history": history, "evaluation": ev, "modes": modes}
 
 
 def run_train_mpi(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: int = 1,
@@ -208,7 +349,10 @@ def run_train_mpi(epochs: int = 15, batch_size: int = 32, hidden: int = 128, see
         accuracy = 0.0
         for e in range(epochs):
             comm_time.ms = 0.0
-            history = trainer.fit(shard, progress=progress)
+            try:
+                history = trainer.fit(shard, progress=progress)
+            except KeyboardInterrupt:
+                raise Interrupted(f"in epoch {e + 1}/{epochs}") from None
             seconds = history.epoch_seconds[-1]
             if rank == 0:                      # every rank holds the same parameters
                 accuracy = _accuracy(net, xt, yt)
@@ -230,7 +374,7 @@ def run_train_mpi(epochs: int = 15, batch_size: int = 32, hidden: int = 128, see
     return {"accuracy": accuracy, "evaluation": ev, "rank": rank, "size": size}
 
 
-def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs) -> dict:
+def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs, make=_digits_conf) -> dict:
     from ndws._memory import allocation_counters
     from ndws.data.dataset import DataSet
     from ndws.nn import MultiLayerNetwork
@@ -239,7 +383,7 @@ def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs) -> dict:
     results = {}
     for mode in ("NONE", "SINGLE", "SEPARATE", "ENABLED"):
         ndws.destroy_all_workspaces_for_current_thread()
-        net = MultiLayerNetwork(_digits_conf(hidden, seed, mode))
+        net = MultiLayerNetwork(make(hidden, seed, mode))
         net.init()
         net.fit(batches, progress=False)                # warm-up: the workspaces learn
         times = []
@@ -259,48 +403,111 @@ def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs) -> dict:
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ndws", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run a cyclic workload with and without a workspace")
-    demo.add_argument("--iterations", type=int, default=1000)
-    demo.add_argument("--batch", type=int, default=64)
-    demo.add_argument("--seed", type=int, default=0)
-    train = sub.add_parser("train", help="train an MLP on the bundled digits and compare the "
-                                         "workspace modes")
-    train.add_argument("--epochs", type=int, default=15)
-    train.add_argument("--batch-size", type=int, default=32)
-    train.add_argument("--hidden", type=int, default=128)
-    train.add_argument("--seed", type=int, default=1)
+def _int_arg(low: int, high: int, why: str = "") -> Callable[[str], int]:
+    # an int option in [low, high]: a bad or huge value is argparse's usage error (exit 2),
+    # never a traceback from deep inside (a 2**31-unit layer, a 4 TiB batch)
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}]{why}, got {value}")
+        return value
+    parse.__name__ = "int"          # argparse's messages name the type
+    return parse
+
+
+class _Help(argparse.HelpFormatter):
+    # each option's default after its description, unless it has none to show (a switch)
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = not any(action.default is v for v in (None, False, argparse.SUPPRESS))
+        if action.option_strings and shown and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ndws", description="ND-arrays in memory workspaces, with a DL4J-style network "
+        "stack. Also runs as `python -m ndws`.", epilog="`ndws COMMAND --help` describes a "
+        "command's options; docs/networks.md the networks it trains.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    train = sub.add_parser(
+        "train", formatter_class=_Help, help="the main job: train a network on the bundled "
+        "digits, evaluate it, and compare the workspace modes",
+        description="Train a network on the bundled 8x8 digits with a progress bar, a line per "
+        "epoch (score, held-out accuracy) and the final evaluation, then compare the workspace "
+        "modes on the same network (time per iteration, workspace bytes, heap allocations, "
+        "accuracy). --model picks it: " + "; ".join(f"{name}: {what}" for name, (what, _, _)
+                                                    in MODELS.items())
+        + ". Ctrl-C stops it (exit status 130).")
+    train.add_argument("--model", choices=list(MODELS), default="mlp",
+                       help="the network to train")
+    train.add_argument("--epochs", type=_int_arg(1, 100_000), default=15,
+                       help="passes over the 1,400 training examples")
+    train.add_argument("--batch-size", type=_int_arg(1, 1400, " (the training examples)"),
+                       default=32, help="examples per training step (per process with --mpi)")
+    train.add_argument("--hidden", type=_int_arg(1, 4096, " (4096 already makes 17M "
+                                                          "weights)"),
+                       default=128, help="units in each of the two hidden layers (the LSTM's "
+                                         "units)")
+    train.add_argument("--seed", type=_int_arg(0, 2**63 - 1), default=1,
+                       help="seeds the weights, the split and the order of the examples")
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="show a progress bar (default: on a terminal)")
+                       help="show a progress bar (default: on a terminal or in a notebook)")
     train.add_argument("--mpi", action="store_true",
                        help="train data-parallel on the processes of `mpiexec -n N ndws train "
-                            "--mpi` (batch size per process; needs pip install 'ndws[mpi]')")
-    sub.add_parser("config", help="show versions, build options and threads")
+                            "--mpi` (needs pip install 'ndws[mpi]'; docs/distributed.md)")
+    demo = sub.add_parser(
+        "demo", formatter_class=_Help, help="time cyclic workloads with and without a "
+        "workspace: allocations, page faults, time",
+        description="Run two cyclic workloads with a workspace and without: a small forward "
+        "pass (every allocation goes, no time is saved: malloc recycles small blocks) and "
+        "standardising a large batch (each temporary is mapped fresh from the kernel without "
+        "a workspace: that costs time). Prints time, heap allocations and page faults per "
+        "iteration, and the workspace statistics.")
+    demo.add_argument("--iterations", type=_int_arg(1, 10_000_000), default=1000,
+                      help="iterations of the small workload")
+    demo.add_argument("--batch", type=_int_arg(1, 65536), default=64,
+                      help="rows of the small workload's batch (256 features)")
+    demo.add_argument("--large-iterations", type=_int_arg(1, 100_000), default=20,
+                      help="iterations of the large workload")
+    demo.add_argument("--large-rows", type=_int_arg(1, 65536), default=9216,
+                      help="rows of the large workload's batch (1,024 features: 4 KiB a row)")
+    demo.add_argument("--seed", type=_int_arg(0, 2**63 - 1), default=0,
+                      help="seeds the data and weights")
+    sub.add_parser("config", help="show versions, build options and threads",
+                   description="Show the versions, the build options (OpenMP, the GEMM "
+                   "kernels for this CPU) and the threads.")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "config":
-        ndws.show_config()
-        return 0
-    if args.command == "train":
-        for name in ("epochs", "batch_size", "hidden"):
-            if getattr(args, name) < 1:
-                parser.error(f"--{name.replace('_', '-')} must be at least 1")
-        if not 0 <= args.seed < 2**63:
-            parser.error("--seed must be in [0, 2**63)")
-        if args.mpi:
-            from ndws.parallel.mpi import mpi_available, INSTALL_HINT
+    try:
+        if args.command == "config":
+            ndws.show_config()
+        elif args.command == "train" and args.mpi:
+            from ndws.parallel.mpi import INSTALL_HINT, mpi_available
+            if args.model != "mlp":
+                parser.error("--mpi trains the MLP only (--model mlp)")
             if not mpi_available():
                 parser.error(f"--mpi needs mpi4py and an MPI library: {INSTALL_HINT}")
             run_train_mpi(args.epochs, args.batch_size, args.hidden, args.seed, args.progress)
-            return 0
-        run_train(args.epochs, args.batch_size, args.hidden, args.seed, args.progress)
-        return 0
-    if args.iterations < 1:
-        parser.error("--iterations must be at least 1")
-    if args.batch < 1:
-        parser.error("--batch must be at least 1")
-    run_demo(args.iterations, args.batch, seed=args.seed)
+        elif args.command == "train":
+            run_train(args.epochs, args.batch_size, args.hidden, args.seed, args.progress,
+                      model=args.model)
+        else:
+            run_demo(args.iterations, args.batch, seed=args.seed, large_rows=args.large_rows,
+                     large_iterations=args.large_iterations)
+    except KeyboardInterrupt as exc:
+        where = f" {exc.where}" if isinstance(exc, Interrupted) else ""
+        print(f"\nndws {args.command}: interrupted (Ctrl-C){where}; nothing was saved",
+              file=sys.stderr)
+        return 130                     # 128 + SIGINT, as a shell reports it
     return 0
 
 

@@ -6,6 +6,8 @@ as `num_threads=`, and releases the GIL when `release_gil` says so. Below the ar
 only the per-thread state of ndws._arena (each Python thread's own `num_threads` limit).
 """
 
+import numbers
+
 from ndws._openmp cimport NDWS_OPENMP, ndws_omp_get_max_threads, ndws_omp_set_num_threads
 from ndws._arena cimport ThreadState, tstate, epoch_ptr, debug_mode_ptr, ndws_share
 
@@ -117,7 +119,8 @@ def _set_grains(**grains):
 
 
 cdef int _thread_count(object n, str name) except -1:
-    if isinstance(n, bool) or not isinstance(n, int):
+    # a NumPy integer too (numbers.Integral), never a bool
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
         raise TypeError(f"{name}: expected a positive int, got {n!r}")
     if n < 1:
         raise ValueError(f"{name}: expected a positive int, got {n!r}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+import numbers
 import operator
 import os
 import sys
@@ -216,7 +217,8 @@ class WorkspaceConfiguration:
                 raise _bad(name, f"must be at most {sys.maxsize}, got {number!r}")
             set_(self, name, number)
         limit = self.overallocation_limit
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit):
+        if (isinstance(limit, bool) or not isinstance(limit, numbers.Real)     # NumPy's too
+                or not math.isfinite(limit)):
             raise _bad("overallocation_limit", f"must be a finite number, got {limit!r}")
         if limit < 0:
             raise _bad("overallocation_limit", f"must not be negative, got {limit!r}")

@@ -31,6 +31,27 @@ def _gelu_tanh_parts(x):
     return t
 
 
+# libnd4j's constants (ops.h) and DL4J's RationalTanh ones
+SELU_ALPHA, SELU_LAMBDA = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+RT_A, RT_C = 1.7159, 1.41645
+
+
+def _sig(x):
+    # exact in the tails too: exp(-log(1 + e^-x))
+    return np.exp(-np.logaddexp(0, -x))
+
+
+def _rtanh(x):
+    d = 2 * x / 3
+    return RT_A * np.sign(d) * (1 - 1 / (1 + np.abs(d) + d ** 2 + RT_C * d ** 4))
+
+
+def _drtanh(x):
+    u = np.abs(2 * x / 3)
+    a = 1 + u + u ** 2 + RT_C * u ** 4
+    return RT_A * 2 / 3 * (1 + 2 * u + 4 * RT_C * u ** 3) / a ** 2
+
+
 # name -> (forward reference, derivative reference, kwargs); references take float64 inputs
 REF = {
     "identity": (lambda x, **k: x, lambda x, **k: np.ones_like(x), {}),
@@ -52,7 +73,29 @@ REF = {
     "gelu_tanh": (lambda x: 0.5 * x * (1 + _gelu_tanh_parts(x)),
                   lambda x: 0.5 * (1 + _gelu_tanh_parts(x)) + 0.5 * x
                   * (1 - _gelu_tanh_parts(x) ** 2) * _K * (1 + 3 * 0.044715 * x * x), {}),
+    # DL4J's other activations (formulas from libnd4j's ops.h and activation helpers)
+    "hardtanh": (lambda x: np.clip(x, -1, 1),
+                 lambda x: _nanfix(np.where(np.abs(x) <= 1, 1.0, 0.0), x), {}),
+    "hardsigmoid": (lambda x: np.clip(0.2 * x + 0.5, 0, 1),
+                    lambda x: _nanfix(np.where(np.abs(x) <= 2.5, 0.2, 0.0), x), {}),
+    "selu": (lambda x: np.where(x > 0, SELU_LAMBDA * x,
+                                SELU_LAMBDA * SELU_ALPHA * np.expm1(np.minimum(x, 0))),
+             lambda x: np.where(x > 0, SELU_LAMBDA,
+                                SELU_LAMBDA * SELU_ALPHA * np.exp(np.minimum(x, 0))), {}),
+    "swish": (lambda x: x * _sig(x), lambda x: _sig(x) + x * _sig(x) * _sig(-x), {}),
+    "softsign": (lambda x: x / (1 + np.abs(x)), lambda x: 1 / (1 + np.abs(x)) ** 2, {}),
+    "rational_tanh": (_rtanh, _drtanh, {}),
+    "rectified_tanh": (lambda x: np.maximum(np.tanh(x), 0),
+                       lambda x: _nanfix(np.where(x > 0, 1 - np.tanh(x) ** 2, 0.0), x), {}),
+    "cube": (lambda x: x ** 3, lambda x: 3 * x ** 2, {}),
+    "thresholded_relu": (lambda x, theta=1.0: np.where(x > theta, x, 0.0),
+                         lambda x, theta=1.0: _nanfix(np.where(x > theta, 1.0, 0.0), x),
+                         {"theta": 0.5}),
 }
+#: where each activation's derivative jumps (finite differences skip their neighbourhood)
+KINKS = {"hardtanh": (-1.0, 1.0), "hardsigmoid": (-2.5, 2.5), "thresholded_relu": (0.5,)}
+NEW = ["hardtanh", "hardsigmoid", "selu", "swish", "softsign", "rational_tanh",
+       "rectified_tanh", "cube", "thresholded_relu"]
 NAMES = list(REF)
 
 
@@ -273,6 +316,162 @@ def test_nan_and_inf(dtype):
     assert np.isnan(s[0]).all() and not np.isnan(s[1]).any()
 
 
+def _ulps(got, ref, dtype):
+    # |got - ref| in units of the last place of ref in `dtype` (ref in extended precision)
+    ref_d = ref.astype(dtype)
+    spacing = np.spacing(np.abs(ref_d)).astype(np.longdouble)
+    return np.abs(got.astype(np.longdouble) - ref) / spacing
+
+
+#: largest error of ndws' own tanh and sigmoid (ndws/_vmath.h) in ulps, both dtypes (data)
+ULPS = {"tanh": 1.3, "sigmoid": 2.5}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_own_sigmoid_and_tanh_are_accurate(dtype):
+    # a dense sweep over every range the branch-free formulas switch between (tiny, the
+    # polynomial, 1 - 2/(e+1), saturation, exp's subnormal tail), against extended precision
+    mags = np.concatenate([np.geomspace(1e-30, 1e-3, 2000), np.linspace(1e-3, 30, 60001),
+                           np.geomspace(30, 3e38 if dtype == np.float32 else 1e300, 2000),
+                           [0.625, 0.62499, 0.62501, 9.01, 20.0, 22.0, 87.3, 88.7, 103.9,
+                            104.0, 708.0, 745.0, 746.0]])
+    x = np.concatenate([mags, -mags]).astype(dtype)
+    xl = x.astype(np.longdouble)
+    t = F.tanh(x).numpy()
+    assert _ulps(t, np.tanh(xl), dtype).max() <= ULPS["tanh"]
+    s = F.sigmoid(x).numpy()
+    with np.errstate(over="ignore"):
+        ref = 1 / (1 + np.exp(-xl))
+    ok = ref >= np.finfo(dtype).tiny           # subnormal results: absolute error only
+    assert _ulps(s[ok], ref[ok], dtype).max() <= ULPS["sigmoid"]
+    tail = np.abs(s[~ok].astype(np.longdouble) - ref[~ok])
+    assert tail.max() <= np.finfo(dtype).smallest_subnormal
+    # the contiguous per-instruction-set loops and the strided scalar path: the same bits
+    for f in (F.tanh, F.sigmoid):
+        assert f(x).numpy().tobytes() == np.ascontiguousarray(f(x[::-1]).numpy()[::-1]).tobytes()
+    g = np.linspace(-2, 2, x.size).astype(dtype)
+    for name in ("tanh", "sigmoid"):
+        d = _bwd(name)(x, g).numpy()
+        d_strided = _bwd(name)(x[::-1], g[::-1]).numpy()[::-1]
+        assert d.tobytes() == np.ascontiguousarray(d_strided).tobytes(), name
+    # special values: exact, odd symmetry, no NaN from a finite input
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype=dtype)
+    t = F.tanh(special).numpy()
+    assert t[:4].tolist() == [0.0, 0.0, 1.0, -1.0] and np.signbit(t[1]) and np.isnan(t[4])
+    s = F.sigmoid(special).numpy()
+    assert s[:4].tolist() == [0.5, 0.5, 1.0, 0.0] and np.isnan(s[4])
+    assert np.array_equal(F.tanh(-x).numpy(), -F.tanh(x).numpy())
+
+
+def test_own_exp_in_the_ufunc_and_the_nn_kernels_is_one_definition():
+    # ndws.exp's float32 loop (small arrays) and the nn kernels' exp are the same function:
+    # selu_backward's negative branch is lambda*alpha*exp(x), computed in float32
+    from ndws import _ufuncs
+    x = -np.linspace(0.01, 20, 31).astype(np.float32)
+    before = _ufuncs._native_calls()["unary"][0]
+    e = ndws.exp(ndws.asarray(x)).numpy()
+    assert _ufuncs._native_calls()["unary"][0] == before + 1     # ndws' own float32 loop ran
+    np.testing.assert_array_equal(
+        F.selu_backward(x, np.ones_like(x)).numpy(),
+        np.float32(SELU_LAMBDA * SELU_ALPHA) * e)
+    assert _ulps(e, np.exp(x.astype(np.longdouble)), np.float32).max() <= 1.3
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dl4j_activations_at_the_extremes(dtype):
+    # the limits where a formula would give inf/inf or inf*0 (libnd4j's do: NaN)
+    inf = np.array([np.inf, -np.inf], dtype=dtype)
+    one = np.ones(2, dtype=dtype)
+    lam_alpha = dtype(SELU_LAMBDA * SELU_ALPHA)
+    assert F.hardtanh(inf).tolist() == [1.0, -1.0]
+    assert F.hardsigmoid(inf).tolist() == [1.0, 0.0]
+    assert F.selu(inf).tolist() == [np.inf, -float(lam_alpha)]
+    assert F.swish(inf).tolist() == [np.inf, 0.0]
+    assert F.swish_backward(inf, one).tolist() == [1.0, 0.0]
+    assert F.softsign(inf).tolist() == [1.0, -1.0]
+    assert F.softsign_backward(inf, one).tolist() == [0.0, 0.0]
+    assert F.rational_tanh(inf).tolist() == [float(dtype(RT_A)), -float(dtype(RT_A))]
+    assert F.rational_tanh_backward(inf, one).tolist() == [0.0, 0.0]
+    assert F.rectified_tanh(inf).tolist() == [1.0, 0.0]
+    assert F.cube(inf).tolist() == [np.inf, -np.inf]
+    assert F.thresholded_relu(inf).tolist() == [np.inf, 0.0]
+    # large finite inputs: libnd4j's swish derivative overflows (e^x)^2 to NaN past x = 44
+    # (float32), its rational tanh derivative divides inf by inf past |x| = 6e12
+    big = np.array([100.0, -100.0, 1e30, -1e30, 3e38], dtype=dtype)
+    ones = np.ones_like(big)
+    d = F.swish_backward(big, ones).numpy()
+    np.testing.assert_allclose(d, REF["swish"][1](big.astype(np.float64)), rtol=1e-6,
+                               atol=1e-40)           # float32's subnormals lose digits
+    assert d.tolist()[2:] == [1.0, 0.0, 1.0]
+    d = F.rational_tanh_backward(big, ones).numpy()
+    np.testing.assert_allclose(d, _drtanh(big.astype(np.float64)).astype(dtype), rtol=1e-5,
+                               atol=0)
+    y = F.rational_tanh(big).numpy()
+    np.testing.assert_allclose(y[2:], [RT_A, -RT_A, RT_A], rtol=1e-7)
+    # the kinks: libnd4j's closed intervals (the slope at the kink itself)
+    kinks = np.array([-1.0, 1.0, -2.5, 2.5, 1.0], dtype=dtype)
+    assert F.hardtanh_backward(kinks[:2], one).tolist() == [1.0, 1.0]
+    assert F.hardsigmoid_backward(kinks[2:4], one).tolist() == [0.2 if dtype == np.float64
+                                                               else float(np.float32(0.2))] * 2
+    assert F.thresholded_relu(kinks[4:], theta=1.0).tolist() == [0.0]     # x > theta only
+    assert F.thresholded_relu_backward(kinks[4:], kinks[4:]).tolist() == [0.0]
+    # -0.0 keeps its sign where the function is odd
+    z = np.array([-0.0], dtype=dtype)
+    for name in ("hardtanh", "softsign", "rational_tanh", "cube", "selu"):
+        assert np.signbit(getattr(F, name)(z).numpy()[0]), name
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_activation_parameters_must_be_finite(dtype):
+    # a NaN threshold would make every comparison false (thresholded_relu the identity); a NaN
+    # or inf slope turns outputs into NaN: both refused before anything is written
+    x = ndws.array(np.array([-1.0, 2.0], dtype=dtype))
+    out = ndws.zeros(2, dtype=dtype)
+    for bad in (float("nan"), float("inf"), -np.inf, np.float32("nan"), 10 ** 400):
+        with pytest.raises(ValueError, match=r"^thresholded_relu: theta must be a finite real "
+                                             r"number, got "):
+            F.thresholded_relu(x, theta=bad, out=out)
+        with pytest.raises(ValueError, match=r"^thresholded_relu_backward: theta must be a "
+                                             r"finite real number"):
+            F.thresholded_relu_backward(x, x, theta=bad, out=out)
+        with pytest.raises(ValueError, match=r"^activation: theta must be a finite real"):
+            F.activation("thresholdedrelu", x, theta=bad, out=out)
+        with pytest.raises(ValueError, match=r"^leaky_relu: alpha must be a finite real"):
+            F.leaky_relu(x, alpha=bad, out=out)
+        with pytest.raises(ValueError, match=r"^elu_backward: alpha must be a finite real"):
+            F.elu_backward(x, x, alpha=bad, out=out)
+        with pytest.raises(ValueError, match=r"^activation: alpha must be a finite real"):
+            F.activation("leakyrelu", x, alpha=bad, out=out)
+    for bad in ("1", True, None, [1.0]):
+        with pytest.raises(TypeError, match=r"^thresholded_relu: theta must be a real number"):
+            F.thresholded_relu(x, theta=bad, out=out)
+    assert out.tolist() == [0.0, 0.0]
+    # any finite theta, negative too (DL4J's ThresholdedReLU takes any double)
+    assert F.thresholded_relu(x, theta=-2).tolist() == [-1.0, 2.0]
+    assert F.thresholded_relu(x, theta=np.float32(1.5)).tolist() == [0.0, 2.0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", NEW)
+def test_fused_linear_applies_each_dl4j_activation(name, dtype, rng):
+    # the fused layer's two tile paths: bias + activation on contiguous rows, and the
+    # activation alone on a strided out=
+    x = rng.standard_normal((37, 19)).astype(dtype)
+    w = (rng.standard_normal((19, 41)) / 3).astype(dtype)
+    b = rng.standard_normal(41).astype(dtype)
+    z = x.astype(np.float64) @ w.astype(np.float64) + b
+    exp = REF[name][0](z, **_params(name))
+    got = F.linear(x, w, b, name, **_params(name))
+    np.testing.assert_allclose(got.numpy(), exp, rtol=TOL[np.dtype(dtype)][0] * 50,
+                               atol=TOL[np.dtype(dtype)][1] * 50)
+    big = ndws.zeros((37, 82), dtype=dtype)
+    view = big[:, ::-2]
+    assert F.linear(x, w, b, name, out=view, **_params(name)) is view
+    np.testing.assert_allclose(view.numpy(), exp, rtol=TOL[np.dtype(dtype)][0] * 50,
+                               atol=TOL[np.dtype(dtype)][1] * 50)
+    assert not big.numpy()[:, ::2].any()
+
+
 # ------------------------------------------------------------------------------------------------
 # finite-difference gradient checks (float64)
 
@@ -280,7 +479,8 @@ def test_nan_and_inf(dtype):
 @pytest.mark.parametrize("name", NAMES)
 def test_derivatives_by_finite_differences(name, rng):
     x = rng.standard_normal(257) * 3
-    x = x[np.abs(x) > 1e-3]                     # relu-like kinks at 0
+    for kink in KINKS.get(name, (0.0,)):
+        x = x[np.abs(x - kink) > 1e-3]          # relu-like kinks
     g = rng.standard_normal(x.size)
     h = 1e-6
     f = _fwd(name)
@@ -317,7 +517,15 @@ def test_generic_activation_names_and_aliases(dtype, rng):
     cases = [("identity", "identity", {}), ("RELU", "relu", {}), ("leakyrelu", "leaky_relu", {}),
              ("leaky_relu", "leaky_relu", {"alpha": 0.3}), ("elu", "elu", {"alpha": 2.0}),
              ("sigmoid", "sigmoid", {}), ("tanh", "tanh", {}), ("softplus", "softplus", {}),
-             ("gelu", "gelu", {}), ("gelu", "gelu", {"approximate": "tanh"})]
+             ("gelu", "gelu", {}), ("gelu", "gelu", {"approximate": "tanh"}),
+             ("HardTanh", "hardtanh", {}), ("hard_tanh", "hardtanh", {}),
+             ("hardsigmoid", "hardsigmoid", {}), ("hard_sigmoid", "hardsigmoid", {}),
+             ("SELU", "selu", {}), ("swish", "swish", {}), ("silu", "swish", {}),
+             ("softsign", "softsign", {}), ("rationaltanh", "rational_tanh", {}),
+             ("rational_tanh", "rational_tanh", {}), ("rectifiedtanh", "rectified_tanh", {}),
+             ("rectified_tanh", "rectified_tanh", {}), ("cube", "cube", {}),
+             ("thresholdedrelu", "thresholded_relu", {}),
+             ("thresholded_relu", "thresholded_relu", {"theta": -0.5})]
     for alias, name, params in cases:
         exp = _fwd(name)(x, **params).numpy()
         np.testing.assert_array_equal(F.activation(alias, x, **params).numpy(), exp)
@@ -339,13 +547,21 @@ def test_generic_activation_names_and_aliases(dtype, rng):
 
 def test_generic_activation_errors():
     x = ndws.zeros(3)
-    with pytest.raises(ValueError, match=r"unknown activation 'swish'; valid names: elu, gelu, "
-                                         r"identity, leaky_relu, leakyrelu, linear, "
-                                         r"log_softmax, logsoftmax, relu, sigmoid, softmax, "
-                                         r"softplus, tanh"):
-        F.activation("swish", x)
+    with pytest.raises(ValueError, match=r"unknown activation 'mish'; valid names: cube, elu, "
+                                         r"gelu, hard_sigmoid, hard_tanh, hardsigmoid, "
+                                         r"hardtanh, identity, leaky_relu, leakyrelu, linear, "
+                                         r"log_softmax, logsoftmax, rational_tanh, "
+                                         r"rationaltanh, rectified_tanh, rectifiedtanh, relu, "
+                                         r"selu, sigmoid, silu, softmax, softplus, softsign, "
+                                         r"swish, tanh, thresholded_relu, thresholdedrelu$"):
+        F.activation("mish", x)
     with pytest.raises(TypeError, match=r"unexpected parameter 'alpha' for activation 'relu'"):
         F.activation("relu", x, alpha=0.1)
+    with pytest.raises(TypeError, match=r"unexpected parameter 'theta' for activation 'selu'"):
+        F.activation("selu", x, theta=0.1)
+    with pytest.raises(TypeError, match=r"unexpected parameter 'alpha' for activation "
+                                        r"'thresholdedrelu'"):
+        F.activation("thresholdedrelu", x, alpha=0.1)
     with pytest.raises(ValueError, match=r"approximate must be 'none' or 'tanh', got 'fast'"):
         F.activation("gelu", x, approximate="fast")
     with pytest.raises(TypeError, match=r"activation: name must be a str"):
@@ -436,6 +652,15 @@ def test_one_and_two_threads_bit_identical(dtype, rng):
     x3 = (rng.standard_normal((301, 1001)) * 3).astype(dtype)
     calls = [lambda: F.relu(x), lambda: F.gelu(x), lambda: F.softplus_backward(x, g),
              lambda: F.elu(x[::-1]), lambda: F.tanh(x3.T),
+             lambda: F.hardtanh(x), lambda: F.hardtanh_backward(x3.T, x3.T),
+             lambda: F.hardsigmoid(x), lambda: F.hardsigmoid_backward(x3.T, x3.T),
+             lambda: F.selu(x), lambda: F.selu_backward(x3.T, x3.T),
+             lambda: F.swish(x), lambda: F.swish_backward(x3.T, x3.T),
+             lambda: F.softsign(x), lambda: F.softsign_backward(x3.T, x3.T),
+             lambda: F.rational_tanh(x), lambda: F.rational_tanh_backward(x3.T, x3.T),
+             lambda: F.rectified_tanh(x), lambda: F.rectified_tanh_backward(x3.T, x3.T),
+             lambda: F.cube(x), lambda: F.cube_backward(x3.T, x3.T),
+             lambda: F.thresholded_relu(x), lambda: F.thresholded_relu_backward(x3.T, x3.T),
              lambda: F.softmax(x3), lambda: F.softmax(x3, axis=0),
              lambda: F.log_softmax_backward(x3, x3)]
     for call in calls:
@@ -504,9 +729,9 @@ def test_public_module_all():
     import doctest
     failures, tried = doctest.testmod(F, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
-    from ndws.nn import _activations, _conv, _linear, _losses, _pool, _updaters
+    from ndws.nn import _activations, _conv, _linear, _losses, _pool, _rnn, _updaters
     tried_all = 0
-    for module in (_activations, _linear, _losses, _updaters, _conv, _pool):
+    for module in (_activations, _linear, _losses, _updaters, _conv, _pool, _rnn):
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert failures == 0, module.__name__
         tried_all += tried
@@ -515,9 +740,9 @@ def test_public_module_all():
 
 def test_stub_lists_every_public_kernel():
     import pathlib
-    from ndws.nn import _activations, _conv, _linear, _losses, _pool, _updaters
+    from ndws.nn import _activations, _conv, _linear, _losses, _pool, _rnn, _updaters
     public = []
-    for module in (_activations, _linear, _losses, _updaters, _conv, _pool):
+    for module in (_activations, _linear, _losses, _updaters, _conv, _pool, _rnn):
         name = module.__name__.rsplit(".", 1)[1]
         stub = (pathlib.Path(module.__file__).parent / f"{name}.pyi").read_text()
         names = [n for n in dir(module) if not n.startswith("_") and n != "np"]
@@ -539,6 +764,15 @@ def test_stub_lists_every_public_kernel():
     (lambda x: F.softplus_backward(x, None), "softplus_backward"),
     (lambda x: F.gelu_backward(x, None), "gelu_backward"),
     (lambda x: F.identity_backward(x, None), "identity_backward"),
+    (lambda x: F.hardtanh_backward(x, None), "hardtanh_backward"),
+    (lambda x: F.hardsigmoid_backward(x, None), "hardsigmoid_backward"),
+    (lambda x: F.selu_backward(x, None), "selu_backward"),
+    (lambda x: F.swish_backward(x, None), "swish_backward"),
+    (lambda x: F.softsign_backward(x, None), "softsign_backward"),
+    (lambda x: F.rational_tanh_backward(x, None), "rational_tanh_backward"),
+    (lambda x: F.rectified_tanh_backward(x, None), "rectified_tanh_backward"),
+    (lambda x: F.cube_backward(x, None), "cube_backward"),
+    (lambda x: F.thresholded_relu_backward(x, None), "thresholded_relu_backward"),
     (lambda x: F.softmax_backward(x, None), "softmax_backward"),
     (lambda x: F.log_softmax_backward(x, None), "log_softmax_backward"),
     (lambda x: F.activation_backward("relu", x, None), "activation_backward"),

@@ -11,7 +11,10 @@ from test_activations import _progress_during
 DTYPES = [np.float32, np.float64]
 #: (rtol, atol) per dtype, loss and gradient vs the float64 NumPy reference (data, not code)
 TOL = {np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float64): (1e-12, 1e-15)}
-LOSSES = ["sce", "sce_int", "bce", "mse", "mae"]
+#: the elementwise losses DL4J added (one value per output)
+NEW_EW = ["hinge", "sq_hinge", "kld", "poisson", "msle", "mape", "wasserstein"]
+LOSSES = ["sce", "sce_int", "bce", "mse", "mae", "cosine"] + NEW_EW
+EPS = 1e-5          # ND4J's Nd4j.EPS_THRESHOLD
 
 
 def _log_softmax(x):
@@ -25,7 +28,18 @@ def reference(kind, x, t, w=None, m=None, reduction="mean"):
     n = x.shape[0]
     c = x.shape[1] if x.ndim == 2 else 1
     wv = np.ones(n) if w is None else w.astype(np.float64)
-    if kind.startswith("sce"):
+    if kind == "cosine":
+        t = t.astype(np.float64)
+        coef = wv * (np.ones(n) if m is None else m.astype(np.float64))
+        dot = (x * t).sum(axis=1)
+        nx, nt = np.linalg.norm(x, axis=1), np.linalg.norm(t, axis=1)
+        den_i = np.maximum(nx, EPS) * np.maximum(nt, EPS)
+        proj = np.where(nx >= EPS, dot / np.where(nx > 0, nx * nx, 1), 0.0)
+        li = coef * -dot / den_i
+        grad = coef[:, None] * -(t - proj[:, None] * x) / den_i[:, None]
+        den = n if m is None else m.sum()
+        none_shape = (n,)
+    elif kind.startswith("sce"):
         q = np.eye(c)[t] if kind == "sce_int" else t.astype(np.float64)
         per_ex_mask = np.ones(n)
         if m is not None and m.ndim == 1:
@@ -51,8 +65,26 @@ def reference(kind, x, t, w=None, m=None, reduction="mean"):
             dl = 1 / (1 + np.exp(-x)) - t
         elif kind == "mse":
             l, dl = (x - t) ** 2, 2 * (x - t)
-        else:
+        elif kind == "mae":
             l, dl = np.abs(x - t), np.sign(x - t)
+        elif kind in ("hinge", "sq_hinge"):
+            h = np.maximum(0, 1 - t * x)
+            l, dl = (h, np.where(h > 0, -t, 0.0)) if kind == "hinge" else (h * h, -2 * t * h)
+        elif kind == "kld":
+            tc, xc = np.clip(t, EPS, 1), np.clip(x, EPS, 1)
+            l, dl = tc * np.log(tc / xc), -tc / np.maximum(x, EPS)
+        elif kind == "poisson":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                l = np.where(t == 0, x, x - t * np.log(x))
+                dl = np.where(t == 0, 1.0, 1 - t / x)
+        elif kind == "msle":
+            r = np.log1p(x) - np.log1p(t)
+            l, dl = r * r, 2 * r / (1 + x)
+        elif kind == "mape":
+            d = np.maximum(np.abs(t), EPS)
+            l, dl = 100 * np.abs(x - t) / d, 100 * np.sign(x - t) / d
+        else:
+            l, dl = t * x, t
         mm = np.ones_like(x) if m is None else m.astype(np.float64)
         if m is not None and m.ndim == 1 and x.ndim == 2:
             mm = np.broadcast_to(mm[:, None], x.shape)
@@ -79,13 +111,31 @@ def make(kind, n, c, dtype, rng):
         t = rng.integers(0, c, n)
     elif kind == "bce":
         t = rng.random((n, c)).astype(dtype)
+    elif kind in ("hinge", "sq_hinge", "wasserstein"):
+        t = np.where(rng.random((n, c)) < 0.5, -1.0, 1.0).astype(dtype)
+        x = (x / 2).astype(dtype)
+    elif kind == "kld":
+        x = (rng.random((n, c)) * 0.9 + 0.05).astype(dtype)
+        t = rng.random((n, c)).astype(dtype)
+        t /= t.sum(axis=1, keepdims=True)
+    elif kind == "poisson":
+        x = (rng.random((n, c)) * 3 + 0.1).astype(dtype)
+        t = rng.integers(0, 4, (n, c)).astype(dtype)          # zero counts included
+    elif kind == "msle":
+        x = (rng.random((n, c)) * 3).astype(dtype)
+        t = (rng.random((n, c)) * 3).astype(dtype)
+    elif kind == "mape":
+        t = ((rng.random((n, c)) + 0.5) * np.where(rng.random((n, c)) < 0.5, -1, 1)).astype(dtype)
     else:
         t = rng.standard_normal((n, c)).astype(dtype)
     return x, t
 
 
 FN = {"sce": F.softmax_cross_entropy, "sce_int": F.softmax_cross_entropy,
-      "bce": F.binary_cross_entropy_with_logits, "mse": F.mse_loss, "mae": F.mae_loss}
+      "bce": F.binary_cross_entropy_with_logits, "mse": F.mse_loss, "mae": F.mae_loss,
+      "cosine": F.cosine_proximity_loss, "hinge": F.hinge_loss,
+      "sq_hinge": F.squared_hinge_loss, "kld": F.kl_divergence_loss, "poisson": F.poisson_loss,
+      "msle": F.msle_loss, "mape": F.mape_loss, "wasserstein": F.wasserstein_loss}
 
 
 def _check(kind, dtype, got, exp):
@@ -128,11 +178,13 @@ def test_weights_and_masks(kind, dtype, reduction, rng):
     m_out = (rng.random((n, c)) > 0.4).astype(dtype)
     m_out[2] = 0                                   # a fully masked row
     for wv, mv in [(w, None), (None, m_ex), (None, m_out), (w, m_ex), (w, m_out)]:
+        if kind == "cosine" and mv is m_out:
+            continue                               # per example only (below)
         got = FN[kind](x, t, weights=wv, mask=mv, reduction=reduction)
         _check(kind, dtype, got, reference(kind, x, t, wv, mv, reduction))
 
 
-@pytest.mark.parametrize("kind", ["bce", "mse", "mae"])
+@pytest.mark.parametrize("kind", ["bce", "mse", "mae"] + NEW_EW)
 def test_one_dimensional_predictions(kind, rng):
     x, t = make(kind, 11, 1, np.float64, rng)
     x, t = x[:, 0], t[:, 0]
@@ -209,10 +261,15 @@ def test_strided_inputs_and_grad_out(kind, dtype, rng):
 @pytest.mark.parametrize("masked", [False, True])
 def test_gradients_by_finite_differences(kind, masked, rng):
     x, t = make(kind, 5, 4, np.float64, rng)
-    if kind in ("mae",):
-        x = t + np.where(rng.random(x.shape) > 0.5, 1, -1) * (0.1 + rng.random(x.shape))
+    away = np.where(rng.random(x.shape) > 0.5, 1, -1) * (0.1 + rng.random(x.shape))
+    if kind in ("mae", "mape"):
+        x = t + away                                    # away from the kink at p == t
+    if kind in ("hinge", "sq_hinge"):
+        x = t * (1 + away)                              # away from the kink at t*p == 1
     w = rng.random(5) + 0.5 if masked else None
     m = (rng.random((5, 4)) > 0.3).astype(np.float64) if masked else None
+    if kind == "cosine" and masked:
+        m = (rng.random(5) > 0.3).astype(np.float64)
     fn = FN[kind]
     h = 1e-6
     num = np.zeros_like(x)
@@ -308,3 +365,86 @@ def test_gil_released_during_long_loss():
     t = rng.integers(0, 100, 40_000)
     with ndws.num_threads(1):
         assert _progress_during(lambda: F.softmax_cross_entropy(x, t)) > 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dl4j_losses_are_safe_where_nd4j_divides_by_zero(dtype):
+    z = np.array([[0.0, 1.0]], dtype=dtype)
+    half = np.array([[0.5, 0.5]], dtype=dtype)
+    # KL divergence at a zero probability: ND4J's gradient -t/p is -inf; here -t'/1e-5
+    loss, g = F.kl_divergence_loss(z, half, reduction="sum")
+    assert np.isfinite(loss) and np.all(np.isfinite(g.numpy()))
+    np.testing.assert_allclose(g.numpy(), [[-0.5 / EPS, -0.5]], rtol=1e-6)
+    # Poisson: 0 log 0 = 0 (a zero count at a zero rate adds nothing, gradient 1); a positive
+    # count at a zero rate is honestly infinite
+    loss, g = F.poisson_loss(np.zeros((1, 2), dtype), np.zeros((1, 2), dtype), reduction="none")
+    assert loss.tolist() == [[0.0, 0.0]] and g.tolist() == [[1.0, 1.0]]
+    loss, g = F.poisson_loss(np.zeros((1, 1), dtype), np.ones((1, 1), dtype))
+    assert loss == np.inf and g.tolist() == [[-np.inf]]
+    # MAPE at a zero target: |t| floored at 1e-5 (ND4J: inf, or NaN at p == t == 0)
+    loss, g = F.mape_loss(np.array([[1.0, 0.0]], dtype), np.zeros((1, 2), dtype),
+                          reduction="none")
+    np.testing.assert_allclose(loss.numpy(), [[100 / EPS, 0.0]], rtol=1e-6)
+    np.testing.assert_allclose(g.numpy(), [[100 / EPS, 0.0]], rtol=1e-6)
+    # cosine proximity of a zero vector (either side): finite, the norms floored at 1e-5
+    loss, g = F.cosine_proximity_loss(np.array([[0.0, 0.0], [3.0, 4.0]], dtype),
+                                      np.array([[1.0, 2.0], [0.0, 0.0]], dtype),
+                                      reduction="none")
+    assert loss.tolist() == [0.0, 0.0]
+    np.testing.assert_allclose(g.numpy()[0], [-1 / (EPS * 5 ** 0.5), -2 / (EPS * 5 ** 0.5)],
+                               rtol=1e-6)
+    assert g.numpy()[1].tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("kind", ["cosine"] + NEW_EW)
+def test_dl4j_losses_nan_and_masks(kind, rng):
+    x, t = make(kind, 4, 3, np.float64, rng)
+    x[1, 1] = np.nan
+    if kind == "poisson":
+        t[1, 1] = 2.0          # at a zero count the loss is p itself: gradient 1, whatever p
+    loss, g = FN[kind](x, t, reduction="none")
+    g = g.numpy()
+    per = loss.numpy()
+    rows = per if per.ndim == 1 else per.sum(axis=1)
+    assert np.isnan(rows[1]) and np.all(np.isfinite(np.delete(rows, 1)))   # NaN stays NaN
+    assert np.all(np.isfinite(np.delete(g, 1, axis=0)))
+    # (Wasserstein's gradient is the label, whatever the prediction)
+    assert np.isnan(g[1, 1]) if kind != "wasserstein" else g[1, 1] == t[1, 1]
+    # a masked-out example contributes exactly 0, NaN or not
+    m = np.array([1.0, 0.0, 1.0, 1.0])
+    loss, g = FN[kind](x, t, mask=m)
+    assert np.isfinite(loss) and not g.numpy()[1].any()
+    np.testing.assert_allclose(loss, FN[kind](np.delete(x, 1, 0), np.delete(t, 1, 0),
+                                              grad=False), rtol=1e-13)
+    # a fully masked batch: 0 and a zero gradient
+    loss, g = FN[kind](x, t, mask=np.zeros(4))
+    assert loss == 0.0 and not g.numpy().any()
+
+
+def test_cosine_proximity_errors():
+    x = np.ones((3, 4))
+    out = ndws.zeros((3, 4))
+    with pytest.raises(ValueError, match=r"^cosine_proximity_loss: mask must have shape "
+                                         r"\(3,\) \(one value per example: the cosine "
+                                         r"proximity has no per-output mask\), got \(3, 4\)$"):
+        F.cosine_proximity_loss(x, x, mask=np.ones((3, 4)), grad_out=out)
+    with pytest.raises(ValueError, match=r"^cosine_proximity_loss: pred must be 2-D "
+                                         r"\(n_samples, n_outputs\), got shape \(3,\)$"):
+        F.cosine_proximity_loss(np.ones(3), np.ones(3))
+    with pytest.raises(ValueError, match=r"^hinge_loss: target has shape \(4, 3\), expected "
+                                         r"\(3, 4\) \(the shape of pred\)$"):
+        F.hinge_loss(x, np.ones((4, 3)))
+    with pytest.raises(TypeError, match=r"^kl_divergence_loss: pred must be a float32 or "
+                                        r"float64 array, got dtype int64$"):
+        F.kl_divergence_loss(np.ones((3, 4), np.int64), x)
+    with pytest.raises(ValueError, match=r"^poisson_loss: pred must be \(n_samples,\) or "
+                                         r"\(n_samples, n_outputs\), got shape \(2, 2, 2\)$"):
+        F.poisson_loss(np.ones((2, 2, 2)), np.ones((2, 2, 2)))
+    # the gradient buffer's errors name the predictions (not "logits")
+    with pytest.raises(ValueError, match=r"^msle_loss: grad_out has shape \(3,\), expected "
+                                         r"\(3, 4\) \(the shape of pred\)$"):
+        F.msle_loss(x, x, grad_out=np.zeros(3))
+    with pytest.raises(TypeError, match=r"^wasserstein_loss: grad_out has dtype float32, "
+                                        r"expected float64 \(the dtype of pred\)$"):
+        F.wasserstein_loss(x, x, grad_out=np.zeros((3, 4), np.float32))
+    assert not out.numpy().any()

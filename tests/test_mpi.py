@@ -264,7 +264,8 @@ def test_listeners_progress_bar_and_logs_on_rank_0_only(job):
     assert len(r0["scores"]) == 10 and len(r1["scores"]) == 0
     assert r0["history_scores"].tolist() == r1["history_scores"].tolist()
     assert r0["same_listeners"] and r1["same_listeners"]        # rank 1's are given back
-    assert "epoch 0" in r0["bar"] and r1["bar"] == ""
+    # one bar over the fit, its epochs numbered from 1
+    assert "epoch 1/2" in r0["bar"] and "epoch 2/2" in r0["bar"] and r1["bar"] == ""
     assert "communication: " in r0["perf_line"] and "samples/sec" in r0["perf_line"]
     assert r0["log"].count("communication: ") == 9 and r1["log"] == ""
     assert r0["hook_after"] == r1["hook_after"] == "None"       # the hook is removed
@@ -550,6 +551,53 @@ def test_a_busy_network_is_refused(tmp_path):
         release.set()
         worker.join()
     trainer.fit(x, y, batch_size=4)                       # free again
+    trainer.close()
+
+
+@needs_mpi4py
+def test_a_trainer_is_not_built_around_a_model_fitting_in_another_thread():
+    from busy_helpers import WAIT, Hold, start
+    net = common.network("adam")
+    x, y = common.data(16)
+    hold = Hold("iteration_done", 1)
+    net.set_listeners(hold)
+    fitter, fitted = start(lambda: net.fit(x, y, batch_size=8, progress=False))
+    assert hold.inside.wait(WAIT)
+    try:
+        before = net.params().numpy().copy()
+        with pytest.raises(RuntimeError, match=r"^MPITrainer: the network is in use by another "
+                                               r"thread \(MultiLayerNetwork\.fit\)"):
+            _make(net)
+        np.testing.assert_array_equal(net.params().numpy(), before)   # nothing broadcast
+    finally:
+        hold.go.set()
+        fitter.join(WAIT)
+    assert "error" not in fitted
+    _make(net).close()                                        # free again
+
+
+@needs_mpi4py
+@pytest.mark.parametrize("mode", ["SHARED_GRADIENTS", "AVERAGING"])
+def test_a_copy_during_an_mpi_fit_is_taken_at_a_step_boundary(mode, tmp_path):
+    from busy_helpers import Hold, clone_during
+    net = common.network("adam")
+    x, y = common.data(32)
+    trainer = _make(net, training_mode=mode)
+    hold = Hold("on_gradient_calculation", 1)
+    saved = []
+
+    class Save(PerformanceListener):
+        def iteration_done(self, model, iteration, epoch):
+            model.save(tmp_path / f"step{iteration}.zip")        # the training thread
+            saved.append(model.params().numpy().copy())
+
+    net.set_listeners(hold, Save())
+    clone = clone_during(net, hold, lambda: trainer.fit(x, y, batch_size=8, progress=False))
+    np.testing.assert_array_equal(clone.params().numpy(), hold.boundaries[2])
+    np.testing.assert_array_equal(saved[1], hold.boundaries[2])
+    from ndws.nn import MultiLayerNetwork
+    np.testing.assert_array_equal(
+        MultiLayerNetwork.load(tmp_path / "step1.zip").params().numpy(), saved[1])
     trainer.close()
 
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import ndws
-from ndws.nn import (Activation, ActivationLayer, Adam, DenseLayer, DropoutLayer, Layer,
-                     LossFunction, LossLayer, MultiLayerConfiguration, OutputLayer, ScheduleType,
-                     Sgd, StepSchedule, WeightInit)
+from ndws.nn import (Activation, ActivationLayer, Adam, CnnToFeedForwardPreProcessor,
+                     ConvolutionMode, DenseLayer, DropoutLayer, FeedForwardToCnnPreProcessor,
+                     InputType, Layer, LossFunction, LossLayer, MultiLayerConfiguration,
+                     OutputLayer, ScheduleType, Sgd, StepSchedule, WeightInit)
 
 
 def mlp(**kw):
@@ -62,8 +63,8 @@ def test_dl4j_defaults():
     ([DenseLayer(n_in=4, n_out=8)], {"seed": -1}, ValueError, r"^seed: expected an int"),
     ([DenseLayer(n_in=4, n_out=8)], {"seed": 1.5}, ValueError, r"^seed: expected an int"),
     ([DenseLayer(n_in=4, n_out=8)], {"updater": "adam"}, TypeError, r"^updater: expected"),
-    ([DenseLayer(n_in=4, n_out=8)], {"activation": "swish"}, ValueError,
-     r"^activation: unknown activation 'swish'"),
+    ([DenseLayer(n_in=4, n_out=8)], {"activation": "mish"}, ValueError,
+     r"^activation: unknown activation 'mish'"),
     ([DenseLayer(n_in=4, n_out=8)], {"training_workspace_mode": "FAST"}, ValueError,
      r"^training_workspace_mode: unknown workspace mode 'FAST'; expected one of NONE, ENABLED, "
      r"SINGLE, SEPARATE \(or an ndws.WorkspaceMode\)$"),
@@ -89,8 +90,8 @@ def test_configuration_errors_name_layer_and_field(layers, kw, exc, msg):
     (lambda: DenseLayer(bias_init=float("inf")), ValueError, r"^DenseLayer.bias_init: expected a finite"),
     (lambda: DenseLayer(updater=Adam), TypeError, r"^DenseLayer.updater: expected an ndws.nn updater"),
     (lambda: DenseLayer(name=5), TypeError, r"^DenseLayer.name: expected a str"),
-    (lambda: OutputLayer(loss_function="hinge"), ValueError,
-     r"^OutputLayer.loss_function: unknown loss function 'hinge'"),
+    (lambda: OutputLayer(loss_function="fmeasure"), ValueError,
+     r"^OutputLayer.loss_function: unknown loss function 'fmeasure'"),
     (lambda: DenseLayer(n_in=3, n_out=2, bogus=1), TypeError, r"unexpected keyword argument 'bogus'"),
 ])
 def test_layer_fields_are_checked_at_construction(make, exc, msg):
@@ -180,3 +181,111 @@ def test_every_configuration_error_is_a_value_error(make):
     with pytest.raises(ValueError) as info:
         make()
     assert isinstance(info.value, TypeError)
+
+
+# -- input types and preprocessors ------------------------------------------------------------
+
+def test_dense_only_json_is_unchanged_by_the_input_type_fields():
+    conf = mlp(seed=3)
+    assert set(conf.to_dict()) == {"format", "version", "seed", "updater", "activation",
+                                   "weight_init", "dropout", "l1", "l2", "weight_decay",
+                                   "bias_init", "training_workspace_mode",
+                                   "inference_workspace_mode", "dtype", "layers"}
+    assert conf.resolved_preprocessors == (None, None, None)
+    assert [l.input_type for l in conf.resolved_layers] == [
+        InputType.feed_forward(784), InputType.feed_forward(256), InputType.feed_forward(256)]
+
+
+def test_input_type_sets_n_in_and_inserts_dl4j_preprocessors():
+    conf = MultiLayerConfiguration(
+        [DenseLayer(n_out=5), ActivationLayer(activation="relu"), OutputLayer(n_out=2,
+                                                                             activation="softmax")],
+        input_type=InputType.convolutional(3, 4, 2), seed=1)
+    assert conf.resolved_preprocessors[0] == CnnToFeedForwardPreProcessor(3, 4, 2)
+    assert conf.resolved_preprocessors[1:] == (None, None)
+    assert [l.n_in for l in conf.resolved_layers] == [24, 5, 5]
+    assert conf.resolved_layers[0].input_type == InputType.feed_forward(24)
+    assert conf.input_preprocessors == {}                # only what was given by hand
+    # convolutional_flat is rows already: nothing inserted before a dense layer
+    flat = MultiLayerConfiguration([DenseLayer(n_out=5), OutputLayer(n_out=2,
+                                                                     activation="softmax")],
+                                   input_type=InputType.convolutional_flat(3, 4, 2), seed=1)
+    assert flat.resolved_preprocessors == (None, None) and flat.resolved_layers[0].n_in == 24
+    # NHWC images are flattened in (h, w, c) order by an NHWC preprocessor
+    nhwc = MultiLayerConfiguration([OutputLayer(n_out=2, activation="softmax")],
+                                   input_type=InputType.convolutional(3, 4, 2, "NHWC"), seed=1)
+    assert nhwc.resolved_preprocessors[0] == CnnToFeedForwardPreProcessor(3, 4, 2, "NHWC")
+
+
+def test_hand_set_preprocessors_win_and_round_trip():
+    conf = MultiLayerConfiguration(
+        [ActivationLayer(activation="relu"), DenseLayer(n_out=8),
+         OutputLayer(n_out=2, activation="softmax")],
+        input_preprocessors={0: FeedForwardToCnnPreProcessor(2, 3, 1),
+                             1: CnnToFeedForwardPreProcessor(2, 3, 1)}, seed=2,
+        convolution_mode="same")
+    assert conf.resolved_layers[0].input_type == InputType.convolutional(2, 3, 1)
+    assert conf.resolved_layers[0].n_in == 1             # images: n_in is their channels
+    assert conf.resolved_layers[1].n_in == 6
+    assert conf.resolved_preprocessors[:2] == (FeedForwardToCnnPreProcessor(2, 3, 1),
+                                               CnnToFeedForwardPreProcessor(2, 3, 1))
+    text = conf.to_json()
+    back = MultiLayerConfiguration.from_json(text)
+    assert back == conf and back.to_json() == text
+    assert back.convolution_mode is ConvolutionMode.SAME
+    assert json.loads(text)["input_preprocessors"]["1"]["@class"] == \
+        "CnnToFeedForwardPreProcessor"
+    typed = MultiLayerConfiguration([DenseLayer(n_out=3)], input_type=InputType.feed_forward(4),
+                                    seed=1)
+    assert MultiLayerConfiguration.from_json(typed.to_json()) == typed
+
+
+@pytest.mark.parametrize("layers, kw, exc, msg", [
+    ([DenseLayer(n_in=7, n_out=2)], {"input_type": InputType.feed_forward(8)}, ValueError,
+     r"^layers\[0\].n_in: 7 does not match the width 8 of the network's input "
+     r"\(InputType.feed_forward\(8\)\)$"),
+    ([DenseLayer(n_in=7, n_out=2)], {"input_type": InputType.convolutional(2, 2, 2)},
+     ValueError, r"^layers\[0\].n_in: 7 does not match the width 8 of its input after "
+                 r"CnnToFeedForwardPreProcessor\(2, 2, 2, NCHW\) \(InputType.feed_forward\(8\)\)$"),
+    ([DenseLayer(n_in=4, n_out=8), DenseLayer(n_in=9, n_out=2)],
+     {"input_preprocessors": {1: FeedForwardToCnnPreProcessor(2, 2, 2)}}, ValueError,
+     r"^layers\[1\].n_in: 9 does not match the channels 2 of the output of layers\[0\] after "
+     r"FeedForwardToCnnPreProcessor\(2, 2, 2, NCHW\) \(InputType.convolutional\(2, 2, 2\)\)$"),
+    ([DenseLayer(n_in=4, n_out=8), DenseLayer(n_out=2)],
+     {"input_preprocessors": {1: FeedForwardToCnnPreProcessor(2, 2, 2)}}, ValueError,
+     r"^layers\[1\]: DenseLayer takes rows, got InputType.convolutional\(2, 2, 2\)"),
+    ([DenseLayer(n_in=4, n_out=2)], {"input_type": "FF"}, TypeError,
+     r"^input_type: expected an ndws.nn.InputType"),
+    ([DenseLayer(n_in=4, n_out=2)], {"input_preprocessors": [1]}, TypeError,
+     r"^input_preprocessors: expected a dict"),
+    ([DenseLayer(n_in=4, n_out=2)], {"input_preprocessors": {1: None}}, ValueError,
+     r"^input_preprocessors: 1 is not a layer index \(0 to 0\)$"),
+    ([DenseLayer(n_in=4, n_out=2)], {"input_preprocessors": {True: None}}, ValueError,
+     r"^input_preprocessors: True is not a layer index"),
+    ([DenseLayer(n_in=4, n_out=2)], {"input_preprocessors": {0: "flatten"}}, TypeError,
+     r"^input_preprocessors\[0\]: expected an ndws.nn.InputPreProcessor, got str$"),
+    ([DenseLayer(n_in=4, n_out=2)], {"input_type": InputType.feed_forward(4),
+                                      "input_preprocessors": {
+                                          0: CnnToFeedForwardPreProcessor(2, 2, 1)}}, ValueError,
+     r"^layers\[0\]: CnnToFeedForwardPreProcessor: expected convolutional input"),
+    ([DenseLayer(n_in=4, n_out=2)], {"convolution_mode": "valid"}, ValueError,
+     r"^convolution_mode: unknown ConvolutionMode 'valid'"),
+])
+def test_input_type_errors_name_the_layer(layers, kw, exc, msg):
+    with pytest.raises(exc, match=msg):
+        MultiLayerConfiguration(layers, seed=1, **kw)
+
+
+@pytest.mark.parametrize("mutate, msg", [
+    (lambda d: d.update(input_type={"kind": "CNN", "height": 0, "width": 2, "channels": 1}),
+     r"height must be an int in"),
+    (lambda d: d.update(input_preprocessors=[1]), r"input_preprocessors: expected a dict"),
+    (lambda d: d.update(input_preprocessors={"a": {}}), r"expected layer indices as keys"),
+    (lambda d: d.update(input_preprocessors={"0": {"@class": "Evil"}}),
+     r"^input_preprocessors\[0\]: preprocessor: unknown class 'Evil'"),
+])
+def test_from_json_refuses_malformed_input_types(mutate, msg):
+    data = mlp(seed=3).to_dict()
+    mutate(data)
+    with pytest.raises(ValueError, match=msg):
+        MultiLayerConfiguration.from_json(json.dumps(data))

@@ -134,7 +134,7 @@ def test_subclassed_dense_layer_takes_the_general_path():
                    )._dense_plan is None
 
 
-def test_batches_and_listeners_it_does_not_cover():
+def test_batches_it_does_not_cover_and_listeners_it_does():
     net = network()
     spy = spied(net)
     rng = np.random.default_rng(4)
@@ -158,14 +158,14 @@ def test_batches_and_listeners_it_does_not_cover():
     net.set_listeners(Counting())                 # does not look at the activations
     net.fit(DataSet(x, y), progress=False)
     assert spy.runs == 2 and Counting.calls == 1
-    forward = Forward()
+    forward = Forward()                           # looks at them: called back from it
     net.set_listeners(forward)
     net.fit(DataSet(x, y), progress=False)
-    assert spy.runs == 2 and forward.shapes == [(8, 9), (8, 8), (8, 6), (8, 4)]
+    assert spy.runs == 3 and forward.shapes == [(8, 9), (8, 8), (8, 6), (8, 4)]
     net.set_listeners()
     ndws.get_workspace_manager().debug_mode = DebugMode.SPILL_EVERYTHING
     net.fit(DataSet(x, y), progress=False)
-    assert spy.runs == 2
+    assert spy.runs == 3
 
 
 @pytest.mark.parametrize("mode", MODES)

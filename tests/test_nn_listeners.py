@@ -1,8 +1,11 @@
 """ndws.nn.listeners and the network's evaluation: hook order, the stale-after-callback rule,
-DL4J's log lines, checkpoints, evaluation with no per-batch allocation."""
+DL4J's report lines and where they go, checkpoints, evaluation with no per-batch
+allocation."""
+import io
 import logging
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -103,11 +106,15 @@ def test_performance_listener_fields_in_order(rng, caplog):
         net.fit(batches)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3                               # no report before a first interval
-    pattern = (r"ETL: \d+ ms; iteration (\d+); iteration time: \d+ ms; samples/sec: [\d.]+; "
+    ms = r"(?:0|0\.0*[1-9]\d{0,2}|[1-9][\d.]*)"               # three significant digits
+    pattern = (rf"ETL: {ms} ms; iteration (\d+); iteration time: {ms} ms; samples/sec: [\d.]+; "
                r"batches/sec: [\d.]+; score: [0-9.e-]+;")
     assert re.fullmatch(pattern, lines[0]) and re.match(pattern, lines[1])
-    assert re.search(r" GC: \[gen0: \d+ \(\d+ms\)\], \[gen1: \d+ \(\d+ms\)\], "
-                     r"\[gen2: \d+ \(\d+ms\)\];$", lines[2])
+    assert re.search(rf" GC: \[gen0: \d+ \({ms}ms\)\], \[gen1: \d+ \({ms}ms\)\], "
+                     rf"\[gen2: \d+ \({ms}ms\)\];$", lines[2])
+    # a 6-8-3 network's iteration takes well under a millisecond: shown, not rounded to 0
+    time_ms = float(re.search(r"iteration time: ([\d.]+) ms", lines[0]).group(1))
+    assert 0 < time_ms
     quiet = PerformanceListener(2, report_etl=False, report_time=False)
     net.set_listeners(quiet)
     net.fit(batches)
@@ -115,20 +122,176 @@ def test_performance_listener_fields_in_order(rng, caplog):
                         quiet.last_line)
 
 
+def test_milliseconds_keep_three_significant_digits():
+    from ndws.nn.listeners import _ms
+    assert [_ms(v) for v in (0.0412, 0.412, 4.12, 41.2, 412.0, 4123.4, 0.0, float("nan"))] == [
+        "0.0412", "0.412", "4.12", "41.2", "412", "4123", "0", "0"]
+
+
 @pytest.mark.parametrize("make, exc, msg", [
-    (lambda: PerformanceListener(0), ValueError, r"^Invalid frequency, must be > 0: Got 0$"),
-    (lambda: ScoreIterationListener(-3), ValueError, r"^Invalid frequency, must be > 0: Got -3$"),
+    (lambda: PerformanceListener(0), ValueError,
+     r"^PerformanceListener.frequency: expected an int > 0, got 0$"),
+    (lambda: ScoreIterationListener(-3), ValueError,
+     r"^ScoreIterationListener.print_iterations: expected an int > 0, got -3$"),
+    (lambda: ScoreIterationListener(True), TypeError,
+     r"^ScoreIterationListener.print_iterations: expected an int > 0, got bool$"),
     (lambda: CollectScoresListener(1.5), TypeError, r"^CollectScoresListener.frequency: expected"),
-    (lambda: CheckpointListener("/nonexistent/dir", every_n_epochs=1), FileNotFoundError,
-     r"not a directory"),
+    (lambda: CollectScoresListener(log_score="yes"), TypeError,
+     r"^CollectScoresListener.log_score: expected True or False, got 'yes'$"),
+    (lambda: PerformanceListener(report_score="no"), TypeError,
+     r"^PerformanceListener.report_score: expected True or False, got 'no'$"),
+    (lambda: PerformanceListener(report_gc=1), TypeError,
+     r"^PerformanceListener.report_gc: expected True or False, got 1$"),
+    (lambda: PerformanceListener(printer="stdout"), TypeError,
+     r"^PerformanceListener.printer: expected None \(the terminal\), False \(silent\) or a "
+     r"callable taking a str, got str$"),
     (lambda: CheckpointListener(".", keep_last=2), ValueError, r"give every_n_iterations or"),
+    (lambda: CheckpointListener(".", every_n_epochs=1, keep_last=0), ValueError,
+     r"^CheckpointListener.keep_last: expected an int >= 1 \(the newest checkpoints kept\) or "
+     r"None \(keep all\), got 0$"),
+    (lambda: CheckpointListener(".", every_n_epochs=1, keep_last=np.bool_(True)), TypeError,
+     r"^CheckpointListener.keep_last: expected an int >= 1"),
+    (lambda: CheckpointListener(".", every_n_epochs=0), ValueError,
+     r"^CheckpointListener.every_n_epochs: expected an int > 0, got 0$"),
+    (lambda: CheckpointListener(".", every_n_iterations=-1), ValueError,
+     r"^CheckpointListener.every_n_iterations: expected an int > 0, got -1$"),
+    (lambda: CheckpointListener(".", every_n_epochs=1, save_updater=None), TypeError,
+     r"^CheckpointListener.save_updater: expected True or False, got None$"),
+    (lambda: CheckpointListener(3, every_n_epochs=1), TypeError,
+     r"^CheckpointListener.directory: expected a path, got int$"),
+    (lambda: CheckpointListener("", every_n_epochs=1), ValueError,
+     r"^CheckpointListener.directory: expected a folder name, got ''$"),
     (lambda: EvaluativeListener([], 1), ValueError, r"at least one evaluation"),
+    (lambda: EvaluativeListener([], 0, Evaluation()), ValueError,
+     r"^EvaluativeListener.frequency: expected an int > 0, got 0$"),
     (lambda: EvaluativeListener([], 1, Evaluation(), invocation="later"), ValueError,
      r"invocation: expected"),
 ])
 def test_listener_arguments_are_checked(make, exc, msg):
     with pytest.raises(exc, match=msg):
         make()
+
+
+def test_numpy_integers_are_accepted_for_every_int_argument(tmp_path):
+    i = np.int64
+    assert ScoreIterationListener(i(5)).print_iterations == 5
+    assert type(PerformanceListener(np.int32(3)).frequency) is int
+    assert CollectScoresListener(np.uint8(2)).frequency == 2
+    ckpt = CheckpointListener(tmp_path, every_n_iterations=i(2), every_n_epochs=i(1),
+                              keep_last=i(3), save_updater=np.bool_(False))
+    assert (ckpt.every_n_iterations, ckpt.every_n_epochs, ckpt.keep_last) == (2, 1, 3)
+    assert all(type(v) is int for v in (ckpt.every_n_iterations, ckpt.keep_last))
+    assert EvaluativeListener([], i(4), Evaluation()).frequency == 4
+
+
+def test_checkpoint_folder_is_created_and_a_file_in_the_way_is_refused(rng, tmp_path):
+    folder = tmp_path / "runs" / "today"
+    with pytest.raises(ValueError, match="keep_last"):
+        CheckpointListener(folder, every_n_epochs=1, keep_last=0)
+    assert not (tmp_path / "runs").exists()                 # nothing made for a refused one
+    ckpt = CheckpointListener(folder, every_n_epochs=1, printer=False)
+    assert folder.is_dir()
+    net, batches = net_and_batches(rng)
+    net.set_listeners(ckpt)
+    net.fit(batches)
+    assert os.listdir(folder) == ["checkpoint_0_iter3_epoch1.zip"]
+    CheckpointListener(folder, every_n_epochs=1)            # an existing folder is fine
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match=r"^CheckpointListener.directory: '.*file' "
+                                                 r"exists and is not a directory$"):
+        CheckpointListener(tmp_path / "file", every_n_epochs=1)
+    with pytest.raises(NotADirectoryError, match=r"^\[Errno 20\] CheckpointListener.directory: "
+                                                 r"cannot create '.*file/sub'"):
+        CheckpointListener(tmp_path / "file" / "sub", every_n_epochs=1)
+
+
+# -- where reports go --------------------------------------------------------------------------
+
+def test_reports_reach_stdout_by_default_and_can_be_silenced_or_redirected(rng, capsys,
+                                                                           tmp_path):
+    net, batches = net_and_batches(rng)
+    net.set_listeners(ScoreIterationListener(2), PerformanceListener(2),
+                      CollectScoresListener(2, log_score=True),
+                      CheckpointListener(tmp_path, every_n_epochs=1))
+    net.fit(batches, progress=False)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == out[1] and re.fullmatch(r"Score at iteration 0 is [0-9.e-]+", out[0])
+    assert out[2] == out[4] == f"Score at iteration 2 is {net.score()}"
+    assert re.match(r"ETL: [\d.]+ ms; iteration 2; ", out[3])
+    assert out[5:] == [f"Model checkpoint saved: {tmp_path / 'checkpoint_0_iter3_epoch1.zip'}"]
+    lines = []
+    perf = PerformanceListener(1, printer=lines.append)
+    net.set_listeners(ScoreIterationListener(1, printer=False), perf)
+    net.fit(batches, progress=False)
+    assert capsys.readouterr().out == ""
+    assert len(lines) == 2 and lines[-1] == perf.last_line    # the first has no interval
+
+
+def test_evaluative_listener_reports_its_stats_through_its_printer(rng, capsys):
+    # the evaluation runs from iteration_done through the public do_evaluation (re-entrant
+    # for the fitting thread), with no bar of its own; its stats reach stdout by default
+    net, batches = net_and_batches(rng)
+    ev = Evaluation()
+    net.set_listeners(EvaluativeListener(batches, 2, ev))
+    net.fit(batches, progress=False)
+    out = capsys.readouterr().out
+    assert out.startswith("Evaluation at iteration 1:\n") and out.count("Evaluation at") == 2
+    assert ev.stats() in out
+    lines = []
+    net.set_listeners(EvaluativeListener(batches, 2, Evaluation(), printer=lines.append))
+    net.fit(batches, progress=False)
+    assert capsys.readouterr().out == "" and len(lines) == 1       # iterations 3, 4, 5: 4
+    assert lines[0].startswith("Evaluation at iteration 5:\n")
+    with pytest.raises(TypeError, match=r"^EvaluativeListener.printer: expected None"):
+        EvaluativeListener(batches, 1, Evaluation(), printer="stdout")
+
+
+def test_a_configured_ndws_logger_takes_the_reports(rng, caplog, capsys):
+    net, batches = net_and_batches(rng)
+    net.set_listeners(ScoreIterationListener(1))
+    with caplog.at_level(logging.INFO, logger="ndws"):         # a level on the ndws logger
+        net.fit(batches, progress=False)
+    assert [r.getMessage() for r in caplog.records][-1] == f"Score at iteration 2 is {net.score()}"
+    assert capsys.readouterr().out == ""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ndws"):      # ... which silences them all
+        net.fit(batches, progress=False)
+    assert caplog.records == [] and capsys.readouterr().out == ""
+
+
+def _after_last_carriage_return(text):
+    # what a terminal shows of each line: the bar redraws itself after a carriage return
+    return [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
+
+
+def test_reports_and_console_logs_do_not_break_the_progress_bar(rng, monkeypatch):
+    # the terminal: stdout and stderr are one stream, as in a console
+    term = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", term)
+    monkeypatch.setattr(sys, "stderr", term)
+    net, batches = net_and_batches(rng, n_batches=4)
+    net.set_listeners(ScoreIterationListener(1))
+    net.fit(batches, epochs=2, progress=True)
+    shown = _after_last_carriage_return(term.getvalue())
+    scores = [line for line in shown if "Score at iteration" in line]
+    assert len(scores) == 8 and all(line.startswith("Score at iteration") for line in scores)
+    assert "epoch 2/2: 100%" in term.getvalue()
+    # the same through logging, a console handler on the ndws logger: written above the bar
+    logger = logging.getLogger("ndws")
+    handler = logging.StreamHandler(sys.stderr)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        term.seek(0)
+        term.truncate()
+        net.fit(batches, epochs=2, progress=True)
+        assert logger.handlers == [handler]                  # given back as it was
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    shown = _after_last_carriage_return(term.getvalue())
+    scores = [line for line in shown if "Score at iteration" in line]
+    assert len(scores) == 8 and all(line.startswith("Score at iteration") for line in scores)
 
 
 def test_set_listeners_refuses_other_objects(rng):

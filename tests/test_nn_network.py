@@ -292,7 +292,9 @@ def test_other_losses_follow_dl4j_scaling(loss, act, rng):
     (lambda n: n.fit(DataSet(np.ones((4, 6)), np.zeros(4, np.int64)), batch_size=2), ValueError,
      r"^batch_size: only with features and labels arrays"),
     (lambda n: n.fit([np.ones(3)]), TypeError, r"^data: item 0 is a ndarray, not a DataSet$"),
-    (lambda n: n.output(np.ones((2, 3, 6))), ValueError, r"^x: expected a 2-d array"),
+    (lambda n: n.output(np.ones((2, 3, 6))), ValueError,
+     r"^x: expected one example \(n_features,\) or a batch \(n_samples, n_features\), got "
+     r"shape \(2, 3, 6\)$"),
     (lambda n: n.output(np.array([["a"] * 6])), TypeError, r"^x: expected an array of numbers"),
     (lambda n: n.output(object()), TypeError, r"^x: expected an array of numbers"),
     (lambda n: n.set_params(np.zeros(3)), ValueError, r"^params: expected shape \("),
@@ -642,11 +644,13 @@ def test_exotic_inputs(rng):
     assert net.output(np.zeros((0, 6), np.float32)).shape == (0, 3)
     assert np.isnan(net.output(np.full((2, 6), np.nan, np.float32)).numpy()).all()
     before = net.params().numpy()
-    net.fit(DataSet(np.zeros((0, 6), np.float32), np.zeros(0, np.int64)))
+    with pytest.raises(ValueError, match=r"^fit: no examples \(the DataSet has 0 rows\)$"):
+        net.fit(DataSet(np.zeros((0, 6), np.float32), np.zeros(0, np.int64)))
     np.testing.assert_array_equal(net.params().numpy(), before)   # nothing to learn from
     with pytest.raises(ValueError, match=r"labels has shape \(8, 4\), expected \(8, 3\)"):
         net.fit(x, np.zeros((8, 4), np.float32))
-    with pytest.raises(TypeError, match=r"dtype: ndws arrays hold numbers"):
+    with pytest.raises(TypeError, match=r"^labels: expected an array of numbers, got dtype "
+                                        r"object$"):
         net.fit(x, np.array([None] * 8))
     np.testing.assert_array_equal(net.params().numpy(), before)
 

@@ -17,6 +17,8 @@ from ndws.nn.listeners import (CheckpointListener, CollectScoresListener, Perfor
                                TrainingListener)
 from ndws.parallel import ParallelWrapper, TrainingMode
 
+from busy_helpers import WAIT, Hold, clone_during, start
+
 
 def make_net(updater=None, seed=1, **conf):
     layers = conf.pop("layers", None) or [
@@ -527,3 +529,184 @@ def test_batches_from_a_closed_workspace_raise_the_stale_array_error(data):
     assert workers_alive() == []
     np.testing.assert_array_equal(net.params().numpy(), before)
     ndws.destroy_all_workspaces_for_current_thread()
+
+
+# -- BaseExceptions, threads that cannot start ---------------------------------------------------
+
+class Halt(BaseException):
+    """A BaseException of the user's own (not an Exception)."""
+
+
+@pytest.mark.parametrize("failure", [SystemExit, KeyboardInterrupt, GeneratorExit, Halt])
+@pytest.mark.parametrize("mode", ["AVERAGING", "SHARED_GRADIENTS"])
+def test_a_base_exception_in_a_worker_reaches_the_fit_caller(data, mode, failure):
+    x, y = data
+
+    class Leave(TrainingListener):
+        armed = True
+
+        def on_gradient_calculation(self, model):
+            if self.armed and threading.current_thread().name.endswith("-1") and \
+                    model.iteration == 1:
+                raise failure("worker 1 leaves")
+
+    net = make_net()
+    leave = Leave()
+    pw = ParallelWrapper(net, workers=2, training_mode=mode)
+    pw.set_listeners(leave)
+    with pytest.raises(failure, match="worker 1 leaves") as info:
+        pw.fit(x, y, batch_size=8, epochs=2, progress=False)
+    assert info.value.__notes__ == ["(raised in ParallelWrapper-worker-1)"]
+    assert workers_alive() == []
+    assert net._busy.owner is None and net._busy.crew == frozenset()
+    leave.armed = False
+    assert len(pw.fit(x, y, batch_size=8, progress=False).iterations) == 4
+    pw.close()
+
+
+@pytest.mark.parametrize("failure", [SystemExit, Halt])
+def test_a_base_exception_from_the_data_reaches_the_fit_caller(data, failure):
+    x, y = data
+    ds = DataSet(x[:8], np.eye(3, dtype=np.float32)[y[:8]])
+
+    def batches():
+        yield ds
+        yield ds
+        raise failure("the data leaves")
+
+    with ParallelWrapper(make_net(), workers=2) as pw:
+        with pytest.raises(failure, match="the data leaves"):
+            pw.fit(batches(), progress=False)
+        assert workers_alive() == []
+
+
+def test_a_worker_that_cannot_be_started_leaves_none_waiting(data, monkeypatch):
+    x, y = data
+    net = make_net()
+    real = threading.Thread.start
+
+    def start_thread(self):
+        if self.name == "ParallelWrapper-worker-1":
+            raise RuntimeError("can't start new thread")
+        real(self)
+    monkeypatch.setattr(threading.Thread, "start", start_thread)
+    pw = ParallelWrapper(net, workers=3)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        pw.fit(x, y, batch_size=8, progress=False)
+    monkeypatch.undo()
+    assert workers_alive() == []
+    assert net.output(x).shape == (64, 3)               # the model is free
+    assert len(pw.fit(x, y, batch_size=8, progress=False).iterations) == 3
+    pw.close()
+
+
+# -- the model while the wrapper trains it -----------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["AVERAGING", "SHARED_GRADIENTS"])
+def test_a_copy_from_another_thread_is_taken_at_worker_0_s_boundary(data, mode):
+    x, y = data
+    net = make_net()
+    hold = Hold("on_gradient_calculation", 1)        # worker 0, inside its second round
+    pw = ParallelWrapper(net, workers=2, training_mode=mode)
+    pw.set_listeners(hold)
+    clone = clone_during(net, hold, lambda: pw.fit(x, y, batch_size=8, progress=False))
+    np.testing.assert_array_equal(clone.params().numpy(), hold.boundaries[2])
+    pw.close()
+
+
+@pytest.mark.parametrize("mode", ["AVERAGING", "SHARED_GRADIENTS"])
+def test_worker_0_s_listeners_call_back_into_the_model_as_fit_s_would(data, mode, tmp_path):
+    x, y = data
+    net = make_net()
+    seen = {}
+
+    class CallBack(TrainingListener):
+        root_worker_only = True
+
+        def on_gradient_calculation(self, model):
+            if model.iteration == 1:
+                with pytest.raises(RuntimeError) as info:
+                    model.save(tmp_path / "inside.zip")
+                seen["inside"] = str(info.value)
+                seen["inside output"] = model.output(x[:4]).numpy()
+
+        def iteration_done(self, model, iteration, epoch):
+            if iteration == 1:
+                flat = model.params().numpy().copy()
+                model.save(tmp_path / "boundary.zip")
+                seen["boundary"] = (flat, model.output(x[:4]).numpy(),
+                                    model.clone().params().numpy())
+                with pytest.raises(RuntimeError) as info:
+                    model.fit(x, y)
+                seen["fit"] = str(info.value)
+
+    with ParallelWrapper(net, workers=2, training_mode=mode) as pw:
+        pw.set_listeners(CallBack())
+        pw.fit(x, y, batch_size=8, progress=False)
+    assert seen["inside"].startswith("MultiLayerNetwork.save: called inside a training "
+                                     "iteration of ParallelWrapper.fit")
+    assert not (tmp_path / "inside.zip").exists()
+    assert seen["inside output"].shape == (4, 3)
+    flat, out, cloned = seen["boundary"]
+    ref = make_net()
+    ref.set_params(flat)
+    np.testing.assert_allclose(out, ref.output(x[:4]).numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(cloned, flat)
+    np.testing.assert_array_equal(MultiLayerNetwork.load(tmp_path / "boundary.zip")
+                                  .params().numpy(), flat)
+    assert seen["fit"].startswith("MultiLayerNetwork.fit: called from inside "
+                                  "ParallelWrapper.fit on the same thread")
+
+
+@pytest.mark.parametrize("mode", ["AVERAGING", "SHARED_GRADIENTS"])
+def test_another_worker_copying_the_model_inside_a_round_is_refused_not_a_deadlock(data, mode):
+    x, y = data
+    net = make_net()
+    inside, go = threading.Event(), threading.Event()
+    seen = []
+
+    class Worker0(TrainingListener):
+        root_worker_only = True
+
+        def on_gradient_calculation(self, model):
+            if model.iteration == 1:
+                inside.set()                  # worker 0 is inside its round: it writes
+                assert go.wait(WAIT)
+
+    class Worker1(TrainingListener):
+        def on_gradient_calculation(self, model):
+            if threading.current_thread().name.endswith("-1") and model.iteration == 1:
+                assert inside.wait(WAIT)
+                try:
+                    net.clone()               # the user's model, not this worker's
+                except RuntimeError as exc:
+                    seen.append(str(exc))
+                go.set()
+
+    with ParallelWrapper(net, workers=2, training_mode=mode) as pw:
+        pw.set_listeners(Worker0(), Worker1())
+        pw.fit(x, y, batch_size=8, progress=False)
+    assert seen == [
+        "MultiLayerNetwork.clone: called from a ParallelWrapper worker while a round writes "
+        "this network's parameters, and the round cannot end while this worker waits for it; "
+        "call it from a listener with root_worker_only = True (worker 0, at its iteration "
+        "boundary) or after fit returns"]
+    assert workers_alive() == []
+
+
+def test_a_wrapper_is_not_built_around_a_model_fitting_in_another_thread(data):
+    x, y = data
+    net = make_net()
+    hold = Hold("iteration_done", 1)
+    net.set_listeners(hold)
+    fitter, fitted = start(lambda: net.fit(x, y, batch_size=16, progress=False))
+    assert hold.inside.wait(WAIT)
+    try:
+        with pytest.raises(RuntimeError, match=r"^ParallelWrapper: the network is in use by "
+                                               r"another thread \(MultiLayerNetwork\.fit\)"):
+            ParallelWrapper(net, workers=2)
+        assert net.get_listeners() == [hold]          # not taken from under the fit
+    finally:
+        hold.go.set()
+        fitter.join(WAIT)
+    assert "error" not in fitted

@@ -499,6 +499,12 @@ def test_a_directory_or_a_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         CSVRecordReader(tmp_path / "nope.csv")
     assert str(info.value) == f"path_or_paths: no such file {str(tmp_path / 'nope.csv')!r}"
+    import os
+    os.mkfifo(tmp_path / "fifo.csv")           # reading it would wait for a writer forever
+    with pytest.raises(ValueError) as info:
+        CSVRecordReader(tmp_path / "fifo.csv")
+    assert str(info.value) == (f"path_or_paths: {str(tmp_path / 'fifo.csv')!r} is not a regular "
+                               f"file")
 
 
 def test_an_empty_or_truncated_file(tmp_path):
@@ -510,3 +516,195 @@ def test_an_empty_or_truncated_file(tmp_path):
     cut = write(tmp_path, "cut.csv", "1,2,3\n4,5,6\n7,8")     # the last row was cut short
     with pytest.raises(ValueError, match=r"cut.csv:3: expected 3 fields, got 2$"):
         list(CSVRecordReader(cut))
+
+
+# -- a header line, class names ----------------------------------------------------------------
+
+def test_a_header_read_as_data_suggests_skip_num_lines(tmp_path):
+    path = write(tmp_path, "h.csv", "sepal,petal,label\n1,2,0\n")
+    with pytest.raises(ValueError) as info:
+        list(CSVRecordReader(path))
+    assert str(info.value) == (f"{path}:1: column index 0: cannot parse 'sepal' as a number; if "
+                               f"line 1 is a header, pass skip_num_lines=1")
+    # after a blank line and a title line: the header's own physical line
+    path = write(tmp_path, "t.csv", "\ntitle\nsepal,petal\n1,2\n")
+    with pytest.raises(ValueError, match=r"t.csv:2: .*; if line 2 is a header, pass "
+                                         r"skip_num_lines=2$"):
+        list(CSVRecordReader(path))
+    with pytest.raises(ValueError, match=r"t.csv:3: .*; if line 3 is a header, pass "
+                                         r"skip_num_lines=3$"):
+        list(CSVRecordReader(path, skip_num_lines=2))
+    # a first record with numbers in it is data with a bad field, not a header
+    path = write(tmp_path, "d.csv", "1,x,0\n")
+    with pytest.raises(ValueError, match=r"d.csv:1: column index 1: cannot parse 'x' as a "
+                                         r"number$"):
+        list(CSVRecordReader(path))
+    # each file's first record (skip_num_lines applies to each)
+    a = write(tmp_path, "a.csv", "1,2\n")
+    b = write(tmp_path, "b.csv", "x,y\n3,4\n")
+    with pytest.raises(ValueError, match=r"b.csv:1: .*; if line 1 is a header"):
+        list(CSVRecordReader([a, b]))
+
+
+IRIS = ("sepal_length,sepal_width,species\n5.1,3.5,setosa\n7.0,3.2,versicolor\n"
+        "6.3,3.3, virginica\n4.9,3.0,setosa\n5.9,3.0,\"virginica\"\n")
+NAMES = ["setosa", "versicolor", "virginica"]
+
+
+def iris_table():
+    x = np.array([[5.1, 3.5], [7.0, 3.2], [6.3, 3.3], [4.9, 3.0], [5.9, 3.0]], np.float32)
+    return x, np.array([0, 1, 2, 0, 2])
+
+
+def test_class_names_without_a_mapping_say_how_to_map_them(tmp_path):
+    path = write(tmp_path, "iris.csv", IRIS)
+    it = RecordReaderDataSetIterator(CSVRecordReader(path, 1), 2, label_index=2, num_classes=3)
+    with pytest.raises(ValueError) as info:
+        it.next()
+    assert str(info.value) == (f"{path}:2: column index 2: cannot parse 'setosa' as a number; "
+                               f"for class names in the label column pass label_mapping (the "
+                               f"names in class order, or 'auto')")
+    with pytest.raises(ValueError, match=r"^num_classes is required for classification \("
+                                         r"label_index=2\); pass regression=True for float "
+                                         r"targets, or label_mapping for class names$"):
+        RecordReaderDataSetIterator(CSVRecordReader(path, 1), 2, label_index=2)
+
+
+@pytest.mark.parametrize("mapping", ["auto", NAMES, {"virginica": 2, "setosa": 0,
+                                                     "versicolor": 1}, tuple(NAMES)])
+def test_label_mapping_turns_class_names_into_one_hot_rows(tmp_path, mapping):
+    path = write(tmp_path, "iris.csv", IRIS)
+    reader = CSVRecordReader(path, skip_num_lines=1)
+    it = RecordReaderDataSetIterator(reader, 2, label_index=2, label_mapping=mapping)
+    assert reader.text_columns == {2}
+    assert it.labels == NAMES and it.total_outcomes() == 3 and it.input_columns() == 2
+    x, y = iris_table()
+    for _ in range(2):                                   # a second epoch reads the same
+        got = list(it)
+        assert [b.num_examples() for b in got] == [2, 2, 1]
+        np.testing.assert_array_equal(np.concatenate([b.features.numpy() for b in got]), x)
+        np.testing.assert_array_equal(np.concatenate([b.labels.numpy() for b in got]),
+                                      np.eye(3, dtype=np.float32)[y])
+
+
+def test_auto_numbers_the_classes_in_sorted_order_in_every_shard(tmp_path):
+    path = write(tmp_path, "iris.csv", IRIS)
+    it = RecordReaderDataSetIterator(CSVRecordReader(path, 1), 2, label_index=2,
+                                     label_mapping="auto")
+    _, y = iris_table()
+    parts = [list(it.shard(r, 2)) for r in range(2)]
+    labels = [np.concatenate([b.labels.numpy() for b in p]).argmax(1) for p in parts]
+    # global batches of 4: rows 0-1 and 4 to rank 0, rows 2-3 to rank 1
+    np.testing.assert_array_equal(labels[0], y[[0, 1, 4]])
+    np.testing.assert_array_equal(labels[1], y[[2, 3]])
+    # the test file lacks versicolor: the training iterator's names keep the numbering
+    test_path = write(tmp_path, "test.csv", "a,b,c\n1,2,virginica\n")
+    test = RecordReaderDataSetIterator(CSVRecordReader(test_path, 1), 1, label_index=2,
+                                       label_mapping=it.labels)
+    assert test.next().labels.numpy().tolist() == [[0.0, 0.0, 1.0]]
+    alone = RecordReaderDataSetIterator(CSVRecordReader(test_path, 1), 1, label_index=2,
+                                        label_mapping="auto")
+    assert alone.labels == ["virginica"]
+
+
+def test_a_name_outside_the_mapping_names_the_file_and_line(tmp_path):
+    path = write(tmp_path, "iris.csv", IRIS)
+    it = RecordReaderDataSetIterator(CSVRecordReader(path, 1), 3, label_index=2,
+                                     label_mapping=["setosa", "virginica"])
+    with pytest.raises(ValueError) as info:
+        it.next()
+    assert str(info.value) == (f"{path}:3: label 'versicolor' in column index 2 is not in "
+                               f"label_mapping (classes: ['setosa', 'virginica'])")
+    wide = RecordReaderDataSetIterator(CSVRecordReader(path, 1), 5, label_index=2,
+                                       label_mapping={"setosa": 0, "versicolor": 1,
+                                                      "virginica": 1}, num_classes=4)
+    assert wide.labels == ["setosa", "versicolor", "", ""]
+    assert wide.next().labels.numpy().argmax(1).tolist() == [0, 1, 1, 0, 1]
+
+
+@pytest.mark.parametrize("kwargs, exc, msg", [
+    (dict(label_mapping="bogus"), ValueError, r"^label_mapping: expected 'auto', a sequence of "
+                                              r"class names or a mapping of name to index, got "
+                                              r"the str 'bogus'$"),
+    (dict(label_mapping=3), TypeError, r"^label_mapping: expected 'auto', a sequence of class "
+                                       r"names or a mapping of name to index, got int$"),
+    (dict(label_mapping=[]), ValueError, r"^label_mapping: no classes given$"),
+    (dict(label_mapping=["a", "a"]), ValueError, r"^label_mapping: class name 'a' is given "
+                                                 r"twice$"),
+    (dict(label_mapping=["a", 1]), TypeError, r"^label_mapping: class names must be str, got "
+                                              r"int 1$"),
+    (dict(label_mapping=[" a"]), ValueError, r"^label_mapping: class name ' a' has surrounding "
+                                             r"blanks"),
+    (dict(label_mapping={"a": -1}), ValueError, r"^label_mapping\['a'\] must be >= 0, got -1$"),
+    (dict(label_mapping={"a": True}), TypeError, r"^label_mapping\['a'\] must be an int"),
+    (dict(label_mapping=["a", "b", "c"], num_classes=2), ValueError,
+     r"^label_mapping: index 2 is out of range for num_classes=2$"),
+    (dict(label_mapping="auto", regression=True), ValueError,
+     r"^label_mapping applies to classification only \(label_index >= 0, regression=False\)$"),
+    (dict(label_index=-1, label_mapping="auto"), ValueError,
+     r"^label_mapping applies to classification only"),
+])
+def test_label_mapping_arguments(tmp_path, kwargs, exc, msg):
+    path = write(tmp_path, "iris.csv", IRIS)
+    args = dict(label_index=2)
+    args.update(kwargs)
+    with pytest.raises(exc, match=msg):
+        RecordReaderDataSetIterator(CSVRecordReader(path, 1), 2, **args)
+
+
+def test_auto_checks_num_classes_and_custom_readers_must_give_text(tmp_path):
+    path = write(tmp_path, "iris.csv", IRIS)
+    it = RecordReaderDataSetIterator(CSVRecordReader(path, 1), 2, label_index=2,
+                                     label_mapping="auto", num_classes=4)
+    with pytest.raises(ValueError, match=r"^label_mapping='auto' found 3 classes \['setosa', "
+                                         r"'versicolor', 'virginica'\] but num_classes=4; pass "
+                                         r"the class names as label_mapping"):
+        it.next()
+
+    class Numbers:                       # a reader of its own, giving numbers only
+        def __init__(self):
+            self.rows, self.i = [[1.0, 0.0], [2.0, 1.0]], 0
+
+        def has_next(self):
+            return self.i < len(self.rows)
+
+        def next(self):
+            self.i += 1
+            return self.rows[self.i - 1]
+
+        def reset(self):
+            self.i = 0
+
+    with pytest.raises(ValueError, match=r"label_mapping: the reader gave 0.0 in column index 1, "
+                                         r"not text \(a custom reader must return the class name "
+                                         r"as a str\)$"):
+        RecordReaderDataSetIterator(Numbers(), 2, label_index=1, label_mapping=["a"]).next()
+
+
+def test_text_columns(tmp_path):
+    path = write(tmp_path, "iris.csv", IRIS)
+    reader = CSVRecordReader(path, 1, text_columns=[2, np.int64(0)])
+    assert reader.next() == ["5.1", 3.5, "setosa"]
+    assert "text_columns=[0, 2]" in repr(reader)
+    with pytest.raises(ValueError, match=r"^reader.text_columns \[0\]: only the label column may "
+                                         r"be text \(with label_mapping\); a feature must be a "
+                                         r"number$"):
+        RecordReaderDataSetIterator(reader, 2, label_index=2, label_mapping="auto")
+    with pytest.raises(TypeError, match=r"^text_columns must be an iterable of column indices, "
+                                        r"got int 2$"):
+        CSVRecordReader(path, text_columns=2)
+    with pytest.raises(ValueError, match=r"^text_columns: a column index must be >= 0, got -1$"):
+        CSVRecordReader(path, text_columns=[-1])
+    with pytest.raises(TypeError, match=r"^text_columns: a column index must be an int"):
+        CSVRecordReader(path, text_columns=[True])
+
+
+def test_numpy_integers_for_the_readers_ints(tmp_path, cls_table):
+    path = table_csv(tmp_path, cls_table)
+    it = RecordReaderDataSetIterator(CSVRecordReader(path, np.int64(0)), np.int32(5),
+                                     label_index=np.int64(4), num_classes=np.uint8(3))
+    assert (it.batch_size, it.label_index, it.num_classes) == (5, 4, 3)
+    assert it.next().labels.shape == (5, 3)
+    with pytest.raises(TypeError, match=r"^batch_size must be an int, got bool np.True_$"):
+        RecordReaderDataSetIterator(CSVRecordReader(path), np.bool_(True), label_index=4,
+                                    num_classes=3)

@@ -1,9 +1,10 @@
 """The data pipeline (DL4J's ``org.nd4j.linalg.dataset``): `DataSet` and `MultiDataSet`, the
-iterator protocol and its iterators, CSV records, normalizers, and async prefetch on a circular
-workspace. See ``docs/data.md``.
+iterator protocol and its iterators, CSV, sequence and image records, normalizers, and async
+prefetch on a circular workspace. See ``docs/data.md``.
 """
 from ndws.data.async_iterators import AsyncDataSetIterator, AsyncMultiDataSetIterator
 from ndws.data.dataset import DataSet, MultiDataSet, SplitTestAndTrain
+from ndws.data.images import ImageRecordReader, ParentPathLabelGenerator
 from ndws.data.iterators import (
     ArrayDataSetIterator,
     ArrayMultiDataSetIterator,
@@ -27,8 +28,14 @@ from ndws.data.normalizers import (
 from ndws.data.records import (
     CSVRecordReader,
     OneHot,
+    RecordReader,
     RecordReaderDataSetIterator,
     RecordReaderMultiDataSetIterator,
+)
+from ndws.data.sequences import (
+    AlignmentMode,
+    CSVSequenceRecordReader,
+    SequenceRecordReaderDataSetIterator,
 )
 
 __all__ = [
@@ -39,6 +46,8 @@ __all__ = [
     "AsyncShieldMultiDataSetIterator", "WorkspacesShieldDataSetIterator",
     "as_data_set_iterator", "as_multi_data_set_iterator",
     "AsyncDataSetIterator", "AsyncMultiDataSetIterator",
-    "CSVRecordReader", "RecordReaderDataSetIterator", "RecordReaderMultiDataSetIterator", "OneHot",
+    "RecordReader", "CSVRecordReader", "RecordReaderDataSetIterator",
+    "RecordReaderMultiDataSetIterator", "OneHot", "ImageRecordReader", "ParentPathLabelGenerator",
+    "CSVSequenceRecordReader", "SequenceRecordReaderDataSetIterator", "AlignmentMode",
     "NormalizerStandardize", "NormalizerMinMaxScaler", "ImagePreProcessingScaler",
 ]

@@ -24,7 +24,7 @@ import codecs
 import copy
 import csv
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.data.iterators import DataSetIterator, MultiDataSetIterator, shard_args, shard_part
 
 __all__ = [
+    "RecordReader",
     "CSVRecordReader",
     "RecordReaderDataSetIterator",
     "RecordReaderMultiDataSetIterator",
@@ -40,14 +41,108 @@ __all__ = [
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     return int(value)
 
 
-class CSVRecordReader:
+def folder_arg(path: Any, where: str) -> str:
+    """`path` (a str or os.PathLike) as the str of an existing folder; TypeError,
+    FileNotFoundError or NotADirectoryError otherwise, each message starting with `where`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{where}path must be a folder (str or os.PathLike), got "
+                        f"{type(path).__name__} {path!r:.60}")
+    folder = os.fspath(path)
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"{where}no such folder {folder!r}")
+    if not os.path.isdir(folder):
+        raise NotADirectoryError(f"{where}{folder!r} is a file, not a folder")
+    return folder
+
+
+class RecordReader:
+    """Base of the record readers (DataVec's ``RecordReader``): the iteration protocol over the
+    records a subclass's ``_records()`` generator yields as ``(record, file, line)`` (line None
+    when a file is one record).
+
+    A record is a list of fields, each a number or a NumPy array (DataVec's ``NDArrayWritable``:
+    an image reader's ``[image, label]``). ``has_next()``, ``next()`` and ``reset()`` are
+    DataVec's, and a reader is a Python iterable (each ``iter()`` starts from the beginning).
+    After an error the reader does not skip to the next record: ``has_next()`` and ``next()``
+    raise ``RuntimeError`` (from the original error) until ``reset()``.
+    """
+
+    #: (file, 1-based line or None) of the record last returned by next(), or None
+    location: tuple[str, int | None] | None = None
+    _gen: Iterator[tuple[list[Any], str, int | None]] | None = None
+    _peeked: tuple[list[Any], str, int | None] | None = None
+    _failure: BaseException | None = None
+
+    def _records(self) -> Iterator[tuple[list[Any], str, int | None]]:
+        raise NotImplementedError
+
+    def _fill(self) -> bool:
+        if self._failure is not None:
+            raise RuntimeError(
+                f"{type(self).__name__} stopped at an error ({type(self._failure).__name__}: "
+                f"{self._failure}); it does not skip to the next record: call reset() to read "
+                f"again from the start") from self._failure
+        if self._peeked is None:
+            if self._gen is None:
+                self._gen = self._records()
+            try:
+                self._peeked = next(self._gen, None)
+            except BaseException as exc:
+                self._failure = exc
+                raise
+        return self._peeked is not None
+
+    def has_next(self) -> bool:
+        """True when another record can be read."""
+        return self._fill()
+
+    def next(self) -> list[Any]:
+        """The next record (a list of fields); StopIteration when exhausted."""
+        if not self._fill():
+            raise StopIteration
+        record, path, line = self._peeked  # type: ignore[misc]
+        self._peeked = None
+        self.location = (path, line)
+        return record
+
+    def reset(self) -> None:
+        """Start again from the first record."""
+        if self._gen is not None:
+            self._gen.close()  # closes an open file now, not at garbage collection
+        self._gen = None
+        self._peeked = None
+        self.location = None
+        self._failure = None
+
+    def reset_supported(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Close the open file, if any (the reader can still be reset and reused)."""
+        self.reset()
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        self.reset()
+        while self.has_next():
+            yield self.next()
+
+
+def _field_error(message: str, column: int) -> ValueError:
+    # a field that is not a number, a plain ValueError that also knows its column (so an
+    # iterator can add what to do when it is the label column)
+    error = ValueError(message)
+    error.column = column  # type: ignore[attr-defined]
+    return error
+
+
+class CSVRecordReader(RecordReader):
     """Read numeric CSV records from one or more files (DataVec's ``CSVRecordReader``).
 
     Parameters
@@ -65,6 +160,10 @@ class CSVRecordReader:
         The files' text encoding (any Python codec); UTF-8 by default, with a leading
         byte-order mark dropped. Bytes the encoding can't decode raise
         ``ValueError("<file>:<line>: can't decode byte ... as <encoding> ...")``.
+    text_columns : iterable of int, optional
+        Columns (0-based) returned as text (the field with its blanks stripped) instead of
+        parsed: class names, for instance. `RecordReaderDataSetIterator` with a
+        ``label_mapping`` adds its label column here itself.
 
     Notes
     -----
@@ -72,8 +171,10 @@ class CSVRecordReader:
     the first record read; otherwise ``ValueError("<file>:<line>: expected N fields, got
     M")``. A field that ``float()`` cannot parse (after stripping blanks) raises
     ``ValueError("<file>:<line>: column index <c>: cannot parse <value> as a number")``; the
-    column index is 0-based, as ``label_index`` is. Line numbers are 1-based physical lines
-    of the file (a record spanning lines is reported at its first line).
+    column index is 0-based, as ``label_index`` is. When a file's first record has no number
+    at all (a header), the message adds ``if line <n> is a header, pass
+    skip_num_lines=<n>``. Line numbers are 1-based physical lines of the file (a record
+    spanning lines is reported at its first line).
 
     The reader is its own iterator protocol in DataVec's style (``has_next()``, ``next()``,
     ``reset()``) and a Python iterable (each ``iter()`` starts from the beginning). After an
@@ -82,7 +183,8 @@ class CSVRecordReader:
     """
 
     def __init__(self, path_or_paths: Any, skip_num_lines: int = 0, delimiter: str = ",",
-                 quote: str = '"', encoding: str = "utf-8") -> None:
+                 quote: str = '"', encoding: str = "utf-8",
+                 text_columns: Iterable[int] | None = None) -> None:
         if isinstance(path_or_paths, (str, os.PathLike)):
             paths = [path_or_paths]
         elif isinstance(path_or_paths, Sequence) and not isinstance(path_or_paths, bytes):
@@ -101,6 +203,9 @@ class CSVRecordReader:
         for p in self.paths:
             if os.path.isdir(p):
                 raise IsADirectoryError(f"path_or_paths: {p!r} is a directory, not a CSV file")
+            if os.path.exists(p) and not os.path.isfile(p):
+                # a FIFO would block the first read, a device would never end
+                raise ValueError(f"path_or_paths: {p!r} is not a regular file")
             if not os.path.isfile(p):
                 raise FileNotFoundError(f"path_or_paths: no such file {p!r}")
         if not isinstance(encoding, str):
@@ -121,6 +226,14 @@ class CSVRecordReader:
             raise ValueError(f"delimiter and quote must differ, both are {delimiter!r}")
         self.delimiter = delimiter
         self.quote = quote
+        if text_columns is None:
+            text_columns = ()
+        elif isinstance(text_columns, (str, bytes)) or not hasattr(text_columns, "__iter__"):
+            raise TypeError(f"text_columns must be an iterable of column indices, got "
+                            f"{type(text_columns).__name__} {text_columns!r:.40}")
+        #: the columns returned as text (str), not parsed as numbers
+        self.text_columns: frozenset[int] = frozenset(
+            _check_int("text_columns: a column index", c, 0) for c in text_columns)
         #: number of fields per record, fixed by the first record read (None before)
         self.num_fields: int | None = None
         #: (file, 1-based line) of the record last returned by next(), or None
@@ -130,16 +243,21 @@ class CSVRecordReader:
         self._failure: BaseException | None = None
 
     def __repr__(self) -> str:
+        text = (f", text_columns={sorted(self.text_columns)}" if self.text_columns else "")
         return (f"CSVRecordReader({self.paths!r}, skip_num_lines={self.skip_num_lines}, "
                 f"delimiter={self.delimiter!r}, quote={self.quote!r}, "
-                f"encoding={self.encoding!r})")
+                f"encoding={self.encoding!r}{text})")
 
     def _records(self) -> Iterator[tuple[list[float], str, int]]:
         for path in self.paths:
-            try:
-                yield from self._file_records(path)
-            except UnicodeDecodeError as exc:
-                raise self._decode_error(path, exc) from None
+            yield from self._decoded_records(path)
+
+    def _decoded_records(self, path: str) -> Iterator[tuple[list[float], str, int]]:
+        # one file's records; bytes the encoding can't decode are reported with their line
+        try:
+            yield from self._file_records(path)
+        except UnicodeDecodeError as exc:
+            raise self._decode_error(path, exc) from None
 
     def _file_records(self, path: str) -> Iterator[tuple[list[float], str, int]]:
         # newline="" is what the csv module needs for quoted fields with line breaks
@@ -150,6 +268,7 @@ class CSVRecordReader:
             reader = csv.reader(f, delimiter=self.delimiter, quotechar=self.quote,
                                 strict=True)
             line_end = self.skip_num_lines
+            first = True
             while True:
                 start = line_end + 1
                 try:
@@ -162,21 +281,29 @@ class CSVRecordReader:
                 line_end = reader.line_num + self.skip_num_lines
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue
-                yield self._parse(row, path, start), path, start
+                yield self._parse(row, path, start, first), path, start
+                first = False
 
-    def _parse(self, row: list[str], path: str, line: int) -> list[float]:
+    def _parse(self, row: list[str], path: str, line: int, first: bool = False) -> list:
         if self.num_fields is None:
             self.num_fields = len(row)
         elif len(row) != self.num_fields:
             raise ValueError(f"{path}:{line}: expected {self.num_fields} fields, got "
                              f"{len(row)}")
-        values = []
+        values: list = []
+        text = self.text_columns
         for column, field in enumerate(row):
+            if column in text:
+                values.append(field.strip())
+                continue
             try:
                 values.append(float(field.strip()))
             except ValueError:
-                raise ValueError(f"{path}:{line}: column index {column}: cannot parse "
-                                 f"{field!r} as a number") from None
+                # a file's first record with no number at all is most often its header
+                hint = (f"; if line {line} is a header, pass skip_num_lines={line}"
+                        if first and not any(map(_is_number, row)) else "")
+                raise _field_error(f"{path}:{line}: column index {column}: cannot parse "
+                                   f"{field!r} as a number{hint}", column) from None
         return values
 
     def _decode_error(self, path: str, exc: UnicodeDecodeError) -> ValueError:
@@ -197,68 +324,29 @@ class CSVRecordReader:
                           f"{self.encoding!r} ({exc.reason}); pass the file's encoding, e.g. "
                           f"CSVRecordReader(..., encoding='latin-1')")
 
-    def _fill(self) -> bool:
-        if self._failure is not None:
-            raise RuntimeError(
-                f"CSVRecordReader stopped at an error ({type(self._failure).__name__}: "
-                f"{self._failure}); it does not skip to the next record: call reset() to read "
-                f"again from the start") from self._failure
-        if self._peeked is None:
-            if self._gen is None:
-                self._gen = self._records()
-            try:
-                self._peeked = next(self._gen, None)
-            except BaseException as exc:
-                self._failure = exc
-                raise
-        return self._peeked is not None
 
-    def has_next(self) -> bool:
-        """True when another record can be read."""
-        return self._fill()
-
-    def next(self) -> list[float]:
-        """The next record (a list of floats); StopIteration when exhausted."""
-        if not self._fill():
-            raise StopIteration
-        record, path, line = self._peeked  # type: ignore[misc]
-        self._peeked = None
-        self.location = (path, line)
-        return record
-
-    def reset(self) -> None:
-        """Start again from the first record of the first file."""
-        if self._gen is not None:
-            self._gen.close()  # closes the open file now, not at garbage collection
-        self._gen = None
-        self._peeked = None
-        self.location = None
-        self._failure = None
-
-    def reset_supported(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        """Close the open file, if any (the reader can still be reset and reused)."""
-        self.reset()
-
-    def __iter__(self) -> Iterator[list[float]]:
-        self.reset()
-        while self.has_next():
-            yield self.next()
+def _is_number(field: str) -> bool:
+    try:
+        float(field.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def _where(reader: Any) -> str:
     loc = getattr(reader, "location", None)
-    return f"{loc[0]}:{loc[1]}: " if loc else ""
+    if not loc:
+        return ""
+    return f"{loc[0]}:{loc[1]}: " if loc[1] is not None else f"{loc[0]}: "
 
 
 def _reader_copy(reader: Any) -> Any:
-    # a shard reads its own copy of a CSVRecordReader (same files and options, at the first
-    # record), so the iterator it came from stays usable; any other reader is shared
-    if type(reader) is CSVRecordReader:
-        return CSVRecordReader(reader.paths, reader.skip_num_lines, reader.delimiter,
-                               reader.quote, reader.encoding)
+    # a shard reads its own copy of a RecordReader (CSV, images: same files and options, at
+    # the first record), so the iterator it came from stays usable; any other reader is shared
+    if isinstance(reader, RecordReader):
+        other = copy.copy(reader)
+        other._gen = other._peeked = other._failure = other.location = None
+        return other
     return reader
 
 
@@ -287,8 +375,8 @@ class _RecordShard:
         evenly as can be, the first ``m % size`` ranks getting one record more; when
         ``m < size``, ranks m and up get a batch of 0 rows. Every shard reads (and checks)
         every record and keeps its own: the reading is not divided, the training is. A
-        CSVRecordReader is copied (same files and options), so this iterator stays usable;
-        any other reader is shared with the shard, which then owns it (it resets it).
+        RecordReader (CSV, images) is copied (same files and options), so this iterator stays
+        usable; any other reader is shared with the shard, which then owns it (it resets it).
         """
         rank, size = shard_args(rank, size)
         if self._shard[1] != 1:
@@ -321,7 +409,19 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         column is a feature and ``labels`` is None.
     num_classes : int, optional
         Classification: the label column holds a class index in ``[0, num_classes)``, turned
-        into a one-hot row ``(batch, num_classes)``. Required for classification.
+        into a one-hot row ``(batch, num_classes)``. Required for classification, unless
+        `label_mapping` gives the classes.
+    label_mapping : "auto", sequence of str, or mapping of str to int, optional
+        Classification with class *names* in the label column (DL4J reads them through a
+        DataVec transform; here the iterator does it): the column is read as text (a
+        `CSVRecordReader` adds it to its ``text_columns``) and each name is looked up. A
+        sequence lists the names in class order (``["setosa", "versicolor", ...]``: index 0,
+        1, ...); a mapping gives each name's index; ``"auto"`` reads every record once, before
+        the first batch, and takes the distinct names in sorted order. `labels` is the list
+        of names by index (DL4J's ``getLabels()``): pass it as the `label_mapping` of the
+        test data's iterator, so both number the classes alike (``"auto"`` on a file that
+        lacks a class would number them differently). A name not in the mapping is an error
+        naming the file and line.
     regression : bool
         Regression: columns ``label_index..label_index_to`` (inclusive, as DL4J's) are float
         targets ``(batch, n_targets)``; ``num_classes`` must be None.
@@ -334,7 +434,7 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
 
     def __init__(self, reader: Any, batch_size: int, label_index: int = -1,
                  num_classes: int | None = None, regression: bool = False,
-                 label_index_to: int | None = None) -> None:
+                 label_index_to: int | None = None, label_mapping: Any = None) -> None:
         for method in ("has_next", "next", "reset"):
             if not callable(getattr(reader, method, None)):
                 raise TypeError(f"reader must be a record reader with has_next(), next() and "
@@ -361,20 +461,121 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                 raise ValueError(f"label_index_to must be >= label_index ({label_index}), got "
                                  f"{label_index_to}")
         else:
-            if num_classes is None:
+            if num_classes is None and label_mapping is None:
                 raise ValueError(f"num_classes is required for classification (label_index="
-                                 f"{label_index}); pass regression=True for float targets")
+                                 f"{label_index}); pass regression=True for float targets, or "
+                                 f"label_mapping for class names")
             if label_index_to is not None:
                 raise ValueError("label_index_to applies to regression only, got "
                                  f"{label_index_to} with regression=False")
         self.label_index = label_index
         self.label_index_to = label_index_to
-        self.num_classes = num_classes
         self.regression = regression
+        self._mapping: dict[str, int] | None = None
+        self._names: list[str] | None = None
+        self._auto = False
+        if label_mapping is not None:
+            if label_index == -1 or regression:
+                raise ValueError("label_mapping applies to classification only (label_index >= "
+                                 "0, regression=False)")
+            num_classes = self._set_mapping(label_mapping, num_classes)
+        text = getattr(reader, "text_columns", None)
+        if isinstance(text, frozenset):
+            features = text - ({label_index} if label_mapping is not None else set())
+            if features:
+                raise ValueError(f"reader.text_columns {sorted(features)}: only the label column "
+                                 f"may be text (with label_mapping); a feature must be a number")
+            if label_mapping is not None:
+                # a CSVRecordReader: its label column is read as text from now on
+                reader.text_columns = text | {label_index}
+        self.num_classes = num_classes
         self._num_fields: int | None = None
         # the iterator owns the reader from now on: start it at its first record
         reader.reset()
         self._consumed = False
+
+    def _set_mapping(self, mapping: Any, num_classes: int | None) -> int | None:
+        # label_mapping as {name: index} and the names by index; "auto" waits for the records
+        if isinstance(mapping, str):
+            if mapping != "auto":
+                raise ValueError(f"label_mapping: expected 'auto', a sequence of class names or "
+                                 f"a mapping of name to index, got the str {mapping!r:.40}")
+            self._auto = True
+            return num_classes
+        if isinstance(mapping, Mapping):
+            pairs = list(mapping.items())
+        elif isinstance(mapping, Sequence) and not isinstance(mapping, bytes):
+            pairs = [(name, i) for i, name in enumerate(mapping)]
+        else:
+            raise TypeError(f"label_mapping: expected 'auto', a sequence of class names or a "
+                            f"mapping of name to index, got {type(mapping).__name__}")
+        if not pairs:
+            raise ValueError("label_mapping: no classes given")
+        table: dict[str, int] = {}
+        for name, index in pairs:
+            if not isinstance(name, str):
+                raise TypeError(f"label_mapping: class names must be str, got "
+                                f"{type(name).__name__} {name!r:.40}")
+            index = _check_int(f"label_mapping[{name!r}]", index, 0)
+            if name.strip() != name:
+                raise ValueError(f"label_mapping: class name {name!r} has surrounding blanks "
+                                 f"(the reader strips them from the field)")
+            if name in table:
+                raise ValueError(f"label_mapping: class name {name!r} is given twice")
+            table[name] = index
+        width = max(table.values()) + 1
+        if num_classes is None:
+            num_classes = width
+        elif width > num_classes:
+            raise ValueError(f"label_mapping: index {width - 1} is out of range for "
+                             f"num_classes={num_classes}")
+        names = [""] * num_classes
+        for name, index in table.items():
+            names[index] = names[index] or name
+        self._mapping, self._names = table, names
+        return num_classes
+
+    def _discover(self) -> None:
+        # label_mapping="auto": every record's label once, the distinct names sorted (the same
+        # numbering in every process and shard, whatever the order of the rows)
+        reader, column = self.reader, self.label_index
+        found: set = set()
+        reader.reset()
+        try:
+            while reader.has_next():
+                record = reader.next()
+                if column >= len(record):
+                    raise ValueError(f"{_where(reader)}label_index {column} is out of range for "
+                                     f"records of {len(record)} fields")
+                found.add(self._label_text(record[column]))
+        finally:
+            reader.reset()
+        if not found:
+            raise ValueError("label_mapping='auto': the reader has no records")
+        names = sorted(found)
+        if self.num_classes is not None and self.num_classes != len(names):
+            raise ValueError(f"label_mapping='auto' found {len(names)} classes {names[:10]} but "
+                             f"num_classes={self.num_classes}; pass the class names as "
+                             f"label_mapping to fix their number and order")
+        self._auto = False
+        self._mapping = {name: i for i, name in enumerate(names)}
+        self._names = names
+        self.num_classes = len(names)
+
+    def _label_text(self, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"{_where(self.reader)}label_mapping: the reader gave "
+                             f"{value!r:.40} in column index {self.label_index}, not text (a "
+                             f"custom reader must return the class name as a str)")
+        return value
+
+    @property
+    def labels(self) -> list[str] | None:
+        """The class names by index when a `label_mapping` gives them (DL4J's
+        ``getLabels()``), else None."""
+        if self._auto:
+            self._discover()
+        return None if self._names is None else list(self._names)
 
     # -- layout ---------------------------------------------------------------------------
     def _label_columns(self) -> list[int]:
@@ -413,22 +614,46 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
 
     # -- DataSetIterator ------------------------------------------------------------------
     def has_next(self) -> bool:
-        return bool(self.reader.has_next())
+        return bool(self._read("has_next"))
 
     def _take_readers(self) -> None:
         self.reader = _reader_copy(self.reader)
 
+    def _read(self, method: str) -> Any:
+        # the reader's has_next() or next() (a record is parsed when peeked at): a label that
+        # is not a number gets the hint for class names
+        try:
+            return getattr(self.reader, method)()
+        except ValueError as exc:
+            if getattr(exc, "column", None) == self.label_index and not self.regression and self._mapping is None \
+                    and not self._auto:
+                raise ValueError(f"{exc}; for class names in the label column pass "
+                                 f"label_mapping (the names in class order, or 'auto')") from None
+            raise
+
     def _next(self) -> DataSet:
+        if self._auto:
+            self._discover()          # before the first record: the reader is at its start
         rows: list[list[float]] = []
-        while len(rows) < self._global_batch() and self.reader.has_next():
-            record = self.reader.next()
+        while len(rows) < self._global_batch() and self._read("has_next"):
+            record = self._read("next")
             self._consumed = True
             if self._num_fields is None:
                 self._set_num_fields(len(record))
             elif len(record) != self._num_fields:
                 raise ValueError(f"{_where(self.reader)}expected {self._num_fields} fields, "
                                  f"got {len(record)}")
-            if self.num_classes is not None:
+            if self._mapping is not None:
+                name = self._label_text(record[self.label_index])
+                index = self._mapping.get(name)
+                if index is None:
+                    known = sorted(self._mapping)
+                    raise ValueError(f"{_where(self.reader)}label {name!r} in column index "
+                                     f"{self.label_index} is not in label_mapping (classes: "
+                                     f"{known[:10]}{' ...' if len(known) > 10 else ''})")
+                record = list(record)
+                record[self.label_index] = float(index)
+            elif self.num_classes is not None:
                 value = record[self.label_index]
                 if not (float(value).is_integer() and 0 <= value < self.num_classes):
                     raise ValueError(f"{_where(self.reader)}label {value!r} in column index "
@@ -437,20 +662,57 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
             rows.append(record)
         if not rows:
             raise StopIteration
+        first = rows[0]
         rows = rows[self._part(len(rows))]                  # a shard's part (all when unsharded)
-        table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
+        if any(isinstance(v, np.ndarray) for v in first):
+            return self._array_batch(rows, first)
+        try:
+            table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
+        except ValueError:
+            raise ValueError(f"{_where(self.reader)}the reader gave text outside the label "
+                             f"column: every feature must be a number") from None
         label_cols = self._label_columns()
         if not label_cols:
             return DataSet(table.astype(np.float32), None)
         feature_mask = np.ones(table.shape[1], dtype=bool)
         feature_mask[label_cols] = False
         features = table[:, feature_mask].astype(np.float32)
+        return DataSet(features, self._labels(table[:, label_cols]))
+
+    def _labels(self, values: np.ndarray) -> np.ndarray:
+        # the label columns' values (n, n_label_columns) as regression targets or one-hot rows
         if self.regression:
-            labels = table[:, label_cols].astype(np.float32)
-        else:
-            labels = np.zeros((table.shape[0], self.num_classes), dtype=np.float32)
-            labels[np.arange(table.shape[0]), table[:, self.label_index].astype(np.intp)] = 1
-        return DataSet(features, labels)
+            return values.astype(np.float32)
+        labels = np.zeros((values.shape[0], self.num_classes), dtype=np.float32)
+        labels[np.arange(values.shape[0]), values[:, 0].astype(np.intp)] = 1
+        return labels
+
+    def _array_batch(self, rows: list, first: list) -> DataSet:
+        # records holding an array (an image reader's [image, label]: DataVec's NDArrayWritable):
+        # that array is the example's features, stacked to (batch, *its shape) as DL4J stacks
+        # them (an image reader's NCHW batches)
+        label_cols = self._label_columns()
+        feature_cols = [c for c in range(len(first)) if c not in label_cols]
+        if len(feature_cols) != 1 or not isinstance(first[feature_cols[0]], np.ndarray):
+            raise ValueError(f"{_where(self.reader)}a record holding an array must hold that "
+                             f"array and the label column(s) only, got fields of types "
+                             f"{[type(v).__name__ for v in first]} with label_index="
+                             f"{self.label_index}")
+        col = feature_cols[0]
+        shape = first[col].shape
+        features = np.empty((len(rows),) + shape, dtype=np.float32)
+        for i, record in enumerate(rows):
+            array = record[col]
+            if not isinstance(array, np.ndarray) or array.shape != shape:
+                got = array.shape if isinstance(array, np.ndarray) else type(array).__name__
+                raise ValueError(f"records' arrays must all have one shape: {shape} first, "
+                                 f"then {got}")
+            features[i] = array
+        if not label_cols:
+            return DataSet(features, None)
+        values = np.array([[record[c] for c in label_cols] for record in rows],
+                          dtype=np.float64).reshape(len(rows), len(label_cols))
+        return DataSet(features, self._labels(values))
 
     def _reset(self) -> None:
         self.reader.reset()
@@ -467,6 +729,8 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
             return 0
         if self.regression:
             return len(self._label_columns())
+        if self._auto:
+            self._discover()
         return self.num_classes  # type: ignore[return-value]
 
 
@@ -559,6 +823,11 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
         return any(r.has_next() for r in self.readers.values())
 
     def _check_width(self, name: str, record: list[float]) -> None:
+        if any(isinstance(v, np.ndarray) for v in record):
+            raise ValueError(f"{_where(self.readers[name])}reader {name!r} gives records "
+                             f"holding an array (an image reader's); "
+                             f"RecordReaderMultiDataSetIterator takes records of numbers: use "
+                             f"RecordReaderDataSetIterator")
         width = self._widths.setdefault(name, len(record))
         if len(record) != width:
             raise ValueError(f"{_where(self.readers[name])}expected {width} fields, got "

@@ -16,14 +16,23 @@ cdef enum:
     ACT_SOFTPLUS = 6
     ACT_GELU = 7           # exact: x * Phi(x)
     ACT_GELU_TANH = 8      # tanh approximation (torch's approximate="tanh")
-    ACT_SOFTMAX = 9
-    ACT_LOG_SOFTMAX = 10
-    ACT_N_ELEMENTWISE = 9  # codes below this are elementwise
+    ACT_HARDTANH = 9       # DL4J's: clip(x, -1, 1)
+    ACT_HARDSIGMOID = 10   # DL4J's: clip(0.2 x + 0.5, 0, 1)
+    ACT_SELU = 11
+    ACT_SWISH = 12         # x * sigmoid(x) (torch's silu)
+    ACT_SOFTSIGN = 13
+    ACT_RATIONALTANH = 14  # DL4J's rational approximation of 1.7159 tanh(2x/3)
+    ACT_RECTIFIEDTANH = 15 # max(0, tanh(x))
+    ACT_CUBE = 16
+    ACT_THRESHOLDEDRELU = 17  # alpha = theta
+    ACT_SOFTMAX = 18
+    ACT_LOG_SOFTMAX = 19
+    ACT_N_ELEMENTWISE = 18    # codes below this are elementwise
 
 # The code of activation `name` (the names and aliases of `ndws.nn.functional.activation`, e.g.
 # "relu", "leakyrelu"/"leaky_relu", "gelu") with keyword parameters `params` (None or a dict:
-# "alpha" for leaky_relu/elu, "approximate" ("none"|"tanh") for gelu, "axis" for the softmaxes,
-# which must then be -1 or None here). Writes the scalar parameter to alpha[0] (0 when the
+# "alpha" for leaky_relu/elu, "theta" for thresholdedrelu, "approximate" ("none"|"tanh") for
+# gelu, "axis" for the softmaxes, which must then be -1 or None here). Writes the scalar parameter to alpha[0] (0 when the
 # activation has none). Raises ValueError (unknown name, listing the valid ones, or bad value)
 # or TypeError (unknown parameter).
 cdef int activation_code(object name, dict params, double* alpha) except -1

@@ -14,13 +14,70 @@ from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, sam
 from ndws._threads cimport (threads_for, release_gil, run_tasks, Grain, GRAIN_NN_CHEAP,
                             GRAIN_NN_TRANSC)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
-from ndws.nn._math cimport _exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid
+from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid, _isinf,
+                            _copysign)
 
 cnp.import_array()
+
+# sigmoid and tanh over contiguous arrays, built per instruction set (see the header)
+cdef extern from "_act_loops.h" nogil:
+    void ndws_sigmoid_f32(const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_tanh_f32(const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_sigmoid_bwd_f32(const float32_t* X, const float32_t* G, float32_t* D,
+                              Py_ssize_t n) noexcept
+    void ndws_tanh_bwd_f32(const float32_t* X, const float32_t* G, float32_t* D,
+                           Py_ssize_t n) noexcept
+    void ndws_sigmoid_f64(const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_tanh_f64(const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_sigmoid_bwd_f64(const float64_t* X, const float64_t* G, float64_t* D,
+                              Py_ssize_t n) noexcept
+    void ndws_tanh_bwd_f64(const float64_t* X, const float64_t* G, float64_t* D,
+                           Py_ssize_t n) noexcept
+
+
+cdef inline bint _isa_fwd(int code, const floating_t* X, floating_t* Y, intp_t n) noexcept nogil:
+    # Y := f(X) over n contiguous elements with the per-instruction-set loops of _act_loops.h
+    # (the same bits as _act: gcc vectorises neither _act's sigmoid nor its tanh in the loops
+    # below); False for the other activations
+    if code == ACT_SIGMOID:
+        if floating_t is float32_t:
+            ndws_sigmoid_f32(X, Y, n)
+        else:
+            ndws_sigmoid_f64(X, Y, n)
+        return True
+    if code == ACT_TANH:
+        if floating_t is float32_t:
+            ndws_tanh_f32(X, Y, n)
+        else:
+            ndws_tanh_f64(X, Y, n)
+        return True
+    return False
+
+
+cdef inline bint _isa_bwd(int code, const floating_t* X, const floating_t* G, floating_t* D,
+                          intp_t n) noexcept nogil:
+    # D := f'(X) * G over n contiguous elements, as _isa_fwd
+    if code == ACT_SIGMOID:
+        if floating_t is float32_t:
+            ndws_sigmoid_bwd_f32(X, G, D, n)
+        else:
+            ndws_sigmoid_bwd_f64(X, G, D, n)
+        return True
+    if code == ACT_TANH:
+        if floating_t is float32_t:
+            ndws_tanh_bwd_f32(X, G, D, n)
+        else:
+            ndws_tanh_bwd_f64(X, G, D, n)
+        return True
+    return False
 
 # (C macros, so they stay compile-time double literals exactly as written, in nogil code).
 # GELU_BIG: |x| beyond which GELU is exactly x (x > 0) or 0 (x < 0) in both precisions: the
 # formulas would give inf*0 = NaN at +-inf, so large inputs take the limit directly.
+# SELU's constants are libnd4j's (ops.h, Klambauer et al.'s values); RationalTanh's are DL4J's
+# (ActivationRationalTanh: 1.7159 tanh(2x/3) approximated with 1.41645), written as decimals:
+# libnd4j writes them as float literals (1.7159f), so its float64 kernel uses their float32
+# roundings (differences of a few 1e-8, docs/porting-from-dl4j.md).
 cdef extern from *:
     """
     #define NDWS_SQRT1_2 0.70710678118654752440
@@ -28,12 +85,22 @@ cdef extern from *:
     #define NDWS_SQRT_2_PI 0.79788456080286535588
     #define NDWS_GELU_C 0.044715
     #define NDWS_GELU_BIG 1.0e4
+    #define NDWS_SELU_ALPHA 1.6732632423543772848170429916717
+    #define NDWS_SELU_LAMBDA 1.0507009873554804934193349852946
+    #define NDWS_RTANH_A 1.7159
+    #define NDWS_RTANH_C 1.41645
+    #define NDWS_TWO_THIRDS 0.66666666666666666667
     """
     const double SQRT1_2 "NDWS_SQRT1_2"
     const double INV_SQRT_2PI "NDWS_INV_SQRT_2PI"
     const double SQRT_2_PI "NDWS_SQRT_2_PI"
     const double GELU_C "NDWS_GELU_C"
     const double GELU_BIG "NDWS_GELU_BIG"
+    const double SELU_ALPHA "NDWS_SELU_ALPHA"
+    const double SELU_LAMBDA "NDWS_SELU_LAMBDA"
+    const double RTANH_A "NDWS_RTANH_A"
+    const double RTANH_C "NDWS_RTANH_C"
+    const double TWO_THIRDS "NDWS_TWO_THIRDS"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -41,7 +108,7 @@ cdef extern from *:
 # activation by _fwd_1d / _bwd_1d).
 
 cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil:
-    cdef floating_t t
+    cdef floating_t t, u
     if code == ACT_RELU:
         return 0 if v < 0 else v                  # NaN passes through (as torch)
     elif code == ACT_LEAKY_RELU:
@@ -65,19 +132,108 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
             return v if v > 0 else 0
         t = _tanh(<floating_t>SQRT_2_PI * (v + <floating_t>GELU_C * v * v * v))
         return <floating_t>0.5 * v * (1 + t)
+    elif code == ACT_HARDTANH:
+        return -1 if v < -1 else (1 if v > 1 else v)       # NaN passes through
+    elif code == ACT_HARDSIGMOID:
+        t = <floating_t>0.2 * v + <floating_t>0.5
+        return 0 if t < 0 else (1 if t > 1 else t)
+    elif code == ACT_SELU:
+        # expm1 rather than libnd4j's alpha*exp(x) - alpha: exact near 0
+        if v > 0:
+            return <floating_t>SELU_LAMBDA * v
+        return <floating_t>(SELU_LAMBDA * SELU_ALPHA) * _expm1(v)
+    elif code == ACT_SWISH:
+        if _isinf(v):
+            return v if v > 0 else 0                      # inf * sigmoid(-inf) would be NaN
+        return v * _sigmoid(v)
+    elif code == ACT_SOFTSIGN:
+        # beyond 1e30 the quotient is already +-1 in both precisions; the selects make it so
+        # at +-inf too (inf / inf would be NaN) without a branch
+        t = v / (1 + _fabs(v))
+        if v > <floating_t>1e30:
+            t = 1
+        if v < <floating_t>-1e30:
+            t = -1
+        return t
+    elif code == ACT_RATIONALTANH:
+        # 1.7159 * sgn(d) * (1 - 1/a), d = 2x/3, a = 1 + |d| + d^2 + 1.41645 d^4; a overflowing
+        # to inf gives the limit +-1.7159
+        t = <floating_t>TWO_THIRDS * v
+        u = _fabs(t)
+        u = 1 - 1 / (1 + u + u * u + <floating_t>RTANH_C * (u * u) * (u * u))
+        return <floating_t>RTANH_A * _copysign(u, t)        # u is 0 at 0: sgn(0) = 0
+    elif code == ACT_RECTIFIEDTANH:
+        t = _tanh(v)
+        return 0 if t < 0 else t                          # NaN passes through
+    elif code == ACT_CUBE:
+        return v * v * v
+    elif code == ACT_THRESHOLDEDRELU:
+        return 0 if v <= a else v                         # NaN passes through (as torch's)
     return v
+
+
+cdef inline floating_t _drtanh(floating_t v) noexcept nogil:
+    # d/dx of ACT_RATIONALTANH: 1.7159 * 2/3 * (1 + 2u + 4c u^3) / a^2, u = |2x/3| (libnd4j's
+    # formula), as (n / a) / a: a overflowing to inf then gives 0, not inf/inf. u is capped
+    # where a is already inf and n still finite (1e12 in float32, 1e100 in float64), so the
+    # derivative goes to 0 where libnd4j's gives NaN (|x| > 6e12 in float32). No branch: the
+    # loop vectorises.
+    cdef floating_t u = _fabs(<floating_t>TWO_THIRDS * v)
+    cdef floating_t big = <floating_t>(1e12 if floating_t is float32_t else 1e100)
+    cdef floating_t a, n
+    u = big if u > big else u                   # NaN passes
+    a = 1 + u + u * u + <floating_t>RTANH_C * (u * u) * (u * u)
+    n = 1 + 2 * u + <floating_t>(4 * RTANH_C) * u * u * u
+    return <floating_t>(RTANH_A * TWO_THIRDS) * (n / a) / a
 
 
 cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g) noexcept nogil:
     # g * f'(v); f'(NaN) is NaN for every activation but identity
     cdef floating_t s, t, d
-    if code == ACT_RELU or code == ACT_LEAKY_RELU:
+    if code == ACT_RELU or code == ACT_LEAKY_RELU or code == ACT_THRESHOLDEDRELU:
         # plain selects (no nested branches), so gcc vectorises them
-        d = 0 if code == ACT_RELU else a
-        if v > 0:
+        d = a if code == ACT_LEAKY_RELU else 0
+        if v > (a if code == ACT_THRESHOLDEDRELU else 0):
             d = 1
         if v != v:
             d = v
+    elif code == ACT_HARDTANH or code == ACT_HARDSIGMOID:
+        # libnd4j's: the slope on the closed interval, kinks included; plain selects, as above
+        d = 1 if code == ACT_HARDTANH else <floating_t>0.2
+        t = 1 if code == ACT_HARDTANH else <floating_t>2.5
+        if v < -t:
+            d = 0
+        if v > t:
+            d = 0
+        if v != v:
+            d = v
+    elif code == ACT_SELU:
+        d = <floating_t>SELU_LAMBDA if v > 0 else <floating_t>(SELU_LAMBDA * SELU_ALPHA) * _exp(v)
+    elif code == ACT_SWISH:
+        # s + x s (1 - s) with s and 1 - s from one exp(-|x|) (no cancellation in 1 - s); the
+        # limits at +-inf directly (inf * 0 would be NaN). libnd4j's e^x (x + e^x + 1) /
+        # (e^x + 1)^2 overflows to NaN for x > 88 in float32.
+        if _isinf(v):
+            d = 1 if v > 0 else 0
+        else:
+            t = _exp(-_fabs(v))
+            s = 1 / (1 + t)
+            if v >= 0:
+                d = s + v * s * (t * s)
+            else:
+                d = t * s + v * (t * s) * s
+    elif code == ACT_SOFTSIGN:
+        t = 1 + _fabs(v)
+        d = 1 / (t * t)
+    elif code == ACT_RATIONALTANH:
+        d = _drtanh(v)
+    elif code == ACT_RECTIFIEDTANH:
+        t = _tanh(v)
+        d = 1 - t * t if v > 0 else 0
+        if v != v:
+            d = v
+    elif code == ACT_CUBE:
+        d = 3 * v * v
     elif code == ACT_ELU:
         d = 1 if v > 0 else a * _exp(v)
     elif code == ACT_SIGMOID or code == ACT_SOFTPLUS:
@@ -118,6 +274,8 @@ cdef inline void _fwd_loop(int code, floating_t a, const floating_t* X__i, intp_
 cdef void _fwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # IN
                   floating_t* Y__i, intp_t ys, intp_t n) noexcept nogil:      # OUT
     """Y[i*ys] := f(X[i*xs]) for i < n."""
+    if xs == 1 and ys == 1 and _isa_fwd(code, X__i, Y__i, n):
+        return
     # one call per code with a literal constant: gcc inlines _act into a loop of its own
     # (relu, leaky_relu and the identity then vectorise)
     if code == ACT_RELU:
@@ -136,6 +294,24 @@ cdef void _fwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # 
         _fwd_loop(ACT_GELU, a, X__i, xs, Y__i, ys, n)
     elif code == ACT_GELU_TANH:
         _fwd_loop(ACT_GELU_TANH, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_HARDTANH:
+        _fwd_loop(ACT_HARDTANH, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_HARDSIGMOID:
+        _fwd_loop(ACT_HARDSIGMOID, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_SELU:
+        _fwd_loop(ACT_SELU, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_SWISH:
+        _fwd_loop(ACT_SWISH, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_SOFTSIGN:
+        _fwd_loop(ACT_SOFTSIGN, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_RATIONALTANH:
+        _fwd_loop(ACT_RATIONALTANH, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_RECTIFIEDTANH:
+        _fwd_loop(ACT_RECTIFIEDTANH, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_CUBE:
+        _fwd_loop(ACT_CUBE, a, X__i, xs, Y__i, ys, n)
+    elif code == ACT_THRESHOLDEDRELU:
+        _fwd_loop(ACT_THRESHOLDEDRELU, a, X__i, xs, Y__i, ys, n)
     else:
         _fwd_loop(ACT_IDENTITY, a, X__i, xs, Y__i, ys, n)
 
@@ -156,6 +332,8 @@ cdef void _bwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # 
                   const floating_t* G__i, intp_t gs,                          # IN
                   floating_t* D__i, intp_t ds, intp_t n) noexcept nogil:      # OUT
     """D[i*ds] := f'(X[i*xs]) * G[i*gs] for i < n."""
+    if xs == 1 and gs == 1 and ds == 1 and _isa_bwd(code, X__i, G__i, D__i, n):
+        return
     if code == ACT_RELU:
         _bwd_loop(ACT_RELU, a, X__i, xs, G__i, gs, D__i, ds, n)
     elif code == ACT_LEAKY_RELU:
@@ -172,6 +350,24 @@ cdef void _bwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # 
         _bwd_loop(ACT_GELU, a, X__i, xs, G__i, gs, D__i, ds, n)
     elif code == ACT_GELU_TANH:
         _bwd_loop(ACT_GELU_TANH, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_HARDTANH:
+        _bwd_loop(ACT_HARDTANH, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_HARDSIGMOID:
+        _bwd_loop(ACT_HARDSIGMOID, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_SELU:
+        _bwd_loop(ACT_SELU, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_SWISH:
+        _bwd_loop(ACT_SWISH, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_SOFTSIGN:
+        _bwd_loop(ACT_SOFTSIGN, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_RATIONALTANH:
+        _bwd_loop(ACT_RATIONALTANH, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_RECTIFIEDTANH:
+        _bwd_loop(ACT_RECTIFIEDTANH, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_CUBE:
+        _bwd_loop(ACT_CUBE, a, X__i, xs, G__i, gs, D__i, ds, n)
+    elif code == ACT_THRESHOLDEDRELU:
+        _bwd_loop(ACT_THRESHOLDEDRELU, a, X__i, xs, G__i, gs, D__i, ds, n)
     else:
         _bwd_loop(ACT_IDENTITY, a, X__i, xs, G__i, gs, D__i, ds, n)
 
@@ -248,7 +444,12 @@ cdef inline void _bias_act_rows(int code, floating_t a, floating_t* Y__ij,      
     cdef floating_t* row
     for i in range(m):
         row = Y__ij + i * rs
-        if B__j != NULL:
+        if code == ACT_SIGMOID or code == ACT_TANH:
+            if B__j != NULL:
+                for j in range(n):
+                    row[j] = row[j] + B__j[j]
+            _isa_fwd(code, row, row, n)
+        elif B__j != NULL:
             for j in range(n):
                 row[j] = _act(code, a, row[j] + B__j[j])
         else:
@@ -276,6 +477,24 @@ cdef void _bias_act_2d(int code, floating_t a, floating_t* Y, const floating_t* 
         _bias_act_rows(ACT_GELU, a, Y, B, m, n, rs)
     elif code == ACT_GELU_TANH:
         _bias_act_rows(ACT_GELU_TANH, a, Y, B, m, n, rs)
+    elif code == ACT_HARDTANH:
+        _bias_act_rows(ACT_HARDTANH, a, Y, B, m, n, rs)
+    elif code == ACT_HARDSIGMOID:
+        _bias_act_rows(ACT_HARDSIGMOID, a, Y, B, m, n, rs)
+    elif code == ACT_SELU:
+        _bias_act_rows(ACT_SELU, a, Y, B, m, n, rs)
+    elif code == ACT_SWISH:
+        _bias_act_rows(ACT_SWISH, a, Y, B, m, n, rs)
+    elif code == ACT_SOFTSIGN:
+        _bias_act_rows(ACT_SOFTSIGN, a, Y, B, m, n, rs)
+    elif code == ACT_RATIONALTANH:
+        _bias_act_rows(ACT_RATIONALTANH, a, Y, B, m, n, rs)
+    elif code == ACT_RECTIFIEDTANH:
+        _bias_act_rows(ACT_RECTIFIEDTANH, a, Y, B, m, n, rs)
+    elif code == ACT_CUBE:
+        _bias_act_rows(ACT_CUBE, a, Y, B, m, n, rs)
+    elif code == ACT_THRESHOLDEDRELU:
+        _bias_act_rows(ACT_THRESHOLDEDRELU, a, Y, B, m, n, rs)
     else:
         _bias_act_rows(ACT_IDENTITY, a, Y, B, m, n, rs)
 
@@ -537,7 +756,10 @@ cdef void copy_into(NDArray src, NDArray dst) noexcept:
 
 
 cdef inline Grain _grain(int code) noexcept:
-    if code <= ACT_LEAKY_RELU:
+    # memory-bound activations (compares and a multiply or two) vs those with a transcendental
+    # function or a division per element
+    if (code <= ACT_LEAKY_RELU or code == ACT_HARDTANH or code == ACT_HARDSIGMOID
+            or code == ACT_CUBE or code == ACT_THRESHOLDEDRELU):
         return GRAIN_NN_CHEAP
     return GRAIN_NN_TRANSC
 
@@ -662,11 +884,34 @@ _NAMES = {
     "tanh": ACT_TANH,
     "softplus": ACT_SOFTPLUS,
     "gelu": ACT_GELU,
+    "hardtanh": ACT_HARDTANH, "hard_tanh": ACT_HARDTANH,
+    "hardsigmoid": ACT_HARDSIGMOID, "hard_sigmoid": ACT_HARDSIGMOID,
+    "selu": ACT_SELU,
+    "swish": ACT_SWISH, "silu": ACT_SWISH,
+    "softsign": ACT_SOFTSIGN,
+    "rationaltanh": ACT_RATIONALTANH, "rational_tanh": ACT_RATIONALTANH,
+    "rectifiedtanh": ACT_RECTIFIEDTANH, "rectified_tanh": ACT_RECTIFIEDTANH,
+    "cube": ACT_CUBE,
+    "thresholdedrelu": ACT_THRESHOLDEDRELU, "thresholded_relu": ACT_THRESHOLDEDRELU,
     "softmax": ACT_SOFTMAX,
     "logsoftmax": ACT_LOG_SOFTMAX, "log_softmax": ACT_LOG_SOFTMAX,
 }
 ACTIVATIONS = tuple(sorted(_NAMES))
-_DEFAULT_ALPHA = {ACT_LEAKY_RELU: 0.01, ACT_ELU: 1.0}
+# DL4J's defaults: LeakyReLU's alpha 0.01, ELU's 1.0, ThresholdedReLU's theta 1.0
+_DEFAULT_ALPHA = {ACT_LEAKY_RELU: 0.01, ACT_ELU: 1.0, ACT_THRESHOLDEDRELU: 1.0}
+
+
+cdef double _param(object value, str op, str role) except? -1.0:
+    # an activation's scalar parameter: a finite real (a NaN slope or threshold would turn
+    # every output it touches into NaN, or silently disable the threshold)
+    cdef double v
+    try:
+        v = real_arg(value, op, role)
+    except OverflowError:
+        raise ValueError(f"{op}: {role} must be a finite real number, got {value!r:.40}") from None
+    if v != v or v - v != 0:
+        raise ValueError(f"{op}: {role} must be a finite real number, got {value!r}")
+    return v
 
 
 cdef int _lookup(object name, dict params, double* alpha, list axis, str op) except -1:
@@ -683,7 +928,9 @@ cdef int _lookup(object name, dict params, double* alpha, list axis, str op) exc
     axis[0] = -1
     for key, value in (params or {}).items():
         if key == "alpha" and code in (ACT_LEAKY_RELU, ACT_ELU):
-            alpha[0] = real_arg(value, op, "alpha")
+            alpha[0] = _param(value, op, "alpha")
+        elif key == "theta" and code == ACT_THRESHOLDEDRELU:
+            alpha[0] = _param(value, op, "theta")
         elif key == "approximate" and code == ACT_GELU:
             if value == "tanh":
                 code = ACT_GELU_TANH
@@ -764,7 +1011,7 @@ def leaky_relu(x, alpha=0.01, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("leaky_relu", ACT_LEAKY_RELU, real_arg(alpha, "leaky_relu", "alpha"), x,
+    return _elementwise("leaky_relu", ACT_LEAKY_RELU, _param(alpha, "leaky_relu", "alpha"), x,
                         None, out, False)
 
 
@@ -783,7 +1030,7 @@ def elu(x, alpha=1.0, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("elu", ACT_ELU, real_arg(alpha, "elu", "alpha"), x, None, out,
+    return _elementwise("elu", ACT_ELU, _param(alpha, "elu", "alpha"), x, None, out,
                         False)
 
 
@@ -865,6 +1112,166 @@ def gelu(x, approximate="none", out=None):
     """
     return _elementwise("gelu", _gelu_code(approximate, "gelu"), 0.0, x, None, out,
                         False)
+
+
+def hardtanh(x, out=None):
+    """Hard tanh (DL4J's ``HARDTANH``): ``y := clip(x, -1, 1)``; NaN stays NaN.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("hardtanh", ACT_HARDTANH, 0.0, x, None, out, False)
+
+
+def hardsigmoid(x, out=None):
+    """Hard sigmoid (DL4J's ``HARDSIGMOID``): ``y := clip(0.2 * x + 0.5, 0, 1)``.
+
+    DL4J's slope 0.2 (Keras' too); torch's ``hardsigmoid`` uses 1/6 instead.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("hardsigmoid", ACT_HARDSIGMOID, 0.0, x, None, out, False)
+
+
+def selu(x, out=None):
+    """Scaled ELU (DL4J's ``SELU``): ``y := lambda * x if x > 0 else lambda * alpha *
+    (exp(x) - 1)`` with libnd4j's constants ``alpha = 1.6732632423543772848``, ``lambda =
+    1.0507009873554804934`` (computed with expm1: exact near 0).
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("selu", ACT_SELU, 0.0, x, None, out, False)
+
+
+def swish(x, out=None):
+    """Swish (DL4J's ``SWISH``, torch's ``silu``): ``y := x * sigmoid(x)``; the limits at
+    +-inf (inf and 0), where the formula would give NaN.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("swish", ACT_SWISH, 0.0, x, None, out, False)
+
+
+def softsign(x, out=None):
+    """Softsign (DL4J's ``SOFTSIGN``): ``y := x / (1 + |x|)``; +-1 at +-inf.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("softsign", ACT_SOFTSIGN, 0.0, x, None, out, False)
+
+
+def rational_tanh(x, out=None):
+    """DL4J's ``RATIONALTANH``, a rational approximation of ``1.7159 * tanh(2x/3)``:
+    ``y := 1.7159 * sgn(d) * (1 - 1 / (1 + |d| + d**2 + 1.41645 * d**4))``, ``d = 2x/3``.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("rational_tanh", ACT_RATIONALTANH, 0.0, x, None, out, False)
+
+
+def rectified_tanh(x, out=None):
+    """Rectified tanh (DL4J's ``RECTIFIEDTANH``): ``y := max(0, tanh(x))``; NaN stays NaN.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("rectified_tanh", ACT_RECTIFIEDTANH, 0.0, x, None, out, False)
+
+
+def cube(x, out=None):
+    """Cube (DL4J's ``CUBE``): ``y := x**3``.
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("cube", ACT_CUBE, 0.0, x, None, out, False)
+
+
+def thresholded_relu(x, theta=1.0, out=None):
+    """Thresholded ReLU (DL4J's ``THRESHOLDEDRELU``): ``y := x if x > theta else 0``; NaN stays
+    NaN (libnd4j's gives 0).
+
+    Parameters
+    ----------
+    x : (...) NDArray or array_like of float32 or float64
+    theta : float
+        The threshold (DL4J's default 1.0); a finite real.
+    out : NDArray or numpy.ndarray, optional
+        Same shape and dtype as `x`; may be `x` itself (in place).
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+
+    Examples
+    --------
+    >>> import ndws, ndws.nn.functional as F
+    >>> F.thresholded_relu(ndws.array([0.5, 1.0, 1.5])).tolist()
+    [0.0, 0.0, 1.5]
+    """
+    return _elementwise("thresholded_relu", ACT_THRESHOLDEDRELU,
+                        _param(theta, "thresholded_relu", "theta"), x, None, out, False)
 
 
 def softmax(x, axis=-1, out=None):
@@ -953,7 +1360,7 @@ def leaky_relu_backward(x, grad_output, alpha=0.01, out=None):
     (...) NDArray of x's dtype
     """
     return _elementwise("leaky_relu_backward", ACT_LEAKY_RELU,
-                        real_arg(alpha, "leaky_relu_backward", "alpha"), x, grad_output, out,
+                        _param(alpha, "leaky_relu_backward", "alpha"), x, grad_output, out,
                         True)
 
 
@@ -970,7 +1377,7 @@ def elu_backward(x, grad_output, alpha=1.0, out=None):
     -------
     (...) NDArray of x's dtype
     """
-    return _elementwise("elu_backward", ACT_ELU, real_arg(alpha, "elu_backward", "alpha"), x,
+    return _elementwise("elu_backward", ACT_ELU, _param(alpha, "elu_backward", "alpha"), x,
                         grad_output, out, True)
 
 
@@ -1037,6 +1444,149 @@ def gelu_backward(x, grad_output, approximate="none", out=None):
                         grad_output, out, True)
 
 
+def hardtanh_backward(x, grad_output, out=None):
+    """Gradient of `hardtanh`: ``dx := grad_output * (1 if -1 <= x <= 1 else 0)`` (libnd4j's:
+    the kinks count as inside).
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("hardtanh_backward", ACT_HARDTANH, 0.0, x, grad_output, out, True)
+
+
+def hardsigmoid_backward(x, grad_output, out=None):
+    """Gradient of `hardsigmoid`: ``dx := grad_output * (0.2 if -2.5 <= x <= 2.5 else 0)``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("hardsigmoid_backward", ACT_HARDSIGMOID, 0.0, x, grad_output, out, True)
+
+
+def selu_backward(x, grad_output, out=None):
+    """Gradient of `selu`: ``dx := grad_output * (lambda if x > 0 else lambda * alpha * exp(x))``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("selu_backward", ACT_SELU, 0.0, x, grad_output, out, True)
+
+
+def swish_backward(x, grad_output, out=None):
+    """Gradient of `swish`: ``dx := grad_output * (s + x * s * (1 - s))``, ``s = sigmoid(x)``
+    (1 and 0 at +inf and -inf; libnd4j's form overflows to NaN for large x).
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("swish_backward", ACT_SWISH, 0.0, x, grad_output, out, True)
+
+
+def softsign_backward(x, grad_output, out=None):
+    """Gradient of `softsign`: ``dx := grad_output / (1 + |x|)**2``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("softsign_backward", ACT_SOFTSIGN, 0.0, x, grad_output, out, True)
+
+
+def rational_tanh_backward(x, grad_output, out=None):
+    """Gradient of `rational_tanh`: ``dx := grad_output * 1.7159 * 2/3 * (1 + 2|d| + 4 * 1.41645
+    * |d|**3) / a**2`` (``d = 2x/3``, ``a`` the denominator of the forward), evaluated without
+    overflow (0 at +-inf where libnd4j's gives NaN).
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("rational_tanh_backward", ACT_RATIONALTANH, 0.0, x, grad_output, out, True)
+
+
+def rectified_tanh_backward(x, grad_output, out=None):
+    """Gradient of `rectified_tanh`: ``dx := grad_output * (1 - tanh(x)**2 if x > 0 else 0)``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("rectified_tanh_backward", ACT_RECTIFIEDTANH, 0.0, x, grad_output, out,
+                        True)
+
+
+def cube_backward(x, grad_output, out=None):
+    """Gradient of `cube`: ``dx := grad_output * 3 * x**2``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("cube_backward", ACT_CUBE, 0.0, x, grad_output, out, True)
+
+
+def thresholded_relu_backward(x, grad_output, theta=1.0, out=None):
+    """Gradient of `thresholded_relu`: ``dx := grad_output * (1 if x > theta else 0)``.
+
+    Parameters
+    ----------
+    x, grad_output : (...) NDArray or array_like of float32 or float64
+    theta : float
+    out : NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    (...) NDArray of x's dtype
+    """
+    return _elementwise("thresholded_relu_backward", ACT_THRESHOLDEDRELU,
+                        _param(theta, "thresholded_relu_backward", "theta"), x, grad_output, out,
+                        True)
+
+
 def softmax_backward(x, grad_output, axis=-1, out=None):
     """Gradient of `softmax` along `axis`: ``dx := y * (g - sum(g * y, axis))``, with
     ``y = softmax(x, axis)`` recomputed from the forward input `x` and ``g = grad_output``.
@@ -1073,9 +1623,11 @@ def log_softmax_backward(x, grad_output, axis=-1, out=None):
 
 
 def activation(name, x, out=None, **params):
-    """Apply activation `name` (one of `ACTIVATIONS`, case-insensitive: "identity", "relu",
-    "leakyrelu"/"leaky_relu", "elu", "sigmoid", "tanh", "softplus", "gelu", "softmax",
-    "logsoftmax"/"log_softmax").
+    """Apply activation `name` (one of `ACTIVATIONS`, case-insensitive: "identity"/"linear",
+    "relu", "leakyrelu"/"leaky_relu", "elu", "sigmoid", "tanh", "softplus", "gelu",
+    "hardtanh", "hardsigmoid", "selu", "swish"/"silu", "softsign", "rationaltanh",
+    "rectifiedtanh", "cube", "thresholdedrelu" (DL4J's names; the two-word ones also with an
+    underscore), "softmax", "logsoftmax"/"log_softmax").
 
     Parameters
     ----------
@@ -1083,7 +1635,8 @@ def activation(name, x, out=None, **params):
     x : (...) NDArray or array_like of float32 or float64
     out : NDArray or numpy.ndarray, optional
     **params
-        ``alpha`` (leaky_relu, elu), ``approximate`` (gelu), ``axis`` (softmax, log_softmax).
+        ``alpha`` (leaky_relu, elu), ``theta`` (thresholdedrelu), ``approximate`` (gelu),
+        ``axis`` (softmax, log_softmax).
 
     Returns
     -------

@@ -10,11 +10,13 @@ parameters, the workspaces' statistics, the memory plan and every error come out
 general path. What it leaves out is the general path's Python per layer and per array (the
 LayerWorkspaceMgr's lookups and borrows, the per-layer scope objects, the location checks of
 what a layer returns), which cost as much as the kernels of a small network. Every other
-network, and any listener that looks at the activations, takes the general path.
+network takes the general path.
 
-Where layer i's gradients are final, `run` calls the network's per-layer gradient hook
-(`after_layer`, e.g. the MPI trainer starting that layer's allreduce), at the same point as the
-general path.
+The network's bookkeeping around a pass is not repeated here: `run` calls back where the
+general path does, and the network does the rest for both (the listeners' hooks, the
+regularisation). After the forward pass it calls `on_forward` with the activations (the
+network's listeners of the forward pass); where layer i's gradients are final, the per-layer
+gradient hook (`after_layer`, e.g. the MPI trainer starting that layer's allreduce).
 """
 cimport cython
 
@@ -125,11 +127,15 @@ cdef class DensePlan:
             self.codes.append(activation_code(name, None, &alpha))
             self.alphas.append(alpha)
 
-    def run(self, int mode, NDArray x, object labels, object after_layer=None):
+    def run(self, int mode, NDArray x, object labels, object after_layer=None,
+            object on_forward=None):
         """One forward and backward pass on features `x` (n_samples, n_in) and `labels` in
         training layout `mode` (MODE_NONE / MODE_SINGLE / MODE_SEPARATE): the gradients in the
-        layers' views, the score (without regularization) returned. `after_layer(i)`, when
-        given, is called as soon as layer i's gradients are final (last layer first)."""
+        layers' views, the score (without regularization) returned. `on_forward(activations)`,
+        when given, is called after the forward pass with the input and every layer's output
+        (the output layer's probabilities computed for it), at the general path's point;
+        `after_layer(i)`, when given, as soon as layer i's gradients are final (last layer
+        first)."""
         cdef ThreadState ts = tstate()
         cdef dict wss = ts._workspaces
         cdef dict conf = self.configs
@@ -147,6 +153,7 @@ cdef class DensePlan:
         cdef list biases = [layer.params["b"] for layer in self.layers]
         cdef list weight_grads = [layer.grads["W"] for layer in self.layers]
         cdef list bias_grads = [layer.grads["b"] for layer in self.layers]
+        cdef list acts = [x] if on_forward is not None else None
         score = None
         scope = _scope_out()
         try:
@@ -166,12 +173,11 @@ cdef class DensePlan:
                         if self.keeps[i]:
                             z = _alloc(dtype, rows, W._shape[1], A)
                             _linear(i, a, W, biases[i], "identity", ACT_IDENTITY, 0.0, z)
-                            if i < n - 1:
+                            if i < n - 1 or acts is not None:
                                 activation(self.act[i], z, y)
                             # else: the output's probabilities are allocated (the memory
                             # plan counts them) but not computed: the loss works on z, and
-                            # only a listener of the forward pass, which takes the general
-                            # path, would read them
+                            # only a listener of the forward pass would read them
                         else:
                             _linear(i, a, W, biases[i], self.act[i], self.codes[i],
                                     self.alphas[i], y)
@@ -182,6 +188,10 @@ cdef class DensePlan:
                     inputs[i] = a
                     kept[i] = z
                     a = y
+                    if acts is not None:
+                        acts.append(y)
+                if acts is not None:
+                    on_forward(acts)
                 # backward; in SEPARATE mode the epsilons ping-pong between two workspaces,
                 # each closed once the layer below has read it
                 for i in range(n - 1, -1, -1):

@@ -3,7 +3,7 @@
 Conventions (inputs, dtypes, out=, placement) are those of `ndws.nn.functional`.
 """
 cimport numpy as cnp
-from libc.math cimport log
+from libc.math cimport log, sqrt
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, sam
 from ndws._threads cimport threads_for, run_tasks, GRAIN_NN_TRANSC
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws.nn._activations cimport copy_into
-from ndws.nn._math cimport _exp, _fabs, _log1p, _sigmoid
+from ndws.nn._math cimport _exp, _fabs, _log, _log1p, _sigmoid
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
@@ -24,10 +24,32 @@ cdef enum:
     LOSS_CHUNKS = 64
 
 cdef enum:
+    # row losses: one value per example (reduction="none" gives (n,))
     LOSS_SCE = 0
-    LOSS_BCE = 1
-    LOSS_MSE = 2
-    LOSS_MAE = 3
+    LOSS_COSINE = 1
+    # elementwise losses: one value per output
+    LOSS_BCE = 2
+    LOSS_MSE = 3
+    LOSS_MAE = 4
+    LOSS_HINGE = 5
+    LOSS_SQUARED_HINGE = 6
+    LOSS_KLD = 7
+    LOSS_POISSON = 8
+    LOSS_MSLE = 9
+    LOSS_MAPE = 10
+    LOSS_WASSERSTEIN = 11
+
+# ND4J's Nd4j.EPS_THRESHOLD: the floor of the norms of the cosine proximity, of the clipped
+# probabilities of the KL divergence and (ndws only) of |label| in MAPE's denominator
+cdef extern from *:
+    """
+    #define NDWS_LOSS_EPS 1e-5
+    """
+    const double LOSS_EPS "NDWS_LOSS_EPS"
+
+
+cdef inline bint _row_kind(int kind) noexcept nogil:
+    return kind <= LOSS_COSINE
 
 
 # ------------------------------------------------------------------------------------------------
@@ -100,12 +122,96 @@ cdef double _sce_row(const LossArgs* A, const floating_t* X__k, const floating_t
     return loss
 
 
+cdef double _cosine_row(const LossArgs* A, const floating_t* X__k, const floating_t* T__k,  # IN
+                        double coef, floating_t* D__k) noexcept nogil:                     # OUT
+    # -<x, t> / (max(|x|, eps) * max(|t|, eps)) (DL4J's LossCosineProximity); gradient coef *
+    # the derivative of that same expression: -(t - <x, t>/|x|^2 x) / (|x| max(|t|, eps)),
+    # or -t / (eps max(|t|, eps)) where |x| < eps (DL4J's gradient clamps |x|^2 and |x|^3
+    # separately there, so it is not the derivative of its own score). Sums in double.
+    cdef intp_t k, c = A.c, xc = A.xc, tc = A.tc, dc = A.dc
+    cdef double dot = 0.0, sx = 0.0, st = 0.0, nx, nt, den, proj
+    for k in range(c):
+        dot += <double>X__k[k * xc] * T__k[k * tc]
+        sx += <double>X__k[k * xc] * X__k[k * xc]
+        st += <double>T__k[k * tc] * T__k[k * tc]
+    nx = sqrt(sx)
+    nt = sqrt(st)
+    proj = dot / sx if nx >= LOSS_EPS else 0.0
+    den = (nx if nx >= LOSS_EPS else LOSS_EPS) * (nt if nt >= LOSS_EPS else LOSS_EPS)
+    if nx != nx:
+        proj = nx                                  # NaN stays NaN (the comparison hides it)
+    if D__k != NULL:
+        for k in range(c):
+            D__k[k * dc] = <floating_t>(-coef * (T__k[k * tc] - proj * X__k[k * xc]) / den)
+    return -dot / den
+
+
+cdef inline floating_t _ew(int kind, floating_t v, floating_t t,  # IN
+                           floating_t* dl) noexcept nogil:        # OUT
+    # one element of an elementwise loss: returns l(v, t), writes dl/dv. NaN in gives NaN out
+    # (every clamp below is written so that a NaN passes it).
+    cdef floating_t diff, h, tc, vc, eps = <floating_t>LOSS_EPS
+    if kind == LOSS_BCE:
+        # max(x, 0) - x*t + log1p(exp(-|x|)): no overflow for any x
+        dl[0] = _sigmoid(v) - t
+        return (v if v > 0 else 0) - v * t + _log1p(_exp(-_fabs(v)))
+    elif kind == LOSS_MSE:
+        diff = v - t
+        dl[0] = 2 * diff
+        return diff * diff
+    elif kind == LOSS_MAE or kind == LOSS_MAPE:
+        diff = v - t
+        dl[0] = 1 if diff > 0 else (-1 if diff < 0 else diff)    # sign; 0 at 0, NaN at NaN
+        if kind == LOSS_MAE:
+            return _fabs(diff)
+        # 100 |v - t| / |t| with |t| floored at eps: DL4J divides by |t| itself (inf or NaN
+        # for a zero label)
+        h = _fabs(t)
+        h = <floating_t>100 / (eps if h < eps else h)
+        dl[0] = dl[0] * h
+        return _fabs(diff) * h
+    elif kind == LOSS_HINGE or kind == LOSS_SQUARED_HINGE:
+        # labels -1 / +1 (DL4J's convention); h = max(0, 1 - t v)
+        h = 1 - t * v
+        h = 0 if h <= 0 else h
+        if kind == LOSS_HINGE:
+            dl[0] = 0 if h <= 0 else -t            # 0 at the kink, as DL4J's
+            if h != h:
+                dl[0] = h
+            return h
+        dl[0] = -2 * t * h
+        return h * h
+    elif kind == LOSS_KLD:
+        # t' log(t' / v') with t', v' clipped to [eps, 1] (DL4J's LossKLD); the gradient
+        # -t' / max(v, eps): the derivative of that score inside the clip range, and DL4J's
+        # -t / v with its division by zero floored below it
+        tc = eps if t < eps else (1 if t > 1 else t)
+        vc = eps if v < eps else (1 if v > 1 else v)
+        dl[0] = -tc / (eps if v < eps else v)
+        return tc * _log(tc / vc)
+    elif kind == LOSS_POISSON:
+        # v - t log(v), with 0 log 0 = 0 (DL4J's gives NaN for t = 0 at v = 0)
+        if t == 0:
+            dl[0] = 1
+            return v
+        dl[0] = 1 - t / v
+        return v - t * _log(v)
+    elif kind == LOSS_MSLE:
+        # (log(1 + v) - log(1 + t))^2 through log1p: exact near 0
+        diff = _log1p(v) - _log1p(t)
+        dl[0] = 2 * diff / (1 + v)
+        return diff * diff
+    # LOSS_WASSERSTEIN
+    dl[0] = t
+    return t * v
+
+
 cdef double _ew_loss_row(const LossArgs* A, const floating_t* X__k, const floating_t* T__k,
                          const floating_t* M__k, double wrow, double coef,
                          floating_t* D__k, floating_t* E__k) noexcept nogil:
     # elementwise losses of one row: sum_k m_k * l(x_k, t_k); gradient coef * m_k * dl/dx_k
     cdef intp_t k, c = A.c
-    cdef floating_t v, t, mk, l, dl, diff
+    cdef floating_t mk, l, dl
     cdef double acc = 0.0
     for k in range(c):
         mk = M__k[k * A.mc] if M__k != NULL else 1
@@ -115,20 +221,7 @@ cdef double _ew_loss_row(const LossArgs* A, const floating_t* X__k, const floati
             if E__k != NULL:
                 E__k[k * A.ec] = 0
             continue
-        v = X__k[k * A.xc]
-        t = T__k[k * A.tc]
-        if A.kind == LOSS_BCE:
-            # max(x, 0) - x*t + log1p(exp(-|x|)): no overflow for any x
-            l = (v if v > 0 else 0) - v * t + _log1p(_exp(-_fabs(v)))
-            dl = _sigmoid(v) - t
-        elif A.kind == LOSS_MSE:
-            diff = v - t
-            l = diff * diff
-            dl = 2 * diff
-        else:
-            diff = v - t
-            l = _fabs(diff)
-            dl = 1 if diff > 0 else (-1 if diff < 0 else diff)    # sign; 0 at 0, NaN at NaN
+        l = _ew(A.kind, X__k[k * A.xc], T__k[k * A.tc], &dl)
         acc += mk * l
         if D__k != NULL:
             D__k[k * A.dc] = <floating_t>(coef * mk * dl)
@@ -161,17 +254,21 @@ cdef double _loss_rows(const floating_t* X, const LossArgs* A, intp_t r0,
             for k in range(A.c):
                 if D != NULL:
                     D[r * A.dr + k * A.dc] = 0
-                if E != NULL and A.kind != LOSS_SCE:
+                if E != NULL and not _row_kind(A.kind):
                     E[r * A.er + k * A.ec] = 0
-            if E != NULL and A.kind == LOSS_SCE:
+            if E != NULL and _row_kind(A.kind):
                 E[r * A.er] = 0
             continue
-        if A.kind == LOSS_SCE:
-            if A.lab != NULL:
-                label = ((<int64_t*>A.lab)[r * A.ls] if A.lab64
-                         else (<int32_t*>A.lab)[r * A.ls])
-            l = _sce_row(A, X + r * A.xr, (T + r * A.tr) if T != NULL else NULL, label, Mrow,
-                         wrow * A.gscale, (D + r * A.dr) if D != NULL else NULL)
+        if _row_kind(A.kind):
+            if A.kind == LOSS_COSINE:
+                l = _cosine_row(A, X + r * A.xr, T + r * A.tr, wrow * A.gscale,
+                                (D + r * A.dr) if D != NULL else NULL)
+            else:
+                if A.lab != NULL:
+                    label = ((<int64_t*>A.lab)[r * A.ls] if A.lab64
+                             else (<int32_t*>A.lab)[r * A.ls])
+                l = _sce_row(A, X + r * A.xr, (T + r * A.tr) if T != NULL else NULL, label,
+                             Mrow, wrow * A.gscale, (D + r * A.dr) if D != NULL else NULL)
             if E != NULL:
                 E[r * A.er] = <floating_t>(wrow * l)
             acc += wrow * l
@@ -222,7 +319,7 @@ cdef double _mask_count(const floating_t* M, const LossArgs* A) noexcept nogil:
     cdef bint any_
     for r in range(A.n):
         if not A.m_out:
-            cnt += M[r * A.mr] * (A.c if A.kind != LOSS_SCE else 1)
+            cnt += M[r * A.mr] * (1 if _row_kind(A.kind) else A.c)
         elif A.kind == LOSS_SCE:
             any_ = False
             for k in range(A.c):
@@ -262,6 +359,9 @@ cdef object _loss_call(str op, int kind, object pred, object target, object weig
     x = float_arg(pred, op, xname)
     if kind == LOSS_SCE and x._ndim != 2:
         raise ValueError(f"{op}: logits must be 2-D (n_samples, n_classes), got shape "
+                         f"{shape_of(x)}")
+    if kind == LOSS_COSINE and x._ndim != 2:
+        raise ValueError(f"{op}: pred must be 2-D (n_samples, n_outputs), got shape "
                          f"{shape_of(x)}")
     if x._ndim not in (1, 2):
         raise ValueError(f"{op}: {xname} must be (n_samples,) or (n_samples, n_outputs), got "
@@ -305,18 +405,23 @@ cdef object _loss_call(str op, int kind, object pred, object target, object weig
                 (m._ndim == x._ndim and m._shape[0] == n and (m._ndim == 1 or m._shape[1] == c))):
             raise ValueError(f"{op}: mask must have shape ({n},) or {shape_of(x)}, got "
                              f"{shape_of(m)}")
+        if kind == LOSS_COSINE and m._ndim != 1:
+            # DL4J's LossCosineProximity throws here too: masking outputs would change the
+            # norms, so a per-output mask has no meaning for it
+            raise ValueError(f"{op}: mask must have shape ({n},) (one value per example: the "
+                             f"cosine proximity has no per-output mask), got {shape_of(m)}")
     if grad:
         if grad_out is None:
             d = new_result(x._dtype, x._ndim, x._shape, op)
         else:
-            gout = out_arg(grad_out, x, op, "grad_out", "logits")
+            gout = out_arg(grad_out, x, op, "grad_out", xname)
             d = gout
             if clashes(d, x) or clashes(d, t) or clashes(d, w) or clashes(d, m) or (
                     lab is not None and clashes(d, lab)):
                 d = new_result(x._dtype, x._ndim, x._shape, op)
     try:
         if reduction == "none":
-            if kind == LOSS_SCE:
+            if _row_kind(kind):
                 e = new_result(x._dtype, 1, x._shape, op)
             else:
                 e = new_result(x._dtype, x._ndim, x._shape, op)
@@ -352,7 +457,7 @@ cdef object _loss_call(str op, int kind, object pred, object target, object weig
         with nogil:
             if mean:
                 if A.m == NULL:
-                    den = <double>n * (c if kind != LOSS_SCE else 1)
+                    den = <double>n * (1 if _row_kind(kind) else c)
                 elif x._itemsize == 4:
                     den = _mask_count(<float32_t*>A.m, &A)
                 else:
@@ -502,3 +607,222 @@ def mae_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
     """
     return _loss_call("mae_loss", LOSS_MAE, pred, target, weights, mask, reduction, grad,
                       grad_out)
+
+
+def cosine_proximity_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
+                          grad_out=None):
+    """Cosine proximity (DL4J's ``COSINE_PROXIMITY``) with its gradient: per example
+    ``l_i = -<p_i, t_i> / (max(|p_i|, 1e-5) * max(|t_i|, 1e-5))`` (ND4J's norm floor
+    ``EPS_THRESHOLD``), gradient ``-(t_i - <p_i, t_i> / |p_i|**2 * p_i) / (|p_i| *
+    max(|t_i|, 1e-5))`` (``-t_i / (1e-5 * max(|t_i|, 1e-5))`` where ``|p_i| < 1e-5``: the
+    derivative of the floored score). Reductions and weights as `softmax_cross_entropy`
+    ("mean" divides by the number of examples, or by ``sum(mask)``); the mask is per example
+    only.
+
+    Parameters
+    ----------
+    pred : (n_samples, n_outputs) NDArray or array_like of float32 or float64
+    target : same shape and dtype as pred
+    weights : (n_samples,) float array, optional
+    mask : (n_samples,) float array, optional
+        A per-output mask is a ValueError (as in DL4J).
+    reduction : {"mean", "sum", "none"}
+    grad : bool
+    grad_out : (n_samples, n_outputs) NDArray or numpy.ndarray, optional
+
+    Returns
+    -------
+    loss : float, or (n_samples,) NDArray for reduction="none"
+    dpred : NDArray of pred's shape and dtype (only when `grad`)
+
+    Examples
+    --------
+    >>> import ndws.nn.functional as F
+    >>> F.cosine_proximity_loss([[1.0, 0.0], [0.0, 2.0]], [[3.0, 0.0], [1.0, 0.0]], grad=False)
+    -0.5
+    """
+    return _loss_call("cosine_proximity_loss", LOSS_COSINE, pred, target, weights, mask,
+                      reduction, grad, grad_out)
+
+
+def hinge_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
+               grad_out=None):
+    """Hinge loss (DL4J's ``HINGE``) with its gradient: per element ``l = max(0, 1 - t*p)``
+    for labels ``t`` of -1 or +1 (DL4J's convention), ``dl/dp = -t`` where ``1 - t*p > 0``,
+    else 0 (0 at the kink, as DL4J's); reductions, weights and masks as in
+    `binary_cross_entropy_with_logits`.
+
+    Parameters
+    ----------
+    pred : (n_samples, n_outputs) or (n_samples,) NDArray or array_like of float32/float64
+    target : same shape and dtype as pred, values -1 or +1
+    weights : (n_samples,) float array, optional
+    mask : (n_samples,) or pred-shaped float array, optional
+    reduction : {"mean", "sum", "none"}
+    grad : bool
+    grad_out : NDArray or numpy.ndarray of pred's shape, optional
+
+    Returns
+    -------
+    loss : float, or NDArray of pred's shape for reduction="none"
+    dpred : NDArray of pred's shape and dtype (only when `grad`)
+    """
+    return _loss_call("hinge_loss", LOSS_HINGE, pred, target, weights, mask, reduction, grad,
+                      grad_out)
+
+
+def squared_hinge_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
+                       grad_out=None):
+    """Squared hinge loss (DL4J's ``SQUARED_HINGE``) with its gradient: per element
+    ``l = max(0, 1 - t*p)**2`` for labels -1 or +1, ``dl/dp = -2 t max(0, 1 - t*p)``;
+    reductions, weights and masks as in `binary_cross_entropy_with_logits`.
+
+    Parameters
+    ----------
+    pred : (n_samples, n_outputs) or (n_samples,) NDArray or array_like of float32/float64
+    target : same shape and dtype as pred, values -1 or +1
+    weights : (n_samples,) float array, optional
+    mask : (n_samples,) or pred-shaped float array, optional
+    reduction : {"mean", "sum", "none"}
+    grad : bool
+    grad_out : NDArray or numpy.ndarray of pred's shape, optional
+
+    Returns
+    -------
+    loss : float, or NDArray of pred's shape for reduction="none"
+    dpred : NDArray of pred's shape and dtype (only when `grad`)
+    """
+    return _loss_call("squared_hinge_loss", LOSS_SQUARED_HINGE, pred, target, weights, mask,
+                      reduction, grad, grad_out)
+
+
+def kl_divergence_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
+                       grad_out=None):
+    """Kullback-Leibler divergence of the predicted probabilities from the target ones (DL4J's
+    ``KL_DIVERGENCE``) with its gradient: per element ``l = t' * log(t' / p')`` with ``t'``,
+    ``p'`` clipped to ``[1e-5, 1]`` (DL4J's), ``dl/dp = -t' / max(p, 1e-5)`` (the derivative
+    of that score inside the clip range; DL4J's ``-t / p`` divides by zero at ``p = 0``).
+    `pred` holds probabilities (torch's ``kl_div`` takes log-probabilities instead);
+    reductions, weights and masks as in `binary_cross_entropy_with_logits`.
+
+    Parameters
+    ----------
+    pred : (n_samples, n_outputs) or (n_samples,) NDArray or array_like of float32/float64
+    target : same shape and dtype as pred, probabilities
+    weights : (n_samples,) float array, optional
+    mask : (n_samples,) or pred-shaped float array, optional
+    reduction : {"mean", "sum", "none"}
+    grad : bool
+    grad_out : NDArray or numpy.ndarray of pred's shape, optional
+
+    Returns
+    -------
+    loss : float, or NDArray of pred's shape for reduction="none"
+    dpred : NDArray of pred's shape and dtype (only when `grad`)
+    """
+    return _loss_call("kl_divergence_loss", LOSS_KLD, pred, target, weights, mask, reduction,
+                      grad, grad_out)
+
+
+def poisson_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
+                 grad_out=None):
+    """Poisson loss (DL4J's ``POISSON``) with its gradient: per element ``l = p - t*log(p)``,
+    ``dl/dp = 1 - t/p``, for a predicted rate ``p > 0``; a zero target contributes ``p`` and
+    gradient 1 (``0 * log 0 = 0``: DL4J's gives NaN at ``p = 0``). Reductions, weights and
+    masks as in `binary_cross_entropy_with_logits`.
+
+    Parameters
+    ----------
+    pred : (n_samples, n_outputs) or (n_samples,) NDArray or array_like of float32/float64
+    target : same shape and dtype as pred, counts >= 0
+    weights : (n_samples,) float array, optional
+    mask : (n_samples,) or pred-shaped float array, optional
+    reduction : {"mean", "sum", "none"}
+    grad : bool
+    grad_out : NDArray or numpy.ndarray of pred's shape, optional
+
+    Returns
+    -------
+    loss : float, or NDArray of pred's shape for reduction="none"
+    dpred : NDArray of pred's shape and dtype (only when `grad`)
+    """
+    return _loss_call("poisson_loss", LOSS_POISSON, pred, target, weights, mask, reduction,
+                      grad, grad_out)
+
+
+def msle_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
+              grad_out=None):
+    """Mean squared logarithmic error (DL4J's ``MEAN_SQUARED_LOGARITHMIC_ERROR``) with its
+    gradient: per element ``l = (log1p(p) - log1p(t))**2``, ``dl/dp = 2 (log1p(p) -
+    log1p(t)) / (1 + p)``; reductions, weights and masks as in
+    `binary_cross_entropy_with_logits` ("mean" divides by the number of elements).
+
+    Parameters
+    ----------
+    pred : (n_samples, n_outputs) or (n_samples,) NDArray or array_like of float32/float64
+    target : same shape and dtype as pred, values > -1
+    weights : (n_samples,) float array, optional
+    mask : (n_samples,) or pred-shaped float array, optional
+    reduction : {"mean", "sum", "none"}
+    grad : bool
+    grad_out : NDArray or numpy.ndarray of pred's shape, optional
+
+    Returns
+    -------
+    loss : float, or NDArray of pred's shape for reduction="none"
+    dpred : NDArray of pred's shape and dtype (only when `grad`)
+    """
+    return _loss_call("msle_loss", LOSS_MSLE, pred, target, weights, mask, reduction, grad,
+                      grad_out)
+
+
+def mape_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
+              grad_out=None):
+    """Mean absolute percentage error (DL4J's ``MEAN_ABSOLUTE_PERCENTAGE_ERROR``) with its
+    gradient: per element ``l = 100 |p - t| / max(|t|, 1e-5)``, ``dl/dp = 100 sign(p - t) /
+    max(|t|, 1e-5)`` (DL4J divides by ``|t|`` itself: inf or NaN for a zero target; the
+    floor is ND4J's ``EPS_THRESHOLD``); reductions, weights and masks as in
+    `binary_cross_entropy_with_logits`.
+
+    Parameters
+    ----------
+    pred : (n_samples, n_outputs) or (n_samples,) NDArray or array_like of float32/float64
+    target : same shape and dtype as pred
+    weights : (n_samples,) float array, optional
+    mask : (n_samples,) or pred-shaped float array, optional
+    reduction : {"mean", "sum", "none"}
+    grad : bool
+    grad_out : NDArray or numpy.ndarray of pred's shape, optional
+
+    Returns
+    -------
+    loss : float, or NDArray of pred's shape for reduction="none"
+    dpred : NDArray of pred's shape and dtype (only when `grad`)
+    """
+    return _loss_call("mape_loss", LOSS_MAPE, pred, target, weights, mask, reduction, grad,
+                      grad_out)
+
+
+def wasserstein_loss(pred, target, weights=None, mask=None, reduction="mean", grad=True,
+                     grad_out=None):
+    """Wasserstein (critic) loss (DL4J's ``WASSERSTEIN``) with its gradient: per element
+    ``l = t * p``, ``dl/dp = t`` (labels +1 / -1 for the two distributions); reductions,
+    weights and masks as in `binary_cross_entropy_with_logits`.
+
+    Parameters
+    ----------
+    pred : (n_samples, n_outputs) or (n_samples,) NDArray or array_like of float32/float64
+    target : same shape and dtype as pred
+    weights : (n_samples,) float array, optional
+    mask : (n_samples,) or pred-shaped float array, optional
+    reduction : {"mean", "sum", "none"}
+    grad : bool
+    grad_out : NDArray or numpy.ndarray of pred's shape, optional
+
+    Returns
+    -------
+    loss : float, or NDArray of pred's shape for reduction="none"
+    dpred : NDArray of pred's shape and dtype (only when `grad`)
+    """
+    return _loss_call("wasserstein_loss", LOSS_WASSERSTEIN, pred, target, weights, mask,
+                      reduction, grad, grad_out)

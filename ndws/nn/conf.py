@@ -2,9 +2,14 @@
 ``MultiLayerConfiguration`` / ``NeuralNetConfiguration.Builder().list()``), with an exact JSON
 round trip.
 
-Network-wide defaults (activation, weight_init, dropout, l1, l2, weight_decay, bias_init) apply to
-every layer that leaves the field unset (None); a layer's own value wins. A layer's `n_in` is
-inferred from the previous layer's output when omitted (DL4J's ``setInputType``).
+Network-wide defaults (activation, weight_init, dropout, l1, l2, weight_decay, bias_init,
+convolution_mode) apply to every layer that leaves the field unset (None); a layer's own value
+wins. A layer's `n_in` is inferred from the previous layer's output when omitted. With
+``input_type`` (DL4J's ``setInputType``) every layer learns the type of its input, its n_in
+comes from it, the preprocessors DL4J inserts are inserted (``input_preprocessors`` sets them
+by hand), and every convolution and pooling geometry is checked here, not at the first `fit`
+(docs/convolution.md). ``backprop_type=BackpropType.TRUNCATED_BPTT`` trains recurrent networks
+on segments of ``tbptt_fwd_length`` steps (docs/recurrent.md).
 
 Examples
 --------
@@ -19,17 +24,35 @@ True
 """
 from __future__ import annotations
 
+import enum
 import json
 import secrets
 from typing import Any
 
 import numpy as np
 
-from ndws.nn.layers import Activation, Layer, WeightInit, _finite, _nonneg, member
+from ndws.nn.inputs import ConvolutionMode, InputType
+from ndws.nn.layers.base import Activation, Layer, WeightInit, _finite, _nonneg, member
+from ndws.nn.layers.pooling import GlobalPoolingLayer
+from ndws.nn.layers.wrappers import Bidirectional, LastTimeStep
+from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
-__all__ = ["MultiLayerConfiguration"]
+__all__ = ["MultiLayerConfiguration", "BackpropType"]
+
+
+class BackpropType(enum.Enum):
+    """How a network's fit backpropagates time series (DL4J's ``BackpropType``): STANDARD
+    (through the whole sequence) or TRUNCATED_BPTT (segments of ``tbptt_fwd_length`` steps,
+    one update each, the state carried from one to the next; docs/recurrent.md)."""
+
+    STANDARD = "Standard"
+    TRUNCATED_BPTT = "TruncatedBPTT"
+
+
+#: DL4J's default segment length (DEFAULT_TBPTT_LENGTH)
+DEFAULT_TBPTT_LENGTH = 20
 
 #: what to_json writes as "format", and the version from_json reads
 _FORMAT, _VERSION = "ndws.MultiLayerConfiguration", 1
@@ -63,17 +86,36 @@ class MultiLayerConfiguration:
         Default ENABLED (SEPARATE for training, SINGLE for inference).
     dtype : {"float32", "float64"}
         Of parameters, activations and gradients.
+    convolution_mode : str or ConvolutionMode, optional
+        Default of the convolution and pooling layers: ``TRUNCATE`` (DL4J's).
+    input_type : InputType, optional
+        The network's input (DL4J's ``setInputType``): ``InputType.convolutional_flat(28, 28,
+        1)`` for MNIST's rows of pixels, ``InputType.convolutional(h, w, c)`` for images.
+        Needed by convolution and pooling layers, whose geometry it gives.
+    input_preprocessors : dict of int to InputPreProcessor, optional
+        Preprocessors by layer index (DL4J's ``inputPreProcessor(i, p)``); a layer without one
+        gets the one ``input_type`` implies, if any.
+    backprop_type : BackpropType or str
+        STANDARD (default) or TRUNCATED_BPTT (DL4J's ``backpropType``).
+    tbptt_fwd_length, tbptt_back_length : int
+        Truncated BPTT's segment length and the steps of each segment the errors flow back
+        through (default 20 each, DL4J's; ``tbptt_back_length <= tbptt_fwd_length``). Used only
+        with TRUNCATED_BPTT.
 
     Raises
     ------
     TypeError, ValueError
         Naming the layer (``layers[i]``) and the field, e.g. a layer whose n_in disagrees
-        with the previous layer's output, or a loss that does not fit its activation.
+        with the previous layer's output, a kernel larger than its padded input, or a loss that
+        does not fit its activation.
     """
 
     __slots__ = ("layers", "seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
                  "weight_decay", "bias_init", "training_workspace_mode",
-                 "inference_workspace_mode", "dtype", "resolved_layers", "_frozen")
+                 "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
+                 "input_preprocessors", "backprop_type", "tbptt_fwd_length",
+                 "tbptt_back_length", "resolved_layers", "resolved_preprocessors",
+                 "_network_input", "_frozen")
 
     def __init__(self, layers: Any, *, seed: int | None = None, updater: Updater | None = None,
                  activation: Any = None, weight_init: Any = None, dropout: float | None = None,
@@ -81,7 +123,12 @@ class MultiLayerConfiguration:
                  weight_decay: float | None = None, bias_init: float | None = None,
                  training_workspace_mode: Any = WorkspaceMode.ENABLED,
                  inference_workspace_mode: Any = WorkspaceMode.ENABLED,
-                 dtype: Any = "float32"):
+                 dtype: Any = "float32", convolution_mode: Any = None,
+                 input_type: InputType | None = None,
+                 input_preprocessors: dict | None = None,
+                 backprop_type: Any = BackpropType.STANDARD,
+                 tbptt_fwd_length: int = DEFAULT_TBPTT_LENGTH,
+                 tbptt_back_length: int = DEFAULT_TBPTT_LENGTH):
         set_ = object.__setattr__
         if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
             raise FieldTypeError(f"layers: expected a sequence of ndws.nn layers, got "
@@ -126,29 +173,79 @@ class MultiLayerConfiguration:
         set_(self, "inference_workspace_mode", _mode(inference_workspace_mode,
                                                      "inference_workspace_mode"))
         set_(self, "dtype", dt)
-        set_(self, "resolved_layers", self._resolve())
+        set_(self, "convolution_mode", ConvolutionMode.parse(
+            ConvolutionMode.TRUNCATE if convolution_mode is None else convolution_mode,
+            "convolution_mode"))
+        if input_type is not None and not isinstance(input_type, InputType):
+            raise FieldTypeError(f"input_type: expected an ndws.nn.InputType (e.g. "
+                                 f"InputType.convolutional_flat(28, 28, 1)), got "
+                                 f"{type(input_type).__name__}")
+        set_(self, "input_type", input_type)
+        set_(self, "input_preprocessors", _preprocessors(input_preprocessors, len(layers)))
+        set_(self, "backprop_type", member(BackpropType, backprop_type,
+                                           "backprop_type: unknown BackpropType",
+                                           "(or an ndws.nn.BackpropType)"))
+        set_(self, "tbptt_fwd_length", _length("tbptt_fwd_length", tbptt_fwd_length))
+        set_(self, "tbptt_back_length", _length("tbptt_back_length", tbptt_back_length))
+        if self.tbptt_back_length > self.tbptt_fwd_length:
+            raise ValueError(f"tbptt_back_length: {self.tbptt_back_length} is longer than "
+                             f"tbptt_fwd_length {self.tbptt_fwd_length} (a segment's errors "
+                             f"cannot flow back through more steps than it has)")
+        resolved, pres = self._resolve()
+        if self.backprop_type is BackpropType.TRUNCATED_BPTT:
+            _check_tbptt(resolved)
+        set_(self, "resolved_layers", resolved)
+        #: the preprocessor of each layer (given or inserted), None where there is none
+        set_(self, "resolved_preprocessors", pres)
         set_(self, "_frozen", True)
 
-    def _resolve(self) -> tuple:
+    def _resolve(self, network_input: InputType | None = None) -> tuple:
+        # Walk the layers with the type of the data between them (DL4J's setInputType): each
+        # layer gets its preprocessor (given, or the one its input type implies), its input
+        # type and n_in, and passes on its output type. Without input_type, rows as wide as
+        # the first layer's n_in (DL4J infers that type the same way). `network_input`: walk
+        # with that type instead (a time series of a given length, for a memory plan)
         defaults = {"activation": self.activation, "weight_init": self.weight_init,
                     "dropout": self.dropout, "l1": self.l1, "l2": self.l2,
-                    "weight_decay": self.weight_decay, "bias_init": self.bias_init}
-        out = []
-        width = None
+                    "weight_decay": self.weight_decay, "bias_init": self.bias_init,
+                    "convolution_mode": self.convolution_mode}
+        out, pres = [], []
+        t = self.input_type
+        if t is None and 0 not in self.input_preprocessors:
+            t = self.layers[0].implied_input_type()
+        if network_input is not None:
+            t = network_input
+        else:
+            object.__setattr__(self, "_network_input", t)
         for i, layer in enumerate(self.layers):
             where = f"layers[{i}]"
-            if layer.n_in is not None and width is not None and layer.n_in != width:
-                raise ValueError(f"{where}.n_in: {layer.n_in} does not match the output width "
-                                 f"{width} of layers[{i - 1}]")
             try:
-                resolved = layer.resolved(defaults, width, where)
+                pre = self.input_preprocessors.get(i)
+                if pre is None and t is not None:
+                    pre = layer.preprocessor_for(t)
+                if pre is not None:
+                    t = pre.output_type(t)
+                if layer.n_in is not None and t is not None and layer.n_in != layer.n_in_for(t):
+                    raise ValueError(self._n_in_mismatch(i, layer, t, pre))
+                resolved = layer.resolved(defaults, t, where, i)
+                t = resolved.output_type(t)
             except (TypeError, ValueError) as exc:
                 msg = str(exc)
                 raise type(exc)(msg if msg.startswith(where) else f"{where}: {msg}") from None
-            resolved.index = i
             out.append(resolved)
-            width = resolved.output_width()
-        return tuple(out)
+            pres.append(pre)
+        return tuple(out), tuple(pres)
+
+    def _n_in_mismatch(self, i: int, layer: Layer, t: InputType, pre: Any) -> str:
+        # the message of an n_in that disagrees with what the layer gets
+        where, expected = f"layers[{i}].n_in: {layer.n_in}", layer.n_in_for(t)
+        if t.kind == "FF" and pre is None and i > 0:
+            return f"{where} does not match the output width {expected} of layers[{i - 1}]"
+        what = "channels" if t.kind == "CNN" else "width"
+        after = f" after {pre!r}" if pre is not None else ""
+        source = "the network's input" if i == 0 and pre is None else (
+            f"its input{after}" if i == 0 else f"the output of layers[{i - 1}]{after}")
+        return f"{where} does not match the {what} {expected} of {source} ({t!r})"
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"MultiLayerConfiguration is frozen: build a new one instead of "
@@ -158,13 +255,27 @@ class MultiLayerConfiguration:
 
     def to_dict(self) -> dict:
         """The configuration as JSON-ready data (the layers as given, before defaults)."""
-        return {"format": _FORMAT, "version": _VERSION, "seed": self.seed,
+        out = {"format": _FORMAT, "version": _VERSION, "seed": self.seed,
                 "updater": self.updater.to_dict(), "activation": self.activation.name,
                 "weight_init": self.weight_init.name, "dropout": self.dropout, "l1": self.l1,
                 "l2": self.l2, "weight_decay": self.weight_decay, "bias_init": self.bias_init,
                 "training_workspace_mode": self.training_workspace_mode.name,
                 "inference_workspace_mode": self.inference_workspace_mode.name,
                 "dtype": self.dtype.name, "layers": [layer.to_dict() for layer in self.layers]}
+        # written only when set, so a stack of dense layers keeps the JSON it always had
+        if self.convolution_mode is not ConvolutionMode.TRUNCATE:
+            out["convolution_mode"] = self.convolution_mode.name
+        if self.input_type is not None:
+            out["input_type"] = self.input_type.to_dict()
+        if self.input_preprocessors:
+            out["input_preprocessors"] = {str(i): p.to_dict()
+                                          for i, p in sorted(self.input_preprocessors.items())}
+        if self.backprop_type is not BackpropType.STANDARD:
+            out["backprop_type"] = self.backprop_type.name
+        for name in ("tbptt_fwd_length", "tbptt_back_length"):
+            if getattr(self, name) != DEFAULT_TBPTT_LENGTH:
+                out[name] = getattr(self, name)
+        return out
 
     def to_json(self, indent: int | None = 2) -> str:
         """`to_dict` as JSON text; `from_json` rebuilds an equal configuration."""
@@ -180,7 +291,9 @@ class MultiLayerConfiguration:
                              f"(this ndws reads version {_VERSION})")
         known = {"format", "version", "layers", "seed", "updater", "activation", "weight_init",
                  "dropout", "l1", "l2", "weight_decay", "bias_init", "training_workspace_mode",
-                 "inference_workspace_mode", "dtype"}
+                 "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
+                 "input_preprocessors", "backprop_type", "tbptt_fwd_length",
+                 "tbptt_back_length"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
@@ -190,6 +303,23 @@ class MultiLayerConfiguration:
         kwargs = {k: v for k, v in data.items() if k not in ("format", "version", "layers")}
         if isinstance(kwargs.get("updater"), dict):
             kwargs["updater"] = Updater.from_dict(kwargs["updater"])
+        if "input_type" in kwargs:
+            kwargs["input_type"] = InputType.from_dict(kwargs["input_type"])
+        if "input_preprocessors" in kwargs:
+            given = kwargs["input_preprocessors"]
+            if not isinstance(given, dict):
+                raise ValueError(f"configuration.input_preprocessors: expected a dict, got "
+                                 f"{given!r:.40}")
+            pres = {}
+            for k, d in given.items():
+                if not (isinstance(k, str) and k.isdigit()):
+                    raise ValueError(f"configuration.input_preprocessors: expected layer "
+                                     f"indices as keys, got {k!r:.40}")
+                try:
+                    pres[int(k)] = InputPreProcessor.from_dict(d)
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"input_preprocessors[{k}]: {exc}") from None
+            kwargs["input_preprocessors"] = pres
         built = []
         for i, d in enumerate(layers):
             try:
@@ -203,7 +333,7 @@ class MultiLayerConfiguration:
         """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
         try:
             data = json.loads(text)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"configuration: not JSON text ({exc})") from None
         return cls.from_dict(data)
 
@@ -216,6 +346,47 @@ class MultiLayerConfiguration:
     def __repr__(self) -> str:
         return (f"MultiLayerConfiguration({len(self.layers)} layers, seed={self.seed}, "
                 f"updater={self.updater!r}, dtype={self.dtype.name})")
+
+
+def _length(name: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise FieldTypeError(f"{name}: expected an int >= 1, got {type(value).__name__} "
+                             f"{value!r:.40}")
+    if not 1 <= value <= 1 << 31:
+        raise ValueError(f"{name}: expected an int in [1, 2**31], got {value!r}")
+    return int(value)
+
+
+def _check_tbptt(layers: tuple) -> None:
+    # DL4J's validateTbpttConfig: layers that need the whole sequence at once; Bidirectional
+    # too (DL4J refuses it only when the first segment runs)
+    for i, layer in enumerate(layers):
+        if isinstance(layer, (LastTimeStep, GlobalPoolingLayer, Bidirectional)):
+            raise ValueError(f"Invalid network configuration detected: Truncated "
+                             f"backpropagation through time (TBPTT) cannot be used with layer "
+                             f"{i} of type {type(layer).__name__}: TBPTT is incompatible with "
+                             f"this layer type (which needs the whole sequence at once). "
+                             f"Use BackpropType.STANDARD, or a layer that works step by step")
+
+
+def _preprocessors(given: Any, n_layers: int) -> dict:
+    # input_preprocessors: {layer index: preprocessor}, copied (the configuration is frozen)
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise FieldTypeError(f"input_preprocessors: expected a dict of layer index to "
+                             f"preprocessor, got {type(given).__name__}")
+    out = {}
+    for i, p in given.items():
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) \
+                or not 0 <= i < n_layers:
+            raise ValueError(f"input_preprocessors: {i!r:.20} is not a layer index (0 to "
+                             f"{n_layers - 1})")
+        if not isinstance(p, InputPreProcessor):
+            raise FieldTypeError(f"input_preprocessors[{i}]: expected an "
+                                 f"ndws.nn.InputPreProcessor, got {type(p).__name__}")
+        out[int(i)] = p.clone()
+    return out
 
 
 def _is_dtype(value: Any) -> bool:

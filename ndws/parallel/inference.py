@@ -3,7 +3,9 @@
 
 The served network is a snapshot: its parameters are copied once into one read-only flat
 array that every replica's layers view (no copy per worker), so the caller may go on training
-the model it passed; `update_model` takes a new snapshot and swaps it in atomically.
+the model it passed; `update_model` takes a new snapshot and swaps it in atomically. A snapshot
+of a model that trains in another thread is taken at an iteration boundary (the network's
+busy state, ndws.nn._busy, has the caller wait for the iteration's end), never torn.
 
 * SEQUENTIAL and BATCHED: `workers` threads named ``InferenceThread-<i>`` take requests from one
   queue of at most `queue_limit` batches. SEQUENTIAL runs each request as it came; BATCHED
@@ -20,6 +22,7 @@ from __future__ import annotations
 import collections
 import copy
 import itertools
+import logging
 import queue
 import threading
 from concurrent.futures import Future
@@ -33,6 +36,8 @@ from ndws.parallel.modes import (Builder, InferenceMode, LoadBalanceMode, Stoppa
                                  check_model, option_enum, option_int)
 
 __all__ = ["ParallelInference"]
+
+log = logging.getLogger("ndws")
 
 
 class _Request:
@@ -181,7 +186,7 @@ class ParallelInference(Stoppable):
         self._load_balance = option_enum(LoadBalanceMode, load_balance_mode,
                                          "load_balance_mode")
         self._dtype = model.conf.dtype
-        self._replicas = self._snapshot(model)
+        self._replicas = self._snapshot(model, "ParallelInference")
         self._lock = threading.Lock()              # the queue and the closed flag
         self._queue: collections.deque = collections.deque()   # batches no worker has taken
         self._closed = False
@@ -205,8 +210,17 @@ class ParallelInference(Stoppable):
         self._threads = [threading.Thread(target=self._work, args=(i,),
                                           name=f"InferenceThread-{i}", daemon=True)
                          for i in range(self._workers)]
-        for t in self._threads:
-            t.start()
+        started = 0
+        try:
+            for t in self._threads:
+                t.start()
+                started += 1
+        except BaseException:
+            # e.g. no thread can be started: stop the ones running (each would wait for
+            # requests for ever)
+            self._threads = self._threads[:started]
+            self.shutdown()
+            raise
 
     # the options, read-only once built (the workers rely on them)
     inference_mode = property(lambda self: self._mode, doc="SEQUENTIAL, BATCHED or INPLACE.")
@@ -229,11 +243,12 @@ class ParallelInference(Stoppable):
 
     # -- the served network -------------------------------------------------------------------
 
-    def _snapshot(self, model: Any) -> list:
-        # one read-only copy of the parameters (detached), viewed by every replica's layers
+    def _snapshot(self, model: Any, op: str) -> list:
+        # one read-only copy of the parameters (detached), viewed by every replica's layers,
+        # taken at an iteration boundary of the model (waiting for one while it trains)
         from ndws.nn.network import MultiLayerNetwork
-        with ndws.scope_out_of_workspaces():
-            params = model.params().dup()
+        params = ndws.empty(model.num_params(), self._dtype, detached=True)
+        model._copy_params_into(params, op)
         root = MultiLayerNetwork(model.conf)
         root._build(params, share=True)
         return [root] + [root._replica("all", stream=i) for i in range(1, self._workers)]
@@ -241,13 +256,16 @@ class ParallelInference(Stoppable):
     def update_model(self, model: Any) -> None:
         """Serve `model` from now on: a new snapshot of its parameters, swapped in at once.
         Requests already queued are not lost: each runs on whichever model its worker holds
-        when it takes the batch (never a mix of the two)."""
+        when it takes the batch (never a mix of the two). While `model` trains in another
+        thread the snapshot is taken at its next iteration boundary (this call waits for it);
+        from one of its listeners, at iteration_done or an epoch hook."""
         check_model(model, "ParallelInference.update_model")
         self._check_open()
         if model.conf.dtype != self._dtype:
             raise ValueError(f"model: dtype {model.conf.dtype} differs from the served "
                              f"model's {self._dtype}")
-        self._replicas = self._snapshot(model)   # one reference swap: atomic for readers
+        # one reference swap: atomic for readers
+        self._replicas = self._snapshot(model, "ParallelInference.update_model")
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -265,14 +283,22 @@ class ParallelInference(Stoppable):
                                 ) from exc
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"x: expected an array of numbers, got dtype {arr.dtype}")
-        if arr.ndim == 1:
+        # one example has the shape of the served network's input type (a row, an image)
+        t = self._replicas[0].conf._network_input
+        if t is None or t.kind == "FF":
+            vector = arr.ndim == 1
+            if arr.ndim not in (1, 2):
+                raise ValueError(f"x: expected one example (n_features,) or a batch "
+                                 f"(n_samples, n_features), got shape {arr.shape}")
+        elif t.is_example(arr.shape):
             vector = True
-            arr = arr.reshape(1, arr.shape[0])
-        elif arr.ndim == 2:
+        elif arr.ndim and t.is_example(arr.shape[1:]):
             vector = False
         else:
-            raise ValueError(f"x: expected one example (n_features,) or a batch (n_samples, "
-                             f"n_features), got shape {arr.shape}")
+            raise ValueError(f"x: expected one example {t.shape()} or a batch "
+                             f"{t.describe_shape()} ({t!r}), got shape {arr.shape}")
+        if vector:
+            arr = arr.reshape((1,) + arr.shape)
         if arr.shape[0] == 0:
             raise ValueError("x: no examples (shape has 0 rows)")
         if arr.dtype != self._dtype or not arr.flags.c_contiguous:
@@ -293,7 +319,8 @@ class ParallelInference(Stoppable):
 
     def output(self, x: Any) -> NDArray:
         """The network's output for `x` (one example, ``(n_features,)``, or a batch,
-        ``(n_samples, n_features)``): a detached array the caller may keep. Safe to call from
+        ``(n_samples, n_features)``; for a network of images, one image or a batch of them):
+        a detached array the caller may keep. Safe to call from
         many threads at once; a failed forward pass raises its error in every caller of it."""
         req = self._request(x, True)
         if self._mode is InferenceMode.INPLACE:
@@ -332,6 +359,8 @@ class ParallelInference(Stoppable):
                 fut.set_result(self._inplace(req))
             except Exception as exc:  # noqa: BLE001 - the future carries any failure
                 fut.set_exception(exc)
+            # a BaseException (SystemExit, KeyboardInterrupt, ...) is raised to the caller,
+            # whose thread ran the pass, as output() would
             return fut
         self._enqueue(req)
         return fut
@@ -384,6 +413,9 @@ class ParallelInference(Stoppable):
             ndws.destroy_all_workspaces_for_current_thread()
 
     def _run(self, net: Any, batch: _Batch, staging: dict) -> None:
+        # Whatever the batch raises goes to its callers, BaseExceptions too (a SystemExit in
+        # a custom layer, ...): a worker that died would leave every later request waiting
+        # for ever. The worker goes on with the next batch.
         reqs = [r for r in batch.requests
                 if r.future is None or r.future.set_running_or_notify_cancel()]
         if not reqs:
@@ -396,16 +428,29 @@ class ParallelInference(Stoppable):
                 x = self._stage(staging, batch.key, rows)
                 np.concatenate([r.x for r in reqs], out=x)
             out = net.output(x)
-        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
-            self._relay.post([r for r in reqs if r.finish(None, _copy_for(exc))])
+            results, start = [], 0
+            for r in reqs:
+                end = start + r.rows
+                results.append(out[start] if r.vector else out[start:end])
+                start = end
+        except BaseException as exc:  # noqa: B036 - every caller of the batch gets the error
+            self._finish(reqs, None, exc)
             return
-        start = 0
+        self._finish(reqs, results, None)
+
+    def _finish(self, reqs: list, results: list | None, exc: BaseException | None) -> None:
+        # each request's outcome; a submitted one's future runs its done-callbacks here, in
+        # the worker (concurrent.futures logs an Exception they raise; a BaseException would
+        # end the worker: logged the same way, and the other requests still get theirs)
         waiting = []
-        for r in reqs:
-            end = start + r.rows
-            if r.finish(out[start] if r.vector else out[start:end], None):
-                waiting.append(r)
-            start = end
+        for k, r in enumerate(reqs):
+            try:
+                if r.finish(None if results is None else results[k],
+                            None if exc is None else _copy_for(exc)):
+                    waiting.append(r)
+            except BaseException:  # noqa: B036 - only a future's callback raises here
+                log.exception("ParallelInference: a done-callback of a submitted request "
+                              "raised (the request's future holds its result)")
         self._relay.post(waiting)
 
     def _stage(self, staging: dict, key: tuple, rows: int) -> np.ndarray:

@@ -3,9 +3,10 @@ every bad option is a ``TypeError`` / ``ValueError`` naming it, at construction.
 from __future__ import annotations
 
 import enum
+import numbers
 from typing import Any
 
-from ndws.nn.layers import member
+from ndws.nn.layers.base import member
 
 __all__ = ["TrainingMode", "InferenceMode", "LoadBalanceMode"]
 
@@ -51,8 +52,9 @@ def option_enum(cls: type, value: Any, name: str) -> Any:
 def option_int(value: Any, name: str, low: int, why: str = "", message: str = "") -> int:
     """`value` as an int >= `low`, else TypeError / ValueError naming the option (with DL4J's
     `message` for a value below `low` where DL4J has one)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):   # NumPy's too
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    value = int(value)
     if value < low:
         if message:
             raise ValueError(f"{name}: {message} (at least {low}), got {value}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import numbers
 import sys
 import time
 import traceback
@@ -37,8 +38,9 @@ import numpy as np
 import ndws
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
+from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.history import History, _Epoch
-from ndws.nn.network import _length
+from ndws.nn.network import _count, _length
 from ndws.parallel.modes import TrainingMode, check_model, option_bool, option_enum, option_int
 
 __all__ = ["MPITrainer", "mpi_available"]
@@ -79,7 +81,7 @@ def mpi_available() -> bool:
 def _check_timeout(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):       # NumPy's too
         raise TypeError(f"timeout: expected seconds (a number > 0) or None, got "
                         f"{type(value).__name__} {value!r:.40}")
     if not (value > 0 and math.isfinite(value)):
@@ -326,10 +328,15 @@ class MPITrainer:
         except (TypeError, ValueError) as exc:
             error, self._timeout = exc, None
         self._ch = _Channel(MPI, comm, self._timeout, self._context)
+        claimed = False
         try:
             if error is not None:
                 raise error
             check_model(model, "MPITrainer")
+            # the broadcast at the end writes the model: not under a fit in another thread
+            claim = model._exclusive("MPITrainer", FREE, writes=True)
+            claim.__enter__()                  # busy in another thread: RuntimeError
+            claimed = True
             self._training_mode = option_enum(TrainingMode, training_mode, "training_mode")
             self._averaging_frequency = option_int(averaging_frequency, "averaging_frequency",
                                                    1)
@@ -337,46 +344,51 @@ class MPITrainer:
             self._report_score_after_averaging = option_bool(report_score_after_averaging,
                                                              "report_score_after_averaging")
             self._overlap = option_bool(overlap, "overlap")
-            if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int):
+            if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes,
+                                                                numbers.Integral):
                 raise TypeError(f"bucket_bytes: expected an int >= 0, got "
                                 f"{type(bucket_bytes).__name__}")
             if bucket_bytes < 0:
                 raise ValueError(f"bucket_bytes: must be at least 0, got {bucket_bytes}")
-            self._bucket_bytes = bucket_bytes
+            self._bucket_bytes = int(bucket_bytes)
             self._shared_memory = (None if shared_memory is None else
                                    option_bool(shared_memory, "shared_memory"))
             self._abort_on_error = option_bool(abort_on_error, "abort_on_error")
             self._trace = option_bool(trace, "trace")
             self._kernel_threads = (None if kernel_threads is None else
                                     option_int(kernel_threads, "kernel_threads", 1))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RuntimeError) as exc:
             error = exc
-        self._ch.agree(error, "MPITrainer", 0 if error is not None else self._fingerprint())
-        # from here on the trainer's own communication context
-        self._ch = _Channel(MPI, comm.Dup(), self._timeout, self._context)
-        self._closed = False
-        self._rank, self._size = self._ch.rank, self._ch.size
-        # the ranks on this machine: they share its cores, and may share memory
-        node = self._ch.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self._rank)
-        here = node.Get_size()
-        if self._kernel_threads is None:
-            self._kernel_threads = max(1, ndws.get_num_threads() // here)
-        one_machine = here == self._size
-        self._shm: _SharedSum | None = None
-        if (self._shared_memory is not False and one_machine and self._size > 1
-                and self._training_mode is TrainingMode.SHARED_GRADIENTS):
-            self._shm = _SharedSum(node, model.num_params(), model.conf.dtype)
-        else:
-            node.Free()
-        if self._shared_memory and not one_machine:
-            self.close()
-            raise ValueError(f"shared_memory=True: the {self._size} ranks span more than one "
-                             f"machine (this one has {here}); use the default "
-                             f"(None) or False")
-        self._events: list = []
-        self._last_events: list = []
-        self._buckets: list = []
-        self._broadcast_state()
+        try:
+            self._ch.agree(error, "MPITrainer", 0 if error is not None else self._fingerprint())
+            # from here on the trainer's own communication context
+            self._ch = _Channel(MPI, comm.Dup(), self._timeout, self._context)
+            self._closed = False
+            self._rank, self._size = self._ch.rank, self._ch.size
+            # the ranks on this machine: they share its cores, and may share memory
+            node = self._ch.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self._rank)
+            here = node.Get_size()
+            if self._kernel_threads is None:
+                self._kernel_threads = max(1, ndws.get_num_threads() // here)
+            one_machine = here == self._size
+            self._shm: _SharedSum | None = None
+            if (self._shared_memory is not False and one_machine and self._size > 1
+                    and self._training_mode is TrainingMode.SHARED_GRADIENTS):
+                self._shm = _SharedSum(node, model.num_params(), model.conf.dtype)
+            else:
+                node.Free()
+            if self._shared_memory and not one_machine:
+                self.close()
+                raise ValueError(f"shared_memory=True: the {self._size} ranks span more "
+                                 f"than one machine (this one has {here}); use the "
+                                 f"default (None) or False")
+            self._events: list = []
+            self._last_events: list = []
+            self._buckets: list = []
+            self._broadcast_state()
+        finally:
+            if claimed:
+                claim.__exit__(sys.exc_info()[0], None, None)
 
     # -- read-only options ------------------------------------------------------------------
 
@@ -545,11 +557,10 @@ class MPITrainer:
         self._check_open()
         net = self.model
         error: BaseException | None = None
-        lock = net._exclusive("fit")
+        lock = net._exclusive("MPITrainer.fit", TRAIN)
         locked = False
         try:
-            if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-                raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
+            epochs = _count("epochs", epochs)
             if progress is not None and not isinstance(progress, bool):
                 raise TypeError(f"progress: expected True, False or None, got "
                                 f"{progress!r:.40}")
@@ -557,10 +568,8 @@ class MPITrainer:
                 raise ValueError("MPITrainer.fit: the model is not initialised")
             # what MultiLayerNetwork.fit checks as it starts reading, checked here, before
             # the ranks agree (inside the training a bad argument would end the job)
-            if labels is not None and batch_size is not None and (
-                    isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                    or batch_size < 1):
-                raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+            if labels is not None and batch_size is not None:
+                batch_size = _count("batch_size", batch_size)
             if labels is None and batch_size is not None:
                 raise ValueError("batch_size: only with features and labels arrays (a DataSet "
                                  "or an iterator brings its own batches)")
@@ -577,7 +586,9 @@ class MPITrainer:
                            0 if error is not None else self._fingerprint())
             listeners = net._listeners
             try:
+                net._busy.begin()              # copies for other threads wait for it
                 self._broadcast_state()
+                net._busy.end()
                 self._plan_buckets()
                 if self._rank:
                     net._listeners = []            # listeners report on rank 0 only
@@ -593,7 +604,7 @@ class MPITrainer:
                 net.__dict__.pop("last_comm_time", None)
         finally:
             if locked:
-                lock.__exit__(None, None, None)
+                lock.__exit__(sys.exc_info()[0], None, None)
 
     def _fail(self, exc: BaseException) -> None:
         # an exception inside fit: with several ranks the others are, or will be, blocked in a
@@ -604,7 +615,7 @@ class MPITrainer:
     def _fit(self, data: Any, labels: Any, batch_size: Any, epochs: int,
              progress: bool | None) -> History:
         net = self.model
-        history = History()
+        history = History(epochs)
         wrapper = None
         if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
                 and callable(getattr(data, "async_supported", None)) and data.async_supported()):
@@ -634,8 +645,11 @@ class MPITrainer:
                 waited = time.perf_counter()
                 ds = next(batches, None)
                 net.last_etl_time = (time.perf_counter() - waited) * 1000.0
+                # the step writes the model until _end_step (copies for other threads wait)
+                net._busy.begin()
                 step = self._shared_step(ds) if shared else self._averaging_step(ds)
                 if step is None:
+                    net._busy.end()
                     break                      # no rank had a batch: the epoch is over
                 epoch.iteration(*step)
         if labels is None and hasattr(data, "reset") and callable(data.reset):
@@ -738,6 +752,7 @@ class MPITrainer:
         net = self.model
         done = net._iteration
         net._iteration += 1
+        net._busy.end()                                    # the boundary
         net.last_comm_time = self._ch.seconds * 1000.0     # PerformanceListener shows it
         for listener in net._listeners:
             listener.iteration_done(net, done, net._epoch)

@@ -31,8 +31,9 @@ import ndws
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.history import History, _Epoch
+from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.listeners import TrainingListener
-from ndws.nn.network import _length
+from ndws.nn.network import _count, _length
 from ndws.parallel._sync import SpinBarrier
 from ndws.parallel.modes import (Builder, Stoppable, TrainingMode, check_model,
                                  option_bool, option_enum, option_int)
@@ -235,9 +236,11 @@ class ParallelWrapper(Stoppable):
         self._workspace_mode = option_enum(WorkspaceMode, workspace_mode, "workspace_mode")
         self._training_mode = option_enum(TrainingMode, training_mode, "training_mode")
         self.model = model
-        # DL4J's build(): the model's listeners become the wrapper's
-        self._listeners: list[TrainingListener] = model.get_listeners()
-        model.set_listeners()
+        # DL4J's build(): the model's listeners become the wrapper's (not from under a fit in
+        # another thread: the busy error)
+        with model._exclusive("ParallelWrapper", FREE):
+            self._listeners: list[TrainingListener] = model.get_listeners()
+            model.set_listeners()
         self._busy = threading.Lock()
         self._stop_requested = threading.Event()
         self._closed = False
@@ -300,8 +303,7 @@ class ParallelWrapper(Stoppable):
         """Train on what `MultiLayerNetwork.fit` takes, `workers` batches per round; returns
         the `History` of the rounds (each round's combined score and rows)."""
         self._check_open()
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs: expected an int >= 1, got {epochs!r:.40}")
+        epochs = _count("epochs", epochs)
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
         if not self._busy.acquire(blocking=False):
@@ -311,7 +313,7 @@ class ParallelWrapper(Stoppable):
             self._idle.clear()
             self._stop_requested.clear()
             self._fit_thread = threading.get_ident()
-            with root._exclusive("fit"):
+            with root._exclusive("ParallelWrapper.fit", TRAIN):
                 return self._fit(data, labels, batch_size, epochs, progress)
         finally:
             self._fit_thread = None
@@ -331,8 +333,13 @@ class ParallelWrapper(Stoppable):
             # hands, two queued, one being dealt)
             wrapper = data = AsyncDataSetIterator(
                 data, queue_size=max(self.prefetch_buffer, 4) * n)
-        run = self._start(n)
-        history = run.history = History()
+        try:
+            run = self._start(n)
+        except BaseException:
+            if wrapper is not None:
+                wrapper.shutdown()
+            raise
+        history = run.history = History(epochs)
         try:
             for _ in range(epochs):
                 if self._stop_requested.is_set():
@@ -379,8 +386,19 @@ class ParallelWrapper(Stoppable):
         run.threads = [threading.Thread(target=self._work, args=(run, i),
                                         name=f"ParallelWrapper-worker-{i}", daemon=True)
                        for i in range(n)]
-        for t in run.threads:
-            t.start()
+        started = []
+        try:
+            for t in run.threads:
+                t.start()
+                started.append(t)
+        except BaseException:
+            # e.g. no thread can be started: the ones running would wait for the others at
+            # the epoch barrier for ever
+            run.fail(-1, _CallerFailed())
+            for t in started:
+                t.join()
+            self._finish(run)
+            raise
         return run
 
     def _epoch(self, run: _Run, data: Any, labels: Any, batch_size: Any,
@@ -400,6 +418,11 @@ class ParallelWrapper(Stoppable):
     def _work(self, run: _Run, i: int) -> None:
         net = run.nets[i]
         rounds = 0          # since the last averaging: the same count in every worker
+        # the workers act for the fit's caller: worker 0's listeners call back into the model
+        # as its owner would (docs/networks.md, "Threads, listeners and snapshots"), and no
+        # worker waits for a copy of the model that its own round holds up
+        busy = run.nets[0]._busy
+        busy.join_crew(i == 0)
         try:
             with ndws.num_threads(run.kernel_threads):
                 while True:
@@ -433,6 +456,7 @@ class ParallelWrapper(Stoppable):
         except BaseException as exc:  # noqa: B036 - every failure must reach fit's caller
             run.fail(i, exc)
         finally:
+            busy.leave_crew()
             ndws.destroy_all_workspaces_for_current_thread()
 
     def _averaging_round(self, run: _Run, i: int, item: Any) -> None:
@@ -448,7 +472,11 @@ class ParallelWrapper(Stoppable):
 
     def _average(self, run: _Run, i: int) -> None:
         # every worker: wait for the others' rounds, average one slice, wait for the others'
-        # slices (the next round reads every parameter)
+        # slices (the next round reads every parameter). Worker 0 marks the model written
+        # until all slices are (copies for other threads wait: ndws.nn._busy)
+        root = run.nets[0]
+        if i == 0:
+            root._busy.begin()
         run.barrier.wait()
         members = [k for k in range(len(run.nets)) if run.trained[k]]
         lo, hi = run.slices[i]
@@ -469,11 +497,17 @@ class ParallelWrapper(Stoppable):
             if run.history.scores:
                 run.history.scores[-1] = score
         run.barrier.wait()
+        if i == 0:
+            root._busy.end()
         run.trained[i] = False
 
     def _shared_round(self, run: _Run, i: int, item: Any) -> None:
         net = run.nets[i]
         root = run.nets[0]
+        if i == 0:
+            # the model's parameters are written from worker 0's forward pass (running
+            # statistics) to the round's second barrier (every worker's slice)
+            root._busy.begin()
         if item is not _IDLE:
             score = net._gradient_and_score(item, net._train_mode())
             net._score = score
@@ -512,6 +546,7 @@ class ParallelWrapper(Stoppable):
         done = net._iteration
         net._iteration += 1
         if i == 0:
+            root._busy.end()
             root._score = sum(s * r for s, r in zip(run.scores, rows) if r) / total
             root.last_batch_size = total
             self._record(run, done, root._score, total)

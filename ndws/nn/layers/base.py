@@ -1,20 +1,6 @@
-"""Layers of a `MultiLayerNetwork`, each with its forward and backward side by side, on the fused
-kernels of `ndws.nn.functional`, and `Layer`, the base class of custom layers.
-
-A layer object is first a configuration (its keyword arguments, DL4J's builder fields in
-snake_case; None means "the network's default"); the network clones it when it is built and
-gives the clone views of its parameters and gradients in the network's flat buffers
-(``layer.params["W"]``, ``layer.grads["W"]``). Every array a layer makes comes from the
-`LayerWorkspaceMgr` it is handed, under the `ArrayType` that says how long it lives.
-
-Examples
---------
->>> from ndws.nn import DenseLayer, OutputLayer
->>> DenseLayer(n_in=4, n_out=3, activation="relu")
-DenseLayer(n_in=4, n_out=3, activation=Activation.RELU)
->>> OutputLayer(n_out=2, activation="softmax", loss_function="mcxent").loss_function
-<LossFunction.MCXENT: 'MCXENT'>
-"""
+"""The base of every layer (`Layer`, for custom layers too), the enums layers take
+(`Activation`, `LossFunction`, `WeightInit`), the field checks, and the dense family's layers
+(see the package's docstring, `ndws.nn.layers`)."""
 from __future__ import annotations
 
 import enum
@@ -26,27 +12,21 @@ import numpy as np
 import ndws
 from ndws._core import NDArray, _np_view
 from ndws.nn import functional as F
+from ndws.nn.inputs import InputType, member
+from ndws.nn.preprocessors import (CnnToFeedForwardPreProcessor, MaskState,
+                                   RnnToFeedForwardPreProcessor)
 from ndws.nn.updaters import FieldTypeError, Updater, real_field
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["Activation", "LossFunction", "WeightInit", "Layer", "DenseLayer", "OutputLayer",
-           "LossLayer", "ActivationLayer", "DropoutLayer", "BatchNormalization"]
-
-
-def member(cls: type, value: Any, unknown: str, hint: str = "") -> Any:
-    """`value` as a member of enum `cls`: the member itself or its name in any case; else
-    ValueError "<unknown> <value>; expected one of <names> <hint>"."""
-    if isinstance(value, cls):
-        return value
-    if isinstance(value, str) and value.upper() in cls.__members__:
-        return cls[value.upper()]
-    raise ValueError(f"{unknown} {value!r:.40}; expected one of "
-                     f"{', '.join(cls.__members__)}{' ' + hint if hint else ''}")
+           "LossLayer", "ActivationLayer", "DropoutLayer"]
 
 
 class Activation(enum.Enum):
-    """Activation functions with a native kernel (DL4J's ``Activation`` names); layers also take
-    the lower-case names (``"relu"``, ``"leakyrelu"`` / ``"leaky_relu"``, ...)."""
+    """Activation functions with a native kernel (DL4J's ``Activation`` names, each with DL4J's
+    default parameters: LEAKYRELU's alpha 0.01, THRESHOLDEDRELU's theta 1.0); layers also take
+    the lower-case names (``"relu"``, ``"leakyrelu"`` / ``"leaky_relu"``, ...). The formulas
+    are those of `ndws.nn.functional` (docs/networks.md lists them)."""
 
     IDENTITY = "identity"
     RELU = "relu"
@@ -56,6 +36,15 @@ class Activation(enum.Enum):
     TANH = "tanh"
     SOFTPLUS = "softplus"
     GELU = "gelu"
+    HARDTANH = "hardtanh"
+    HARDSIGMOID = "hardsigmoid"
+    SELU = "selu"
+    SWISH = "swish"
+    SOFTSIGN = "softsign"
+    RATIONALTANH = "rationaltanh"
+    RECTIFIEDTANH = "rectifiedtanh"
+    CUBE = "cube"
+    THRESHOLDEDRELU = "thresholdedrelu"
     SOFTMAX = "softmax"
 
     @classmethod
@@ -69,6 +58,8 @@ class Activation(enum.Enum):
                     return m
             if key == "linear":
                 return cls.IDENTITY
+            if key == "silu":                  # torch's name of swish
+                return cls.SWISH
         names = ", ".join(m.value for m in cls)
         raise ValueError(f"{where}: unknown activation {value!r:.40}; expected one of {names} "
                          f"(or an ndws.nn.Activation)")
@@ -76,8 +67,10 @@ class Activation(enum.Enum):
 
 class LossFunction(enum.Enum):
     """Losses of output layers (DL4J's ``LossFunctions.LossFunction`` names). Scores follow
-    DL4J: the per-example loss (summed over outputs, or averaged for MSE and
-    MEAN_ABSOLUTE_ERROR), averaged over the examples."""
+    DL4J: the per-example loss (summed over outputs; averaged over them for MSE,
+    MEAN_ABSOLUTE_ERROR, MEAN_SQUARED_LOGARITHMIC_ERROR, MEAN_ABSOLUTE_PERCENTAGE_ERROR and
+    WASSERSTEIN; one value per example for MCXENT, NEGATIVELOGLIKELIHOOD and
+    COSINE_PROXIMITY), averaged over the examples (docs/networks.md has the table)."""
 
     MCXENT = "MCXENT"
     NEGATIVELOGLIKELIHOOD = "NEGATIVELOGLIKELIHOOD"
@@ -87,6 +80,14 @@ class LossFunction(enum.Enum):
     L2 = "L2"
     SQUARED_LOSS = "SQUARED_LOSS"
     MEAN_ABSOLUTE_ERROR = "MEAN_ABSOLUTE_ERROR"
+    COSINE_PROXIMITY = "COSINE_PROXIMITY"
+    HINGE = "HINGE"
+    SQUARED_HINGE = "SQUARED_HINGE"
+    KL_DIVERGENCE = "KL_DIVERGENCE"
+    POISSON = "POISSON"
+    MEAN_SQUARED_LOGARITHMIC_ERROR = "MEAN_SQUARED_LOGARITHMIC_ERROR"
+    MEAN_ABSOLUTE_PERCENTAGE_ERROR = "MEAN_ABSOLUTE_PERCENTAGE_ERROR"
+    WASSERSTEIN = "WASSERSTEIN"
 
     @classmethod
     def parse(cls, value: Any, where: str) -> "LossFunction":
@@ -144,18 +145,25 @@ def _finite(owner: str, name: str, value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise FieldTypeError(f"{owner}.{name}: expected a finite real number, got "
                              f"{type(value).__name__} {value!r:.40}")
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}.{name}: expected a finite real number, got {value!r}")
-    return float(value)
+    try:
+        v = float(value)
+    except OverflowError:                # a Python int beyond any double
+        v = math.inf
+    if not math.isfinite(v):
+        raise ValueError(f"{owner}.{name}: expected a finite real number, got {value!r:.40}")
+    return v
 
 
 _LAYERS: dict[str, type] = {}
+#: the package of ndws' own layers (one module per family), whose classes "@class" names bare
+_PACKAGE = __name__.rpartition(".")[0]
 
 
 def _class_key(cls: type) -> str:
     # what "@class" says: the bare name for ndws' own layers, module.qualname for the others
     # (two custom layers may share a name)
-    return cls.__name__ if cls.__module__ == __name__ else f"{cls.__module__}.{cls.__qualname__}"
+    builtin = cls.__module__ == _PACKAGE or cls.__module__.startswith(_PACKAGE + ".")
+    return cls.__name__ if builtin else f"{cls.__module__}.{cls.__qualname__}"
 
 
 class Layer:
@@ -192,6 +200,8 @@ class Layer:
     has_weights: ClassVar[bool] = False
     #: whether the output is as wide as the input (an n_out given must equal n_in)
     keeps_width: ClassVar[bool] = False
+    #: the parameters l1, l2 and weight_decay act on (DL4J's weight parameters; never biases)
+    weight_keys: ClassVar[tuple[str, ...]] = ("W",)
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -225,6 +235,9 @@ class Layer:
         self.params: dict[str, NDArray] = {}
         self.grads: dict[str, NDArray] = {}
         self.index: int = -1
+        #: the type of this layer's input (after its preprocessor), set when the configuration
+        #: resolves the layer; None when unknown (a stack of dense layers without input_type)
+        self.input_type: InputType | None = None
         #: whether backprop_gradient must return dL/d(input): the network clears it for its
         #: first layer, whose input gradient nothing reads (a built-in layer then returns
         #: None and skips that product, the largest of a typical first layer)
@@ -263,9 +276,11 @@ class Layer:
         return cls(**kwargs)
 
     def clone(self) -> "Layer":
-        """A fresh layer with the same configuration (no parameters)."""
+        """A fresh layer with the same configuration and input type (no parameters)."""
         kwargs = {f: getattr(self, f) for f in self.fields}
-        return type(self)(**kwargs)
+        layer = type(self)(**kwargs)
+        layer.input_type = self.input_type
+        return layer
 
     def __eq__(self, other: Any) -> bool:
         return type(other) is type(self) and other.to_dict() == self.to_dict()
@@ -280,17 +295,58 @@ class Layer:
                 shown.append(f"{f}={v}" if not isinstance(v, str) else f"{f}={v!r}")
         return f"{type(self).__name__}({', '.join(shown)})"
 
-    def resolved(self, defaults: dict, n_in: int | None, where: str) -> "Layer":
-        """A copy with every None field that has a network default filled in, and `n_in` set
-        when it was omitted (the configuration calls this; errors name `where`)."""
+    def resolved(self, defaults: dict, input_type: InputType | None, where: str,
+                 index: int = -1) -> "Layer":
+        """A copy with every None field that has a network default filled in, its input type
+        and index set, and `n_in` taken from the input type when it was omitted (the
+        configuration calls this, after checking an n_in that was given; errors name
+        `where`)."""
         layer = self.clone()
         for f, v in defaults.items():
             if f in layer.fields and getattr(layer, f) is None and v is not None:
                 setattr(layer, f, v)
-        if layer.n_in is None:
-            layer.n_in = n_in
+        layer.input_type = input_type
+        layer.index = index
+        if layer.n_in is None and input_type is not None:
+            layer.n_in = layer.n_in_for(input_type)
         layer._check_resolved(where)
         return layer
+
+    def implied_input_type(self) -> InputType | None:
+        """The network's input type when this first layer has n_in and no input_type is given
+        (DL4J infers rows for its feed-forward layers; a layer of images infers nothing)."""
+        return None if self.n_in is None else InputType.feed_forward(self.n_in)
+
+    def n_in_for(self, input_type: InputType) -> int:
+        """The n_in an input of `input_type` means for this layer (DL4J's ``setNIn``): the
+        width of rows, the channels of images, the features of time series."""
+        if input_type.kind == "CNN":
+            return input_type.channels
+        if input_type.kind == "CNNFlat":
+            return input_type.elements_per_example()
+        return input_type.size
+
+    def preprocessor_for(self, input_type: InputType) -> Any:
+        """The preprocessor DL4J's ``setInputType`` puts before this layer for input of
+        `input_type` (an ``ndws.nn.InputPreProcessor``), or None; ValueError for a type the
+        layer cannot take."""
+        return None
+
+    def output_type(self, input_type: InputType | None) -> InputType | None:
+        """The type of this layer's output for input of `input_type` (DL4J's
+        ``getOutputType``; None when unknown). A layer without n_out, or that keeps its width,
+        passes its input's type on; any other gives rows of n_out."""
+        if input_type is None or input_type.kind == "FF":
+            width = self.output_width()
+            return None if width is None else InputType.feed_forward(width)
+        if self.keeps_width or self.n_out is None:
+            return input_type
+        return InputType.feed_forward(self.n_out)
+
+    def _input_elements(self) -> int:
+        # values per example of the input (n_in for rows)
+        t = self.input_type
+        return self.n_in if t is None or t.kind == "FF" else t.elements_per_example()
 
     def _check_resolved(self, where: str) -> None:
         if self.has_weights and self.n_in is None:
@@ -314,6 +370,12 @@ class Layer:
         """Parameter name -> shape, in the order they sit in the flat buffer."""
         return {}
 
+    def param_order(self, name: str) -> str:
+        """How parameter `name`'s elements sit in the flat buffer: "C" (row-major, the default)
+        or "F" (column-major: DL4J's order of the recurrent and embedding weights, so that a
+        flat parameter vector of DL4J means the same here)."""
+        return "C"
+
     def trainable(self, name: str) -> bool:
         """Whether the updater changes parameter `name` (running statistics are parameters
         that only the forward pass changes)."""
@@ -335,7 +397,7 @@ class Layer:
     def _dropout_use(self, batch: int, training: bool, itemsize: int) -> list:
         if not training or self.dropout is None or self.dropout >= 1.0:
             return []
-        size = batch * self.n_in * itemsize
+        size = batch * self._input_elements() * itemsize
         return [("forward", ArrayType.INPUT, size), ("forward", ArrayType.INPUT, size)]
 
     # -- forward and backward -------------------------------------------------------------------
@@ -354,7 +416,36 @@ class Layer:
 
     #: attributes a pass leaves on the layer for the next step (arrays in the network's
     #: workspaces); `clear` drops them
-    _pass_state: ClassVar[tuple[str, ...]] = ("_x", "_z", "_mask", "_x_hat", "_inv_std")
+    _pass_state: ClassVar[tuple[str, ...]] = ("_x", "_z", "_mask", "_x_hat", "_inv_std",
+                                              "_fmask")
+
+    def feed_forward_mask(self, mask: NDArray | None, state: MaskState | None,
+                          mgr: LayerWorkspaceMgr) -> tuple[NDArray | None, MaskState | None]:
+        """Take the features mask of the pass (after this layer's preprocessor; None when
+        there is none) and return the mask and state the next layer gets (DL4J's
+        ``feedForwardMaskArray``; docs/recurrent.md, "Masks"). The default keeps it for the
+        pass (``self._fmask``: the dense layers multiply their output and their dL/dz by a
+        mask of one value per row) and passes it on unchanged. The network calls it inside the
+        layer's forward scope, before `activate`; a mask a layer makes belongs in
+        ACTIVATIONS."""
+        self._fmask = mask
+        return mask, state
+
+    def step_runner(self, batch: int, dtype: Any) -> Any:
+        """For `MultiLayerNetwork.rnn_time_step`'s one-step path: a function
+        ``run(rows, out=None) -> rows`` taking this layer's input for one time step as
+        (batch, n_in) rows and returning its output as (batch, n_out) rows (into `out` when
+        given, else into a buffer it may reuse at the next call), computing exactly what
+        `activate` computes for a time series of one step; None when the layer has no such
+        path (the network then takes the general one)."""
+        return None
+
+    def _row_mask(self, rows: int) -> NDArray | None:
+        # the kept features mask as one value per row of a (rows, width) array, or None
+        m = getattr(self, "_fmask", None)
+        if m is None or m.size != rows or (m.ndim == 2 and m.shape[1] != 1):
+            return None
+        return m.reshape(rows, 1)
 
     def clear(self) -> None:
         """Forget what the last pass kept for backprop (DL4J's ``clear``): the network calls it
@@ -385,7 +476,85 @@ class Layer:
         return eps
 
 
-class _WeightsMixin:
+def rows_preprocessor(layer: Layer, input_type: InputType) -> Any:
+    """What DL4J's feed-forward layers (dense, output, loss) insert before themselves: a
+    `CnnToFeedForwardPreProcessor` for images; rows need none."""
+    if input_type.kind == "CNN":
+        return CnnToFeedForwardPreProcessor(input_type.height, input_type.width,
+                                            input_type.channels, input_type.data_format)
+    if input_type.kind == "RNN":
+        # one row per example and step (DL4J's RnnToFeedForwardPreProcessor)
+        return RnnToFeedForwardPreProcessor(input_type.data_format)
+    return None
+
+
+class _RowsInput:
+    # the feed-forward layers' input: rows, images flattened before them
+    def preprocessor_for(self, input_type):
+        return rows_preprocessor(self, input_type)
+
+    def _check_resolved(self, where):
+        t = self.input_type
+        if t is not None and t.kind not in ("FF", "CNNFlat"):
+            raise ValueError(f"{where}: {type(self).__name__} takes rows, got {t!r} (its "
+                             f"preprocessor must make rows, e.g. CnnToFeedForwardPreProcessor)")
+        super()._check_resolved(where)
+
+
+class _Regularized:
+    # l1 / l2 on the weights W (never on biases): the score terms and their gradient, DL4J's
+    # l1*sum|W| + 0.5*l2*sum(W**2)
+
+    def regularization_score(self):
+        # ndws calls, so the temporaries land in the current workspace (the network computes
+        # this inside the iteration's scope): nothing on the heap
+        s = 0.0
+        for key in self.weight_keys:
+            w = self.params[key]
+            if self.l1:
+                s += self.l1 * ndws.sum(ndws.abs(w)).item()
+            if self.l2:
+                s += 0.5 * self.l2 * ndws.sum(ndws.multiply(w, w)).item()
+        return s
+
+    def _regularize_gradient(self) -> None:
+        # dW += l2 * W + l1 * sign(W), after the data's gradient is in the flat buffer
+        for key in self.weight_keys:
+            g, w = self.grads[key], self.params[key]
+            if self.l2:
+                ndws.add(g, ndws.multiply(w, self.l2), out=g)
+            if self.l1:
+                ndws.add(g, ndws.multiply(ndws.sign(w), self.l1), out=g)
+
+    def _regularization_use(self, itemsize: int) -> list:
+        # what _regularize_gradient makes (its temporaries, in the working memory) and
+        # regularization_score at the end of the iteration (|W| or W*W and a 0-d sum each)
+        use = []
+        shapes = self.param_shapes()
+        for key in self.weight_keys:
+            w = int(np.prod(shapes[key])) * itemsize
+            if self.l2:
+                use.append(("backward", ArrayType.BP_WORKING_MEM, w))
+            if self.l1:
+                use += [("backward", ArrayType.BP_WORKING_MEM, w)] * 2
+            for coefficient in (self.l1, self.l2):
+                if coefficient:
+                    use += [("backward", ArrayType.UPDATER_WORKING_MEM, w),
+                            ("backward", ArrayType.UPDATER_WORKING_MEM, itemsize)]
+        return use
+
+
+def init_dense(layer: Layer, rng: np.random.Generator) -> None:
+    """W (n_in, n_out) from the layer's weight_init with fan-in n_in and fan-out n_out, and b
+    (if the layer has one) at bias_init: every dense-like layer's initialisation."""
+    w = (layer.weight_init or WeightInit.XAVIER).sample(rng, (layer.n_in, layer.n_out),
+                                                        layer.n_in, layer.n_out)
+    np.copyto(_np_view(layer.params["W"]), w, casting="unsafe")
+    if "b" in layer.params:
+        layer.params["b"].fill(layer.bias_init or 0.0)
+
+
+class _WeightsMixin(_RowsInput, _Regularized):
     # W (n_in, n_out) and b (n_out,), the first sized by fan-in/fan-out
     has_weights = True
 
@@ -393,36 +562,11 @@ class _WeightsMixin:
         return {"W": (self.n_in, self.n_out), "b": (self.n_out,)}
 
     def init_params(self, rng):
-        w = (self.weight_init or WeightInit.XAVIER).sample(rng, (self.n_in, self.n_out),
-                                                           self.n_in, self.n_out)
-        np.copyto(_np_view(self.params["W"]), w, casting="unsafe")
-        self.params["b"].fill(self.bias_init or 0.0)
-
-    def regularization_score(self):
-        # ndws calls, so the temporaries land in the current workspace (the network computes
-        # this inside the iteration's scope): nothing on the heap
-        w = self.params["W"]
-        s = 0.0
-        if self.l1:
-            s += self.l1 * ndws.sum(ndws.abs(w)).item()
-        if self.l2:
-            s += 0.5 * self.l2 * ndws.sum(ndws.multiply(w, w)).item()
-        return s
+        init_dense(self, rng)
 
     def _weight_gradient_use(self, batch: int, itemsize: int) -> list:
-        # what _weight_gradients makes: the l2 term's temporary (in the working memory), the
-        # input gradient
-        use = []
-        w = self.n_in * self.n_out * itemsize
-        if self.l2:
-            use.append(("backward", ArrayType.BP_WORKING_MEM, w))
-        if self.l1:
-            use += [("backward", ArrayType.BP_WORKING_MEM, w)] * 2
-        # regularization_score, at the end of the iteration: |W| or W*W and a 0-d sum each
-        for coefficient in (self.l1, self.l2):
-            if coefficient:
-                use += [("backward", ArrayType.UPDATER_WORKING_MEM, w),
-                        ("backward", ArrayType.UPDATER_WORKING_MEM, itemsize)]
+        # what _weight_gradients makes: the regularisation's temporaries, the input gradient
+        use = self._regularization_use(itemsize)
         if self.input_gradient_needed:
             use.append(("backward", ArrayType.ACTIVATION_GRAD, batch * self.n_in * itemsize))
         return use
@@ -431,12 +575,7 @@ class _WeightsMixin:
         # dW := x.T @ dz, db := sum over rows of dz, written into the flat gradient views;
         # returns dL/dx := dz @ W.T in ACTIVATION_GRAD
         ndws.gemm(x, dz, out=self.grads["W"], trans_a=True)
-        if self.l2:
-            ndws.add(self.grads["W"], ndws.multiply(self.params["W"], self.l2),
-                     out=self.grads["W"])
-        if self.l1:
-            ndws.add(self.grads["W"], ndws.multiply(ndws.sign(self.params["W"]), self.l1),
-                     out=self.grads["W"])
+        self._regularize_gradient()
         ndws.sum(dz, axis=0, out=self.grads["b"])
         if not self.input_gradient_needed:
             return None
@@ -472,26 +611,72 @@ class DenseLayer(_WeightsMixin, Layer):
                                      dtype=x.dtype)
         if not training or act in _FROM_OUTPUT:
             # one fused pass; relu's and identity's derivatives are read off the output
-            # (relu(z) > 0 exactly where z > 0), so training keeps y itself
+            # (relu(z) > 0 exactly where z > 0; a masked row's dL/dz is zeroed anyway), so
+            # training keeps y itself
             F.linear(x, self.params["W"], self.params["b"], act.value, out=y)
             self._z = y
-            return y
-        # other activations need the pre-activation for the derivative
-        z = mgr.create_uninitialized(ArrayType.INPUT, y.shape, dtype=x.dtype)
-        F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
-        self._z = z
-        return F.activation(act.value, z, out=y)
+        else:
+            # other activations need the pre-activation for the derivative
+            z = mgr.create_uninitialized(ArrayType.INPUT, y.shape, dtype=x.dtype)
+            F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
+            self._z = z
+            F.activation(act.value, z, out=y)
+        m = self._row_mask(x.shape[0])
+        if m is not None:
+            ndws.multiply(y, m, out=y)          # DL4J's BaseLayer.applyMask
+        return y
+
+    def step_runner(self, batch, dtype):
+        if self.dropout is not None and self.dropout < 1.0:
+            return None
+        buf = ndws.empty((batch, self.n_out), dtype=dtype, detached=True)
+        act = (self.activation or Activation.IDENTITY).value
+        params = self.params
+
+        def run(rows, out=None):
+            return F.linear(rows, params["W"], params["b"], act, out=buf if out is None else out)
+        return run
 
     def backprop_gradient(self, epsilon, mgr):
         act = self.activation or Activation.IDENTITY
         dz = mgr.create_uninitialized(ArrayType.BP_WORKING_MEM, self._z.shape,
                                       dtype=self._z.dtype)
         F.activation_backward(act.value, self._z, epsilon, out=dz)
+        m = self._row_mask(dz.shape[0])
+        if m is not None:
+            ndws.multiply(dz, m, out=dz)
         eps = self._weight_gradients(self._x, dz, mgr)
         return dict(self.grads), self._dropout_backward(eps)
 
 
 _PROBABILITY_LOSSES = (LossFunction.MCXENT, LossFunction.NEGATIVELOGLIKELIHOOD)
+
+#: the losses on the activated output: loss -> (its kernel, how DL4J reduces an example's
+#: outputs: "sum", "mean", or "row" for a kernel with one value per example)
+_ON_OUTPUT = {
+    LossFunction.MSE: (F.mse_loss, "mean"),
+    LossFunction.L2: (F.mse_loss, "sum"),
+    LossFunction.SQUARED_LOSS: (F.mse_loss, "sum"),
+    LossFunction.L1: (F.mae_loss, "sum"),
+    LossFunction.MEAN_ABSOLUTE_ERROR: (F.mae_loss, "mean"),
+    LossFunction.COSINE_PROXIMITY: (F.cosine_proximity_loss, "row"),
+    LossFunction.HINGE: (F.hinge_loss, "sum"),
+    LossFunction.SQUARED_HINGE: (F.squared_hinge_loss, "sum"),
+    LossFunction.KL_DIVERGENCE: (F.kl_divergence_loss, "sum"),
+    LossFunction.POISSON: (F.poisson_loss, "sum"),
+    LossFunction.MEAN_SQUARED_LOGARITHMIC_ERROR: (F.msle_loss, "mean"),
+    LossFunction.MEAN_ABSOLUTE_PERCENTAGE_ERROR: (F.mape_loss, "mean"),
+    LossFunction.WASSERSTEIN: (F.wasserstein_loss, "mean"),
+}
+
+
+def _reduces(loss: LossFunction) -> str:
+    # how DL4J reduces one example's outputs to its loss ("sum", "mean" or "row")
+    if loss in _PROBABILITY_LOSSES:
+        return "row"
+    if loss is LossFunction.XENT:
+        return "sum"
+    return _ON_OUTPUT[loss][1]
 
 
 def _check_loss_fits(loss: LossFunction, act: Activation, where: str) -> None:
@@ -526,24 +711,26 @@ class _LossMixin:
         return self._loss(self._z, labels, mgr, False, mask)[0]
 
     def _loss(self, z: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr,
-              want_grad: bool, mask: NDArray | None = None) -> tuple[float, NDArray | None]:
+              want_grad: bool, mask: NDArray | None = None, examples: int | None = None
+              ) -> tuple[float, NDArray | None]:
+        # `examples`: what the sum of the rows' losses is divided by when it is not the rows
+        # (a per-pixel loss: the minibatch, DL4J's divisor)
         loss = self.loss_function
         act = self.activation or Activation.IDENTITY
         n, width = z.shape
         dz = (mgr.create_uninitialized(ArrayType.BP_WORKING_MEM, z.shape, dtype=z.dtype)
               if want_grad else None)
-        per_example_sum = loss in (LossFunction.XENT, LossFunction.L1, LossFunction.L2,
-                                   LossFunction.SQUARED_LOSS)
+        reduces = _reduces(loss)
         weights = None
         reduction = "mean"
-        if mask is not None:
+        if mask is not None or examples is not None:
             # DL4J: masked-out examples add nothing and the sum is still divided by the
             # batch size (not by the mask's sum); a mask value weighs its example's loss
             reduction = "sum"
-            scale = 1.0 / n if (per_example_sum or loss in _PROBABILITY_LOSSES) \
-                else 1.0 / (n * width)
+            m = n if examples is None else examples
+            scale = 1.0 / (m * width) if reduces == "mean" else 1.0 / m
             weights = self._width_weights(n, scale, z.dtype)
-        elif per_example_sum and width > 1:
+        elif reduces == "sum" and width > 1:
             # mean over all elements times the width = per-example sum averaged over examples
             weights = self._width_weights(n, float(width), z.dtype)
         if loss in _PROBABILITY_LOSSES:
@@ -554,13 +741,12 @@ class _LossMixin:
             return self._unpack(F.binary_cross_entropy_with_logits(
                 z, labels, weights=weights, mask=mask, reduction=reduction, grad=want_grad,
                 grad_out=dz), want_grad)
-        # regression losses act on the activated output
+        # the other losses act on the activated output: dL/d(output), then through the
+        # activation's derivative (DL4J's ILossFunction.computeGradient)
         pred = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, z.shape, dtype=z.dtype)
         F.activation(act.value, z, out=pred)
-        fn = F.mse_loss if loss in (LossFunction.MSE, LossFunction.L2,
-                                    LossFunction.SQUARED_LOSS) else F.mae_loss
-        res = fn(pred, labels, weights=weights, mask=mask, reduction=reduction, grad=want_grad,
-                 grad_out=pred if want_grad else None)
+        res = _ON_OUTPUT[loss][0](pred, labels, weights=weights, mask=mask, reduction=reduction,
+                                  grad=want_grad, grad_out=pred if want_grad else None)
         score, dpred = self._unpack(res, want_grad)
         if want_grad:
             F.activation_backward(act.value, z, dpred, out=dz)
@@ -589,12 +775,10 @@ class _LossMixin:
         else:
             pred = mgr.create_uninitialized(ArrayType.FF_WORKING_MEM, z.shape, dtype=z.dtype)
             F.activation(act.value, z, out=pred)
-            fn = F.mse_loss if loss in (LossFunction.MSE, LossFunction.L2,
-                                        LossFunction.SQUARED_LOSS) else F.mae_loss
-            per = fn(pred, labels, mask=mask, reduction="none", grad=False)
+            per = _ON_OUTPUT[loss][0](pred, labels, mask=mask, reduction="none", grad=False)
         if per.ndim == 1:
             return per
-        if loss in (LossFunction.MSE, LossFunction.MEAN_ABSOLUTE_ERROR):
+        if _reduces(loss) == "mean":
             return ndws.mean(per, axis=1)
         return ndws.sum(per, axis=1)
 
@@ -603,13 +787,15 @@ class _LossMixin:
         return (res[0], res[1]) if want_grad else (res, None)
 
     def _width_weights(self, n: int, value: float, dtype: Any) -> NDArray:
-        # a constant per-example weight array, made once per (batch size, value, dtype)
+        # a constant per-example weight array: a view of one detached array per (value, dtype)
+        # that grows to the most rows seen (time series of varying length change the rows of
+        # every batch: one array each would pile up)
         cache = self.__dict__.setdefault("_weights_cache", {})
-        key = (n, value, np.dtype(dtype).str)
+        key = (value, np.dtype(dtype).str)
         cached = cache.get(key)
-        if cached is None:
-            cached = cache[key] = ndws.full(n, value, dtype=dtype, detached=True)
-        return cached
+        if cached is None or cached.shape[0] < n:
+            cached = cache[key] = ndws.full(max(n, 1), value, dtype=dtype, detached=True)
+        return cached[:n]
 
 
 class OutputLayer(_LossMixin, _WeightsMixin, Layer):
@@ -618,8 +804,9 @@ class OutputLayer(_LossMixin, _WeightsMixin, Layer):
     Parameters
     ----------
     loss_function : str or LossFunction
-        MCXENT / NEGATIVELOGLIKELIHOOD need softmax, XENT needs sigmoid; MSE, L1, L2,
-        SQUARED_LOSS and MEAN_ABSOLUTE_ERROR take any activation.
+        MCXENT / NEGATIVELOGLIKELIHOOD need softmax, XENT needs sigmoid; the others take any
+        activation, as in DL4J (KL_DIVERGENCE expects probabilities, e.g. softmax; POISSON a
+        positive rate, e.g. softplus; HINGE and SQUARED_HINGE labels of -1 / +1).
     **common
         As `Layer` (n_out required).
     """
@@ -657,7 +844,7 @@ class OutputLayer(_LossMixin, _WeightsMixin, Layer):
         return score, dict(self.grads), self._dropout_backward(eps)
 
 
-class LossLayer(_LossMixin, Layer):
+class LossLayer(_RowsInput, _LossMixin, Layer):
     """A loss on its input, without parameters (DL4J's ``LossLayer``): the input is the
     pre-activation."""
 
@@ -692,7 +879,7 @@ class ActivationLayer(Layer):
     keeps_width = True
 
     def memory_use(self, batch, training, itemsize):
-        size = batch * self.n_in * itemsize
+        size = batch * self._input_elements() * itemsize
         use = [("forward", ArrayType.ACTIVATIONS, size)]
         if training:
             use.append(("backward", ArrayType.ACTIVATION_GRAD, size))
@@ -721,7 +908,7 @@ class DropoutLayer(Layer):
         super().__init__(dropout=dropout, **common)
 
     def memory_use(self, batch, training, itemsize):
-        size = batch * self.n_in * itemsize
+        size = batch * self._input_elements() * itemsize
         use = self._dropout_use(batch, training, itemsize)
         use.append(("forward", ArrayType.ACTIVATIONS, size))
         if training:
@@ -739,120 +926,3 @@ class DropoutLayer(Layer):
                                        dtype=epsilon.dtype)
         ndws.multiply(epsilon, 1, out=eps)
         return {}, self._dropout_backward(eps)
-
-
-class BatchNormalization(Layer):
-    """Batch normalisation over the examples (DL4J's ``BatchNormalization`` for dense input):
-    ``y = gamma * (x - mean) / sqrt(var + eps) + beta`` with the batch's statistics in training
-    (biased variance) and the running ones at inference; each training pass moves the running
-    statistics: ``running = decay * running + (1 - decay) * batch``. The running mean and
-    variance live in the flat parameter buffer (saved, averaged, broadcast with it) but the
-    updater leaves them alone.
-
-    Parameters
-    ----------
-    decay : float in [0, 1]
-    eps : float > 0
-    lock_gamma_beta : bool
-        Keep gamma = 1 and beta = 0 (not trained).
-    **common
-        As `Layer` (n_out equals n_in).
-    """
-
-    fields = Layer.fields + ("decay", "eps", "lock_gamma_beta")
-
-    def __init__(self, *, decay: float = 0.9, eps: float = 1e-5, lock_gamma_beta: bool = False,
-                 **common: Any):
-        super().__init__(**common)
-        self.decay = _nonneg("BatchNormalization", "decay", decay, 1.0)
-        self.eps = _nonneg("BatchNormalization", "eps", eps, open_lo=True)
-        if not isinstance(lock_gamma_beta, bool):
-            raise FieldTypeError(f"BatchNormalization.lock_gamma_beta: expected a bool, got "
-                            f"{type(lock_gamma_beta).__name__}")
-        self.lock_gamma_beta = lock_gamma_beta
-
-    keeps_width = True
-
-    def _check_resolved(self, where):
-        if self.n_in is None:        # its parameters are n_in wide
-            raise ValueError(f"{where}.n_in: unknown (set n_in on the first layer)")
-        super()._check_resolved(where)
-
-    def param_shapes(self):
-        n = self.n_in
-        return {"gamma": (n,), "beta": (n,), "mean": (n,), "var": (n,)}
-
-    def memory_use(self, batch, training, itemsize):
-        # the arrays activate/backprop_gradient make: named ones by type, and the temporaries
-        # of the ndws calls (placed in the current workspace: this pass's working memory)
-        f = self.n_in * itemsize
-        nf = batch * f
-        if not training:
-            return [("forward", ArrayType.FF_WORKING_MEM, f)] * 3 + [
-                ("forward", ArrayType.ACTIVATIONS, nf)]
-        use = [("forward", ArrayType.ACTIVATIONS, nf),
-               ("forward", ArrayType.INPUT, f), ("forward", ArrayType.INPUT, nf)]
-        # mean, xc, xc*xc, var, var+eps, sqrt; the four running-statistics products
-        use += [("forward", ArrayType.FF_WORKING_MEM, b) for b in (f, nf, nf, f, f, f)]
-        use += [("forward", ArrayType.FF_WORKING_MEM, f)] * 4
-        # dy*x_hat, mean(dy), mean(dy*x_hat), x_hat*that, gamma*inv_std
-        use += [("backward", ArrayType.BP_WORKING_MEM, b) for b in (nf, f, f, nf, f)]
-        if self.input_gradient_needed:
-            use.append(("backward", ArrayType.ACTIVATION_GRAD, nf))
-        return use
-
-    def trainable(self, name):
-        return name in ("gamma", "beta") and not self.lock_gamma_beta
-
-    def init_params(self, rng):
-        self.params["gamma"].fill(1.0)
-        self.params["beta"].fill(0.0)
-        self.params["mean"].fill(0.0)
-        self.params["var"].fill(1.0)
-
-    def activate(self, x, training, mgr):
-        p = self.params
-        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
-        if not training:
-            # y = (x - running_mean) * (gamma / sqrt(running_var + eps)) + beta
-            scale = ndws.divide(p["gamma"], ndws.sqrt(ndws.add(p["var"], self.eps)))
-            ndws.subtract(x, p["mean"], out=y)
-            ndws.multiply(y, scale, out=y)
-            return ndws.add(y, p["beta"], out=y)
-        n = x.shape[0]
-        mean = ndws.mean(x, axis=0)
-        xc = ndws.subtract(x, mean)
-        var = ndws.mean(ndws.multiply(xc, xc), axis=0)
-        # kept for backprop: the normalised input and 1 / sqrt(var + eps)
-        inv_std = mgr.create_uninitialized(ArrayType.INPUT, (x.shape[1],), dtype=x.dtype)
-        ndws.divide(1.0, ndws.sqrt(ndws.add(var, self.eps)), out=inv_std)
-        x_hat = mgr.create_uninitialized(ArrayType.INPUT, x.shape, dtype=x.dtype)
-        ndws.multiply(xc, inv_std, out=x_hat)
-        self._x_hat, self._inv_std, self._n = x_hat, inv_std, n
-        ndws.multiply(x_hat, p["gamma"], out=y)
-        ndws.add(y, p["beta"], out=y)
-        # running statistics, in place in the parameter buffer
-        d = self.decay
-        ndws.add(ndws.multiply(p["mean"], d), ndws.multiply(mean, 1.0 - d), out=p["mean"])
-        ndws.add(ndws.multiply(p["var"], d), ndws.multiply(var, 1.0 - d), out=p["var"])
-        return y
-
-    def backprop_gradient(self, epsilon, mgr):
-        g = self.grads
-        x_hat, inv_std = self._x_hat, self._inv_std
-        dy_xhat = ndws.multiply(epsilon, x_hat)
-        if self.lock_gamma_beta:
-            g["gamma"].fill(0.0)
-            g["beta"].fill(0.0)
-        else:
-            ndws.sum(dy_xhat, axis=0, out=g["gamma"])
-            ndws.sum(epsilon, axis=0, out=g["beta"])
-        g["mean"].fill(0.0)
-        g["var"].fill(0.0)
-        # dx = gamma * inv_std * (dy - mean(dy) - x_hat * mean(dy * x_hat))
-        eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, epsilon.shape,
-                                       dtype=epsilon.dtype)
-        ndws.subtract(epsilon, ndws.mean(epsilon, axis=0), out=eps)
-        ndws.subtract(eps, ndws.multiply(x_hat, ndws.mean(dy_xhat, axis=0)), out=eps)
-        ndws.multiply(eps, ndws.multiply(self.params["gamma"], inv_std), out=eps)
-        return dict(self.grads), eps
