@@ -1,4 +1,5 @@
-"""ndws.nn._conv: conv2d and its gradients, the transposed and depthwise convolutions,
+"""The convolution kernels (ndws.nn._conv, _winograd, _conv_gemm, _conv2d, _depthwise): conv2d and
+its gradients, the transposed and depthwise convolutions,
 im2col / col2im and the size helpers, against an independent NumPy reference (and PyTorch where
 it is installed), by central differences, across thread counts and GEMM builds, and under
 hostile input."""
@@ -178,11 +179,11 @@ def test_conv2d_forward_and_backward_match_numpy(rng, dtype, fmt, shape):
 
 
 def test_the_grid_covers_every_algorithm():
-    from ndws.nn import _conv
+    from ndws.nn import _conv2d
     seen = {"forward": set(), "input_grad": set(), "weight_grad": set()}
     for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES, GRID):
         if _fits((N, C, H, W, O, k), s, p, d):
-            for key, name in _conv._algorithms((N, C, H, W), (O, C) + k, s, p, d).items():
+            for key, name in _conv2d._algorithms((N, C, H, W), (O, C) + k, s, p, d).items():
                 seen[key].add(name)
     assert seen["forward"] == {"winograd", "direct", "packed", "positions"}
     # the input gradient is the forward engine on the flipped kernel, or col2im
@@ -274,10 +275,10 @@ def test_depthwise_planes_beyond_the_stack_buffer(rng, dtype):
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
 def test_every_build_of_the_depthwise_loops(rng, isa):
-    from ndws.nn import _conv
-    if isa not in _conv._dw_isas():
+    from ndws.nn import _depthwise
+    if isa not in _depthwise._dw_isas():
         pytest.skip(f"this CPU cannot run the {isa} loops")
-    prev = _conv._use_dw_isa(isa)
+    prev = _depthwise._use_dw_isa(isa)
     try:
         for dtype, width in itertools.product(DTYPES, (7, 18, 41)):
             x = rng.standard_normal((2, 3, 9, width)).astype(dtype)
@@ -296,9 +297,9 @@ def test_every_build_of_the_depthwise_loops(rng, isa):
             close(np.asarray(gw)[:, 0], np.stack([rw[c, c] for c in range(3)]),
                   np.stack([sw[c, c] for c in range(3)]), dtype)
     finally:
-        _conv._use_dw_isa(prev)
+        _depthwise._use_dw_isa(prev)
     with pytest.raises(ValueError, match="expected one of"):
-        _conv._use_dw_isa("sse9")
+        _depthwise._use_dw_isa("sse9")
 
 
 def test_depthwise_kernel_beyond_the_vector_path(rng):

@@ -204,37 +204,33 @@ static struct {
 } ndws_dw = {"baseline", ndws_dw_row_f32_base, ndws_dw_row_f64_base, ndws_dw_dots_f32_base,
              ndws_dw_dots_f64_base};
 
+#define NDWS_DW_SET(name, suffix) do {                                                     \
+        ndws_dw.isa = name;                                                                 \
+        ndws_dw.row_f32 = ndws_dw_row_f32_##suffix;                                         \
+        ndws_dw.row_f64 = ndws_dw_row_f64_##suffix;                                         \
+        ndws_dw.dots_f32 = ndws_dw_dots_f32_##suffix;                                       \
+        ndws_dw.dots_f64 = ndws_dw_dots_f64_##suffix;                                       \
+    } while (0)
+
 /* Use the loops built for `isa` ("avx512", "avx2" or "baseline"): 1, or 0 (nothing changed)
  * when they were not built or this CPU (and OS) cannot run them. */
 static int ndws_dw_use(const char* isa) {
     if (strcmp(isa, "baseline") == 0) {
-        ndws_dw.isa = "baseline";
-        ndws_dw.row_f32 = ndws_dw_row_f32_base;
-        ndws_dw.row_f64 = ndws_dw_row_f64_base;
-        ndws_dw.dots_f32 = ndws_dw_dots_f32_base;
-        ndws_dw.dots_f64 = ndws_dw_dots_f64_base;
+        NDWS_DW_SET("baseline", base);
         return 1;
     }
 #if defined(NDWS_DW_X86)
     __builtin_cpu_init();
     if (strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2")
             && __builtin_cpu_supports("fma")) {
-        ndws_dw.isa = "avx2";
-        ndws_dw.row_f32 = ndws_dw_row_f32_avx2;
-        ndws_dw.row_f64 = ndws_dw_row_f64_avx2;
-        ndws_dw.dots_f32 = ndws_dw_dots_f32_avx2;
-        ndws_dw.dots_f64 = ndws_dw_dots_f64_avx2;
+        NDWS_DW_SET("avx2", avx2);
         return 1;
     }
     if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f")
             && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")
             && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2")
             && __builtin_cpu_supports("fma")) {
-        ndws_dw.isa = "avx512";
-        ndws_dw.row_f32 = ndws_dw_row_f32_avx512;
-        ndws_dw.row_f64 = ndws_dw_row_f64_avx512;
-        ndws_dw.dots_f32 = ndws_dw_dots_f32_avx512;
-        ndws_dw.dots_f64 = ndws_dw_dots_f64_avx512;
+        NDWS_DW_SET("avx512", avx512);
         return 1;
     }
 #endif

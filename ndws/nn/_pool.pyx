@@ -23,8 +23,8 @@ from ndws._dispatch cimport float_arg, shape_of, arrays_overlap, new_result, dis
 from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t, int32_t
 from ndws.nn._activations cimport copy_into
-from ndws.nn._conv cimport (Geom, parse_pair, parse_padding, parse_format, window_geom, arg4,
-                            logical, format_shape, out_array, place)
+from ndws.nn._conv cimport (Geom, _imin, _cdiv, parse_pair, parse_padding, parse_format,
+                            window_geom, arg4, logical, format_shape, out_array, place)
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
@@ -36,14 +36,6 @@ cdef enum:
     P_AVG = 1
     P_SUM = 2
     P_PNORM = 3
-
-
-cdef inline intp_t _imin(intp_t a, intp_t b) noexcept nogil:
-    return a if a < b else b
-
-
-cdef inline intp_t _cdiv(intp_t x, intp_t q) noexcept nogil:
-    return (x + q - 1) // q
 
 
 # ------------------------------------------------------------------------------------------------
