@@ -5,8 +5,9 @@ the GEMM-only floor (the same eight matrix products, alone, into preallocated ou
 workspace modes (time per iteration, workspace bytes, heap allocations per iteration); and
 `output()` latency at batch 1 and 64 against PyTorch under ``torch.inference_mode()``; and, at
 batch 32 on one kernel thread, what feeding fit costs: an epoch of EPOCH batches from a list of
-DataSets, from arrays (X, Y, batch_size), from the in-memory iterators, and from a slow iterator
-(SLOW_US of GIL-releasing wait per batch, as I/O) with and without prefetch.
+DataSets, from arrays (X, Y, batch_size), from the in-memory iterators (and one of them
+prefetched, which fit no longer does), and from a slow iterator (SLOW_US of GIL-releasing wait
+per batch, as I/O) with and without prefetch.
 
 Each thread count runs in a fresh interpreter with ``OMP_NUM_THREADS`` /
 ``OPENBLAS_NUM_THREADS`` set before NumPy is imported, and ``torch.set_num_threads``. Before
@@ -135,8 +136,9 @@ def make_sources(params0, rng):
     import numpy as np
 
     import ndws
-    from ndws.data import (ArrayDataSetIterator, AsyncShieldDataSetIterator, DataSet,
-                           DataSetIterator, ExistingDataSetIterator)
+    from ndws.data import (ArrayDataSetIterator, AsyncDataSetIterator,
+                           AsyncShieldDataSetIterator, DataSet, DataSetIterator,
+                           ExistingDataSetIterator)
 
     x, y = mlp.make_batch(rng, 32 * EPOCH)
     listed = [DataSet(ndws.array(x[i:i + 32], detached=True),
@@ -165,6 +167,10 @@ def make_sources(params0, rng):
         "arrays (X, Y, batch_size=32)": None,
         "ArrayDataSetIterator": lambda it=ArrayDataSetIterator(x, y, 32): it,
         "ExistingDataSetIterator(list)": lambda it=ExistingDataSetIterator(listed): it,
+        # what fit no longer does: prefetch an in-memory iterator (a new prefetcher per fit,
+        # as fit makes one)
+        "ArrayDataSetIterator, prefetched": lambda it=ArrayDataSetIterator(x, y, 32): (
+            AsyncDataSetIterator(it, queue_size=2)),
         "slow iterator, prefetched": lambda it=Slow(): it,
         "slow iterator, not prefetched": lambda it=AsyncShieldDataSetIterator(Slow()): it,
     }
@@ -178,7 +184,10 @@ def make_sources(params0, rng):
             if source is None:
                 net.fit(x, y, batch_size=32, progress=False)
             else:
-                net.fit(source(), progress=False)
+                data = source()
+                net.fit(data, progress=False)
+                if isinstance(data, AsyncDataSetIterator):
+                    data.shutdown()
             return net.iteration - before
         steps[name] = step
     return steps
