@@ -1,12 +1,32 @@
 """Networks with every temporary in workspaces (docs/networks.md): `MultiLayerConfiguration`,
-`MultiLayerNetwork`, the layers (`DenseLayer`, `OutputLayer`, ..., and `Layer` for custom ones),
+`MultiLayerNetwork`, the configuration and vertices of graphs (`graph`, docs/graphs.md), the layers (`DenseLayer`, `OutputLayer`, ..., and `Layer` for custom ones),
 the updaters and schedules, `ArrayType` and `LayerWorkspaceMgr` (which workspace each array a
 layer makes goes to), `listeners`; and `functional` (``import ndws.nn.functional as F``), the
 native activation, loss and updater kernels they are built on."""
-from ndws.nn import functional, listeners
+from ndws.nn import functional, graph, listeners
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType, PoolingType, RNNFormat
 from ndws.nn.network import MultiLayerNetwork
+from ndws.nn.graph import (
+    BackpropType,
+    ComputationGraphConfiguration,
+    DuplicateToTimeSeriesVertex,
+    ElementWiseVertex,
+    GraphBuilder,
+    GraphVertex,
+    L2NormalizeVertex,
+    L2Vertex,
+    LastTimeStepVertex,
+    MergeVertex,
+    PreprocessorVertex,
+    ReshapeVertex,
+    ReverseTimeSeriesVertex,
+    ScaleVertex,
+    ShiftVertex,
+    StackVertex,
+    SubsetVertex,
+    UnstackVertex,
+)
 from ndws.nn.layers import (
     Activation,
     ActivationLayer,
@@ -53,13 +73,18 @@ from ndws.nn.updaters import (
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesCloseable
 
 __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
-           "BatchNormalization", "CNN2DFormat", "CnnLossLayer", "CnnToFeedForwardPreProcessor",
+           "BackpropType", "BatchNormalization", "CNN2DFormat", "CnnLossLayer",
+           "CnnToFeedForwardPreProcessor", "ComputationGraphConfiguration",
            "Convolution1DLayer", "ConvolutionLayer", "ConvolutionMode", "Cropping2D",
            "CycleSchedule", "Deconvolution2D", "DenseLayer", "DepthwiseConvolution2D",
-           "DropoutLayer", "ExponentialSchedule", "FeedForwardToCnnPreProcessor",
-           "GlobalPoolingLayer", "InputPreProcessor", "InputType", "Layer", "LayerWorkspaceMgr",
-           "LossFunction", "LossLayer", "MultiLayerConfiguration", "MultiLayerNetwork",
-           "Nesterovs", "OutputLayer", "PoolingType", "RNNFormat", "RmsProp", "Schedule",
-           "ScheduleType", "SeparableConvolution2D", "Sgd", "StepSchedule", "Subsampling1DLayer",
-           "SubsamplingLayer", "Updater", "Upsampling2D", "WeightInit", "WorkspacesCloseable",
-           "ZeroPaddingLayer", "functional", "listeners"]
+           "DropoutLayer", "DuplicateToTimeSeriesVertex", "ElementWiseVertex",
+           "ExponentialSchedule", "FeedForwardToCnnPreProcessor", "GlobalPoolingLayer",
+           "GraphBuilder", "GraphVertex", "InputPreProcessor", "InputType", "L2NormalizeVertex",
+           "L2Vertex", "LastTimeStepVertex", "Layer", "LayerWorkspaceMgr", "LossFunction",
+           "LossLayer", "MergeVertex", "MultiLayerConfiguration", "MultiLayerNetwork",
+           "Nesterovs", "OutputLayer", "PoolingType", "PreprocessorVertex", "RNNFormat",
+           "ReshapeVertex", "ReverseTimeSeriesVertex", "RmsProp", "ScaleVertex", "Schedule",
+           "ScheduleType", "SeparableConvolution2D", "Sgd", "ShiftVertex", "StackVertex",
+           "StepSchedule", "Subsampling1DLayer", "SubsamplingLayer", "SubsetVertex",
+           "UnstackVertex", "Updater", "Upsampling2D", "WeightInit", "WorkspacesCloseable",
+           "ZeroPaddingLayer", "functional", "graph", "listeners"]

@@ -35,7 +35,8 @@ from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
-__all__ = ["MultiLayerConfiguration"]
+__all__ = ["MultiLayerConfiguration", "SETTINGS", "network_settings", "settings_dict",
+           "settings_kwargs", "layer_defaults"]
 
 #: what to_json writes as "format", and the version from_json reads
 _FORMAT, _VERSION = "ndws.MultiLayerConfiguration", 1
@@ -46,6 +47,85 @@ _DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 def _mode(value: Any, name: str) -> WorkspaceMode:
     return member(WorkspaceMode, value, f"{name}: unknown workspace mode",
                   "(or an ndws.WorkspaceMode)")
+
+
+#: the network-wide settings of both configurations (MultiLayerConfiguration and
+#: ndws.nn.graph.ComputationGraphConfiguration), in the order to_dict writes them
+SETTINGS = ("seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
+            "weight_decay", "bias_init", "training_workspace_mode", "inference_workspace_mode",
+            "dtype", "convolution_mode")
+
+
+def network_settings(owner: str, seed: int | None = None, updater: Updater | None = None,
+                     activation: Any = None, weight_init: Any = None,
+                     dropout: float | None = None, l1: float | None = None,
+                     l2: float | None = None, weight_decay: float | None = None,
+                     bias_init: float | None = None,
+                     training_workspace_mode: Any = WorkspaceMode.ENABLED,
+                     inference_workspace_mode: Any = WorkspaceMode.ENABLED,
+                     dtype: Any = "float32", convolution_mode: Any = None) -> dict:
+    """The network-wide settings checked, with DL4J's defaults filled in: a dict of SETTINGS
+    (a random seed drawn when none is given). Errors name the setting; `owner` the
+    configuration."""
+    if seed is None:
+        seed = secrets.randbits(63)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+            or not 0 <= seed < 1 << 63:
+        raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r:.40}")
+    if updater is None:
+        updater = Sgd(1e-3)
+    if not isinstance(updater, Updater):
+        raise FieldTypeError(f"updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
+                             f"{type(updater).__name__}")
+    dt = _DTYPES.get(str(np.dtype(dtype)) if _is_dtype(dtype) else None)
+    if dt is None:
+        raise ValueError(f"dtype: expected float32 or float64, got {dtype!r:.40}")
+    return {
+        "seed": int(seed), "updater": updater,
+        "activation": Activation.parse(activation or Activation.SIGMOID, "activation"),
+        "weight_init": WeightInit.parse(weight_init or WeightInit.XAVIER, "weight_init"),
+        "dropout": _nonneg(owner, "dropout", dropout, 1.0, open_lo=True),
+        "l1": _nonneg(owner, "l1", l1), "l2": _nonneg(owner, "l2", l2),
+        "weight_decay": _nonneg(owner, "weight_decay", weight_decay),
+        "bias_init": _finite(owner, "bias_init", bias_init),
+        "training_workspace_mode": _mode(training_workspace_mode, "training_workspace_mode"),
+        "inference_workspace_mode": _mode(inference_workspace_mode, "inference_workspace_mode"),
+        "dtype": dt,
+        "convolution_mode": ConvolutionMode.parse(
+            ConvolutionMode.TRUNCATE if convolution_mode is None else convolution_mode,
+            "convolution_mode")}
+
+
+def settings_dict(conf: Any) -> dict:
+    """`conf`'s network-wide settings as JSON-ready data (convolution_mode only when it is not
+    the default, so a configuration without convolutions keeps the JSON it always had)."""
+    out = {"seed": conf.seed, "updater": conf.updater.to_dict(),
+           "activation": conf.activation.name, "weight_init": conf.weight_init.name,
+           "dropout": conf.dropout, "l1": conf.l1, "l2": conf.l2,
+           "weight_decay": conf.weight_decay, "bias_init": conf.bias_init,
+           "training_workspace_mode": conf.training_workspace_mode.name,
+           "inference_workspace_mode": conf.inference_workspace_mode.name,
+           "dtype": conf.dtype.name}
+    if conf.convolution_mode is not ConvolutionMode.TRUNCATE:
+        out["convolution_mode"] = conf.convolution_mode.name
+    return out
+
+
+def settings_kwargs(data: dict) -> dict:
+    """The network-wide settings of `settings_dict`'s data as keyword arguments (the updater
+    rebuilt)."""
+    kwargs = {k: data[k] for k in SETTINGS if k in data}
+    if isinstance(kwargs.get("updater"), dict):
+        kwargs["updater"] = Updater.from_dict(kwargs["updater"])
+    return kwargs
+
+
+def layer_defaults(conf: Any) -> dict:
+    """The settings a layer that leaves them unset takes from `conf`."""
+    return {"activation": conf.activation, "weight_init": conf.weight_init,
+            "dropout": conf.dropout, "l1": conf.l1, "l2": conf.l2,
+            "weight_decay": conf.weight_decay, "bias_init": conf.bias_init,
+            "convolution_mode": conf.convolution_mode}
 
 
 class MultiLayerConfiguration:
@@ -114,41 +194,13 @@ class MultiLayerConfiguration:
                 raise FieldTypeError(f"layers[{i}]: expected an ndws.nn layer (DenseLayer, "
                                 f"OutputLayer, ... or a Layer subclass), got "
                                 f"{type(layer).__name__}")
-        if seed is None:
-            seed = secrets.randbits(63)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
-                or not 0 <= seed < 1 << 63:
-            raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r:.40}")
-        if updater is None:
-            updater = Sgd(1e-3)
-        if not isinstance(updater, Updater):
-            raise FieldTypeError(f"updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
-                            f"{type(updater).__name__}")
-        dt = _DTYPES.get(str(np.dtype(dtype)) if _is_dtype(dtype) else None)
-        if dt is None:
-            raise ValueError(f"dtype: expected float32 or float64, got {dtype!r:.40}")
+        settings = network_settings(
+            "MultiLayerConfiguration", seed, updater, activation, weight_init, dropout, l1, l2,
+            weight_decay, bias_init, training_workspace_mode, inference_workspace_mode, dtype,
+            convolution_mode)
         set_(self, "layers", tuple(layer.clone() for layer in layers))
-        set_(self, "seed", int(seed))
-        set_(self, "updater", updater)
-        set_(self, "activation", Activation.parse(activation or Activation.SIGMOID,
-                                                  "activation"))
-        set_(self, "weight_init", WeightInit.parse(weight_init or WeightInit.XAVIER,
-                                                   "weight_init"))
-        set_(self, "dropout", _nonneg("MultiLayerConfiguration", "dropout", dropout, 1.0,
-                                      open_lo=True))
-        set_(self, "l1", _nonneg("MultiLayerConfiguration", "l1", l1))
-        set_(self, "l2", _nonneg("MultiLayerConfiguration", "l2", l2))
-        set_(self, "weight_decay", _nonneg("MultiLayerConfiguration", "weight_decay",
-                                           weight_decay))
-        set_(self, "bias_init", _finite("MultiLayerConfiguration", "bias_init", bias_init))
-        set_(self, "training_workspace_mode", _mode(training_workspace_mode,
-                                                    "training_workspace_mode"))
-        set_(self, "inference_workspace_mode", _mode(inference_workspace_mode,
-                                                     "inference_workspace_mode"))
-        set_(self, "dtype", dt)
-        set_(self, "convolution_mode", ConvolutionMode.parse(
-            ConvolutionMode.TRUNCATE if convolution_mode is None else convolution_mode,
-            "convolution_mode"))
+        for k, v in settings.items():
+            set_(self, k, v)
         if input_type is not None and not isinstance(input_type, InputType):
             raise FieldTypeError(f"input_type: expected an ndws.nn.InputType (e.g. "
                                  f"InputType.convolutional_flat(28, 28, 1)), got "
@@ -166,10 +218,7 @@ class MultiLayerConfiguration:
         # layer gets its preprocessor (given, or the one its input type implies), its input
         # type and n_in, and passes on its output type. Without input_type, rows as wide as
         # the first layer's n_in (DL4J infers that type the same way).
-        defaults = {"activation": self.activation, "weight_init": self.weight_init,
-                    "dropout": self.dropout, "l1": self.l1, "l2": self.l2,
-                    "weight_decay": self.weight_decay, "bias_init": self.bias_init,
-                    "convolution_mode": self.convolution_mode}
+        defaults = layer_defaults(self)
         out, pres = [], []
         t = self.input_type
         if t is None and 0 not in self.input_preprocessors:
@@ -205,6 +254,10 @@ class MultiLayerConfiguration:
             f"its input{after}" if i == 0 else f"the output of layers[{i - 1}]{after}")
         return f"{where} does not match the {what} {expected} of {source} ({t!r})"
 
+    def _param_owners(self) -> list:
+        # (where, layer) of every layer, in the order of the flat parameters
+        return [(f"layers[{i}]", layer) for i, layer in enumerate(self.resolved_layers)]
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"MultiLayerConfiguration is frozen: build a new one instead of "
                              f"setting {name}")
@@ -213,16 +266,9 @@ class MultiLayerConfiguration:
 
     def to_dict(self) -> dict:
         """The configuration as JSON-ready data (the layers as given, before defaults)."""
-        out = {"format": _FORMAT, "version": _VERSION, "seed": self.seed,
-                "updater": self.updater.to_dict(), "activation": self.activation.name,
-                "weight_init": self.weight_init.name, "dropout": self.dropout, "l1": self.l1,
-                "l2": self.l2, "weight_decay": self.weight_decay, "bias_init": self.bias_init,
-                "training_workspace_mode": self.training_workspace_mode.name,
-                "inference_workspace_mode": self.inference_workspace_mode.name,
-                "dtype": self.dtype.name, "layers": [layer.to_dict() for layer in self.layers]}
+        out = {"format": _FORMAT, "version": _VERSION, **settings_dict(self),
+               "layers": [layer.to_dict() for layer in self.layers]}
         # written only when set, so a stack of dense layers keeps the JSON it always had
-        if self.convolution_mode is not ConvolutionMode.TRUNCATE:
-            out["convolution_mode"] = self.convolution_mode.name
         if self.input_type is not None:
             out["input_type"] = self.input_type.to_dict()
         if self.input_preprocessors:
@@ -242,23 +288,18 @@ class MultiLayerConfiguration:
         if data.get("version") != _VERSION:
             raise ValueError(f"configuration: unsupported version {data.get('version')!r} "
                              f"(this ndws reads version {_VERSION})")
-        known = {"format", "version", "layers", "seed", "updater", "activation", "weight_init",
-                 "dropout", "l1", "l2", "weight_decay", "bias_init", "training_workspace_mode",
-                 "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
-                 "input_preprocessors"}
+        known = {"format", "version", "layers", "input_type", "input_preprocessors", *SETTINGS}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
         layers = data.get("layers")
         if not isinstance(layers, list):
             raise ValueError(f"configuration.layers: expected a list, got {layers!r:.40}")
-        kwargs = {k: v for k, v in data.items() if k not in ("format", "version", "layers")}
-        if isinstance(kwargs.get("updater"), dict):
-            kwargs["updater"] = Updater.from_dict(kwargs["updater"])
-        if "input_type" in kwargs:
-            kwargs["input_type"] = InputType.from_dict(kwargs["input_type"])
-        if "input_preprocessors" in kwargs:
-            given = kwargs["input_preprocessors"]
+        kwargs = settings_kwargs(data)
+        if "input_type" in data:
+            kwargs["input_type"] = InputType.from_dict(data["input_type"])
+        if "input_preprocessors" in data:
+            given = data["input_preprocessors"]
             if not isinstance(given, dict):
                 raise ValueError(f"configuration.input_preprocessors: expected a dict, got "
                                  f"{given!r:.40}")
