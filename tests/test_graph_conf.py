@@ -353,7 +353,7 @@ class Twice(GraphVertex):
      "input_preprocessor: expected an ndws.nn.InputPreProcessor, got str"),
     (lambda b: b.tbptt_fwd_length(0), ValueError, r"tbptt_fwd_length: expected an int in \[1"),
     (lambda b: b.tbptt_back_length(True), TypeError, "tbptt_back_length: expected an int"),
-    (lambda b: b.backprop_type("sideways"), ValueError, "backprop_type: unknown backprop type"),
+    (lambda b: b.backprop_type("sideways"), ValueError, "backprop_type: unknown BackpropType"),
     (lambda b: b.remove_vertex("ghost"), ValueError, "remove_vertex: no vertex named 'ghost'"),
     (lambda b: b.set_outputs(["d"]), TypeError, "set_outputs: expected a non-empty str"),
 ])

@@ -1,5 +1,6 @@
 """Networks with every temporary in workspaces (docs/networks.md): `MultiLayerConfiguration`,
-`MultiLayerNetwork`, the configuration and vertices of graphs (`graph`, docs/graphs.md), the layers (`DenseLayer`, `OutputLayer`, ..., and `Layer` for custom ones),
+`MultiLayerNetwork`, `ComputationGraph` and its configuration and vertices (`graph`,
+docs/graphs.md), the layers (`DenseLayer`, `OutputLayer`, ..., and `Layer` for custom ones),
 the updaters and schedules, `ArrayType` and `LayerWorkspaceMgr` (which workspace each array a
 layer makes goes to), `listeners`; and `functional` (``import ndws.nn.functional as F``), the
 native activation, loss and updater kernels they are built on."""
@@ -7,26 +8,7 @@ from ndws.nn import functional, graph, listeners
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType, PoolingType, RNNFormat
 from ndws.nn.network import MultiLayerNetwork
-from ndws.nn.graph import (
-    BackpropType,
-    ComputationGraphConfiguration,
-    DuplicateToTimeSeriesVertex,
-    ElementWiseVertex,
-    GraphBuilder,
-    GraphVertex,
-    L2NormalizeVertex,
-    L2Vertex,
-    LastTimeStepVertex,
-    MergeVertex,
-    PreprocessorVertex,
-    ReshapeVertex,
-    ReverseTimeSeriesVertex,
-    ScaleVertex,
-    ShiftVertex,
-    StackVertex,
-    SubsetVertex,
-    UnstackVertex,
-)
+from ndws.nn.graph import *  # noqa: F401,F403  (the graph and its vertices, graph.__all__)
 from ndws.nn.layers import (
     Activation,
     ActivationLayer,
@@ -74,7 +56,7 @@ from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesClosea
 
 __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
            "BackpropType", "BatchNormalization", "CNN2DFormat", "CnnLossLayer",
-           "CnnToFeedForwardPreProcessor", "ComputationGraphConfiguration",
+           "CnnToFeedForwardPreProcessor", "ComputationGraph", "ComputationGraphConfiguration",
            "Convolution1DLayer", "ConvolutionLayer", "ConvolutionMode", "Cropping2D",
            "CycleSchedule", "Deconvolution2D", "DenseLayer", "DepthwiseConvolution2D",
            "DropoutLayer", "DuplicateToTimeSeriesVertex", "ElementWiseVertex",

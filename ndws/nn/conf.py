@@ -35,8 +35,8 @@ from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
-__all__ = ["MultiLayerConfiguration", "SETTINGS", "network_settings", "settings_dict",
-           "settings_kwargs", "layer_defaults"]
+__all__ = ["MultiLayerConfiguration", "JsonConfiguration", "SETTINGS", "network_settings",
+           "settings_dict", "settings_kwargs", "layer_defaults"]
 
 #: what to_json writes as "format", and the version from_json reads
 _FORMAT, _VERSION = "ndws.MultiLayerConfiguration", 1
@@ -128,7 +128,51 @@ def layer_defaults(conf: Any) -> dict:
             "convolution_mode": conf.convolution_mode}
 
 
-class MultiLayerConfiguration:
+class JsonConfiguration:
+    """What a frozen configuration of a network is as JSON: `to_json` writes its `to_dict`,
+    `from_json` rebuilds an equal one through `from_dict`; two are equal when their dicts
+    are."""
+
+    __slots__ = ()
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """`to_dict` as JSON text; `from_json` rebuilds an equal configuration."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Any:
+        """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"configuration: not JSON text ({exc})") from None
+        return cls.from_dict(data)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, type(self)) and other.to_dict() == self.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    #: what to_dict writes as "format", and the version from_dict reads
+    _format = ""
+    _version = 1
+
+    @classmethod
+    def _checked(cls, data: Any, known: set) -> dict:
+        # from_dict's `data`: this configuration's format and version, no field but `known`
+        if not isinstance(data, dict) or data.get("format") != cls._format:
+            raise ValueError(f"configuration: expected a dict with format {cls._format!r}, got "
+                             f"{data!r:.80}")
+        if data.get("version") != cls._version:
+            raise ValueError(f"configuration: unsupported version {data.get('version')!r} "
+                             f"(this ndws reads version {cls._version})")
+        unknown = set(data) - known - {"format", "version"}
+        if unknown:
+            raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
+        return data
+
+
+class MultiLayerConfiguration(JsonConfiguration):
     """A stack of layers and the network-wide settings.
 
     Parameters
@@ -167,6 +211,7 @@ class MultiLayerConfiguration:
         does not fit its activation.
     """
 
+    _format, _version = _FORMAT, _VERSION
     __slots__ = ("layers", "seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
                  "weight_decay", "bias_init", "training_workspace_mode",
                  "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
@@ -276,22 +321,9 @@ class MultiLayerConfiguration:
                                           for i, p in sorted(self.input_preprocessors.items())}
         return out
 
-    def to_json(self, indent: int | None = 2) -> str:
-        """`to_dict` as JSON text; `from_json` rebuilds an equal configuration."""
-        return json.dumps(self.to_dict(), indent=indent)
-
     @classmethod
     def from_dict(cls, data: Any) -> "MultiLayerConfiguration":
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise ValueError(f"configuration: expected a dict with format {_FORMAT!r}, got "
-                             f"{data!r:.80}")
-        if data.get("version") != _VERSION:
-            raise ValueError(f"configuration: unsupported version {data.get('version')!r} "
-                             f"(this ndws reads version {_VERSION})")
-        known = {"format", "version", "layers", "input_type", "input_preprocessors", *SETTINGS}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
+        cls._checked(data, {"layers", "input_type", "input_preprocessors", *SETTINGS})
         layers = data.get("layers")
         if not isinstance(layers, list):
             raise ValueError(f"configuration.layers: expected a list, got {layers!r:.40}")
@@ -320,21 +352,6 @@ class MultiLayerConfiguration:
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"layers[{i}]: {exc}") from None
         return cls(built, **kwargs)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> "MultiLayerConfiguration":
-        """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
-        try:
-            data = json.loads(text)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ValueError(f"configuration: not JSON text ({exc})") from None
-        return cls.from_dict(data)
-
-    def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, MultiLayerConfiguration)
-                and other.to_dict() == self.to_dict())
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"MultiLayerConfiguration({len(self.layers)} layers, seed={self.seed}, "

@@ -2,8 +2,10 @@
 flat updater state (``.npy``, read with ``allow_pickle=False``) and the training counters with
 the dropout generator's state (JSON). Loading runs no code: no pickle, no import by name.
 
-`MultiLayerNetwork.save` / `MultiLayerNetwork.load` are the entry points; a network loaded with
-its updater continues training exactly as the uninterrupted one would, bit for bit.
+`MultiLayerNetwork.save` / `MultiLayerNetwork.load` (and `ComputationGraph`'s, the same format)
+are the entry points; a network loaded with its updater continues training exactly as the
+uninterrupted one would, bit for bit. The configuration's "format" says which type of network a
+file holds: loading it as the other type is refused with that type's name.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from ndws._fileio import Archive
-from ndws.nn.conf import MultiLayerConfiguration
 
 __all__ = ["save_network", "load_network"]
 
@@ -27,6 +28,9 @@ COEFFICIENTS = "coefficients.npy"
 UPDATER_STATE = "updater_state.npy"
 TRAINING_STATE = "training_state.json"
 FORMAT_VERSION = 1
+#: the network type each configuration format belongs to
+_NETWORKS = {"ndws.MultiLayerConfiguration": "MultiLayerNetwork",
+             "ndws.ComputationGraphConfiguration": "ComputationGraph"}
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -128,15 +132,15 @@ def _pcg64_state(s: Any) -> dict:
     return s
 
 
-def _sizes(conf: MultiLayerConfiguration) -> tuple[int, int]:
-    """The configuration's parameter count and updater-state length, from its layers' shapes
-    alone (in Python ints: no array is made, nothing can overflow)."""
+def _sizes(conf: Any) -> tuple[int, int]:
+    """The configuration's parameter count and updater-state length, from its layers' (and
+    vertices') shapes alone (in Python ints: no array is made, nothing can overflow)."""
     n_params = n_state = 0
-    for i, layer in enumerate(conf.resolved_layers):
+    for where, layer in conf._param_owners():
         for name, shape in layer.param_shapes().items():
             if not isinstance(shape, tuple) or not all(
                     type(d) is int and d >= 0 for d in shape):
-                raise ValueError(f"layers[{i}]: parameter {name!r} has shape {shape!r:.40}, "
+                raise ValueError(f"{where}: parameter {name!r} has shape {shape!r:.40}, "
                                  f"not a tuple of sizes")
             size = 1
             for d in shape:
@@ -176,8 +180,12 @@ def load_network(cls: type, path: Any, load_updater: bool = True) -> Any:
         for required in (CONFIGURATION, COEFFICIENTS, TRAINING_STATE):
             z.require(required)
         data = z.read_json(CONFIGURATION, MAX_CONFIGURATION_BYTES)
+        held = _NETWORKS.get(data.get("format")) if isinstance(data, dict) else None
+        if held is not None and held != cls._kind:
+            raise z.error(CONFIGURATION, f"holds a {held}, not a {cls._kind}: load it with "
+                                         f"{held}.load")
         try:
-            conf = MultiLayerConfiguration.from_dict(data)
+            conf = cls._conf_class.from_dict(data)
             n_params, n_state = _sizes(conf)
         except (TypeError, ValueError, RecursionError) as exc:
             raise z.error(CONFIGURATION, str(exc)) from None

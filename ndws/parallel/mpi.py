@@ -40,7 +40,7 @@ from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.history import History, _Epoch
-from ndws.nn.network import _count, _length
+from ndws.nn._model import batch_count as _length, count as _count
 from ndws.parallel.modes import TrainingMode, check_model, option_bool, option_enum, option_int
 
 __all__ = ["MPITrainer", "mpi_available"]

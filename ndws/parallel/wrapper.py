@@ -33,7 +33,7 @@ from ndws.data.dataset import DataSet
 from ndws.nn.history import History, _Epoch
 from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.listeners import TrainingListener
-from ndws.nn.network import _count, _length
+from ndws.nn._model import batch_count as _length, count as _count
 from ndws.parallel._sync import SpinBarrier
 from ndws.parallel.modes import (Builder, Stoppable, TrainingMode, check_model,
                                  option_bool, option_enum, option_int)
@@ -279,12 +279,12 @@ class ParallelWrapper(Stoppable):
         """Replace the listeners. Each worker calls them for its own network (a replica's
         iterations too); those with ``root_worker_only`` (CheckpointListener,
         EvaluativeListener) only for worker 0's, the user's model."""
-        from ndws.nn.network import _listener_list
+        from ndws.nn._model import listener_list as _listener_list
         self._check_open()
         self._listeners = _listener_list(listeners)
 
     def add_listeners(self, *listeners: TrainingListener) -> None:
-        from ndws.nn.network import _listener_list
+        from ndws.nn._model import listener_list as _listener_list
         self._check_open()
         self._listeners = self._listeners + _listener_list(listeners)
 

@@ -30,16 +30,15 @@ True
 """
 from __future__ import annotations
 
-import enum
-import json
 from collections import deque
 from typing import Any
 
 import numpy as np
 
-from ndws.nn.conf import SETTINGS, layer_defaults, network_settings, settings_dict, settings_kwargs
+from ndws.nn.conf import (SETTINGS, JsonConfiguration, layer_defaults, network_settings,
+                          settings_dict, settings_kwargs)
 from ndws.nn.graph.vertices import GraphVertex, MergeVertex
-from ndws.nn.inputs import InputType, member
+from ndws.nn.inputs import InputType, _Parsed
 from ndws.nn.layers.base import Layer
 from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError
@@ -52,19 +51,19 @@ FORMAT, _VERSION = "ndws.ComputationGraphConfiguration", 1
 _INVALID = "Invalid configuration: "
 
 
-class BackpropType(enum.Enum):
+class BackpropType(_Parsed):
     """How a network backpropagates through time (DL4J's ``BackpropType``): STANDARD (the
-    whole series) or TRUNCATED_BPTT (segments of ``tbptt_fwd_length`` steps)."""
+    whole series) or TRUNCATED_BPTT (segments of ``tbptt_fwd_length`` steps); DL4J's names
+    (``"TruncatedBPTT"``) too."""
 
     STANDARD = "Standard"
     TRUNCATED_BPTT = "TruncatedBPTT"
 
     @classmethod
     def parse(cls, value: Any, where: str) -> "BackpropType":
-        if isinstance(value, str) and value.lower().replace("_", "") == "truncatedbptt":
-            return cls.TRUNCATED_BPTT
-        return member(cls, value, f"{where}: unknown backprop type",
-                      "(or an ndws.nn.BackpropType)")
+        if isinstance(value, str) and value.lower() == "truncatedbptt":
+            value = cls.TRUNCATED_BPTT
+        return super().parse(value, where)
 
 
 def _name(value: Any, what: str) -> str:
@@ -224,7 +223,7 @@ class GraphBuilder:
             tbptt_back_length=self._tbptt_back, **self._settings)
 
 
-class ComputationGraphConfiguration:
+class ComputationGraphConfiguration(JsonConfiguration):
     """A directed acyclic graph of layers and vertices and the network-wide settings. Build
     one with `builder`; the constructor takes what the builder collected.
 
@@ -258,6 +257,7 @@ class ComputationGraphConfiguration:
         Each layer vertex's preprocessor (given or inserted).
     """
 
+    _format, _version = FORMAT, _VERSION
     __slots__ = SETTINGS + ("network_inputs", "network_outputs", "vertices", "vertex_inputs",
                             "input_types", "input_preprocessors", "backprop_type",
                             "tbptt_fwd_length", "tbptt_back_length", "topological_order",
@@ -453,24 +453,11 @@ class ComputationGraphConfiguration:
             out["tbptt_back_length"] = self.tbptt_back_length
         return out
 
-    def to_json(self, indent: int | None = 2) -> str:
-        """`to_dict` as JSON text; `from_json` rebuilds an equal configuration."""
-        return json.dumps(self.to_dict(), indent=indent)
-
     @classmethod
     def from_dict(cls, data: Any) -> "ComputationGraphConfiguration":
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"configuration: expected a dict with format {FORMAT!r}, got "
-                             f"{data!r:.80}")
-        if data.get("version") != _VERSION:
-            raise ValueError(f"configuration: unsupported version {data.get('version')!r} "
-                             f"(this ndws reads version {_VERSION})")
-        known = {"format", "version", "inputs", "outputs", "vertices", "topological_order",
-                 "input_types", "backprop_type", "tbptt_fwd_length", "tbptt_back_length",
-                 *SETTINGS}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
+        cls._checked(data, {"inputs", "outputs", "vertices", "topological_order",
+                            "input_types", "backprop_type", "tbptt_fwd_length",
+                            "tbptt_back_length", *SETTINGS})
         entries = data.get("vertices")
         if not isinstance(entries, list):
             raise ValueError(f"configuration.vertices: expected a list, got {entries!r:.40}")
@@ -505,21 +492,6 @@ class ComputationGraphConfiguration:
                 kwargs[k] = data[k]
         return cls(data.get("inputs"), data.get("outputs"), vertices,
                    input_preprocessors=pres, **kwargs)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> "ComputationGraphConfiguration":
-        """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
-        try:
-            data = json.loads(text)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ValueError(f"configuration: not JSON text ({exc})") from None
-        return cls.from_dict(data)
-
-    def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, ComputationGraphConfiguration)
-                and other.to_dict() == self.to_dict())
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"ComputationGraphConfiguration(inputs={list(self.network_inputs)}, "

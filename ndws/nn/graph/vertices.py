@@ -1,5 +1,6 @@
-"""The vertices of a `ComputationGraph` that are not layers (DL4J's ``org.deeplearning4j.nn.conf.graph``
-and ``...graph.vertex.impl``), and `GraphVertex`, the base class of custom vertices
+"""The vertices of a `ComputationGraph` that are not layers (DL4J's
+``org.deeplearning4j.nn.conf.graph`` and ``...graph.vertex.impl``), and `GraphVertex`, the base
+class of custom vertices
 (docs/graphs.md, "The vertices" and "A custom vertex").
 
 A vertex object is first a configuration (its constructor's arguments, listed in ``fields`` for
@@ -34,7 +35,8 @@ import numpy as np
 
 import ndws
 from ndws._core import NDArray, _np_view
-from ndws.nn.inputs import CNN2DFormat, InputType, RNNFormat, member
+from ndws.nn.inputs import (CNN2DFormat, InputType, RNNFormat, config_dict, member,
+                            registered)
 from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
@@ -144,33 +146,13 @@ class GraphVertex:
 
     def to_dict(self) -> dict:
         """The vertex's configuration: {"@class": class name, field: value} (JSON-ready)."""
-        out: dict[str, Any] = {"@class": _class_key(type(self))}
-        for f in self.fields:
-            v = getattr(self, f)
-            if isinstance(v, enum.Enum):
-                v = v.name
-            elif isinstance(v, InputPreProcessor):
-                v = v.to_dict()
-            elif isinstance(v, tuple):
-                v = list(v)
-            out[f] = v
-        return out
+        return config_dict(self, _class_key(type(self)))
 
     @staticmethod
     def from_dict(data: Any) -> "GraphVertex":
         """Rebuild a vertex from `to_dict`'s output (only classes already imported: a
         configuration never imports code)."""
-        if not isinstance(data, dict) or not isinstance(data.get("@class"), str):
-            raise ValueError(f"vertex: expected a dict with an '@class' entry, got {data!r:.60}")
-        cls = _VERTICES.get(data["@class"])
-        if cls is None:
-            raise ValueError(f"vertex: unknown vertex class {data['@class']!r} (a custom "
-                             f"vertex's module must be imported before its configuration is "
-                             f"loaded)")
-        kwargs = {k: v for k, v in data.items() if k != "@class"}
-        unknown = set(kwargs) - set(cls.fields)
-        if unknown:
-            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+        cls, kwargs = registered(_VERTICES, data, "vertex", "unknown vertex class")
         return cls._from_fields(kwargs)
 
     @classmethod
@@ -734,48 +716,46 @@ class UnstackVertex(GraphVertex):
         return m[self._rows(m.shape[0])]
 
 
-class ScaleVertex(GraphVertex):
-    """Its input times `scale_factor` (DL4J's ``ScaleVertex``); the mask passes through."""
-
-    fields = ("scale_factor",)
+class _Constant(GraphVertex):
+    # its input and one constant (the vertex's one field), element by element
     max_inputs = 1
+    _op: Any = None
 
-    def __init__(self, scale_factor: float):
+    def __init__(self, value: float):
         super().__init__()
-        self.scale_factor = _real_field("ScaleVertex", "scale_factor", scale_factor)
+        setattr(self, self.fields[0], _real_field(type(self).__name__, self.fields[0], value))
 
     def memory_use(self, batch, training, itemsize):
         return _same_size_use(self, batch, training, itemsize)
 
     def activate(self, inputs, training, mgr):
         x = inputs[0]
-        self._keep(inputs)
         out = mgr.create_uninitialized(_A, x.shape, dtype=x.dtype)
-        return ndws.multiply(x, self.scale_factor, out=out)
+        return type(self)._op(x, getattr(self, self.fields[0]), out=out)
+
+
+class ScaleVertex(_Constant):
+    """Its input times `scale_factor` (DL4J's ``ScaleVertex``); the mask passes through."""
+
+    fields = ("scale_factor",)
+    _op = ndws.multiply
+
+    def __init__(self, scale_factor: float):
+        super().__init__(scale_factor)
 
     def backprop_gradient(self, epsilon, mgr):
         eps = mgr.create_uninitialized(_G, epsilon.shape, dtype=epsilon.dtype)
         return {}, [ndws.multiply(epsilon, self.scale_factor, out=eps)]
 
 
-class ShiftVertex(GraphVertex):
+class ShiftVertex(_Constant):
     """Its input plus `shift_factor` (DL4J's ``ShiftVertex``); the mask passes through."""
 
     fields = ("shift_factor",)
-    max_inputs = 1
+    _op = ndws.add
 
     def __init__(self, shift_factor: float):
-        super().__init__()
-        self.shift_factor = _real_field("ShiftVertex", "shift_factor", shift_factor)
-
-    def memory_use(self, batch, training, itemsize):
-        return _same_size_use(self, batch, training, itemsize)
-
-    def activate(self, inputs, training, mgr):
-        x = inputs[0]
-        self._keep(inputs)
-        out = mgr.create_uninitialized(_A, x.shape, dtype=x.dtype)
-        return ndws.add(x, self.shift_factor, out=out)
+        super().__init__(shift_factor)
 
     def backprop_gradient(self, epsilon, mgr):
         return {}, [mgr.dup(_G, epsilon)]

@@ -1,0 +1,68 @@
+"""The memory plan of a `ComputationGraph`: the bytes each of its workspaces needs in each
+`WorkspaceMode`, from the arrays each vertex declares (`memory_use`) and the graph's pooled
+workspaces (docs/graphs.md, "Workspaces"). `MemoryReport` prints it; the graph sizes its
+workspaces from it before its first pass.
+
+In the SEPARATE layout a vertex's activations (inference) or epsilons (training) live in the
+pooled workspace ``WS_LAYER_ACT_<k>`` the graph assigned it when it was built; a pooled
+workspace needs the most any of its vertices puts there, as each of them has it to itself for
+a cycle.
+"""
+from __future__ import annotations
+
+from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_WORKING_MEM, WS_SINGLE,
+                             layer_act)
+from ndws.nn.memory_report import _KEPT, _WORKING, _aligned
+from ndws.nn.workspace_mgr import ArrayType
+from ndws.workspace import WorkspaceMode
+
+__all__ = ["graph_plan", "widest_cut"]
+
+_A, _G = ArrayType.ACTIVATIONS, ArrayType.ACTIVATION_GRAD
+
+
+def graph_plan(nodes: list, uses: list, mode: WorkspaceMode, training: bool) -> dict[str, int]:
+    """Workspace name -> bytes of its largest cycle, for the graph's vertices `nodes` (inputs
+    left out, in topological order; each with its pooled slots and whether it is an output)
+    and their `uses` (per vertex, ``(pass, ArrayType, bytes)``), in `mode` (never ENABLED:
+    resolve it first)."""
+    if mode is WorkspaceMode.NONE:
+        return {}
+    if mode is WorkspaceMode.SINGLE:
+        if training:
+            return {WS_SINGLE: sum(_aligned(b) for use in uses for _, _, b in use)}
+        # inference: the outputs' activations are detached (or the caller's)
+        return {WS_INFERENCE: sum(_aligned(b) for node, use in zip(nodes, uses)
+                                  for _, t, b in use if not (node.output >= 0 and t is _A))}
+    out: dict[str, int] = {}
+    work = kept = 0
+    pooled: dict[int, int] = {}
+    for node, use in zip(nodes, uses):
+        for phase in ("forward", "backward"):
+            # training: the working-memory types (and the epsilons nobody reads); inference:
+            # all but the activations (the inference manager puts the rest in working memory)
+            cycle = sum(_aligned(b) for p, t, b in use if p == phase and (
+                (t in _WORKING or (t is _G and node.grad_slot is None)) if training
+                else t is not _A))
+            work = max(work, cycle)
+        if training:
+            kept += sum(_aligned(b) for _, t, b in use if t in _KEPT)
+            slot, t_pooled = node.grad_slot, _G
+        else:
+            slot, t_pooled = node.act_slot, _A
+        if slot is not None:
+            size = sum(_aligned(b) for _, t, b in use if t is t_pooled)
+            pooled[slot] = max(pooled.get(slot, 0), size)
+    if training:
+        out[WS_ALL_LAYERS_ACT] = kept
+    out[WS_LAYER_WORKING_MEM] = work
+    for k in sorted(pooled):
+        out[layer_act(k)] = pooled[k]
+    return out
+
+
+def widest_cut(nodes: list, training: bool) -> int:
+    """How many pooled workspaces a pass of the graph holds open at once (its pool's size)."""
+    slots = {n.grad_slot if training else n.act_slot for n in nodes}
+    slots.discard(None)
+    return len(slots)
