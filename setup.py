@@ -317,13 +317,16 @@ def generate(template):
 #: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h"]
 DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
-                            "ndws/_poison.h", "ndws/_tls.h"],
+                            "ndws/_vmath.h", "ndws/_poison.h", "ndws/_tls.h"],
            "ndws._fallback": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._core": ["ndws/_poison.h", "ndws/_tls.h", "ndws/_dlpack.h"],
            "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._memory": ["ndws/_poison.h"],
            "ndws._threads": ["ndws/_pool.h"],
            "ndws.nn._iteration": ["ndws/_tls.h"],
+           "ndws.nn._activations": ["ndws/_vmath.h", "ndws/nn/_act_loops.h"],
+           "ndws.nn._losses": ["ndws/_vmath.h"],
+           "ndws.nn._rnn": ["ndws/_tls.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
            "ndws.nn._conv": ["ndws/nn/_winograd.pxi"]}
 
@@ -349,6 +352,7 @@ EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("nd
               extension("ndws.nn._activations"), extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
               extension("ndws.nn._conv"), extension("ndws.nn._pool"),
+              extension("ndws.nn._rnn"),
               extension("ndws.nn._iteration"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels"),

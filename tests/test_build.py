@@ -30,7 +30,9 @@ def _sources(path, pkg, seen):
     for name in re.findall(r'include\s+"([\w.]+\.pxi)"', text):
         _sources(path.parent / name, pkg, seen)
     for name in re.findall(r'"(\w+\.h)"', text):   # cdef extern from "x.h" and #include "x.h"
-        _sources(pkg / name, pkg, seen)
+        # beside the file that names it (ndws/nn's own headers), else in ndws/
+        beside = path.parent / name
+        _sources(beside if beside.exists() else pkg / name, pkg, seen)
     return seen
 
 
@@ -55,8 +57,10 @@ def test_staleness_check_follows_real_dependencies():
             "_poison.h"} <= core
     ufuncs = {p.name for p in _sources(pkg / "_ufuncs.pyx", pkg, set())}
     assert {"_ufuncs.pyx", "_core.pxd", "_dispatch.pxd", "_threads.pxd", "_loops.pxi",
-            "_entries.pxi", "_cmath.h", "_tls.h"} <= ufuncs
+            "_entries.pxi", "_cmath.h", "_vmath.h", "_tls.h"} <= ufuncs
     assert "_fallback.pxd" in ufuncs
+    activations = {p.name for p in _sources(pkg / "nn" / "_activations.pyx", pkg, set())}
+    assert {"_math.pxd", "_vmath.pxd", "_vmath.h", "_act_loops.h"} <= activations
     memory = {p.name for p in _sources(pkg / "_memory.pyx", pkg, set())}
     assert "_core.pxd" not in memory and "_arena.pxd" not in memory
 

@@ -250,10 +250,14 @@ class CSVRecordReader(RecordReader):
 
     def _records(self) -> Iterator[tuple[list[float], str, int]]:
         for path in self.paths:
-            try:
-                yield from self._file_records(path)
-            except UnicodeDecodeError as exc:
-                raise self._decode_error(path, exc) from None
+            yield from self._decoded_records(path)
+
+    def _decoded_records(self, path: str) -> Iterator[tuple[list[float], str, int]]:
+        # one file's records; bytes the encoding can't decode are reported with their line
+        try:
+            yield from self._file_records(path)
+        except UnicodeDecodeError as exc:
+            raise self._decode_error(path, exc) from None
 
     def _file_records(self, path: str) -> Iterator[tuple[list[float], str, int]]:
         # newline="" is what the csv module needs for quoted fields with line breaks

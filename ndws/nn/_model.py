@@ -25,7 +25,9 @@ from ndws.data.dataset import DataSet
 from ndws.nn import _checks
 from ndws.nn._busy import FREE, STATE, WRITE, Busy, Exclusive
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_WORKING_MEM,
-                             WS_LISTENER, WS_SINGLE)
+                             WS_LISTENER, WS_RNN_LOOP_WORKING_MEM, WS_SINGLE)
+from ndws.nn.conf import BackpropType
+from ndws.nn.layers.embedding import EmbeddingSequenceLayer
 from ndws.nn.history import History, _Epoch
 from ndws.nn.listeners import TrainingListener
 from ndws.nn.memory_report import merge
@@ -33,8 +35,8 @@ from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
 
-__all__ = ["Model", "flat_layout", "check_flat", "count", "counter", "batch_count",
-           "listener_list", "input_array"]
+__all__ = ["Model", "flat_layout", "param_view", "check_flat", "count", "counter",
+           "batch_count", "listener_list", "input_array"]
 
 _memory_manager = ndws.get_memory_manager()
 
@@ -54,6 +56,15 @@ def flat_layout(owners: list, itemsize: int) -> list:
             layout.append((owner, name, shape, total, size))
             total += size
     return layout
+
+
+def param_view(flat: NDArray, off: int, size: int, shape: tuple, order: str) -> NDArray:
+    """A parameter's view of the flat buffer: row-major, or column-major ("F": DL4J's order of
+    the recurrent and embedding weights)."""
+    part = flat[off:off + size]
+    if order == "F":
+        return part.reshape(tuple(reversed(shape))).transpose()
+    return part.reshape(shape)
 
 
 def check_flat(params: Any, total: int) -> Any:
@@ -180,9 +191,10 @@ class Model:
             flat_p = ndws.zeros(total, dt, detached=True)
             flat_g = ndws.zeros(total, dt, detached=True)
         for owner, name, shape, off, size in layout:
-            owner.params[name] = flat_p[off:off + size].reshape(shape)
+            order = owner.param_order(name)
+            owner.params[name] = param_view(flat_p, off, size, shape, order)
             if flat_g is not None:
-                owner.grads[name] = flat_g[off:off + size].reshape(shape)
+                owner.grads[name] = param_view(flat_g, off, size, shape, order)
         if params is None and sample:
             # from the seed; given parameters are copied in below instead (sampling them
             # first would only cost: a replica for ndws.parallel is built per fit; clone
@@ -341,11 +353,22 @@ class Model:
 
     # -- the step around a pass -------------------------------------------------------------------
 
-    def _fit_batch(self, batch: Any) -> None:
+    def _fit_batch(self, batch: Any, on_iteration: Any = None) -> None:
+        # one iteration on the batch, or with truncated BPTT one per segment of it (the
+        # network's _fit_tbptt); on_iteration() after each (the epoch's record and progress bar)
+        if self.conf.backprop_type is BackpropType.TRUNCATED_BPTT:
+            self._fit_tbptt(batch, on_iteration)
+            return
+        self._fit_step(batch, None)
+        if on_iteration is not None:
+            on_iteration()
+
+    def _fit_step(self, batch: Any, state: str | None) -> None:
         # from the forward pass to the update the iteration writes the parameters: copies for
-        # other threads wait for its end (ndws.nn._busy); a raise leaves it to fit's exit
+        # other threads wait for its end (ndws.nn._busy); a raise leaves it to fit's exit.
+        # `state`: "tbptt" for a segment of truncated BPTT (from the carried state)
         self._busy.begin()
-        score = self._gradient_and_score(batch, self._train_mode())
+        score = self._gradient_and_score(batch, self._train_mode(), state)
         self._score = score
         self.last_batch_size = int(batch.num_examples())
         for listener in self._listeners:
@@ -387,8 +410,8 @@ class Model:
                 if ds is None:
                     break
                 self.last_etl_time = (time.perf_counter() - waited) * 1000.0
-                self._fit_batch(ds)
-                epoch.iteration(self._iteration - 1, self._score, self.last_batch_size)
+                self._fit_batch(ds, lambda: epoch.iteration(self._iteration - 1, self._score,
+                                                            self.last_batch_size))
         if labels is None and hasattr(data, "reset") and callable(data.reset):
             data.reset()
 
@@ -416,10 +439,15 @@ class Model:
         c = self._configs
         if mode is WorkspaceMode.NONE:
             return LayerWorkspaceMgr.no_workspaces()
+        b = LayerWorkspaceMgr.builder()
+        # a recurrent layer's time step: a cycle of its own workspace per step, opened and
+        # closed by the compiled loop (DL4J's WS_RNN_LOOP_WORKING_MEM, in every mode: the
+        # iteration's one workspace of SINGLE cannot start a cycle per step)
+        for t in (ArrayType.RNN_FF_LOOP_WORKING_MEM, ArrayType.RNN_BP_LOOP_WORKING_MEM):
+            b.with_(t, WS_RNN_LOOP_WORKING_MEM, c[WS_RNN_LOOP_WORKING_MEM])
         if mode is WorkspaceMode.SINGLE:
             name = WS_SINGLE if training else WS_INFERENCE
-            return LayerWorkspaceMgr.builder().default_workspace(name, c[name]).build()
-        b = LayerWorkspaceMgr.builder()
+            return b.default_workspace(name, c[name]).build()
         if training:
             for t in (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.UPDATER_WORKING_MEM,
                       ArrayType.FF_CACHE):
@@ -467,11 +495,20 @@ class Model:
             self._check_location(None, t, out, mgr, op, who)
         return out
 
-    def _presize(self, batch: int) -> None:
-        # before a thread's first pass with this batch size: create the workspaces at the size
+    def _presize(self, x: NDArray) -> None:
+        # before a thread's first pass with this batch size (and number of time steps, for a
+        # time series of varying length: `_plan_length`): create the workspaces at the size
         # the plan says for training and inference, so even the first pass does not spill
         # (they go on learning as configured); a custom layer or vertex without memory_use
-        # leaves them to learn
+        # leaves them to learn. A longer batch later makes them spill once and grow
+        # (SpillPolicy.REALLOCATE): the next such batch fits
+        batch = x.shape[0]
+        length = self._plan_length(x)
+        if length == 0:
+            return
+        # once per batch size: the workspaces exist then, and a new length only changes how
+        # much they need (planning every length of a varying one would cost a walk of the
+        # configuration per batch)
         done = self._presized.setdefault(threading.get_ident(), set())
         if batch in done:
             return
@@ -479,7 +516,7 @@ class Model:
         size = self.conf.dtype.itemsize
         plans = []
         for mode, training in ((self._train_mode(), True), (self._inference_mode(), False)):
-            uses = self._memory_uses(batch, training, size)
+            uses = self._memory_uses(batch, training, size, length)
             if any(u is None for u in uses):
                 return
             plans.append(self._memory_plan(uses, mode, training))
@@ -495,6 +532,74 @@ class Model:
         if mode is WorkspaceMode.SINGLE:
             return contextlib.nullcontext()
         return mgr.notify_scope_entered(t)
+
+    # -- recurrent state (rnn_time_step, truncated BPTT) ---------------------------------------
+
+    def rnn_get_previous_state(self, layer: Any) -> dict[str, NDArray]:
+        """Copies of the state recurrent layer `layer` (an index of a MultiLayerNetwork, a
+        vertex name of a ComputationGraph) carries between `rnn_time_step` calls:
+        {"prevAct": (n, n_out)} (and "prevMem", the cell, for an LSTM); empty when none."""
+        found = self._recurrent(layer, "rnn_get_previous_state")
+        with self._exclusive("rnn_get_previous_state", STATE):
+            return found.rnn_get_previous_state()
+
+    def rnn_set_previous_state(self, layer: Any, state: dict) -> None:
+        """Set the state recurrent layer `layer` starts the next `rnn_time_step` from (arrays
+        of (n, n_out) under the keys `rnn_get_previous_state` gives; copied)."""
+        found = self._recurrent(layer, "rnn_set_previous_state")
+        with self._exclusive("rnn_set_previous_state", STATE):
+            found.rnn_set_previous_state(state)
+
+    def rnn_clear_previous_state(self) -> None:
+        """Forget every recurrent layer's carried state (of `rnn_time_step` and truncated
+        BPTT)."""
+        self._check_init()
+        with self._exclusive("rnn_clear_previous_state", STATE):
+            self._clear_rnn_state()
+
+    def _clear_rnn_state(self) -> None:
+        for layer in self.layers:
+            if hasattr(layer, "rnn_clear_previous_state"):
+                layer.rnn_clear_previous_state()
+
+    @staticmethod
+    def _recurrent_layer(layer: Any, where: str, op: str) -> Any:
+        # `layer` (named `where`) if it keeps rnn_time_step state
+        if not hasattr(layer, "rnn_get_previous_state"):
+            raise ValueError(f"{op}: {where} ({type(layer).__name__}) is not a recurrent layer "
+                             f"(it keeps no state)")
+        return layer
+
+    @staticmethod
+    def _one_step_series(x: Any, t: Any, reader: Any) -> tuple[Any, bool]:
+        # rnn_time_step's input `x` of time-series type `t` read by layer `reader`: a 2-D
+        # (n, size) array is one step of each, made a series of one step (but the (n, time)
+        # indices of an EmbeddingSequenceLayer); returns (array, whether it was one step)
+        a = x if isinstance(x, (NDArray, np.ndarray)) else np.asarray(x)
+        one_step = getattr(a, "ndim", 0) == 2 and not isinstance(reader, EmbeddingSequenceLayer)
+        if one_step:
+            a = a.reshape((a.shape[0], a.shape[1], 1) if t.data_format.name == "NCW"
+                          else (a.shape[0], 1, a.shape[1]))
+        return a, one_step
+
+    @staticmethod
+    def _time_axis(t: Any) -> int:
+        # the time axis of a time series of type t (NCW when not known)
+        return 1 if t is not None and t.data_format is not None and \
+            t.data_format.name == "NWC" else 2
+
+    @staticmethod
+    def _check_output_workspace(output_workspace: Any) -> None:
+        if output_workspace is None:
+            return
+        if not isinstance(output_workspace, ndws.Workspace):
+            raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
+                            f"{type(output_workspace).__name__}")
+        if not output_workspace.is_scope_active:
+            raise ndws.WorkspaceError(
+                f"output_workspace: workspace [{output_workspace.id}] is not open; open it "
+                f"before calling output (closing it stays the caller's job)", "closed",
+                output_workspace.id)
 
     # -- listeners ----------------------------------------------------------------------------
 
@@ -548,12 +653,14 @@ class Model:
 
     # -- saving -------------------------------------------------------------------------------
 
-    def save(self, path: Any, save_updater: bool = True) -> None:
+    def save(self, path: Any, save_updater: bool = True, save_rnn_state: bool = False) -> None:
         """Save to `path`: a zip of the configuration, the parameters, the updater state (with
-        `save_updater`) and the training counters and random state (docs/networks.md)."""
+        `save_updater`) and the training counters and random state (docs/networks.md); with
+        `save_rnn_state`, the state the recurrent layers carry between `rnn_time_step` calls
+        (a checkpoint leaves it out: it belongs to a stream, not to the model)."""
         self._check_init()
         with self._exclusive("save", STATE):
-            save_network(self, path, save_updater)
+            save_network(self, path, save_updater, save_rnn_state)
 
     @classmethod
     def load(cls, path: Any, load_updater: bool = True) -> Any:

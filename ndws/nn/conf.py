@@ -8,7 +8,8 @@ wins. A layer's `n_in` is inferred from the previous layer's output when omitted
 ``input_type`` (DL4J's ``setInputType``) every layer learns the type of its input, its n_in
 comes from it, the preprocessors DL4J inserts are inserted (``input_preprocessors`` sets them
 by hand), and every convolution and pooling geometry is checked here, not at the first `fit`
-(docs/convolution.md).
+(docs/convolution.md). ``backprop_type=BackpropType.TRUNCATED_BPTT`` trains recurrent networks
+on segments of ``tbptt_fwd_length`` steps (docs/recurrent.md).
 
 Examples
 --------
@@ -23,6 +24,7 @@ True
 """
 from __future__ import annotations
 
+import enum
 import json
 import secrets
 from typing import Any
@@ -31,12 +33,30 @@ import numpy as np
 
 from ndws.nn.inputs import ConvolutionMode, InputType
 from ndws.nn.layers.base import Activation, Layer, WeightInit, _finite, _nonneg, member
+from ndws.nn.layers.pooling import GlobalPoolingLayer
+from ndws.nn.layers.wrappers import Bidirectional, LastTimeStep
 from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
-__all__ = ["MultiLayerConfiguration", "JsonConfiguration", "SETTINGS", "network_settings",
-           "settings_dict", "settings_kwargs", "layer_defaults"]
+__all__ = ["MultiLayerConfiguration", "BackpropType", "DEFAULT_TBPTT_LENGTH",
+           "JsonConfiguration", "SETTINGS", "network_settings", "settings_dict",
+           "settings_kwargs", "layer_defaults",
+           "parse_backprop_type", "tbptt_length", "tbptt_settings", "check_tbptt",
+           "TBPTT", "tbptt_dict"]
+
+
+class BackpropType(enum.Enum):
+    """How a network's fit backpropagates time series (DL4J's ``BackpropType``): STANDARD
+    (through the whole sequence) or TRUNCATED_BPTT (segments of ``tbptt_fwd_length`` steps,
+    one update each, the state carried from one to the next; docs/recurrent.md)."""
+
+    STANDARD = "Standard"
+    TRUNCATED_BPTT = "TruncatedBPTT"
+
+
+#: DL4J's default segment length (DEFAULT_TBPTT_LENGTH)
+DEFAULT_TBPTT_LENGTH = 20
 
 #: what to_json writes as "format", and the version from_json reads
 _FORMAT, _VERSION = "ndws.MultiLayerConfiguration", 1
@@ -202,6 +222,12 @@ class MultiLayerConfiguration(JsonConfiguration):
     input_preprocessors : dict of int to InputPreProcessor, optional
         Preprocessors by layer index (DL4J's ``inputPreProcessor(i, p)``); a layer without one
         gets the one ``input_type`` implies, if any.
+    backprop_type : BackpropType or str
+        STANDARD (default) or TRUNCATED_BPTT (DL4J's ``backpropType``).
+    tbptt_fwd_length, tbptt_back_length : int
+        Truncated BPTT's segment length and the steps of each segment the errors flow back
+        through (default 20 each, DL4J's; ``tbptt_back_length <= tbptt_fwd_length``). Used only
+        with TRUNCATED_BPTT.
 
     Raises
     ------
@@ -215,7 +241,8 @@ class MultiLayerConfiguration(JsonConfiguration):
     __slots__ = ("layers", "seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
                  "weight_decay", "bias_init", "training_workspace_mode",
                  "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
-                 "input_preprocessors", "resolved_layers", "resolved_preprocessors",
+                 "input_preprocessors", "backprop_type", "tbptt_fwd_length",
+                 "tbptt_back_length", "resolved_layers", "resolved_preprocessors",
                  "_network_input", "_frozen")
 
     def __init__(self, layers: Any, *, seed: int | None = None, updater: Updater | None = None,
@@ -226,7 +253,10 @@ class MultiLayerConfiguration(JsonConfiguration):
                  inference_workspace_mode: Any = WorkspaceMode.ENABLED,
                  dtype: Any = "float32", convolution_mode: Any = None,
                  input_type: InputType | None = None,
-                 input_preprocessors: dict | None = None):
+                 input_preprocessors: dict | None = None,
+                 backprop_type: Any = BackpropType.STANDARD,
+                 tbptt_fwd_length: int = DEFAULT_TBPTT_LENGTH,
+                 tbptt_back_length: int = DEFAULT_TBPTT_LENGTH):
         set_ = object.__setattr__
         if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
             raise FieldTypeError(f"layers: expected a sequence of ndws.nn layers, got "
@@ -252,23 +282,31 @@ class MultiLayerConfiguration(JsonConfiguration):
                                  f"{type(input_type).__name__}")
         set_(self, "input_type", input_type)
         set_(self, "input_preprocessors", _preprocessors(input_preprocessors, len(layers)))
+        for k, v in tbptt_settings(backprop_type, tbptt_fwd_length, tbptt_back_length).items():
+            set_(self, k, v)
         resolved, pres = self._resolve()
+        if self.backprop_type is BackpropType.TRUNCATED_BPTT:
+            check_tbptt(enumerate(resolved))
         set_(self, "resolved_layers", resolved)
         #: the preprocessor of each layer (given or inserted), None where there is none
         set_(self, "resolved_preprocessors", pres)
         set_(self, "_frozen", True)
 
-    def _resolve(self) -> tuple:
+    def _resolve(self, network_input: InputType | None = None) -> tuple:
         # Walk the layers with the type of the data between them (DL4J's setInputType): each
         # layer gets its preprocessor (given, or the one its input type implies), its input
         # type and n_in, and passes on its output type. Without input_type, rows as wide as
-        # the first layer's n_in (DL4J infers that type the same way).
+        # the first layer's n_in (DL4J infers that type the same way). `network_input`: walk
+        # with that type instead (a time series of a given length, for a memory plan)
         defaults = layer_defaults(self)
         out, pres = [], []
         t = self.input_type
         if t is None and 0 not in self.input_preprocessors:
             t = self.layers[0].implied_input_type()
-        object.__setattr__(self, "_network_input", t)
+        if network_input is not None:
+            t = network_input
+        else:
+            object.__setattr__(self, "_network_input", t)
         for i, layer in enumerate(self.layers):
             where = f"layers[{i}]"
             try:
@@ -303,6 +341,10 @@ class MultiLayerConfiguration(JsonConfiguration):
         # (where, layer) of every layer, in the order of the flat parameters
         return [(f"layers[{i}]", layer) for i, layer in enumerate(self.resolved_layers)]
 
+    def _state_layers(self) -> dict:
+        # what a saved file names each layer's carried state by: str(index) -> (index, layer)
+        return {str(i): (i, layer) for i, layer in enumerate(self.resolved_layers)}
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"MultiLayerConfiguration is frozen: build a new one instead of "
                              f"setting {name}")
@@ -319,15 +361,16 @@ class MultiLayerConfiguration(JsonConfiguration):
         if self.input_preprocessors:
             out["input_preprocessors"] = {str(i): p.to_dict()
                                           for i, p in sorted(self.input_preprocessors.items())}
+        out.update(tbptt_dict(self))
         return out
 
     @classmethod
     def from_dict(cls, data: Any) -> "MultiLayerConfiguration":
-        cls._checked(data, {"layers", "input_type", "input_preprocessors", *SETTINGS})
+        cls._checked(data, {"layers", "input_type", "input_preprocessors", *TBPTT, *SETTINGS})
         layers = data.get("layers")
         if not isinstance(layers, list):
             raise ValueError(f"configuration.layers: expected a list, got {layers!r:.40}")
-        kwargs = settings_kwargs(data)
+        kwargs = {**settings_kwargs(data), **{k: data[k] for k in TBPTT if k in data}}
         if "input_type" in data:
             kwargs["input_type"] = InputType.from_dict(data["input_type"])
         if "input_preprocessors" in data:
@@ -356,6 +399,67 @@ class MultiLayerConfiguration(JsonConfiguration):
     def __repr__(self) -> str:
         return (f"MultiLayerConfiguration({len(self.layers)} layers, seed={self.seed}, "
                 f"updater={self.updater!r}, dtype={self.dtype.name})")
+
+
+def parse_backprop_type(value: Any) -> BackpropType:
+    """A BackpropType from a member, its name in any case or DL4J's name
+    (``"TruncatedBPTT"``); ValueError naming backprop_type otherwise."""
+    if isinstance(value, str):
+        value = {t.value.lower(): t for t in BackpropType}.get(value.lower(), value)
+    return member(BackpropType, value, "backprop_type: unknown BackpropType",
+                  "(or an ndws.nn.BackpropType)")
+
+
+def tbptt_length(name: str, value: Any) -> int:
+    """A truncated-BPTT length: an int in [1, 2**31] (TypeError / ValueError naming `name`)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise FieldTypeError(f"{name}: expected an int >= 1, got {type(value).__name__} "
+                             f"{value!r:.40}")
+    if not 1 <= value <= 1 << 31:
+        raise ValueError(f"{name}: expected an int in [1, 2**31], got {value!r}")
+    return int(value)
+
+
+#: the truncated-BPTT settings of both configurations
+TBPTT = ("backprop_type", "tbptt_fwd_length", "tbptt_back_length")
+
+
+def tbptt_dict(conf: Any) -> dict:
+    """`conf`'s truncated-BPTT settings as JSON-ready data, each only when it is not the
+    default (so a network without them keeps the JSON it always had)."""
+    out: dict[str, Any] = {}
+    if conf.backprop_type is not BackpropType.STANDARD:
+        out["backprop_type"] = conf.backprop_type.name
+    for name in ("tbptt_fwd_length", "tbptt_back_length"):
+        if getattr(conf, name) != DEFAULT_TBPTT_LENGTH:
+            out[name] = getattr(conf, name)
+    return out
+
+
+def tbptt_settings(backprop_type: Any, tbptt_fwd_length: Any, tbptt_back_length: Any) -> dict:
+    """backprop_type, tbptt_fwd_length and tbptt_back_length checked (both configurations),
+    the back length no longer than the forward one."""
+    out = {"backprop_type": parse_backprop_type(backprop_type),
+           "tbptt_fwd_length": tbptt_length("tbptt_fwd_length", tbptt_fwd_length),
+           "tbptt_back_length": tbptt_length("tbptt_back_length", tbptt_back_length)}
+    if out["tbptt_back_length"] > out["tbptt_fwd_length"]:
+        raise ValueError(f"tbptt_back_length: {out['tbptt_back_length']} is longer than "
+                         f"tbptt_fwd_length {out['tbptt_fwd_length']} (a segment's errors "
+                         f"cannot flow back through more steps than it has)")
+    return out
+
+
+def check_tbptt(layers: Any) -> None:
+    """DL4J's validateTbpttConfig over `layers`, (where, layer) pairs: layers that need the
+    whole sequence at once; Bidirectional too (DL4J refuses it only when the first segment
+    runs)."""
+    for where, layer in layers:
+        if isinstance(layer, (LastTimeStep, GlobalPoolingLayer, Bidirectional)):
+            raise ValueError(f"Invalid network configuration detected: Truncated "
+                             f"backpropagation through time (TBPTT) cannot be used with layer "
+                             f"{where} of type {type(layer).__name__}: TBPTT is incompatible "
+                             f"with this layer type (which needs the whole sequence at once). "
+                             f"Use BackpropType.STANDARD, or a layer that works step by step")
 
 
 def _preprocessors(given: Any, n_layers: int) -> dict:

@@ -331,12 +331,21 @@ def one_example(shape: tuple, t: Any) -> bool:
 
 
 def check_input_shape(shape: tuple, t: Any, where: str, features: str, name: str,
-                      allow_row: bool = False) -> None:
+                      allow_row: bool = False, reader: Any = None) -> None:
     """A network's input of `shape` against its input type `t` (`allow_row`: one example
     without the batch axis too): a ValueError naming the argument (`name`), what reads it
     (`where`, e.g. ``layers[0] (DenseLayer)``; `features` for rows, e.g. ``layers[0].n_in``)
     and the shape it expects, with the likely mistake (NHWC data into an NCHW network, one
-    image without its batch axis)."""
+    image without its batch axis). `reader`: the layer reading it, whose ``accepts_input``
+    may take other shapes (EmbeddingSequenceLayer's (n, time) indices)."""
+    accepts = getattr(reader, "accepts_input", None)
+    if accepts is not None and (accepts(shape) or (allow_row and accepts((1,) + shape))):
+        return
+    if t is not None and t.kind == "RNN" and len(shape) == 3:
+        steps = shape[2] if t.data_format.name == "NCW" else shape[1]
+        if steps == 0 and t.is_example(shape[1:]):
+            raise ValueError(f"{name}: a time series of 0 steps (shape {shape}): there is "
+                             f"nothing to compute")
     if t is None or t.kind == "FF":
         if len(shape) != 2 and not (allow_row and len(shape) == 1):
             expected = ("one example (n_features,) or a batch (n_samples, n_features)"

@@ -27,7 +27,6 @@ True
 from __future__ import annotations
 
 import contextlib
-import time
 import traceback
 from typing import Any, Iterable
 
@@ -47,8 +46,13 @@ from ndws.nn.history import History, _Progress
 from ndws.nn._busy import FORWARD, STATE, TRAIN
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
-from ndws.nn._model import _IN_FORWARD, Model, batch_count as _length, count as _count, input_array
+from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length, count as _count,
+                           input_array)
 from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM, workspace_configs
+from ndws.nn.conf import BackpropType
+from ndws.nn.inputs import InputType
+from ndws.nn.preprocessors import (FeedForwardToRnnPreProcessor, MaskState,
+                                   RnnToFeedForwardPreProcessor)
 from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
 from ndws.nn.memory_report import MemoryReport, layer_uses as _layer_uses, plan as _plan
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
@@ -98,9 +102,14 @@ class MultiLayerNetwork(Model):
         # configuration's; no gradients, no updater state, nothing copied or initialised
         conf = self.conf
         layers = [layer.clone() for layer in conf.resolved_layers]
+        tbptt = conf.backprop_type is BackpropType.TRUNCATED_BPTT
         for i, layer in enumerate(layers):
             layer.index = i
             layer.input_gradient_needed = i > 0
+            if tbptt and hasattr(layer, "back_length"):
+                # truncated BPTT: the errors of a segment flow back through its last
+                # tbptt_back_length steps (docs/recurrent.md)
+                layer.back_length = conf.tbptt_back_length
         flat = self._lay_out(layers, params, share, sample)
         self.layers = layers
         # each layer's preprocessor (the configuration's, cloned: one may keep what a pass
@@ -116,6 +125,9 @@ class MultiLayerNetwork(Model):
         # the compiled training iteration, where it applies (an inference replica never trains)
         self._dense_plan = (None if share or any(self._preprocessors)
                             else _dense_plan(layers, self._configs))
+        # rnn_time_step's one-step path: (batch, input width, run), built at the first call
+        # of a batch size
+        self._step_plan: tuple | None = None
         self._adopt(flat)
 
     def get_layer(self, index: int) -> Layer:
@@ -158,7 +170,7 @@ class MultiLayerNetwork(Model):
                        outputs: list | None = None) -> Any:
         # outputs: a list to append the output layer's activations to (detached)
         out_layer = self._output_layer()
-        x, labels, mask = self._batch_arrays(ds)
+        x, labels, mask, fmask = self._batch_arrays(ds)
         mgr = self._manager(WorkspaceMode.NONE, True)
         saved = [getattr(layer, "_rng", None) for layer in self.layers]
         busy, around = self._busy, self._busy.inside
@@ -169,14 +181,13 @@ class MultiLayerNetwork(Model):
             with scope_out_of_workspaces():
                 a = x
                 rows, dt = x.shape[0], self.conf.dtype
-                for layer, pre, shape in zip(self.layers, self._preprocessors,
-                                             self._out_shapes):
+                masks = self._begin_pass(rows, fmask)
+                for layer, shape in zip(self.layers, self._out_shapes):
                     # DL4J's score(ds): inference for every layer (running statistics, no
                     # dropout); the output layer's training pass only keeps its
                     # pre-activation for the loss
-                    if pre is not None:
-                        a = pre.pre_process(a, mgr)
-                    a = layer.activate(a, layer is out_layer, mgr)
+                    a, masks = self._activate(layer.index, a, layer is out_layer, mgr, masks,
+                                              None)
                     if self._checked[layer.index]:
                         _checks.returned(layer, "activate", a, (rows,) + shape, dt)
                 if outputs is not None:
@@ -201,41 +212,102 @@ class MultiLayerNetwork(Model):
         return sum(_checks.real(layer, "regularization_score", layer.regularization_score())
                    for layer in self.layers)
 
-    def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray, NDArray | None]:
+    def _batch_arrays(self, ds: DataSet) -> tuple:
+        # (features, labels, labels mask, features mask) of a batch, checked against the
+        # network; the masks in the network's dtype, a per-example (n, 1) mask as (n,)
         x = self._as_input(ds.features, "features")
         if ds.labels is None:
             raise ValueError("the DataSet has no labels")
         labels = ds.labels
-        mask = ds.labels_mask
+        mask, fmask = ds.labels_mask, ds.features_mask
+        if fmask is not None:
+            fmask = self._check_features_mask(x, fmask)
         # targets (one-hot rows, per-pixel labels) in the network's dtype; class indices stay
         convert = labels.ndim >= 2 and labels.dtype != self.conf.dtype
-        if mask is None and not convert:
-            return x, labels, None            # nothing to make (fit's every batch, typically)
+        if mask is None and fmask is None and not convert:
+            return x, labels, None, None      # nothing to make (fit's every batch, typically)
         with scope_out_of_workspaces():
             if convert:
                 labels = labels.astype(self.conf.dtype)
             if mask is not None:
+                _finite_mask("labels_mask", mask)
                 if mask.ndim == 2 and mask.shape[1] == 1:
                     mask = mask.reshape(mask.shape[0])        # DL4J's (n, 1) per-example mask
                 if mask.dtype != self.conf.dtype:
                     mask = mask.astype(self.conf.dtype)
-        return x, labels, mask
+            if fmask is not None and fmask.dtype != self.conf.dtype:
+                fmask = fmask.astype(self.conf.dtype)
+        return x, labels, mask, fmask
+
+    def _check_features_mask(self, x: NDArray, fmask: NDArray) -> NDArray:
+        # DL4J's features mask: (n, time) for a time series, (n,) or (n, 1) per example for
+        # rows; anything else named with the shape it should have
+        t = self.conf._network_input
+        n = x.shape[0]
+        if x.ndim == 3:
+            steps = x.shape[2] if t is None or t.data_format is None or \
+                t.data_format.name == "NCW" else x.shape[1]
+            expected = (n, steps)
+        elif x.ndim == 2 and t is not None and t.kind == "RNN":
+            expected = tuple(x.shape)             # EmbeddingSequenceLayer's (n, time)
+        else:
+            expected = (n,)
+            if fmask.ndim == 2 and fmask.shape == (n, 1):
+                fmask = fmask.reshape(n)
+        if tuple(fmask.shape) != expected:
+            raise ValueError(f"features_mask: expected shape {expected} "
+                             f"({'(n_samples, time)' if len(expected) == 2 else 'one per example'}"
+                             f") for features of shape {tuple(x.shape)}, got "
+                             f"{tuple(fmask.shape)}")
+        if fmask.dtype.kind not in "biuf":
+            raise TypeError(f"features_mask: expected numbers (0 masks a step), got dtype "
+                            f"{fmask.dtype}")
+        _finite_mask("features_mask", fmask)
+        return fmask
 
     # -- workspace managers ---------------------------------------------------------------------
 
-    def memory_report(self, batch_size: int) -> MemoryReport:
+    def memory_report(self, batch_size: int, sequence_length: int | None = None
+                      ) -> MemoryReport:
         """The bytes every workspace needs in every mode for batches of `batch_size`, per
-        layer and in total, from the shapes (nothing runs); printable as a table."""
+        layer and in total, from the shapes (nothing runs); printable as a table. A network
+        of time series of varying length is planned for `sequence_length` steps (without it,
+        its recurrent layers say "unknown")."""
         self._check_init()
-        return MemoryReport(self, batch_size)
+        return MemoryReport(self, batch_size, sequence_length)
 
-    def _memory_uses(self, batch: int, training: bool, itemsize: int) -> list:
-        return _layer_uses(self, batch, training, itemsize)
+    def _memory_uses(self, batch: int, training: bool, itemsize: int,
+                     length: int | None = None) -> list:
+        return _layer_uses(self, batch, training, itemsize, length)
 
     _memory_plan = staticmethod(_plan)
 
     def _memory_rows(self) -> list:
         return [{"index": i, "type": type(layer).__name__} for i, layer in enumerate(self.layers)]
+
+    def _variable_length(self) -> bool:
+        t = self.conf._network_input
+        return t is not None and t.kind == "RNN" and t.time_series_length is None
+
+    def _plan_length(self, x: NDArray) -> int | None:
+        # the time steps a memory plan is for: a batch's, for a time series of varying length
+        if self._variable_length() and x.ndim == 3:
+            return x.shape[self._time_axis(self.conf._network_input)]
+        return None
+
+    def _layers_for_length(self, length: int) -> tuple:
+        # the layers and preprocessors as they would be resolved for time series of `length`
+        # steps (copies with this network's runtime settings), for a memory plan
+        t = self.conf._network_input
+        if not self._variable_length():
+            return self.layers, self._preprocessors
+        typed = InputType.recurrent(t.size, length, t.data_format.name)
+        layers, pres = self.conf._resolve(typed)
+        for mine, other in zip(self.layers, layers):
+            other.input_gradient_needed = mine.input_gradient_needed
+            if hasattr(mine, "back_length"):
+                other.back_length = mine.back_length
+        return layers, pres
 
     def _manager(self, mode: WorkspaceMode, training: bool, role: str = "") -> LayerWorkspaceMgr:
         # built once per (mode, phase, role) and kept: only the ping-pong mappings change
@@ -253,6 +325,35 @@ class MultiLayerNetwork(Model):
         pre = self._preprocessors[i]
         return self._run_preprocessor(pre, a, mgr, backward,
                                       f"input_preprocessors[{i}] ({type(pre).__name__})")
+
+    def _begin_pass(self, rows: int, fmask: Any) -> tuple | None:
+        # what a pass's layers get besides their input: the preprocessors the batch's examples
+        # (rows of a time series do not say it), and the features mask with its state
+        for pre in self._preprocessors:
+            if pre is not None:
+                pre.minibatch = rows
+        return None if fmask is None else (fmask, MaskState.ACTIVE)
+
+    def _activate(self, i: int, a: NDArray, training: bool, mgr: LayerWorkspaceMgr,
+                  masks: tuple | None, state: str | None, shapes: list | None = None) -> tuple:
+        # layer i's forward inside its scopes: its preprocessor, the features mask through both
+        # (DL4J's feedForwardMaskArray), the layer (from its stored state for rnn_time_step
+        # and truncated BPTT: `state` "step" or "tbptt"); returns (output, masks). `shapes`:
+        # a list to append the layer's input shape to (its epsilon's)
+        layer, pre = self.layers[i], self._preprocessors[i]
+        if pre is not None:
+            a = self._preprocess(i, a, mgr, False)
+            if masks is not None:
+                masks = pre.feed_forward_mask(masks[0], masks[1], mgr)
+        if shapes is not None:
+            shapes.append(a.shape)
+        if masks is not None:
+            masks = layer.feed_forward_mask(masks[0], masks[1], mgr)
+            if masks[0] is None:
+                masks = None
+        if state is not None and hasattr(layer, "activate_with_state"):
+            return layer.activate_with_state(a, training, mgr, state), masks
+        return layer.activate(a, training, mgr), masks
 
     def _clear(self) -> None:
         # what the last pass kept on the layers and preprocessors (DL4J's clear)
@@ -277,31 +378,32 @@ class MultiLayerNetwork(Model):
         a = input_array(x, self.conf.dtype, name)
         check_input_shape(tuple(a.shape), self.conf._network_input,
                           f"layers[0] ({type(self.layers[0]).__name__})", "layers[0].n_in", name,
-                          allow_row)
+                          allow_row, self.layers[0])
         return a
 
-    def output(self, x: Any, train: bool = False, output_workspace: Any = None) -> NDArray:
+    def output(self, x: Any, train: bool = False, output_workspace: Any = None, *,
+               features_mask: Any = None) -> NDArray:
         """The network's output for `x`, a batch (n_samples, n_features) or one example
         (n_features,), answered (n_samples, n_out) or (n_out,) as
         `ndws.parallel.ParallelInference.output` answers them: a detached array (the last
         layer writes straight into detached memory), or an array in `output_workspace`, an
         open workspace of the caller. Works whether or not the caller has a workspace open;
-        the network's own workspaces never leak into the caller's scope."""
+        the network's own workspaces never leak into the caller's scope. `features_mask`:
+        DL4J's, (n_samples, time) for time series of varying length (docs/recurrent.md)."""
         self._check_init()
         # training mode writes running statistics (BatchNormalization): snapshots wait
         with self._exclusive("output", FORWARD, writes=bool(train)):
             a, row = self._as_row_or_batch(x)
-            if output_workspace is not None:
-                if not isinstance(output_workspace, ndws.Workspace):
-                    raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
-                                    f"{type(output_workspace).__name__}")
-                if not output_workspace.is_scope_active:
-                    raise ndws.WorkspaceError(
-                        f"output_workspace: workspace [{output_workspace.id}] is not open; open it "
-                        f"before calling output (closing it stays the caller's job)", "closed",
-                        output_workspace.id)
+            self._check_output_workspace(output_workspace)
+            fmask = None
+            if features_mask is not None:
+                fmask = self._check_features_mask(a, labels_array(features_mask,
+                                                                  "features_mask"))
+                if fmask.dtype != self.conf.dtype:
+                    with scope_out_of_workspaces():
+                        fmask = fmask.astype(self.conf.dtype)
             mode = self._inference_mode() if not train else self._train_mode()
-            out = self._forward_detached(a, train, mode, output_workspace)[-1]
+            out = self._forward_detached(a, train, mode, output_workspace, fmask=fmask)[-1]
             return out[0] if row else out
 
     def predict(self, x: Any) -> Any:
@@ -344,8 +446,111 @@ class MultiLayerNetwork(Model):
                                                          keep_all=True)
             return [o[0] for o in outs] if row else outs
 
+    # -- stateful inference (DL4J's rnnTimeStep) ------------------------------------------------
+
+    def rnn_time_step(self, x: Any, output_workspace: Any = None) -> NDArray:
+        """The output for the next steps of the sequences, from the state the recurrent layers
+        kept at the end of the last call (DL4J's ``rnnTimeStep``): `x` is one step
+        (n_samples, size) or several (n_samples, size, time) (NWC: (n_samples, time, size));
+        one step gives (n_samples, n_out) when the last layer is recurrent. The state is kept
+        per recurrent layer in detached memory (it survives every workspace reset and
+        ``destroy_all_workspaces_for_current_thread``) until `rnn_clear_previous_state`; a
+        batch of another size without clearing it is an error. The output is detached, or in
+        `output_workspace`, an open workspace of the caller. A Bidirectional layer refuses
+        (its backward direction needs the whole sequence)."""
+        self._check_init()
+        with self._exclusive("rnn_time_step"):
+            if output_workspace is None and (isinstance(x, np.ndarray) or isinstance(x, NDArray)):
+                run = self._one_step_path(x)
+                if run is not None:
+                    return run(x)
+            a, one_step = self._step_input(x)
+            self._check_output_workspace(output_workspace)
+            out = self._forward_detached(a, False, self._inference_mode(), output_workspace,
+                                         state="step")[-1]
+            if one_step and out.ndim == 3:
+                axis = self._time_axis(self.layers[-1].output_type(self.layers[-1].input_type))
+                if out.shape[axis] == 1:
+                    out = out[:, :, 0] if axis == 2 else out[:, 0, :]
+            return out
+
+    def _one_step_path(self, x: Any) -> Any:
+        # rnn_time_step's path for one step of a batch of the last size (text generation:
+        # batch 1, one step at a time): the layers' step runners chained on rows, the stored
+        # state read and written as on the general path, no workspace, no per-layer Python
+        # beyond the kernel call. None (the general path) for anything else: a first call, a
+        # new batch size, a layer or preprocessor without such a path, another dtype or
+        # shape, a debug mode, listeners of the forward pass
+        shape = x.shape
+        if len(shape) != 2 or _core._get_debug_mode() != 0:
+            return None
+        plan = self._step_plan
+        if plan is None or plan[0] != shape[0] or x.dtype != self.conf.dtype \
+                or shape[1] != plan[1]:
+            if plan is not None and plan[0] == shape[0]:
+                return None
+            plan = self._step_plan = self._build_step_plan(shape[0])
+            if plan is None:
+                return None
+        return plan[2]
+
+    def _build_step_plan(self, batch: int) -> tuple | None:
+        t = self.conf._network_input
+        if t is None or t.kind != "RNN" or self._checked_any():
+            return None
+        runners = []
+        for layer, pre in zip(self.layers, self._preprocessors):
+            if pre is not None and type(pre) not in (RnnToFeedForwardPreProcessor,
+                                                     FeedForwardToRnnPreProcessor):
+                return None                 # one step's rows are these two's views only
+            runner = layer.step_runner(batch, self.conf.dtype)
+            if runner is None:
+                return None
+            runners.append(runner)
+        last = runners[-1]
+        inner = runners[:-1]
+        width, dtype = self.layers[-1].output_width(), self.conf.dtype
+        data = ndws.from_numpy
+
+        def run(x: Any) -> NDArray:
+            a = x if isinstance(x, NDArray) else data(np.ascontiguousarray(x))
+            if not a.flags.c_contiguous:
+                a = a.copy()
+            for step in inner:
+                a = step(a)
+            return last(a, ndws.empty((batch, width), dtype=dtype, detached=True))
+        return (batch, t.size, run)
+
+    def _checked_any(self) -> bool:
+        # user code among the layers: its own activate must run (the general path)
+        return any(self._checked)
+
+    def _step_input(self, x: Any) -> tuple[NDArray, bool]:
+        # rnn_time_step's input as a time series; a 2-D (n, size) array is one step of each
+        t = self.conf._network_input
+        if t is None or t.kind != "RNN":
+            raise ValueError(f"rnn_time_step: the network's input is not a time series (its "
+                             f"input type is {t!r}); use output()")
+        a, one_step = self._one_step_series(x, t, self.layers[0])
+        return self._as_input(a), one_step
+
+    def _state_layers(self) -> dict:
+        # what a saved file names each layer's carried state by (the configuration's keys)
+        return {str(i): (i, layer) for i, layer in enumerate(self.layers)}
+
+    def _recurrent(self, layer_index: Any, op: str) -> Any:
+        self._check_init()
+        if (isinstance(layer_index, (bool, np.bool_))
+                or not isinstance(layer_index, (int, np.integer))):
+            raise TypeError(f"{op}: layer_index must be an int, got {layer_index!r:.40}")
+        if not 0 <= layer_index < len(self.layers):
+            raise ValueError(f"{op}: layer_index {layer_index} is not a layer index (0 to "
+                             f"{len(self.layers) - 1})")
+        return self._recurrent_layer(self.layers[layer_index], f"layers[{layer_index}]", op)
+
     def _forward_detached(self, a: NDArray, training: bool, mode: WorkspaceMode,
-                          output_ws: Any, keep_all: bool = False) -> list[NDArray]:
+                          output_ws: Any, keep_all: bool = False, fmask: Any = None,
+                          state: str | None = None) -> list[NDArray]:
         mgr = self._manager(mode, False)
         last = self._manager(mode, False, "last")
         if output_ws is None:
@@ -355,7 +560,7 @@ class MultiLayerNetwork(Model):
         if a.workspace_id is not None:
             mgr.set_no_leverage_override(a.workspace_id)     # never copy the caller's input
         if not keep_all:
-            self._presize(a.shape[0])
+            self._presize(a)
         outs: list[NDArray] = []
         n = len(self.layers)
         rows, dt = a.shape[0], self.conf.dtype
@@ -365,6 +570,7 @@ class MultiLayerNetwork(Model):
             whole = (mgr.notify_scope_entered(ArrayType.ACTIVATIONS)
                      if mode is WorkspaceMode.SINGLE else contextlib.nullcontext())
             busy.inside = _IN_FORWARD
+            masks = self._begin_pass(rows, fmask)
             try:
                 with whole:
                     for i, layer in enumerate(self.layers):
@@ -376,9 +582,7 @@ class MultiLayerNetwork(Model):
                             m._map(ArrayType.ACTIVATIONS, name, self._configs[name])
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
-                            if self._preprocessors[i] is not None:
-                                a = self._preprocess(i, a, m, False)
-                            a = layer.activate(a, training, m)
+                            a, masks = self._activate(i, a, training, m, masks, state)
                         if self._checked[i]:
                             _checks.returned(layer, "activate", a, (rows,) + self._out_shapes[i],
                                              dt)
@@ -522,6 +726,44 @@ class MultiLayerNetwork(Model):
                              f"layer (OutputLayer or LossLayer)")
         return layer
 
+    def _fit_tbptt(self, ds: DataSet, on_iteration: Any) -> None:
+        # DL4J's doTruncatedBPTT: segments of tbptt_fwd_length steps of the features, labels
+        # and masks (views), one update each, the recurrent layers' state carried from one
+        # segment to the next (detached) and cleared before and after the batch. ndws'
+        # segment backpropagates from the state carried into it through its last
+        # tbptt_back_length steps (docs/porting-from-dl4j.md)
+        x, labels = ds.features, ds.labels
+        if x is None or labels is None:
+            raise ValueError("the DataSet has no labels")
+        if x.ndim != 3 or labels.ndim != 3:
+            raise ValueError(f"fit: truncated BPTT needs time series features and labels "
+                             f"(rank 3), got features of shape {tuple(x.shape)} and labels of "
+                             f"shape {tuple(labels.shape)} (DL4J: \"Cannot do truncated BPTT "
+                             f"with non-3d inputs or labels\")")
+        x_axis = self._time_axis(self.conf._network_input)
+        y_axis = self._time_axis(self.layers[-1].output_type(self.layers[-1].input_type))
+        steps = x.shape[x_axis]
+        if labels.shape[y_axis] != steps:
+            raise ValueError(f"fit: features and labels have different lengths ({steps} and "
+                             f"{labels.shape[y_axis]} time steps): truncated BPTT cuts both "
+                             f"into the same segments (DL4J: \"Input and label time series "
+                             f"have different lengths\")")
+        if steps == 0:
+            raise ValueError("fit: a time series of 0 steps has nothing to train on")
+        length = self.conf.tbptt_fwd_length
+        self._clear_rnn_state()
+        try:
+            for start in range(0, steps, length):
+                end = min(start + length, steps)
+                seg = DataSet(_steps(x, x_axis, start, end), _steps(labels, y_axis, start, end),
+                              _mask_steps(ds.features_mask, start, end),
+                              _mask_steps(ds.labels_mask, start, end))
+                self._fit_step(seg, "tbptt")
+                if on_iteration is not None:
+                    on_iteration()
+        finally:
+            self._clear_rnn_state()
+
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward and backward on `ds` without updating (DL4J's
         ``computeGradientAndScore``): the gradients are left in `gradient()`; returns the score
@@ -537,20 +779,22 @@ class MultiLayerNetwork(Model):
     def _compiled(self, ds: DataSet) -> DensePlan | None:
         # The compiled iteration (ndws.nn._iteration) when it does exactly what the general path
         # of _gradient_and_score would: a network of built-in dense layers (_dense_plan), no
-        # label mask, and workspaces in their normal mode (the debug modes change how the
-        # manager finds them).
+        # mask, and workspaces in their normal mode (the debug modes change how the manager
+        # finds them).
         plan = self._dense_plan
-        if plan is None or ds.labels_mask is not None or _core._get_debug_mode() != 0:
+        if (plan is None or ds.labels_mask is not None or ds.features_mask is not None
+                or _core._get_debug_mode() != 0):
             return None
         return plan
 
-    def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode) -> float:
+    def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode,
+                            state: str | None = None) -> float:
         # Forward and backward on ds: the gradients in the flat buffer, the score returned.
         # The two paths share what surrounds the pass: the forward pass's listeners (called
         # back from inside either), the backward pass's (here, after every workspace of the
         # pass is closed), so neither can miss a hook the other calls.
         out_layer = self._output_layer()
-        x, labels, mask = self._batch_arrays(ds)
+        x, labels, mask, fmask = self._batch_arrays(ds)
         if x.shape[0] == 0:
             # e.g. an iterator's empty batch mid-epoch: refused before anything moves (a loss
             # averaged over no example has no value, and an updater would still step)
@@ -559,8 +803,8 @@ class MultiLayerNetwork(Model):
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
-        self._presize(x.shape[0])
-        plan = self._compiled(ds)
+        self._presize(x)
+        plan = self._compiled(ds) if state is None else None
 
         def run() -> float:
             if plan is not None:
@@ -569,11 +813,12 @@ class MultiLayerNetwork(Model):
                 # + 0.0: the general path's regularization sum (no l1/l2 here)
                 return plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
                                 forward) + 0.0
-            return self._general_pass(x, labels, mask, out_layer, mgr, mode)
+            return self._general_pass(x, labels, mask, out_layer, mgr, mode, fmask, state)
         return self._training_pass(run)
 
     def _general_pass(self, x: NDArray, labels: NDArray, mask: Any, out_layer: Layer,
-                      mgr: LayerWorkspaceMgr, mode: WorkspaceMode) -> float:
+                      mgr: LayerWorkspaceMgr, mode: WorkspaceMode, fmask: Any = None,
+                      state: str | None = None) -> float:
         # the general path of _gradient_and_score: any layers, any workspace mode
         n = len(self.layers)
         open_eps: list[Any] = []      # SEPARATE: the epsilon scopes still open
@@ -586,12 +831,10 @@ class MultiLayerNetwork(Model):
                     acts = [x] if self._listeners else None
                     rows, dt = x.shape[0], self.conf.dtype
                     shapes = []                # each layer's input shape: its epsilon's
+                    masks = self._begin_pass(rows, fmask)
                     for i, layer in enumerate(self.layers):
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
-                            if self._preprocessors[i] is not None:
-                                a = self._preprocess(i, a, mgr, False)
-                            shapes.append(a.shape)
-                            a = layer.activate(a, True, mgr)
+                            a, masks = self._activate(i, a, True, mgr, masks, state, shapes)
                         if self._checked[i]:
                             _checks.returned(layer, "activate", a,
                                              (rows,) + self._out_shapes[i], dt)
@@ -661,7 +904,8 @@ class MultiLayerNetwork(Model):
             loss = getattr(layer, "loss_function", None)
             row = ((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
                     str(layer.output_width() or "-"))
-                   + (("x".join(map(str, t.shape())) if t is not None else "-",) if shapes
+                   + (("x".join("T" if d == -1 else str(d) for d in t.shape())
+                       if t is not None else "-",) if shapes
                       else ())
                    + (f"{n:,}", act + (f" / {loss.name}" if loss is not None else "")))
             if report is not None:
@@ -725,13 +969,15 @@ class MultiLayerNetwork(Model):
         try:
             # each batch is taken with no cycle of the network open: an iterator makes its
             # arrays in the caller's workspace (or detached), never in WS_OUTPUT_MEM's cycle
-            for features, batch_labels, mask in source:
+            for features, batch_labels, mask, fmask in source:
                 a = self._as_input(features, "features")
+                if fmask is not None:
+                    fmask = self._check_features_mask(a, fmask)
                 bar.update(float("nan"))
                 with ws if ws is not None else contextlib.nullcontext():
                     try:
                         with scope_out_of_workspaces():
-                            out = self._forward_detached(a, False, mode, ws)[-1]
+                            out = self._forward_detached(a, False, mode, ws, fmask=fmask)[-1]
                             if last:
                                 out, batch_labels, mask = (
                                     _channels_first(v, out.ndim) for v in (out, batch_labels,
@@ -745,7 +991,7 @@ class MultiLayerNetwork(Model):
                         raise
                     finally:
                         out = None     # the batch's output goes with its cycle
-                features = batch_labels = mask = a = None
+                features = batch_labels = mask = fmask = a = None
         finally:
             bar.close()
         return evaluations[0] if len(evaluations) == 1 else evaluations
@@ -761,12 +1007,12 @@ class MultiLayerNetwork(Model):
                 raise TypeError("labels: features arrays need their labels (e.g. "
                                 "evaluate(X, y) or do_evaluation(X, y, Evaluation()))")
             if isinstance(data, DataSet):
-                return batches([data])
+                return batches([data], features_mask=True)
             if not hasattr(data, "__iter__"):
                 raise TypeError(f"data: expected a DataSet, an iterable of DataSets or "
                                 f"(features, labels) pairs, or features and labels arrays, "
                                 f"got {type(data).__name__}")
-            return batches(data)
+            return batches(data, features_mask=True)
         _refuse_labels_for_batches(data)
         x = self._as_input(data)
         y = labels if isinstance(labels, NDArray) else np.asarray(labels)
@@ -778,7 +1024,7 @@ class MultiLayerNetwork(Model):
         if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                 or batch_size < 1):
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
-        return ((x[s:s + batch_size], y[s:s + batch_size], None)
+        return ((x[s:s + batch_size], y[s:s + batch_size], None, None)
                 for s in range(0, n, int(batch_size)))
 
     def evaluate(self, data: Any, labels: Any = None, *, batch_size: int | None = None,
@@ -901,6 +1147,30 @@ def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
         # what DenseLayer.activate / OutputLayer.activate keep for the derivative
         keeps.append(layer is out or act not in _FROM_OUTPUT)
     return DensePlan(layers, acts, keeps, configs)
+
+
+def _finite_mask(name: str, mask: NDArray) -> None:
+    # a mask weighs values: NaN or inf in it would make every score and gradient it touches
+    # NaN, far from the batch that brought it
+    m = np.asarray(mask)
+    if m.dtype.kind == "f" and not np.isfinite(m).all():
+        bad = np.argwhere(~np.isfinite(m))[0]
+        raise ValueError(f"{name}: holds {m[tuple(bad)]} at {tuple(int(i) for i in bad)}: a "
+                         f"mask must be finite (0 masks, 1 keeps)")
+
+
+def _steps(a: NDArray, axis: int, start: int, end: int) -> NDArray:
+    # steps [start, end) of a time series along `axis` (a view)
+    return a[:, :, start:end] if axis == 2 else a[:, start:end]
+
+
+def _mask_steps(mask: Any, start: int, end: int) -> Any:
+    # steps [start, end) of a (n, time) mask; a per-example or per-output mask as it is
+    if mask is None or mask.ndim == 1:
+        return mask
+    if mask.ndim == 2:
+        return mask[:, start:end] if mask.shape[1] != 1 else mask
+    return mask[:, :, start:end]
 
 
 def _channels_first(a: Any, ndim: int) -> Any:

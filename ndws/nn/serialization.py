@@ -1,6 +1,8 @@
 """Saving and loading networks: a zip of the configuration (JSON), the flat parameters and the
 flat updater state (``.npy``, read with ``allow_pickle=False``) and the training counters with
-the dropout generator's state (JSON). Loading runs no code: no pickle, no import by name.
+the dropout generator's state (JSON); on request, the state the recurrent layers carry between
+``rnn_time_step`` calls (one ``.npy`` per layer and key). Loading runs no code: no pickle, no
+import by name.
 
 `MultiLayerNetwork.save` / `MultiLayerNetwork.load` (and `ComputationGraph`'s, the same format)
 are the entry points; a network loaded with its updater continues training exactly as the
@@ -27,6 +29,8 @@ CONFIGURATION = "configuration.json"
 COEFFICIENTS = "coefficients.npy"
 UPDATER_STATE = "updater_state.npy"
 TRAINING_STATE = "training_state.json"
+#: the carried state of recurrent layer i under key k: RNN_STATE + f"{i}/{k}.npy"
+RNN_STATE = "rnn_state/"
 FORMAT_VERSION = 1
 #: the network type each configuration format belongs to
 _NETWORKS = {"ndws.MultiLayerConfiguration": "MultiLayerNetwork",
@@ -39,11 +43,14 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def save_network(net: Any, path: Any, save_updater: bool = True) -> None:
+def save_network(net: Any, path: Any, save_updater: bool = True,
+                 save_rnn_state: bool = False) -> None:
     """Write `net` to `path` (a new file, or one replaced whole: the zip is written next to it
     and renamed, so a failure leaves the old file as it was)."""
     if not isinstance(save_updater, bool):
         raise TypeError(f"save_updater: expected a bool, got {type(save_updater).__name__}")
+    if not isinstance(save_rnn_state, bool):
+        raise TypeError(f"save_rnn_state: expected a bool, got {type(save_rnn_state).__name__}")
     path = _path(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"path: {path!r} is a directory")
@@ -56,6 +63,11 @@ def save_network(net: Any, path: Any, save_updater: bool = True) -> None:
                TRAINING_STATE: json.dumps(state).encode()}
     if save_updater:
         entries[UPDATER_STATE] = _npy_bytes(net._updater_state_flat())
+    if save_rnn_state:
+        for owner, (_, layer) in net._state_layers().items():
+            if _keeps_state(layer):
+                for key, value in layer.rnn_get_previous_state().items():
+                    entries[f"{RNN_STATE}{owner}/{key}.npy"] = _npy_bytes(value.numpy())
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".ndws-save-", suffix=".zip", dir=directory)
     try:
@@ -160,6 +172,43 @@ def _vector(z: Archive, name: str, n: int, dtype: np.dtype, needs: str) -> tuple
     return header
 
 
+def _keeps_state(layer: Any) -> bool:
+    # a recurrent layer (or a wrapper of one) with rnn_time_step state; Bidirectional has none
+    return hasattr(layer, "state_keys") and not hasattr(layer, "fwd")
+
+
+def _rnn_state_headers(z: Archive, conf: Any) -> dict:
+    # the .npy headers of the saved carried state, checked against the configuration: a
+    # recurrent layer's keys, its dtype, (n, n_out) with one n for all (nothing read yet).
+    # Entries are rnn_state/<owner>/<key>.npy, <owner> a layer index of a MultiLayerNetwork,
+    # a vertex name of a ComputationGraph (conf._state_layers())
+    headers: dict[Any, dict] = {}
+    rows = None
+    owners = conf._state_layers()
+    for name in sorted(n for n in z.names if n.startswith(RNN_STATE)):
+        owner, _, file = name[len(RNN_STATE):].rpartition("/")
+        key = file[:-4] if file.endswith(".npy") else ""
+        index, layer = owners.get(owner, (None, None))
+        if layer is None or not _keeps_state(layer) or key not in layer.state_keys:
+            raise z.error(name, "names no state of a recurrent layer of the configuration")
+        header = z.npy_header(name, "f")
+        n = header[1][0] if len(header[1]) == 2 else -1
+        if header[0] != conf.dtype or header[1] != (n, layer.n_out) or n < 1 or \
+                rows not in (None, n):
+            raise z.error(name, f"holds {header[0]} {header[1]}, the layer's state is "
+                                f"{conf.dtype} (n_samples, {layer.n_out}) with one n_samples for "
+                                f"every layer")
+        rows = n
+        headers.setdefault(index, {})[key] = (name, header)
+    layers = {index: layer for index, layer in owners.values()}
+    for index, keys in headers.items():
+        if set(keys) != set(layers[index].state_keys):
+            raise z.error(RNN_STATE, f"layer {index}'s state needs "
+                                     f"{sorted(layers[index].state_keys)}, the file holds "
+                                     f"{sorted(keys)}")
+    return headers
+
+
 def load_network(cls: type, path: Any, load_updater: bool = True) -> Any:
     """Read a network written by `save_network`; ValueError naming the file and the entry for
     anything else (not a zip, truncated, entries missing, malformed or out of range, arrays
@@ -196,9 +245,12 @@ def load_network(cls: type, path: Any, load_updater: bool = True) -> Any:
         updater_header = (_vector(z, UPDATER_STATE, n_state, dt,
                                   "the configuration's updaters need")
                           if with_updater else None)
+        rnn_headers = _rnn_state_headers(z, conf)
         # everything agrees: now allocate
         params = z.read_npy(COEFFICIENTS, params_header)
         updater = z.read_npy(UPDATER_STATE, updater_header) if with_updater else None
+        rnn_state = {i: {k: z.read_npy(name, header) for k, (name, header) in keys.items()}
+                     for i, keys in rnn_headers.items()}
     try:
         net = cls(conf)
         net.init(params)
@@ -207,6 +259,11 @@ def load_network(cls: type, path: Any, load_updater: bool = True) -> Any:
                          f"not fit in memory ({exc})") from None
     if updater is not None:
         net._set_updater_state_flat(updater, f"{path}: {UPDATER_STATE}")
+    for index, layer_state in rnn_state.items():
+        try:
+            net.rnn_set_previous_state(index, layer_state)
+        except (TypeError, ValueError) as exc:            # NaN in it
+            raise ValueError(f"{path}: {RNN_STATE}{index}: {exc}") from None
     net.iteration = state["iteration"]
     net.epoch = state["epoch"]
     net._dropout_rng.bit_generator.state = state["dropout_rng"]

@@ -33,17 +33,17 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-import numpy as np
-
-from ndws.nn.conf import (SETTINGS, JsonConfiguration, layer_defaults, network_settings,
-                          settings_dict, settings_kwargs)
+from ndws.nn.conf import (DEFAULT_TBPTT_LENGTH, SETTINGS, TBPTT, BackpropType,
+                          JsonConfiguration, check_tbptt, layer_defaults, network_settings,
+                          parse_backprop_type, settings_dict, settings_kwargs, tbptt_dict,
+                          tbptt_length, tbptt_settings)
 from ndws.nn.graph.vertices import GraphVertex, MergeVertex
-from ndws.nn.inputs import InputType, _Parsed
+from ndws.nn.inputs import InputType
 from ndws.nn.layers.base import Layer
 from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError
 
-__all__ = ["ComputationGraphConfiguration", "GraphBuilder", "BackpropType"]
+__all__ = ["ComputationGraphConfiguration", "GraphBuilder"]
 
 #: what to_json writes as "format", and the version from_json reads
 FORMAT, _VERSION = "ndws.ComputationGraphConfiguration", 1
@@ -51,35 +51,11 @@ FORMAT, _VERSION = "ndws.ComputationGraphConfiguration", 1
 _INVALID = "Invalid configuration: "
 
 
-class BackpropType(_Parsed):
-    """How a network backpropagates through time (DL4J's ``BackpropType``): STANDARD (the
-    whole series) or TRUNCATED_BPTT (segments of ``tbptt_fwd_length`` steps); DL4J's names
-    (``"TruncatedBPTT"``) too."""
-
-    STANDARD = "Standard"
-    TRUNCATED_BPTT = "TruncatedBPTT"
-
-    @classmethod
-    def parse(cls, value: Any, where: str) -> "BackpropType":
-        if isinstance(value, str) and value.lower() == "truncatedbptt":
-            value = cls.TRUNCATED_BPTT
-        return super().parse(value, where)
-
-
 def _name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise FieldTypeError(f"{what}: expected a non-empty str, got {type(value).__name__} "
                              f"{value!r:.40}")
     return value
-
-
-def _length(value: Any, what: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise FieldTypeError(f"{what}: expected an int >= 1, got {type(value).__name__} "
-                             f"{value!r:.40}")
-    if not 1 <= value <= 1 << 31:
-        raise ValueError(f"{what}: expected an int in [1, 2**31], got {value!r}")
-    return int(value)
 
 
 class GraphBuilder:
@@ -100,8 +76,8 @@ class GraphBuilder:
         self._preprocessors: dict[str, InputPreProcessor] = {}
         self._input_types: list[InputType] = []
         self._backprop_type = BackpropType.STANDARD
-        self._tbptt_fwd = 20
-        self._tbptt_back = 20
+        self._tbptt_fwd = DEFAULT_TBPTT_LENGTH
+        self._tbptt_back = DEFAULT_TBPTT_LENGTH
         self._last: str | None = None
 
     def add_inputs(self, *names: str) -> "GraphBuilder":
@@ -186,15 +162,15 @@ class GraphBuilder:
         return self
 
     def backprop_type(self, value: Any) -> "GraphBuilder":
-        self._backprop_type = BackpropType.parse(value, "backprop_type")
+        self._backprop_type = parse_backprop_type(value)
         return self
 
     def tbptt_fwd_length(self, n: int) -> "GraphBuilder":
-        self._tbptt_fwd = _length(n, "tbptt_fwd_length")
+        self._tbptt_fwd = tbptt_length("tbptt_fwd_length", n)
         return self
 
     def tbptt_back_length(self, n: int) -> "GraphBuilder":
-        self._tbptt_back = _length(n, "tbptt_back_length")
+        self._tbptt_back = tbptt_length("tbptt_back_length", n)
         return self
 
     def remove_vertex(self, name: str, remove_connections: bool = True) -> "GraphBuilder":
@@ -266,8 +242,9 @@ class ComputationGraphConfiguration(JsonConfiguration):
 
     def __init__(self, inputs: Any, outputs: Any, vertices: Any, *,
                  input_types: Any = None, input_preprocessors: Any = None,
-                 backprop_type: Any = BackpropType.STANDARD, tbptt_fwd_length: int = 20,
-                 tbptt_back_length: int = 20, topological_order: Any = None, **settings: Any):
+                 backprop_type: Any = BackpropType.STANDARD,
+                 tbptt_fwd_length: int = DEFAULT_TBPTT_LENGTH,
+                 tbptt_back_length: int = DEFAULT_TBPTT_LENGTH, topological_order: Any = None, **settings: Any):
         set_ = object.__setattr__
         unknown = set(settings) - set(SETTINGS)
         if unknown:
@@ -318,14 +295,15 @@ class ComputationGraphConfiguration(JsonConfiguration):
                                  f"additional inputTypes ({len(input_types)}) != number of "
                                  f"network inputs ({len(inputs)})")
         set_(self, "input_types", input_types)
-        set_(self, "backprop_type", BackpropType.parse(backprop_type, "backprop_type"))
-        set_(self, "tbptt_fwd_length", _length(tbptt_fwd_length, "tbptt_fwd_length"))
-        set_(self, "tbptt_back_length", _length(tbptt_back_length, "tbptt_back_length"))
+        for k, v in tbptt_settings(backprop_type, tbptt_fwd_length, tbptt_back_length).items():
+            set_(self, k, v)
         order = _topological_order(inputs, objs, ins)
         if topological_order is not None:
             order = _kept_order(topological_order, order, inputs, ins)
         set_(self, "topological_order", order)
         resolved, pres_out, types = self._resolve()
+        if self.backprop_type is BackpropType.TRUNCATED_BPTT:
+            check_tbptt((f'"{n}"', v) for n, v in resolved.items() if isinstance(v, Layer))
         set_(self, "resolved_vertices", resolved)
         set_(self, "resolved_preprocessors", pres_out)
         #: each vertex's output type (None where unknown), inputs included
@@ -427,6 +405,10 @@ class ComputationGraphConfiguration(JsonConfiguration):
         return [(f'vertices["{n}"]', self.resolved_vertices[n]) for n in self.topological_order
                 if n in self.resolved_vertices]
 
+    def _state_layers(self) -> dict:
+        # what a saved file names each layer's carried state by: name -> (name, layer)
+        return {n: (n, v) for n, v in self.resolved_vertices.items() if isinstance(v, Layer)}
+
     # -- JSON -----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict:
@@ -447,17 +429,13 @@ class ComputationGraphConfiguration(JsonConfiguration):
                "vertices": vertices, "topological_order": list(self.topological_order)}
         if self.input_types is not None:
             out["input_types"] = [t.to_dict() for t in self.input_types]
-        if self.backprop_type is not BackpropType.STANDARD:
-            out["backprop_type"] = self.backprop_type.name
-            out["tbptt_fwd_length"] = self.tbptt_fwd_length
-            out["tbptt_back_length"] = self.tbptt_back_length
+        out.update(tbptt_dict(self))
         return out
 
     @classmethod
     def from_dict(cls, data: Any) -> "ComputationGraphConfiguration":
         cls._checked(data, {"inputs", "outputs", "vertices", "topological_order",
-                            "input_types", "backprop_type", "tbptt_fwd_length",
-                            "tbptt_back_length", *SETTINGS})
+                            "input_types", *TBPTT, *SETTINGS})
         entries = data.get("vertices")
         if not isinstance(entries, list):
             raise ValueError(f"configuration.vertices: expected a list, got {entries!r:.40}")
@@ -486,8 +464,7 @@ class ComputationGraphConfiguration(JsonConfiguration):
                 raise ValueError(f"configuration.input_types: expected a list, got "
                                  f"{types!r:.40}")
             kwargs["input_types"] = [InputType.from_dict(t) for t in types]
-        for k in ("backprop_type", "tbptt_fwd_length", "tbptt_back_length",
-                  "topological_order"):
+        for k in (*TBPTT, "topological_order"):
             if k in data:
                 kwargs[k] = data[k]
         return cls(data.get("inputs"), data.get("outputs"), vertices,

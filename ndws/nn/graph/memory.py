@@ -10,9 +10,9 @@ a cycle.
 """
 from __future__ import annotations
 
-from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_WORKING_MEM, WS_SINGLE,
-                             layer_act)
-from ndws.nn.memory_report import _KEPT, _WORKING, _aligned
+from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_WORKING_MEM,
+                             WS_RNN_LOOP_WORKING_MEM, WS_SINGLE, layer_act)
+from ndws.nn.memory_report import _KEPT, _LOOP, _WORKING, _aligned
 from ndws.nn.workspace_mgr import ArrayType
 from ndws.workspace import WorkspaceMode
 
@@ -28,13 +28,18 @@ def graph_plan(nodes: list, uses: list, mode: WorkspaceMode, training: bool) -> 
     resolve it first)."""
     if mode is WorkspaceMode.NONE:
         return {}
+    # a recurrent layer's time steps: a cycle of the loop workspace each, in every mode
+    loop = max((_aligned(b) for use in uses for _, t, b in use if t in _LOOP), default=0)
+    loops = {WS_RNN_LOOP_WORKING_MEM: loop} if loop else {}
+    uses = [[u for u in use if u[1] not in _LOOP] for use in uses]
     if mode is WorkspaceMode.SINGLE:
         if training:
-            return {WS_SINGLE: sum(_aligned(b) for use in uses for _, _, b in use)}
+            return {WS_SINGLE: sum(_aligned(b) for use in uses for _, _, b in use), **loops}
         # inference: the outputs' activations are detached (or the caller's)
         return {WS_INFERENCE: sum(_aligned(b) for node, use in zip(nodes, uses)
-                                  for _, t, b in use if not (node.output >= 0 and t is _A))}
-    out: dict[str, int] = {}
+                                  for _, t, b in use if not (node.output >= 0 and t is _A)),
+                **loops}
+    out: dict[str, int] = dict(loops)
     work = kept = 0
     pooled: dict[int, int] = {}
     for node, use in zip(nodes, uses):

@@ -59,8 +59,9 @@ from ndws.nn.graph.memory import graph_plan
 from ndws.nn.history import History, _Progress
 from ndws.nn.inputs import check_input_shape
 from ndws.nn.layers.base import Layer
-from ndws.nn.memory_report import MemoryReport
-from ndws.nn.network import _declared_shape
+from ndws.nn.memory_report import MemoryReport, uses_of
+from ndws.nn.network import _declared_shape, _mask_steps, _steps
+from ndws.nn.preprocessors import MaskState
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
 
@@ -232,6 +233,19 @@ class ComputationGraph(Model):
                              f"a layer")
         return obj
 
+    def _state_layers(self) -> dict:
+        # what a saved file names each layer's carried state by: its vertex name
+        return {self._owner_name(layer): (self._owner_name(layer), layer)
+                for layer in self.layers}
+
+    def _recurrent(self, name: Any, op: str) -> Any:
+        # the recurrent layer of vertex `name` (rnn_get/set_previous_state)
+        self._check_init()
+        if not isinstance(name, str):
+            raise TypeError(f"{op}: expected a vertex name (str), got {name!r:.40}")
+        obj = self.get_vertex(name)
+        return self._recurrent_layer(obj, f'vertices["{name}"]', op)
+
     def n_layers(self) -> int:
         return len(self.conf.resolved_layers)
 
@@ -264,7 +278,7 @@ class ComputationGraph(Model):
             t = self.conf.vertex_types.get(name)
             reader = self._nodes[self._nodes[self._position[name]].consumers[0]]
             check_input_shape(tuple(a.shape), t, reader.where, f"the input type of \"{name}\"",
-                              label)
+                              label, reader=reader.obj)
             out.append(a)
         rows = {a.shape[0] for a in out}
         if len(rows) > 1:
@@ -364,27 +378,58 @@ class ComputationGraph(Model):
 
     # -- one vertex -----------------------------------------------------------------------------
 
-    def _forward_node(self, node: _Node, ins: list, training: bool, mgr: LayerWorkspaceMgr
-                      ) -> NDArray:
+    def _forward_node(self, node: _Node, ins: list, in_masks: list | None, training: bool,
+                      mgr: LayerWorkspaceMgr, state: str | None = None) -> tuple:
         # the vertex's output from its inputs' activations, checked (a layer's preprocessor
-        # first, in the same scopes)
+        # first, in the same scopes), and its features mask with the mask's state (DL4J's
+        # feedForwardMaskArray(s)): a layer takes its input's before it activates, a vertex
+        # combines its inputs' by its rule. `in_masks`: each input's (mask, state) or None
+        # (None: no mask in the pass). `state`: "step" or "tbptt", a recurrent layer's pass
+        # from its stored state (rnn_time_step, truncated BPTT). Returns (output, mask)
         rows = ins[0].shape[0]
         obj = node.obj
+        masks = None
         if node.kind == _LAYER:
             x = ins[0]
+            masks = None if in_masks is None else in_masks[0]
             if node.pre is not None:
+                node.pre.minibatch = rows      # rows of a time series do not say it
                 x = self._run_preprocessor(node.pre, x, mgr, False,
                                            f"{node.where}.preprocessor "
                                            f"({type(node.pre).__name__})")
-            out = obj.activate(x, training, mgr)
+                if masks is not None:
+                    masks = node.pre.feed_forward_mask(masks[0], masks[1], mgr)
+            if masks is not None:
+                masks = obj.feed_forward_mask(masks[0], masks[1], mgr)
+                if masks[0] is None:
+                    masks = None
+            if state is not None and hasattr(obj, "activate_with_state"):
+                out = obj.activate_with_state(x, training, mgr, state)
+            else:
+                out = obj.activate(x, training, mgr)
             if node.checked:
                 _checks.returned(obj, "activate", out, (rows,) + node.shape, self.conf.dtype)
         else:
             out = obj.activate(list(ins), training, mgr)
             if node.checked:
                 self._check_vertex_array(node, "activate", out, None, rows)
+            if in_masks is not None and any(m is not None for m in in_masks):
+                masks = self._vertex_mask(node, in_masks, rows)
         self._check_location(obj, _A, out, mgr, "activate")
-        return out
+        return out, masks
+
+    @staticmethod
+    def _vertex_mask(node: _Node, in_masks: list, rows: int) -> tuple | None:
+        # a vertex's output mask by its rule (outside every workspace: it outlives the step),
+        # ACTIVE when one of its inputs' is (DL4J's MaskState: a mask that still applies)
+        with scope_out_of_workspaces():
+            m = node.obj.feed_forward_mask([None if m is None else m[0] for m in in_masks],
+                                           rows)
+        if m is None:
+            return None
+        states = [m[1] for m in in_masks if m is not None]
+        return m, (MaskState.ACTIVE if MaskState.ACTIVE in states or not states
+                   else states[0])
 
     def _check_vertex_array(self, node: _Node, op: str, array: Any, shape: tuple | None,
                             rows: int) -> None:
@@ -466,22 +511,11 @@ class ComputationGraph(Model):
         t = node.obj.input_type
         return (x.shape[0],) + tuple(t.shape()) if t is not None else tuple(x.shape)
 
-    def _mask_of(self, node: _Node, masks: list, rows: int) -> Any:
-        # the feature mask of a vertex's output from its inputs' masks (outside every
-        # workspace): a vertex's rule, a layer's feed_forward_mask where it has one, else the
-        # input's mask passes through
-        ins = [masks[i] for i in node.ins]
-        with scope_out_of_workspaces():
-            if node.kind == _VERTEX:
-                return node.obj.feed_forward_mask(ins, rows)
-            hook = getattr(node.obj, "feed_forward_mask", None)
-            return ins[0] if hook is None else hook(ins[0], rows)
-
     # -- inference ------------------------------------------------------------------------------
 
     def _run_forward(self, xs: list, fmasks: list, training: bool, mode: WorkspaceMode,
                      output_ws: Any, keep_all: bool = False, scoring: bool = False,
-                     ) -> list:
+                     state: str | None = None) -> list:
         """The forward pass of an inference: every vertex up to the last output, in `mode`'s
         layout (SEPARATE: each vertex's activations in its pooled workspace, closed at the end
         of its last consumer's step). Returns each position's activation (detached copies of
@@ -491,9 +525,8 @@ class ComputationGraph(Model):
         n = len(nodes)
         last = n - 1 if keep_all else max(nodes[self._position[o]].pos
                                            for o in self.conf.network_outputs)
-        rows = xs[0].shape[0]
         if not keep_all and not scoring:
-            self._presize(rows)
+            self._presize(xs[0])
         acts: list[Any] = [None] * n
         masks: list[Any] = [None] * n
         kept: list[Any] = [None] * n
@@ -517,7 +550,9 @@ class ComputationGraph(Model):
                     for p in range(last + 1):
                         node = nodes[p]
                         if node.kind == _INPUT:
-                            acts[p], masks[p] = xs[k], fmasks[k]
+                            acts[p] = xs[k]
+                            masks[p] = None if fmasks[k] is None else (fmasks[k],
+                                                                       MaskState.ACTIVE)
                             self._pass_inputs[node.name] = (xs[k], fmasks[k])
                             k += 1
                             if keep_all:
@@ -535,11 +570,10 @@ class ComputationGraph(Model):
                         else:
                             m = mgr
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
-                            acts[p] = self._forward_node(
+                            acts[p], masks[p] = self._forward_node(
                                 node, [acts[i] for i in node.ins],
-                                training or (scoring and node.output >= 0), m)
-                        if any_mask:
-                            masks[p] = self._mask_of(node, masks, rows)
+                                [masks[i] for i in node.ins] if any_mask else None,
+                                training or (scoring and node.output >= 0), m, state)
                         if keep_all:
                             kept[p] = acts[p].detach()
                         for ws in closing.pop(p, ()):
@@ -580,15 +614,7 @@ class ComputationGraph(Model):
         with self._exclusive("output", FORWARD, writes=bool(train)):
             xs = self._as_inputs(list(inputs))
             fmasks = self._masks(masks, len(xs), xs[0].shape[0], "masks")
-            if output_workspace is not None:
-                if not isinstance(output_workspace, ndws.Workspace):
-                    raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
-                                    f"{type(output_workspace).__name__}")
-                if not output_workspace.is_scope_active:
-                    raise ndws.WorkspaceError(
-                        f"output_workspace: workspace [{output_workspace.id}] is not open; open "
-                        f"it before calling output (closing it stays the caller's job)",
-                        "closed", output_workspace.id)
+            self._check_output_workspace(output_workspace)
             mode = self._inference_mode() if not train else self._train_mode()
             return self._run_forward(xs, fmasks, bool(train), mode, output_workspace)
 
@@ -702,7 +728,8 @@ class ComputationGraph(Model):
             self._score = self._gradient_and_score(mds, self._train_mode())
             return self._score
 
-    def _gradient_and_score(self, mds: MultiDataSet, mode: WorkspaceMode) -> float:
+    def _gradient_and_score(self, mds: MultiDataSet, mode: WorkspaceMode,
+                            state: str | None = None) -> float:
         # Forward and backward on a batch: the gradients in the flat buffer, the score
         # returned. SEPARATE: the activations in WS_ALL_LAYERS_ACT for the whole pass, each
         # vertex's working memory per pass, its epsilons in its pooled workspace until the
@@ -721,19 +748,19 @@ class ComputationGraph(Model):
         for x in xs:
             if x.workspace_id is not None:
                 mgr.set_no_leverage_override(x.workspace_id)
-        self._presize(rows)
+        self._presize(xs[0])
         return self._training_pass(
-            lambda: self._general_pass(xs, fmasks, labels, lmasks, mgr, mode))
+            lambda: self._general_pass(xs, fmasks, labels, lmasks, mgr, mode, state))
 
     def _general_pass(self, xs: list, fmasks: list, labels: list, lmasks: list,
-                      mgr: LayerWorkspaceMgr, mode: WorkspaceMode) -> float:
+                      mgr: LayerWorkspaceMgr, mode: WorkspaceMode, state: str | None = None
+                      ) -> float:
         nodes = self._nodes
         n = len(nodes)
         acts: list[Any] = [None] * n
         masks: list[Any] = [None] * n
         eps: list[Any] = [None] * n
         closing: dict[int, list] = {}
-        rows = xs[0].shape[0]
         any_mask = any(m is not None for m in fmasks)
         separate = mode is WorkspaceMode.SEPARATE
         score = 0.0
@@ -746,15 +773,17 @@ class ComputationGraph(Model):
                     k = 0
                     for p, node in enumerate(nodes):
                         if node.kind == _INPUT:
-                            acts[p], masks[p] = xs[k], fmasks[k]
+                            acts[p] = xs[k]
+                            masks[p] = None if fmasks[k] is None else (fmasks[k],
+                                                                       MaskState.ACTIVE)
                             self._pass_inputs[node.name] = (xs[k], fmasks[k])
                             k += 1
                             continue
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
-                            acts[p] = self._forward_node(node, [acts[i] for i in node.ins],
-                                                         True, mgr)
-                        if any_mask:
-                            masks[p] = self._mask_of(node, masks, rows)
+                            acts[p], masks[p] = self._forward_node(
+                                node, [acts[i] for i in node.ins],
+                                [masks[i] for i in node.ins] if any_mask else None, True, mgr,
+                                state)
                     if self._listeners and self._forward_listeners():
                         self._notify_forward({nd.name: acts[nd.pos] for nd in nodes}, mode)
                     for p in range(n - 1, -1, -1):
@@ -875,6 +904,105 @@ class ComputationGraph(Model):
                                 f"or a DataSet")
             yield self._batch(item, f"data: item {i}")
 
+    def _fit_tbptt(self, mds: MultiDataSet, on_iteration: Any) -> None:
+        # DL4J's doTruncatedBPTT on a graph: every time-series input and label (rank 3) and
+        # their masks cut into segments of tbptt_fwd_length steps (views), the other inputs
+        # whole in each, one update per segment, the recurrent layers' state carried from one
+        # segment to the next (detached) and cleared before and after the batch; each segment
+        # backpropagates from its carried state through its last tbptt_back_length steps, as
+        # a MultiLayerNetwork's (docs/recurrent.md)
+        names, outs = self.conf.network_inputs, self.conf.network_outputs
+        xs, ys = list(mds.features), list(mds.labels)
+        if len(ys) != len(outs):
+            self._labels(mds)                      # says what is wrong
+        x_axes = [self._series_axis(x, self.conf.vertex_types.get(n))
+                  for x, n in zip(xs, names)]
+        y_axes = []
+        for y, o in zip(ys, outs):
+            layer = self._output_layer(o)
+            y_axes.append(self._series_axis(y, layer.output_type(layer.input_type)))
+        if all(a is None for a in x_axes) or all(a is None for a in y_axes):
+            raise ValueError(f"fit: truncated BPTT needs time series features and labels "
+                             f"(rank 3), got features of shapes "
+                             f"{[tuple(x.shape) for x in xs]} and labels of shapes "
+                             f"{[tuple(y.shape) for y in ys]} (DL4J: \"Cannot do truncated "
+                             f"BPTT with non-3d inputs or labels\")")
+        lengths = {a.shape[ax] for a, ax in zip(xs + ys, x_axes + y_axes) if ax is not None}
+        if len(lengths) > 1:
+            raise ValueError(f"fit: the time series have different lengths ({sorted(lengths)} "
+                             f"time steps): truncated BPTT cuts them all into the same "
+                             f"segments (DL4J: \"Input and label time series have different "
+                             f"lengths\")")
+        steps = lengths.pop()
+        if steps == 0:
+            raise ValueError("fit: a time series of 0 steps has nothing to train on")
+        fms = list(mds.features_masks or [None] * len(xs))
+        lms = list(mds.labels_masks or [None] * len(ys))
+        length = self.conf.tbptt_fwd_length
+
+        def cut(arrays: list, axes: list, start: int, end: int) -> list:
+            return [a if ax is None else _steps(a, ax, start, end) for a, ax in zip(arrays, axes)]
+
+        self._clear_rnn_state()
+        try:
+            for start in range(0, steps, length):
+                end = min(start + length, steps)
+                seg = MultiDataSet(cut(xs, x_axes, start, end), cut(ys, y_axes, start, end),
+                                   [_mask_steps(m, start, end) for m in fms],
+                                   [_mask_steps(m, start, end) for m in lms])
+                self._fit_step(seg, "tbptt")
+                if on_iteration is not None:
+                    on_iteration()
+        finally:
+            self._clear_rnn_state()
+
+    def _series_axis(self, a: Any, t: Any) -> int | None:
+        # the time axis of `a` if it is a time series (rank 3) of type t, else None
+        return self._time_axis(t) if a.ndim == 3 else None
+
+    # -- stateful inference (DL4J's rnnTimeStep) ------------------------------------------------
+
+    def rnn_time_step(self, *inputs: Any, output_workspace: Any = None) -> list[NDArray]:
+        """The outputs for the next steps of the sequences, from the state the recurrent
+        layers kept at the end of the last call (DL4J's ``rnnTimeStep``), a list in
+        `set_outputs` order. Each time-series input is one step (n_samples, size) or several
+        (n_samples, size, time) (NWC: (n_samples, time, size)); when every one is one step, a
+        recurrent output of one step is given as (n_samples, n_out). The state is kept per
+        recurrent layer in detached memory until `rnn_clear_previous_state` (as
+        `MultiLayerNetwork.rnn_time_step`); a batch of another size without clearing it is an
+        error; the outputs are detached, or in `output_workspace`."""
+        self._check_init()
+        with self._exclusive("rnn_time_step"):
+            names = self.conf.network_inputs
+            if len(inputs) != len(names):
+                self._as_inputs(list(inputs))      # says what is wrong
+            series = [self.conf.vertex_types.get(n) for n in names]
+            if not any(t is not None and t.kind == "RNN" for t in series):
+                raise ValueError(f"rnn_time_step: no input of the graph is a time series (its "
+                                 f"input types are {list(series)!r}); use output()")
+            arrays, one_step = [], True
+            for x, t, name in zip(inputs, series, names):
+                if t is not None and t.kind == "RNN":
+                    reader = self._nodes[self._nodes[self._position[name]].consumers[0]].obj
+                    a, one = self._one_step_series(x, t, reader)
+                    one_step = one_step and one
+                    arrays.append(a)
+                else:
+                    arrays.append(x)
+            xs = self._as_inputs(arrays)
+            self._check_output_workspace(output_workspace)
+            outs = self._run_forward(xs, [None] * len(xs), False, self._inference_mode(),
+                                     output_workspace, state="step")
+            if one_step:
+                for k, o in enumerate(self.conf.network_outputs):
+                    layer = self._nodes[self._position[o]].obj
+                    out = outs[k]
+                    if out.ndim == 3 and isinstance(layer, Layer):
+                        axis = self._time_axis(layer.output_type(layer.input_type))
+                        if out.shape[axis] == 1:
+                            outs[k] = out[:, :, 0] if axis == 2 else out[:, 0, :]
+            return outs
+
     # -- evaluation -----------------------------------------------------------------------------
 
     def do_evaluation(self, data: Any, *evaluations: Any, progress: bool | None = None) -> Any:
@@ -978,19 +1106,16 @@ class ComputationGraph(Model):
         self._check_init()
         return MemoryReport(self, batch_size)
 
-    def _memory_uses(self, batch: int, training: bool, itemsize: int) -> list:
+    def _memory_uses(self, batch: int, training: bool, itemsize: int,
+                     length: int | None = None) -> list:
         # per vertex but the inputs, in topological order: the arrays one pass makes (a
-        # layer's preprocessor's first), None where undeclared
-        out = []
-        for node in self._nodes:
-            if node.kind == _INPUT:
-                continue
-            use = _checks.memory_use(node.obj, batch, training, itemsize)
-            if node.pre is not None and use is not None:
-                pre_use = node.pre.memory_use(batch, training, itemsize)
-                use = None if pre_use is None else list(pre_use) + list(use)
-            out.append(use)
-        return out
+        # layer's preprocessor's first), None where undeclared (a recurrent layer over time
+        # series of varying length too: a graph plans for the lengths its types give)
+        return uses_of([(n.obj, n.pre) for n in self._nodes if n.kind != _INPUT], batch,
+                       training, itemsize)
+
+    def _plan_length(self, x: NDArray) -> int | None:
+        return None
 
     def _memory_plan(self, uses: list, mode: WorkspaceMode, training: bool) -> dict:
         return graph_plan([n for n in self._nodes if n.kind != _INPUT], uses, mode, training)

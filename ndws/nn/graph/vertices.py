@@ -218,6 +218,11 @@ class GraphVertex:
         ``ArrayType.ACTIVATION_GRAD``."""
         raise NotImplementedError(f"{type(self).__name__}.backprop_gradient")
 
+    def param_order(self, name: str) -> str:
+        """How parameter `name`'s elements sit in the flat buffer: "C" (row-major, the
+        default) or "F" (column-major), as for a layer."""
+        return "C"
+
     def feed_forward_mask(self, masks: list, batch: int) -> NDArray | None:
         """The mask of the output from the masks of the inputs (None entries: no mask); the
         default passes the first input's on."""
