@@ -49,7 +49,7 @@ from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, Lo
 from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length, count as _count,
                            input_array)
 from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM, workspace_configs
-from ndws.nn.conf import BackpropType
+from ndws.nn.conf import SETTINGS, BackpropType
 from ndws.nn.inputs import InputType
 from ndws.nn.preprocessors import (FeedForwardToRnnPreProcessor, MaskState,
                                    RnnToFeedForwardPreProcessor)
@@ -1078,12 +1078,9 @@ class MultiLayerNetwork(Model):
         from ndws.nn.graph import ComputationGraph, ComputationGraphConfiguration
         self._check_init()
         conf = self.conf
-        b = ComputationGraphConfiguration.builder(
-            **{k: getattr(conf, k) for k in ("seed", "updater", "activation", "weight_init",
-                                             "dropout", "l1", "l2", "weight_decay",
-                                             "bias_init", "training_workspace_mode",
-                                             "inference_workspace_mode", "dtype",
-                                             "convolution_mode")})
+        b = ComputationGraphConfiguration.builder(**{k: getattr(conf, k) for k in SETTINGS})
+        b.backprop_type(conf.backprop_type).tbptt_fwd_length(conf.tbptt_fwd_length)
+        b.tbptt_back_length(conf.tbptt_back_length)
         b.add_inputs("in")
         for i, layer in enumerate(conf.layers):
             b.add_layer(str(i), layer, "in" if i == 0 else str(i - 1),

@@ -54,6 +54,7 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_OUTPUT_
                              workspace_configs)
 from ndws.nn._fit_options import labels_array
 from ndws.nn._model import _IN_FORWARD, Model, count, input_array
+from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
 from ndws.nn.graph.memory import graph_plan
 from ndws.nn.history import History, _Progress
@@ -145,6 +146,7 @@ class ComputationGraph(Model):
         order = conf.topological_order
         position = {name: p for p, name in enumerate(order)}
         inputs = set(conf.network_inputs)
+        tbptt = conf.backprop_type is BackpropType.TRUNCATED_BPTT
         nodes, owners, layers = [], [], []
         for p, name in enumerate(order):
             if name in inputs:
@@ -152,6 +154,10 @@ class ComputationGraph(Model):
                 continue
             obj = conf.resolved_vertices[name].clone()
             if isinstance(obj, Layer):
+                if tbptt and hasattr(obj, "back_length"):
+                    # truncated BPTT: the errors of a segment flow back through its last
+                    # tbptt_back_length steps (docs/recurrent.md)
+                    obj.back_length = conf.tbptt_back_length
                 obj.index = len(layers)
                 layers.append(obj)
                 pre = conf.resolved_preprocessors.get(name)
