@@ -143,6 +143,9 @@ class Model:
     #: the class name errors and busy messages use, and the configuration's class
     _kind = "Model"
     _conf_class: type = object
+    #: whether the backward pass calls _after_layer_gradients(i) after each layer i (layers
+    #: in decreasing index, each one's parameters one span of the flat buffers)
+    _layer_hook = False
 
     def _init_state(self, conf: Any) -> None:
         if not isinstance(conf, self._conf_class):
@@ -351,6 +354,45 @@ class Model:
                 b.assign(a)
         self._iteration, self._epoch = other._iteration, other._epoch
 
+    def clone(self) -> Any:
+        """A new network of this type with the same configuration and a copy of the parameters
+        and updater state (counters included). From another thread while this network trains,
+        the copy is taken at the next iteration boundary (the caller waits for it); from a
+        listener, at iteration_done or an epoch hook (inside an iteration: RuntimeError)."""
+        self._check_init()
+        other = type(self)(self.conf)
+        other._build(None, share=False, sample=False)   # built first: the copy is all we wait for
+        self._busy.snapshot(f"{self._kind}.clone", lambda: other._copy_state_from(self))
+        return other
+
+    def _owners(self) -> list:
+        # every layer (and a graph's every vertex), in the order of the flat buffers
+        return list(self.layers)
+
+    def _replica(self, share: str, stream: int) -> Any:
+        """Another thread's copy of this network (ndws.parallel's workers), its dropout drawn
+        from its own stream. `share`: "none" copies everything (as clone); "trainable" makes
+        the parameters the updater changes this network's own views (one shared parameter set:
+        running statistics stay the replica's, as the forward pass writes them); "all" gives an
+        inference-only network on this network's flat parameter array itself (no copy, no
+        gradients, no updater state: nothing may train it)."""
+        if share == "all":
+            other = type(self)(self.conf)
+            other._build(self._params, share=True)
+        elif share in ("none", "trainable"):
+            other = self.clone()
+            if share == "trainable":
+                for mine, theirs in zip(self._owners(), other._owners()):
+                    for name, view in mine.params.items():
+                        if mine.trainable(name):
+                            theirs.params[name] = view
+        else:
+            raise ValueError(f"share: expected 'none', 'trainable' or 'all', got {share!r}")
+        other._dropout_rng = np.random.default_rng([self.conf.seed, 1, stream])
+        for owner in other._owners():
+            owner._rng = other._dropout_rng
+        return other
+
     # -- the step around a pass -------------------------------------------------------------------
 
     def _fit_batch(self, batch: Any, on_iteration: Any = None) -> None:
@@ -364,19 +406,41 @@ class Model:
             on_iteration()
 
     def _fit_step(self, batch: Any, state: str | None) -> None:
-        # from the forward pass to the update the iteration writes the parameters: copies for
-        # other threads wait for its end (ndws.nn._busy); a raise leaves it to fit's exit.
-        # `state`: "tbptt" for a segment of truncated BPTT (from the carried state)
+        # one training step, its two halves written once for every trainer (ParallelWrapper's
+        # SHARED_GRADIENTS round and MPITrainer's step call the same parts around their
+        # combination of the gradients). From the forward pass to the update the iteration
+        # writes the parameters: copies for other threads wait for its end (ndws.nn._busy); a
+        # raise leaves it to fit's exit. `state`: "tbptt" for a segment of truncated BPTT
         self._busy.begin()
+        self._compute_step(batch, state)
+        self._gradient_done()
+        self._update(0, int(self._params.shape[0]))
+        done = self._count_iteration()
+        self._busy.end()                   # the boundary: iteration_done may copy or save
+        self._iteration_done(done)
+
+    def _compute_step(self, batch: Any, state: str | None = None) -> float:
+        # the compute half of a step: forward and backward on `batch` in the training layout,
+        # the gradients in the flat buffer, the score and the batch's rows recorded
         score = self._gradient_and_score(batch, self._train_mode(), state)
         self._score = score
         self.last_batch_size = int(batch.num_examples())
+        return score
+
+    def _gradient_done(self) -> None:
+        # the gradient the update will apply is final (a trainer's combined one, after it set
+        # _score and last_batch_size to the combined step's): DL4J's onGradientCalculation
         for listener in self._listeners:
             listener.on_gradient_calculation(self)
-        self._update(0, int(self._params.shape[0]))
+
+    def _count_iteration(self) -> int:
+        # the apply half ends: the iteration counted; returns its number for _iteration_done
         done = self._iteration
         self._iteration += 1
-        self._busy.end()                   # the boundary: iteration_done may copy or save
+        return done
+
+    def _iteration_done(self, done: int) -> None:
+        # after the iteration boundary (the busy mark ended): the listeners' iteration_done
         for listener in self._listeners:
             listener.iteration_done(self, done, self._epoch)
         # DL4J asks the memory manager once per iteration; it collects only when its occasional

@@ -83,6 +83,7 @@ class MultiLayerNetwork(Model):
 
     _kind = "MultiLayerNetwork"
     _conf_class = MultiLayerConfiguration
+    _layer_hook = True
 
     def __init__(self, conf: MultiLayerConfiguration):
         self._init_state(conf)
@@ -1058,18 +1059,6 @@ class MultiLayerNetwork(Model):
 
     # -- misc -----------------------------------------------------------------------------------
 
-    def clone(self) -> "MultiLayerNetwork":
-        """A new network with the same configuration and a copy of the parameters and updater
-        state (counters included). From another thread while this network trains, the copy is
-        taken at the next iteration boundary (the caller waits for it); from a listener, at
-        iteration_done or an epoch hook (inside an iteration: RuntimeError)."""
-        self._check_init()
-        other = MultiLayerNetwork(self.conf)
-        other._build(None, share=False, sample=False)   # built first: the copy is all we wait for
-
-        self._busy.snapshot("MultiLayerNetwork.clone", lambda: other._copy_state_from(self))
-        return other
-
     def to_computation_graph(self) -> Any:
         """This network as an `ndws.nn.ComputationGraph` (DL4J's ``toComputationGraph``): input
         ``"in"``, the layers as vertices ``"0"``, ``"1"``, ... in a chain with the same
@@ -1094,30 +1083,6 @@ class MultiLayerNetwork(Model):
             graph._copy_state_from(self)
             graph._dropout_rng.bit_generator.state = self._dropout_rng.bit_generator.state
         return graph
-
-    def _replica(self, share: str, stream: int) -> "MultiLayerNetwork":
-        """Another thread's copy of this network (ndws.parallel's workers), its dropout drawn
-        from its own stream. `share`: "none" copies everything (as clone); "trainable" makes
-        the parameters the updater changes this network's own views (one shared parameter set:
-        running statistics stay the replica's, as the forward pass writes them); "all" gives an
-        inference-only network on this network's flat parameter array itself (no copy, no
-        gradients, no updater state: nothing may train it)."""
-        if share == "all":
-            other = MultiLayerNetwork(self.conf)
-            other._build(self._params, share=True)
-        elif share in ("none", "trainable"):
-            other = self.clone()
-            if share == "trainable":
-                for mine, theirs in zip(self.layers, other.layers):
-                    for name, view in mine.params.items():
-                        if mine.trainable(name):
-                            theirs.params[name] = view
-        else:
-            raise ValueError(f"share: expected 'none', 'trainable' or 'all', got {share!r}")
-        other._dropout_rng = np.random.default_rng([self.conf.seed, 1, stream])
-        for layer in other.layers:
-            layer._rng = other._dropout_rng
-        return other
 
     def __repr__(self) -> str:
         state = f"{self.num_params()} params" if self._params is not None else "not initialised"

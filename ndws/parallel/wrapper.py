@@ -509,12 +509,9 @@ class ParallelWrapper(Stoppable):
             # statistics) to the round's second barrier (every worker's slice)
             root._busy.begin()
         if item is not _IDLE:
-            score = net._gradient_and_score(item, net._train_mode())
-            net._score = score
-            net.last_batch_size = run.rows[i] = int(item.features.shape[0])
-            run.scores[i] = score
-            for listener in net._listeners:
-                listener.on_gradient_calculation(net)
+            run.scores[i] = net._compute_step(item)        # the step's two halves: the
+            run.rows[i] = net.last_batch_size              # network's own (nn._model)
+            net._gradient_done()
         else:
             run.rows[i] = 0
         run.barrier.wait()
@@ -543,15 +540,13 @@ class ParallelWrapper(Stoppable):
                 if a < b:
                     _mean_into_all([net_k._params for net_k in run.nets], fed, a, b)
         run.barrier.wait()
-        done = net._iteration
-        net._iteration += 1
+        done = net._count_iteration()
         if i == 0:
             root._busy.end()
             root._score = sum(s * r for s, r in zip(run.scores, rows) if r) / total
             root.last_batch_size = total
             self._record(run, done, root._score, total)
-        for listener in net._listeners:
-            listener.iteration_done(net, done, net._epoch)
+        net._iteration_done(done)
 
     @staticmethod
     def _record(run: _Run, iteration: int, score: float, rows: int) -> None:

@@ -239,6 +239,9 @@ class ComputationGraph(Model):
                              f"a layer")
         return obj
 
+    def _owners(self) -> list:
+        return [n.obj for n in self._nodes if n.obj is not None]
+
     def _state_layers(self) -> dict:
         # what a saved file names each layer's carried state by: its vertex name
         return {self._owner_name(layer): (self._owner_name(layer), layer)
@@ -741,6 +744,7 @@ class ComputationGraph(Model):
         # vertex's working memory per pass, its epsilons in its pooled workspace until the
         # first of its inputs (in topological order) has read them; an input read by several
         # vertices has their epsilons summed into the first one's array.
+        mds = self._batch(mds, "data")
         xs = self._as_inputs(list(mds.features), "features")
         rows = xs[0].shape[0]
         if rows == 0:
@@ -904,6 +908,17 @@ class ComputationGraph(Model):
                 for s in range(0, n, size)]
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[MultiDataSet]:
+        # the batches of an epoch as MultiDataSets: fit's (already checked), or a trainer's
+        # (ndws.parallel) from anything fit takes
+        if labels is not None:
+            yield from self._array_batches(data, labels, batch_size)
+            return
+        if isinstance(data, (MultiDataSet, DataSet)):
+            yield self._batch(data, "data")
+            return
+        if not hasattr(data, "__iter__") or isinstance(data, (NDArray, np.ndarray)):
+            raise TypeError(f"data: expected a MultiDataSet, a DataSet, an iterable of them, or "
+                            f"features arrays with labels, got {type(data).__name__}")
         for i, item in enumerate(data):
             if not isinstance(item, (MultiDataSet, DataSet)):
                 raise TypeError(f"data: item {i} is a {type(item).__name__}, not a MultiDataSet "
@@ -1167,16 +1182,6 @@ class ComputationGraph(Model):
                      f"{self.conf.training_workspace_mode.name}, inference "
                      f"{self.conf.inference_workspace_mode.name}")
         return "\n".join(lines)
-
-    def clone(self) -> "ComputationGraph":
-        """A new graph with the same configuration and a copy of the parameters and updater
-        state (counters included), taken at an iteration boundary (as
-        `MultiLayerNetwork.clone`)."""
-        self._check_init()
-        other = ComputationGraph(self.conf)
-        other._build(None, share=False, sample=False)
-        self._busy.snapshot("ComputationGraph.clone", lambda: other._copy_state_from(self))
-        return other
 
     def __repr__(self) -> str:
         state = f"{self.num_params()} params" if self._params is not None else "not initialised"
