@@ -795,3 +795,39 @@ def test_one_graph_serves_one_thread_at_a_time(rng):
         t.join()
     assert g.iteration == 1
     assert os.environ.get("NDWS_NEVER") is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_chain_of_dense_layers_trains_on_the_compiled_iteration_to_the_same_bits(mode):
+    x, y = load_digits()
+    x = (x[:256] / 16.0).astype(np.float32)
+    onehot = np.eye(10, dtype=np.float32)[y[:256]]
+    net = MultiLayerNetwork(MultiLayerConfiguration(
+        [DenseLayer(n_in=64, n_out=32, activation="relu"), DenseLayer(n_out=16),
+         OutputLayer(n_out=10, activation="softmax")], seed=3, updater=Adam(1e-2),
+        activation="tanh", training_workspace_mode=mode, inference_workspace_mode=mode))
+    net.init()
+    g = net.to_computation_graph()
+    assert g._dense_plan is not None and net._dense_plan is not None
+
+    class Seen(TrainingListener):
+        names = None
+
+        def on_forward_pass(self, model, activations):
+            self.names = list(activations)
+
+    seen = Seen()
+    g.set_listeners(seen)
+    for _ in range(2):
+        net.fit(x, y[:256], batch_size=32)
+        g.fit([x], [onehot], batch_size=32)
+    np.testing.assert_array_equal(g.params().numpy(), net.params().numpy())
+    assert g.score() == net.score()
+    assert seen.names == ["in", "0", "1", "2"]
+    # a mask takes the general path, which computes the same values
+    mask = np.ones((32, 1), np.float32)
+    mask[:4] = 0
+    a, b = net.clone(), g.clone()
+    a.fit(DataSet(x[:32], onehot[:32], None, mask))
+    b.fit(MultiDataSet([x[:32]], [onehot[:32]], None, [mask]))
+    np.testing.assert_allclose(b.params().numpy(), a.params().numpy(), rtol=1e-6, atol=1e-7)

@@ -43,6 +43,7 @@ from typing import Any, Iterable
 import numpy as np
 
 import ndws
+from ndws import _core
 from ndws._core import NDArray, _np_view
 from ndws.data.async_iterators import AsyncDataSetIterator, AsyncMultiDataSetIterator
 from ndws.data.dataset import DataSet, MultiDataSet
@@ -61,7 +62,7 @@ from ndws.nn.history import History, _Progress
 from ndws.nn.inputs import check_input_shape
 from ndws.nn.layers.base import Layer
 from ndws.nn.memory_report import MemoryReport, uses_of
-from ndws.nn.network import _declared_shape, _mask_steps, _steps
+from ndws.nn.network import _PLAN_MODES, _declared_shape, _dense_plan, _mask_steps, _steps
 from ndws.nn.preprocessors import MaskState
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
@@ -208,6 +209,14 @@ class ComputationGraph(Model):
             node.grad_slot = grad_slots.get(node.pos)
         self._configs = workspace_configs(len(owners),
                                           tuple(layer_act(k) for k in range(max(n_act, n_grad))))
+        # a chain of built-in dense layers trains on MultiLayerNetwork's compiled iteration
+        # (ndws.nn._iteration), in that network's own workspace layout
+        chain = (len(conf.network_inputs) == 1 and len(conf.network_outputs) == 1
+                 and all(n.kind == _LAYER and n.pre is None and n.ins == [n.pos - 1]
+                         for n in nodes[1:])
+                 and nodes[-1].output == 0)
+        self._dense_plan = (_dense_plan(layers, workspace_configs(len(layers)))
+                            if chain and not share else None)
         self._adopt(flat)
 
     # -- lookups --------------------------------------------------------------------------------
@@ -754,6 +763,16 @@ class ComputationGraph(Model):
         labels, lmasks = self._labels(mds)
         for o in self.conf.network_outputs:
             self._output_layer(o)
+        plan = self._dense_plan
+        if (plan is not None and state is None and fmasks[0] is None and lmasks[0] is None
+                and _core._get_debug_mode() == 0):
+            names = [n.name for n in self._nodes]
+            forward = ((lambda acts: self._notify_forward(dict(zip(names, acts)), mode))
+                       if self._listeners and self._forward_listeners() else None)
+            # + 0.0: the general path's regularization sum (no l1/l2 here)
+            return self._training_pass(lambda: plan.run(
+                _PLAN_MODES[mode], xs[0], labels[0], self._after_layer_gradients,
+                forward) + 0.0)
         mgr = self._manager((mode, True, ""))
         for x in xs:
             if x.workspace_id is not None:
