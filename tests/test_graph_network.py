@@ -831,3 +831,37 @@ def test_a_chain_of_dense_layers_trains_on_the_compiled_iteration_to_the_same_bi
     a.fit(DataSet(x[:32], onehot[:32], None, mask))
     b.fit(MultiDataSet([x[:32]], [onehot[:32]], None, [mask]))
     np.testing.assert_allclose(b.params().numpy(), a.params().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_separate_plans_within_a_fifth_of_the_minimal_live_set():
+    # the residual network of bench_graph (smaller): a block's input is read twice, so the
+    # pool holds three epsilon workspaces whatever the depth; the plan's SEPARATE training
+    # layout is within 1.2x the widest cut's minimal live set and far below SINGLE's
+    from ndws.nn import ActivationLayer, GlobalPoolingLayer
+    from ndws.nn.graph.memory import minimal_live_set, widest_cut
+    for blocks in (1, 3, 6):
+        b = (ComputationGraphConfiguration.builder(seed=1, activation="relu",
+                                                   convolution_mode="Same")
+             .add_inputs("image")
+             .add_layer("stem", ConvolutionLayer(n_out=4, kernel_size=(3, 3)), "image"))
+        prev = "stem"
+        for k in range(blocks):
+            b.add_layer(f"a{k}", ConvolutionLayer(n_out=4, kernel_size=(3, 3)), prev)
+            b.add_layer(f"c{k}", ConvolutionLayer(n_out=4, kernel_size=(3, 3),
+                                                  activation="identity"), f"a{k}")
+            b.add_vertex(f"add{k}", ElementWiseVertex("ADD"), f"c{k}", prev)
+            b.add_layer(f"b{k}", ActivationLayer(activation="relu"), f"add{k}")
+            prev = f"b{k}"
+        b.add_layer("pool", GlobalPoolingLayer(pooling_type="AVG"), prev)
+        b.add_layer("out", OutputLayer(n_out=3, activation="softmax"), "pool")
+        g = ComputationGraph(b.set_outputs("out")
+                             .set_input_types(InputType.convolutional(6, 6, 2)).build())
+        g.init()
+        nodes = [n for n in g._nodes if n.obj is not None]
+        assert widest_cut(nodes, True) == 3 and widest_cut(nodes, False) == 3
+        report = g.memory_report(8)
+        live = minimal_live_set(nodes, g._memory_uses(8, True, 4), True)
+        separate = sum(report.workspace_bytes(ndws.WorkspaceMode.SEPARATE, True).values())
+        single = sum(report.workspace_bytes(ndws.WorkspaceMode.SINGLE, True).values())
+        assert live <= separate <= 1.2 * live
+        assert separate < single

@@ -16,7 +16,7 @@ from ndws.nn.memory_report import _KEPT, _LOOP, _WORKING, _aligned
 from ndws.nn.workspace_mgr import ArrayType
 from ndws.workspace import WorkspaceMode
 
-__all__ = ["graph_plan", "widest_cut"]
+__all__ = ["graph_plan", "widest_cut", "minimal_live_set"]
 
 _A, _G = ArrayType.ACTIVATIONS, ArrayType.ACTIVATION_GRAD
 
@@ -71,3 +71,36 @@ def widest_cut(nodes: list, training: bool) -> int:
     slots = {n.grad_slot if training else n.act_slot for n in nodes}
     slots.discard(None)
     return len(slots)
+
+
+def minimal_live_set(nodes: list, uses: list, training: bool) -> int:
+    """The fewest bytes any layout needs for a pass of the graph (the yardstick of the pooled
+    layout, docs/graphs.md): the largest, over the steps of the pass, of what must be alive at
+    once (the arrays of the vertices whose last reader has not run yet, the widest cut, plus
+    the step's working memory), plus in training everything the backward pass reads (the
+    kept activations). `nodes` and `uses` as for `graph_plan`; inputs' positions are
+    `node.pos`, the positions of a node's inputs and consumers `node.ins` / `node.consumers`."""
+    uses = [[u for u in use if u[1] not in _LOOP] for use in uses]
+    by_pos = {node.pos: (node, use) for node, use in zip(nodes, uses)}
+    t_pooled = _G if training else _A
+    size = {p: sum(_aligned(b) for _, t, b in use if t is t_pooled) for p, (_, use) in
+            by_pos.items()}
+    # each vertex's array lives from its step to the end of the step that last reads it:
+    # forward, its last consumer; backward, the first of its inputs (steps run in reverse)
+    ends = {}
+    for p, (node, _) in by_pos.items():
+        if training:
+            ends[p] = min(node.ins) if node.ins else p
+        elif node.output < 0 and node.consumers:
+            ends[p] = max(node.consumers)
+    peak = 0
+    for p, (node, use) in by_pos.items():
+        if training:
+            live = sum(size[q] for q, e in ends.items() if e <= p <= q)
+        else:
+            live = sum(size[q] for q, e in ends.items() if q <= p <= e)
+        work = max(sum(_aligned(b) for ph, t, b in use if ph == phase and (
+            t in _WORKING if training else t is not _A)) for phase in ("forward", "backward"))
+        peak = max(peak, live + work)
+    kept = sum(_aligned(b) for use in uses for _, t, b in use if t in _KEPT) if training else 0
+    return kept + peak
