@@ -865,3 +865,26 @@ def test_separate_plans_within_a_fifth_of_the_minimal_live_set():
         single = sum(report.workspace_bytes(ndws.WorkspaceMode.SINGLE, True).values())
         assert live <= separate <= 1.2 * live
         assert separate < single
+
+
+def test_fit_shuffles_and_validates_as_the_network_does():
+    x, y = load_digits()
+    x = (x / 16.0).astype(np.float32)
+    net = MultiLayerNetwork(MultiLayerConfiguration(
+        [DenseLayer(n_in=64, n_out=32, activation="relu"),
+         OutputLayer(n_out=10, activation="softmax")], seed=3, updater=Adam(1e-2)))
+    net.init()
+    g = net.to_computation_graph()
+    h1 = net.fit(x[:512], y[:512], batch_size=32, epochs=2, shuffle=True,
+                 validation_data=(x[512:700], y[512:700]), progress=False)
+    h2 = g.fit([x[:512]], [y[:512]], batch_size=32, epochs=2, shuffle=True,
+               validation_data=([x[512:700]], [y[512:700]]), progress=False)
+    np.testing.assert_array_equal(g.params().numpy(), net.params().numpy())
+    assert h2.validation_scores == h1.validation_scores
+    assert h2.validation_accuracy == h1.validation_accuracy
+    with pytest.raises(ValueError, match="shuffle: only with features and labels arrays"):
+        g.fit(MultiDataSet([x[:8]], [np.eye(10)[y[:8]]]), shuffle=True)
+    with pytest.raises(ValueError, match="seed: only with shuffle=True"):
+        g.fit([x[:8]], [y[:8]], seed=1)
+    with pytest.raises(TypeError, match="validation_data: a generator can be read only once"):
+        g.fit([x[:8]], [y[:8]], validation_data=(d for d in []))

@@ -53,7 +53,8 @@ from ndws.nn import _checks
 from ndws.nn._busy import FORWARD, TRAIN
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_OUTPUT_MEM, layer_act,
                              workspace_configs)
-from ndws.nn._fit_options import labels_array
+from ndws.nn._fit_options import (_correct, check_seed, labels_array, reiterable,
+                                  shuffled_order)
 from ndws.nn._model import _IN_FORWARD, Model, count, input_array
 from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
@@ -851,7 +852,9 @@ class ComputationGraph(Model):
         return score + reg
 
     def fit(self, data: Any, labels: Any = None, *, epochs: int = 1,
-            batch_size: int | None = None, progress: bool | None = None) -> History:
+            batch_size: int | None = None, progress: bool | None = None,
+            shuffle: bool = False, seed: int | None = None,
+            validation_data: Any = None) -> History:
         """Train on `data` for `epochs` epochs; returns the `History`.
 
         Parameters
@@ -868,12 +871,34 @@ class ComputationGraph(Model):
             With features and labels: rows per batch (default: all of them).
         progress : bool, optional
             One progress bar over the whole fit (default: on a terminal or in a notebook).
+        shuffle, seed : optional
+            With features and labels arrays: the rows in a new order each epoch, as
+            `MultiLayerNetwork.fit` draws it (from `seed`, default the configuration's, and
+            the epoch counter), the same permutation for every input and output.
+        validation_data : optional
+            Held-out data scored after every epoch (``History.validation_scores``, and the
+            accuracy of output 0 when it is a classifier): (features, labels) as `fit` takes
+            them, a MultiDataSet, a DataSet, or a re-iterable of them.
         """
         self._check_init()
         epochs = count("epochs", epochs)
         if progress is not None and not isinstance(progress, bool):
             raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
+        if not isinstance(shuffle, (bool, np.bool_)):
+            raise TypeError(f"shuffle: expected True or False, got {shuffle!r:.40}")
+        if seed is not None:
+            if not shuffle:
+                raise ValueError("seed: only with shuffle=True (it seeds the order of the rows)")
+            seed = check_seed(seed)
+        if shuffle and labels is None:
+            raise ValueError("shuffle: only with features and labels arrays (a MultiDataSet or "
+                             "an iterator brings its own order)")
+        validate = None if validation_data is None else _Validation(self, validation_data)
+        arrays = None
         if labels is not None:
+            if shuffle:                                  # (checked by _array_batches)
+                arrays = (list(data) if isinstance(data, (list, tuple)) else [data],
+                          list(labels) if isinstance(labels, (list, tuple)) else [labels])
             data = self._array_batches(data, labels, batch_size)
         elif batch_size is not None:
             raise ValueError("batch_size: only with features and labels arrays (a MultiDataSet "
@@ -898,7 +923,14 @@ class ComputationGraph(Model):
                     wrapper = data = kind(data, queue_size=2)
             try:
                 for _ in range(epochs):
-                    self._fit_epoch(data, None, None, progress, history)
+                    if arrays is not None:
+                        # the rows in this epoch's order (MultiLayerNetwork.fit's draw)
+                        xs, ys = arrays
+                        order = shuffled_order(xs[0].shape[0], self.conf.seed if seed is None
+                                               else seed, self._epoch)
+                        data = self._array_batches([_rows(x, order) for x in xs],
+                                                   [_rows(y, order) for y in ys], batch_size)
+                    self._fit_epoch(data, None, None, progress, history, validate)
             finally:
                 history._close()
                 if wrapper is not None:
@@ -906,6 +938,7 @@ class ComputationGraph(Model):
         return history
 
     def _array_batches(self, data: Any, labels: Any, batch_size: Any) -> list:
+        # (fit's arrays, batch_size checked here: it is None or the rows of each batch)
         # features (one array per input) and labels (one per output) cut into MultiDataSets
         xs = self._as_inputs(data if isinstance(data, (list, tuple)) else [data], "data")
         ys = labels if isinstance(labels, (list, tuple)) else [labels]
@@ -1166,31 +1199,42 @@ class ComputationGraph(Model):
 
     # -- misc -----------------------------------------------------------------------------------
 
-    def summary(self) -> str:
+    def summary(self, batch_size: int | None = None) -> str:
         """A table of the vertices in topological order: name, type, inputs, n_in, n_out,
-        parameters, activation (and loss)."""
+        parameters, activation (and loss); with `batch_size`, also the bytes each vertex's
+        arrays take in training and in inference (from `memory_report`)."""
         self._check_init()
-        rows = [("vertex", "type", "inputs", "n_in", "n_out", "params", "activation")]
+        report = None if batch_size is None else MemoryReport(self, batch_size)
+        uses = {} if report is None else {row["name"]: row for row in report.layers}
+        rows = [("vertex", "type", "inputs", "n_in", "n_out", "params", "activation")
+                + (() if report is None else (f"train B ({batch_size})",
+                                              f"infer B ({batch_size})"))]
         for node in self._nodes:
             names = ", ".join(self._nodes[i].name for i in node.ins) or "-"
             if node.kind == _INPUT:
                 t = self.conf.vertex_types.get(node.name)
-                rows.append((node.name, "input", "-", "-", "-" if t is None else str(
-                    t.elements_per_example()), "0", "-"))
-                continue
-            obj = node.obj
-            n_params = sum(int(np.prod(s)) for s in obj.param_shapes().values())
-            if node.kind == _LAYER:
-                act = obj.activation.value if obj.activation is not None else "-"
-                loss = getattr(obj, "loss_function", None)
-                rows.append((node.name, type(obj).__name__, names, str(obj.n_in or "-"),
-                             str(obj.output_width() or "-"), f"{n_params:,}",
-                             act + (f" / {loss.name}" if loss is not None else "")))
+                row = (node.name, "input", "-", "-", "-" if t is None else str(
+                    t.elements_per_example()), "0", "-")
             else:
-                t = self.conf.vertex_types.get(node.name)
-                rows.append((node.name, type(obj).__name__, names, "-",
-                             "-" if t is None else str(t.elements_per_example()),
-                             f"{n_params:,}", "-"))
+                obj = node.obj
+                n_params = sum(int(np.prod(s)) for s in obj.param_shapes().values())
+                if node.kind == _LAYER:
+                    act = obj.activation.value if obj.activation is not None else "-"
+                    loss = getattr(obj, "loss_function", None)
+                    row = (node.name, type(obj).__name__, names, str(obj.n_in or "-"),
+                           str(obj.output_width() or "-"), f"{n_params:,}",
+                           act + (f" / {loss.name}" if loss is not None else ""))
+                else:
+                    t = self.conf.vertex_types.get(node.name)
+                    row = (node.name, type(obj).__name__, names, "-",
+                           "-" if t is None else str(t.elements_per_example()),
+                           f"{n_params:,}", "-")
+            if report is not None:
+                use = uses.get(node.name)
+                row += (("-", "-") if use is None else tuple(
+                    "?" if use[k] is None else f"{sum(use[k].values()):,}"
+                    for k in ("training", "inference")))
+            rows.append(row)
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) if i < 3 or i == 6 else c.rjust(w)
                            for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
@@ -1207,3 +1251,55 @@ class ComputationGraph(Model):
         return (f"<ComputationGraph inputs={list(self.conf.network_inputs)}, "
                 f"{len(self.conf.vertices)} vertices, outputs="
                 f"{list(self.conf.network_outputs)}, {state}>")
+
+
+def _rows(a: NDArray, order: np.ndarray) -> NDArray:
+    # the rows of `a` in `order` (a new detached array)
+    return ndws.from_numpy(np.asarray(a)[order])
+
+
+class _Validation:
+    """A graph's held-out data scored after each epoch (as `MultiLayerNetwork.fit`'s
+    validation_data): the score over all rows (`score`: an inference pass, the outputs'
+    losses summed) and, when output 0 gives class scores, its accuracy (else None)."""
+
+    def __init__(self, g: ComputationGraph, data: Any):
+        self._g = g
+        if isinstance(data, tuple) and len(data) == 2 and not isinstance(
+                data[0], (DataSet, MultiDataSet)):
+            self._source: Any = g._array_batches(data[0], data[1], 256)
+        elif isinstance(data, (DataSet, MultiDataSet)):
+            self._source = [g._batch(data, "validation_data")]
+        else:
+            self._source = reiterable(data, "MultiDataSets")
+
+    def __call__(self) -> tuple[float, float | None]:
+        g = self._g
+        # an accuracy for rows of class scores (not for per-pixel or per-step outputs)
+        t = g.conf.vertex_types.get(g.conf.network_outputs[0])
+        classifier = t is not None and t.kind == "FF" and t.size > 1
+        rows, total, right, counted = 0, 0.0, 0, 0
+        try:
+            for i, item in enumerate(self._source):
+                mds = g._batch(item, f"validation_data: item {i}")
+                n = mds.num_examples()
+                if n == 0:
+                    continue
+                total += g._forward_score(mds, False) * n
+                rows += n
+                if classifier:
+                    masks = mds.labels_masks
+                    first = DataSet(mds.features[0], mds.labels[0], None,
+                                    None if masks is None else masks[0])
+                    predicted = g._run_forward(
+                        g._as_inputs(list(mds.features), "validation_data"),
+                        [None] * len(mds.features), False, WorkspaceMode.NONE, None)[0]
+                    r, c = _correct(predicted, first)
+                    right += r
+                    counted += c
+        finally:
+            if callable(getattr(self._source, "reset", None)):
+                self._source.reset()
+        if rows == 0:
+            raise ValueError("validation_data: no examples")
+        return total / rows, (right / counted if classifier and counted else None)
