@@ -206,11 +206,12 @@ def _lstm_conf(hidden: int, seed: int, mode: str = "ENABLED"):
         training_workspace_mode=mode, inference_workspace_mode=mode)
 
 
-def _resnet_conf(hidden: int, seed: int, mode: str = "ENABLED"):
-    # a residual network (a ComputationGraph) on each digit as a 1x8x8 image: a 3x3
-    # convolution stem, three residual blocks of two 3x3 convolutions added to the block's
-    # input (ElementWiseVertex ADD, then ReLU), global average pooling, softmax; HIDDEN / 8
-    # channels (16 for the default 128)
+def _resnet_conf(hidden: int, seed: int, mode: str = "ENABLED", image: tuple = (8, 8, 1)):
+    # a residual network (a ComputationGraph) on each digit as a 1x8x8 image (bench_graph's
+    # on 32x32x3 ones: `image` is (height, width, channels)): a 3x3 convolution stem, three
+    # residual blocks of two 3x3 convolutions added to the block's input (ElementWiseVertex
+    # ADD, then ReLU), global average pooling, softmax; HIDDEN / 8 channels (16 for the
+    # default 128)
     from ndws.nn import (ActivationLayer, Adam, ComputationGraphConfiguration,
                          ConvolutionLayer, ElementWiseVertex, GlobalPoolingLayer, InputType,
                          OutputLayer)
@@ -231,7 +232,7 @@ def _resnet_conf(hidden: int, seed: int, mode: str = "ENABLED"):
     b.add_layer("pool", GlobalPoolingLayer(pooling_type="AVG"), prev)
     b.add_layer("out", OutputLayer(n_out=10, activation="softmax", loss_function="MCXENT"),
                 "pool")
-    return b.set_outputs("out").set_input_types(InputType.convolutional(8, 8, 1)).build()
+    return b.set_outputs("out").set_input_types(InputType.convolutional(*image)).build()
 
 
 def _network(conf):

@@ -113,7 +113,8 @@ def test_help_is_whole_and_describes_every_option():
                                                           "process with --mpi) (default: 32)"),
                               ("--model {mlp,lstm,resnet}", "the network to train (default: mlp)"),
                               ("--hidden HIDDEN", "units in each of the two hidden layers "
-                                                  "(the LSTM's units; resnet: 8 per channel) (default: 128)"),
+                                                  "(the LSTM's units; resnet: 8 per channel) "
+                                                  "(default: 128)"),
                               ("--seed SEED", "(default: 1)"),
                               ("--progress, --no-progress", "show a progress bar (default: on "
                                                             "a terminal or in a notebook)"),

@@ -36,7 +36,7 @@ from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
 
 __all__ = ["Model", "flat_layout", "param_view", "check_flat", "count", "counter",
-           "batch_count", "listener_list", "input_array"]
+           "batch_count", "listener_list", "input_array", "numbers", "fit_options"]
 
 _memory_manager = ndws.get_memory_manager()
 
@@ -85,13 +85,7 @@ def input_array(x: Any, dtype: Any, name: str) -> NDArray:
     if isinstance(x, NDArray):
         a = x
     else:
-        try:
-            arr = np.asarray(x)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name}: expected an array of numbers, got "
-                            f"{type(x).__name__}") from exc
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"{name}: expected an array of numbers, got dtype {arr.dtype}")
+        arr = numbers(x, name)
         if arr.dtype != dtype or not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr, dtype=dtype)
         a = ndws.from_numpy(arr)
@@ -99,6 +93,29 @@ def input_array(x: Any, dtype: Any, name: str) -> NDArray:
         with scope_out_of_workspaces():
             a = a.astype(dtype)
     return a
+
+
+def numbers(x: Any, name: str) -> np.ndarray:
+    """`x` as a NumPy array of numbers (no copy when it is one), or a TypeError naming `name`
+    (the networks' inputs, ParallelInference's requests)."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: expected an array of numbers, got "
+                        f"{type(x).__name__}") from exc
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected an array of numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def fit_options(epochs: Any, progress: Any, shuffle: Any) -> int:
+    """fit's epochs (returned as an int), progress and shuffle checked (both network types)."""
+    epochs = count("epochs", epochs)
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
+    if not isinstance(shuffle, (bool, np.bool_)):
+        raise TypeError(f"shuffle: expected True or False, got {shuffle!r:.40}")
+    return epochs
 
 
 def count(name: str, value: Any, low: int = 1) -> int:

@@ -47,7 +47,7 @@ from ndws.nn._busy import FORWARD, STATE, TRAIN
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length, count as _count,
-                           input_array)
+                           fit_options, input_array)
 from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM, workspace_configs
 from ndws.nn.conf import SETTINGS, BackpropType
 from ndws.nn.inputs import InputType
@@ -635,11 +635,7 @@ class MultiLayerNetwork(Model):
             generator.
         """
         self._check_init()
-        epochs = _count("epochs", epochs)
-        if progress is not None and not isinstance(progress, bool):
-            raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
-        if not isinstance(shuffle, (bool, np.bool_)):
-            raise TypeError(f"shuffle: expected True or False, got {shuffle!r:.40}")
+        epochs = fit_options(epochs, progress, shuffle)
         _refuse_no_examples("fit", data, labels)     # before an epoch starts or a hook fires
         if labels is not None:
             if batch_size is not None:

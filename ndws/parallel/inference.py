@@ -34,6 +34,7 @@ import numpy as np
 
 import ndws
 from ndws._core import NDArray
+from ndws.nn._model import numbers
 from ndws.parallel.modes import (Builder, InferenceMode, LoadBalanceMode, Stoppable,
                                  check_model, option_enum, option_int)
 
@@ -322,15 +323,9 @@ class ParallelInference(Stoppable):
         # one input as (C-contiguous array of the model's dtype with a batch axis, whether it
         # was one example), against its input type `t`
         if isinstance(x, NDArray):
-            arr = np.asarray(x) if blocking or not x.is_attached() else x.numpy()
+            arr = numbers(x if blocking or not x.is_attached() else x.numpy(), name)
         else:
-            try:
-                arr = np.asarray(x)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"{name}: expected an array of numbers, got "
-                                f"{type(x).__name__}") from exc
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"{name}: expected an array of numbers, got dtype {arr.dtype}")
+            arr = numbers(x, name)
         # one example has the shape of the input's type (a row, an image)
         if t is None or t.kind == "FF":
             vector = arr.ndim == 1

@@ -244,7 +244,8 @@ class ComputationGraphConfiguration(JsonConfiguration):
                  input_types: Any = None, input_preprocessors: Any = None,
                  backprop_type: Any = BackpropType.STANDARD,
                  tbptt_fwd_length: int = DEFAULT_TBPTT_LENGTH,
-                 tbptt_back_length: int = DEFAULT_TBPTT_LENGTH, topological_order: Any = None, **settings: Any):
+                 tbptt_back_length: int = DEFAULT_TBPTT_LENGTH,
+                 topological_order: Any = None, **settings: Any):
         set_ = object.__setattr__
         unknown = set(settings) - set(SETTINGS)
         if unknown:

@@ -55,7 +55,7 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_OUTPUT_
                              workspace_configs)
 from ndws.nn._fit_options import (_correct, check_seed, labels_array, reiterable,
                                   shuffled_order)
-from ndws.nn._model import _IN_FORWARD, Model, count, input_array
+from ndws.nn._model import _IN_FORWARD, Model, count, fit_options, input_array
 from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
 from ndws.nn.graph.memory import graph_plan
@@ -437,6 +437,14 @@ class ComputationGraph(Model):
         self._check_location(obj, _A, out, mgr, "activate")
         return out, masks
 
+    def _enter_input(self, node: _Node, x: NDArray, fmask: Any, acts: list,
+                     masks: list) -> None:
+        # a pass reaches network input `node`: its array and features mask (ACTIVE) become
+        # the position's, and vertices that name the input find them (_pass_input)
+        acts[node.pos] = x
+        masks[node.pos] = None if fmask is None else (fmask, MaskState.ACTIVE)
+        self._pass_inputs[node.name] = (x, fmask)
+
     @staticmethod
     def _vertex_mask(node: _Node, in_masks: list, rows: int) -> tuple | None:
         # a vertex's output mask by its rule (outside every workspace: it outlives the step),
@@ -569,10 +577,7 @@ class ComputationGraph(Model):
                     for p in range(last + 1):
                         node = nodes[p]
                         if node.kind == _INPUT:
-                            acts[p] = xs[k]
-                            masks[p] = None if fmasks[k] is None else (fmasks[k],
-                                                                       MaskState.ACTIVE)
-                            self._pass_inputs[node.name] = (xs[k], fmasks[k])
+                            self._enter_input(node, xs[k], fmasks[k], acts, masks)
                             k += 1
                             if keep_all:
                                 kept[p] = xs[k - 1].detach()
@@ -803,10 +808,7 @@ class ComputationGraph(Model):
                     k = 0
                     for p, node in enumerate(nodes):
                         if node.kind == _INPUT:
-                            acts[p] = xs[k]
-                            masks[p] = None if fmasks[k] is None else (fmasks[k],
-                                                                       MaskState.ACTIVE)
-                            self._pass_inputs[node.name] = (xs[k], fmasks[k])
+                            self._enter_input(node, xs[k], fmasks[k], acts, masks)
                             k += 1
                             continue
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
@@ -881,11 +883,7 @@ class ComputationGraph(Model):
             them, a MultiDataSet, a DataSet, or a re-iterable of them.
         """
         self._check_init()
-        epochs = count("epochs", epochs)
-        if progress is not None and not isinstance(progress, bool):
-            raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
-        if not isinstance(shuffle, (bool, np.bool_)):
-            raise TypeError(f"shuffle: expected True or False, got {shuffle!r:.40}")
+        epochs = fit_options(epochs, progress, shuffle)
         if seed is not None:
             if not shuffle:
                 raise ValueError("seed: only with shuffle=True (it seeds the order of the rows)")
