@@ -186,3 +186,32 @@ def test_rnn_time_step_refuses_a_graph_without_time_series(rng):
     g2 = two_input_graph()
     with pytest.raises(ValueError, match="the graph has 2 inputs"):
         g2.rnn_time_step(np.zeros((1, 3), np.float32))
+
+
+def test_hostile_masks_are_refused_by_name_before_anything_moves(rng):
+    g = two_input_graph()
+    x, _ = sequences(rng, n=4)
+    side = rng.standard_normal((4, 5)).astype(np.float32)
+    y = np.eye(2, dtype=np.float32)[[0, 1, 0, 1]]
+    before = g.params().numpy().copy()
+    nan_mask = np.ones((4, 12), np.float32)
+    nan_mask[1, 3] = np.nan
+    cases = [
+        (MultiDataSet([x, side], [y], [nan_mask, None]), ValueError,
+         r"features_masks\[0\]: holds nan at \(1, 3\)"),
+        (MultiDataSet([x, side], [y], None,
+                      [np.array([[1], [np.inf], [1], [1]], np.float32)]), ValueError, r"labels_masks\[0\]: holds inf at \(1, 0\)"),
+        (MultiDataSet([x, side], [y], [None, np.ones((4, 5), np.float32)]), ValueError,
+         r"features_masks\[1\]: expected shape \(4,\) \(one per example\)"),
+    ]
+    for data, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            g.fit(data)
+        with pytest.raises(exc, match=match):
+            g.score(data)
+    with pytest.raises(ValueError, match=r"masks\[0\]: expected shape \(4, 12\)"):
+        g.output(x, side, masks=[np.ones((4, 3), np.float32), None])
+    with pytest.raises(TypeError, match=r"masks\[0\]"):
+        g.output(x, side, masks=[np.array([["a"] * 12] * 4), None])
+    np.testing.assert_array_equal(g.params().numpy(), before)
+    assert g.iteration == 0

@@ -241,30 +241,7 @@ class MultiLayerNetwork(Model):
         return x, labels, mask, fmask
 
     def _check_features_mask(self, x: NDArray, fmask: NDArray) -> NDArray:
-        # DL4J's features mask: (n, time) for a time series, (n,) or (n, 1) per example for
-        # rows; anything else named with the shape it should have
-        t = self.conf._network_input
-        n = x.shape[0]
-        if x.ndim == 3:
-            steps = x.shape[2] if t is None or t.data_format is None or \
-                t.data_format.name == "NCW" else x.shape[1]
-            expected = (n, steps)
-        elif x.ndim == 2 and t is not None and t.kind == "RNN":
-            expected = tuple(x.shape)             # EmbeddingSequenceLayer's (n, time)
-        else:
-            expected = (n,)
-            if fmask.ndim == 2 and fmask.shape == (n, 1):
-                fmask = fmask.reshape(n)
-        if tuple(fmask.shape) != expected:
-            raise ValueError(f"features_mask: expected shape {expected} "
-                             f"({'(n_samples, time)' if len(expected) == 2 else 'one per example'}"
-                             f") for features of shape {tuple(x.shape)}, got "
-                             f"{tuple(fmask.shape)}")
-        if fmask.dtype.kind not in "biuf":
-            raise TypeError(f"features_mask: expected numbers (0 masks a step), got dtype "
-                            f"{fmask.dtype}")
-        _finite_mask("features_mask", fmask)
-        return fmask
+        return check_features_mask(x, fmask, self.conf._network_input, "features_mask")
 
     # -- workspace managers ---------------------------------------------------------------------
 
@@ -1105,6 +1082,33 @@ def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
         # what DenseLayer.activate / OutputLayer.activate keep for the derivative
         keeps.append(layer is out or act not in _FROM_OUTPUT)
     return DensePlan(layers, acts, keeps, configs)
+
+
+def check_features_mask(x: NDArray, fmask: NDArray, t: Any, name: str) -> NDArray:
+    """DL4J's features mask `fmask` (named `name`) of input `x` of type `t`: (n, time) for a
+    time series, (n,) or (n, 1) per example for rows (returned as (n,)); anything else named
+    with the shape it should have, non-numbers and NaN or inf refused (both network types)."""
+    n = x.shape[0]
+    if x.ndim == 3:
+        steps = x.shape[2] if t is None or t.data_format is None or \
+            t.data_format.name == "NCW" else x.shape[1]
+        expected = (n, steps)
+    elif x.ndim == 2 and t is not None and t.kind == "RNN":
+        expected = tuple(x.shape)             # EmbeddingSequenceLayer's (n, time)
+    else:
+        expected = (n,)
+        if fmask.ndim == 2 and fmask.shape == (n, 1):
+            fmask = fmask.reshape(n)
+    if tuple(fmask.shape) != expected:
+        raise ValueError(f"{name}: expected shape {expected} "
+                         f"({'(n_samples, time)' if len(expected) == 2 else 'one per example'}"
+                         f") for features of shape {tuple(x.shape)}, got "
+                         f"{tuple(fmask.shape)}")
+    if fmask.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected numbers (0 masks a step), got dtype "
+                        f"{fmask.dtype}")
+    _finite_mask(name, fmask)
+    return fmask
 
 
 def _finite_mask(name: str, mask: NDArray) -> None:

@@ -63,7 +63,8 @@ from ndws.nn.history import History, _Progress
 from ndws.nn.inputs import check_input_shape
 from ndws.nn.layers.base import Layer
 from ndws.nn.memory_report import MemoryReport, uses_of
-from ndws.nn.network import _PLAN_MODES, _declared_shape, _dense_plan, _mask_steps, _steps
+from ndws.nn.network import (_PLAN_MODES, _declared_shape, _dense_plan, _finite_mask,
+                              _mask_steps, _steps, check_features_mask)
 from ndws.nn.preprocessors import MaskState
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
@@ -305,23 +306,28 @@ class ComputationGraph(Model):
                              + ", ".join(f"{n} {a.shape[0]}" for n, a in zip(names, out)))
         return out
 
-    def _masks(self, masks: Any, n: int, rows: int, what: str) -> list:
-        # feature or label masks: None, or one per input / output (None entries: none)
+    def _masks(self, masks: Any, xs: list, what: str) -> list:
+        # the features masks of inputs `xs`: None, or one per input (None entries: none), each
+        # checked against its input (as a network's: check_features_mask) in the network's
+        # dtype
+        n = len(xs)
         if masks is None:
             return [None] * n
         if not isinstance(masks, (list, tuple)) or len(masks) != n:
             raise ValueError(f"{what}: expected a list of {n} masks (None for none), got "
                              f"{masks!r:.60}")
         out = []
-        for i, m in enumerate(masks):
+        for i, (m, x, name) in enumerate(zip(masks, xs, self.conf.network_inputs)):
             if m is None:
                 out.append(None)
                 continue
-            a = input_array(m, self.conf.dtype, f"{what}[{i}]")
-            if a.ndim == 0 or a.shape[0] != rows:
-                raise ValueError(f"{what}[{i}]: {a.shape[0] if a.ndim else 'no'} rows for "
-                                 f"{rows} examples")
-            out.append(a)
+            if not isinstance(m, NDArray):
+                m = labels_array(m, f"{what}[{i}]")
+            m = check_features_mask(x, m, self.conf.vertex_types.get(name), f"{what}[{i}]")
+            if m.dtype != self.conf.dtype:
+                with scope_out_of_workspaces():
+                    m = m.astype(self.conf.dtype)
+            out.append(m)
         return out
 
     def _pass_input(self, name: str, vertex: Any) -> tuple:
@@ -349,6 +355,7 @@ class ComputationGraph(Model):
                     labels[k] = y.astype(dt)
                 m = lmasks[k]
                 if m is not None:
+                    _finite_mask(f"labels_masks[{k}]", m)
                     if m.ndim == 2 and m.shape[1] == 1:
                         m = m.reshape(m.shape[0])        # DL4J's (n, 1) per-example mask
                     lmasks[k] = m if m.dtype == dt else m.astype(dt)
@@ -637,7 +644,7 @@ class ComputationGraph(Model):
         self._check_init()
         with self._exclusive("output", FORWARD, writes=bool(train)):
             xs = self._as_inputs(list(inputs))
-            fmasks = self._masks(masks, len(xs), xs[0].shape[0], "masks")
+            fmasks = self._masks(masks, xs, "masks")
             self._check_output_workspace(output_workspace)
             mode = self._inference_mode() if not train else self._train_mode()
             return self._run_forward(xs, fmasks, bool(train), mode, output_workspace)
@@ -659,7 +666,7 @@ class ComputationGraph(Model):
         self._check_init()
         with self._exclusive("feed_forward", FORWARD, writes=bool(train)):
             xs = self._as_inputs(list(inputs))
-            fmasks = self._masks(masks, len(xs), xs[0].shape[0], "masks")
+            fmasks = self._masks(masks, xs, "masks")
             kept = self._run_forward(xs, fmasks, bool(train), WorkspaceMode.NONE, None,
                                      keep_all=True)
             return {node.name: kept[node.pos] for node in self._nodes}
@@ -699,7 +706,7 @@ class ComputationGraph(Model):
         # DL4J's score(ds): inference for every vertex (running statistics, no dropout), the
         # output layers' training pass only keeping their pre-activations for the loss
         xs = self._as_inputs(list(mds.features), "features")
-        fmasks = self._masks(mds.features_masks, len(xs), xs[0].shape[0], "features_masks")
+        fmasks = self._masks(mds.features_masks, xs, "features_masks")
         labels, lmasks = self._labels(mds)
         outs = [self._output_layer(o) for o in self.conf.network_outputs]
         mgr = self._manager((WorkspaceMode.NONE, True, ""))
@@ -765,7 +772,7 @@ class ComputationGraph(Model):
         if rows == 0:
             raise ValueError(f"fit: no examples in the batch of iteration {self._iteration} "
                              f"(0 rows)")
-        fmasks = self._masks(mds.features_masks, len(xs), rows, "features_masks")
+        fmasks = self._masks(mds.features_masks, xs, "features_masks")
         labels, lmasks = self._labels(mds)
         for o in self.conf.network_outputs:
             self._output_layer(o)
@@ -1144,8 +1151,7 @@ class ComputationGraph(Model):
             for i, item in enumerate(data):
                 mds = self._batch(item, f"data: item {i}")
                 xs = self._as_inputs(list(mds.features), "features")
-                fmasks = self._masks(mds.features_masks, len(xs), xs[0].shape[0],
-                                     "features_masks")
+                fmasks = self._masks(mds.features_masks, xs, "features_masks")
                 labels = list(mds.labels)
                 lmasks = list(mds.labels_masks or [None] * len(labels))
                 if len(labels) != len(self.conf.network_outputs):
