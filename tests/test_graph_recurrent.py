@@ -215,3 +215,27 @@ def test_hostile_masks_are_refused_by_name_before_anything_moves(rng):
         g.output(x, side, masks=[np.array([["a"] * 12] * 4), None])
     np.testing.assert_array_equal(g.params().numpy(), before)
     assert g.iteration == 0
+
+
+@pytest.mark.parametrize("mode", ["SINGLE", "SEPARATE"])
+def test_a_graph_plans_its_workspaces_for_the_sequence_length(mode, rng):
+    g = two_input_graph(mode)
+    unknown = g.memory_report(16)
+    assert not unknown.complete and "unknown" in str(unknown)
+    report = g.memory_report(16, sequence_length=12)
+    assert report.complete and "sequences of 12 steps" in str(report)
+    assert report.workspaces(ndws.WorkspaceMode[mode])["WS_RNN_LOOP_WORKING_MEM"] > 0
+    longer = g.memory_report(16, sequence_length=24)
+    assert longer.total_bytes(ndws.WorkspaceMode[mode]) > report.total_bytes(
+        ndws.WorkspaceMode[mode])
+    x, _ = sequences(rng, n=16)
+    side = rng.standard_normal((16, 5)).astype(np.float32)
+    y = np.eye(2, dtype=np.float32)[rng.integers(0, 2, 16)]
+    g.fit(MultiDataSet([x, side], [y]))            # presized from the plan: no spill
+    held = {ws.id: ws for ws in
+            ndws.get_workspace_manager().get_all_workspaces_for_current_thread()}
+    planned = report.workspace_bytes(ndws.WorkspaceMode[mode], True)
+    for name, nbytes in planned.items():
+        assert held[name].spilled_size == 0 and held[name].current_size >= nbytes, name
+    with pytest.raises(ValueError, match="sequence_length: expected an int in"):
+        g.memory_report(16, sequence_length=0)

@@ -576,15 +576,13 @@ class Model:
             self._check_location(None, t, out, mgr, op, who)
         return out
 
-    def _presize(self, x: NDArray) -> None:
+    def _presize(self, batch: int, length: int | None) -> None:
         # before a thread's first pass with this batch size (and number of time steps, for a
-        # time series of varying length: `_plan_length`): create the workspaces at the size
-        # the plan says for training and inference, so even the first pass does not spill
-        # (they go on learning as configured); a custom layer or vertex without memory_use
-        # leaves them to learn. A longer batch later makes them spill once and grow
-        # (SpillPolicy.REALLOCATE): the next such batch fits
-        batch = x.shape[0]
-        length = self._plan_length(x)
+        # time series of varying length: the network's _plan_length): create the workspaces
+        # at the size the plan says for training and inference, so even the first pass does
+        # not spill (they go on learning as configured); a custom layer or vertex without
+        # memory_use leaves them to learn. A longer batch later makes them spill once and
+        # grow (SpillPolicy.REALLOCATE): the next such batch fits
         if length == 0:
             return
         # once per batch size: the workspaces exist then, and a new length only changes how

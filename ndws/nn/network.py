@@ -538,7 +538,7 @@ class MultiLayerNetwork(Model):
         if a.workspace_id is not None:
             mgr.set_no_leverage_override(a.workspace_id)     # never copy the caller's input
         if not keep_all:
-            self._presize(a)
+            self._presize(a.shape[0], self._plan_length(a))
         outs: list[NDArray] = []
         n = len(self.layers)
         rows, dt = a.shape[0], self.conf.dtype
@@ -777,7 +777,7 @@ class MultiLayerNetwork(Model):
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
-        self._presize(x)
+        self._presize(x.shape[0], self._plan_length(x))
         plan = self._compiled(ds) if state is None else None
 
         def run() -> float:

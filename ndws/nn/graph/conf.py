@@ -318,15 +318,16 @@ class ComputationGraphConfiguration(JsonConfiguration):
         convolution_mode)."""
         return GraphBuilder(**settings)
 
-    def _resolve(self) -> tuple:
+    def _resolve(self, input_types: Any = None) -> tuple:
         # Walk the vertices in topological order with the types between them (DL4J's
         # getLayerActivationTypes): each layer gets its preprocessor (given, or the one its
         # input type implies), its input type and n_in; each vertex its input types; both
         # pass their output type on. A layer with n_in reading an input of unknown type gets
-        # rows of n_in (DL4J's inference for a first layer).
+        # rows of n_in (DL4J's inference for a first layer). `input_types`: walk with those
+        # instead (time series of a given length, for a memory plan)
         defaults = layer_defaults(self)
         types: dict[str, Any] = {}
-        given = self.input_types or (None,) * len(self.network_inputs)
+        given = input_types or self.input_types or (None,) * len(self.network_inputs)
         net_types = dict(zip(self.network_inputs, given))
         for name, t in net_types.items():
             types[name] = t

@@ -60,7 +60,7 @@ from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
 from ndws.nn.graph.memory import graph_plan
 from ndws.nn.history import History, _Progress
-from ndws.nn.inputs import check_input_shape
+from ndws.nn.inputs import InputType, check_input_shape
 from ndws.nn.layers.base import Layer
 from ndws.nn.memory_report import MemoryReport, uses_of
 from ndws.nn.network import (_PLAN_MODES, _declared_shape, _dense_plan, _finite_mask,
@@ -560,7 +560,7 @@ class ComputationGraph(Model):
         last = n - 1 if keep_all else max(nodes[self._position[o]].pos
                                            for o in self.conf.network_outputs)
         if not keep_all and not scoring:
-            self._presize(xs[0])
+            self._presize(xs[0].shape[0], self._plan_length(xs))
         acts: list[Any] = [None] * n
         masks: list[Any] = [None] * n
         kept: list[Any] = [None] * n
@@ -790,7 +790,7 @@ class ComputationGraph(Model):
         for x in xs:
             if x.workspace_id is not None:
                 mgr.set_no_leverage_override(x.workspace_id)
-        self._presize(xs[0])
+        self._presize(rows, self._plan_length(xs))
         return self._training_pass(
             lambda: self._general_pass(xs, fmasks, labels, lmasks, mgr, mode, state))
 
@@ -1177,22 +1177,58 @@ class ComputationGraph(Model):
 
     # -- memory ---------------------------------------------------------------------------------
 
-    def memory_report(self, batch_size: int) -> MemoryReport:
+    def memory_report(self, batch_size: int, sequence_length: int | None = None
+                      ) -> MemoryReport:
         """The bytes every workspace needs in every mode for batches of `batch_size`, per
-        vertex and in total, from the shapes (nothing runs); printable as a table."""
+        vertex and in total, from the shapes (nothing runs); printable as a table. A graph
+        whose inputs include time series of varying length is planned for `sequence_length`
+        steps of each (without it, what reads them says "unknown")."""
         self._check_init()
-        return MemoryReport(self, batch_size)
+        return MemoryReport(self, batch_size, sequence_length)
 
     def _memory_uses(self, batch: int, training: bool, itemsize: int,
                      length: int | None = None) -> list:
         # per vertex but the inputs, in topological order: the arrays one pass makes (a
-        # layer's preprocessor's first), None where undeclared (a recurrent layer over time
-        # series of varying length too: a graph plans for the lengths its types give)
-        return uses_of([(n.obj, n.pre) for n in self._nodes if n.kind != _INPUT], batch,
-                       training, itemsize)
+        # layer's preprocessor's first), None where undeclared; `length`: the steps of the
+        # time-series inputs of varying length (the vertices resolved again for it)
+        pairs = [(n.obj, n.pre) for n in self._nodes if n.kind != _INPUT]
+        if length is not None and self._varying():
+            pairs = self._pairs_for_length(length)
+        return uses_of(pairs, batch, training, itemsize)
 
-    def _plan_length(self, x: NDArray) -> int | None:
-        return None
+    def _varying(self) -> list:
+        # the positions (in add_inputs order) of the time-series inputs of varying length
+        return [k for k, t in enumerate(self.conf.input_types or ())
+                if t is not None and t.kind == "RNN" and t.time_series_length is None]
+
+    def _plan_length(self, xs: list) -> int | None:
+        # the time steps a memory plan is for: the longest of the batch's time-series inputs
+        # of varying length
+        steps = [xs[k].shape[self._time_axis(self.conf.input_types[k])]
+                 for k in self._varying() if xs[k].ndim == 3]
+        return max(steps) if steps else None
+
+    def _pairs_for_length(self, length: int) -> list:
+        # (vertex, preprocessor) of every vertex as resolved for time-series inputs of
+        # `length` steps (copies with this graph's runtime settings), for a memory plan
+        types = list(self.conf.input_types)
+        for k in self._varying():
+            t = types[k]
+            types[k] = InputType.recurrent(t.size, length, t.data_format.name)
+        resolved, pres, _ = self.conf._resolve(types)
+        pairs = []
+        for node in self._nodes:
+            if node.kind == _INPUT:
+                continue
+            other = resolved[node.name]
+            other._where = node.where           # what errors call it
+            if node.kind == _LAYER:
+                other.index = node.obj.index
+                other.input_gradient_needed = node.obj.input_gradient_needed
+                if hasattr(node.obj, "back_length"):
+                    other.back_length = node.obj.back_length
+            pairs.append((other, pres.get(node.name)))
+        return pairs
 
     def _memory_plan(self, uses: list, mode: WorkspaceMode, training: bool) -> dict:
         return graph_plan([n for n in self._nodes if n.kind != _INPUT], uses, mode, training)
