@@ -23,7 +23,7 @@ import ndws
 from ndws._core import NDArray
 from ndws.data.dataset import DataSet
 from ndws.nn import _checks
-from ndws.nn._busy import FREE, STATE, WRITE, Busy, Exclusive
+from ndws.nn._busy import FORWARD, FREE, STATE, WRITE, Busy, Exclusive
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_WORKING_MEM,
                              WS_LISTENER, WS_RNN_LOOP_WORKING_MEM, WS_SINGLE)
 from ndws.nn.conf import BackpropType
@@ -257,7 +257,7 @@ class Model:
         if self._params is None:
             raise RuntimeError(f"{self._kind}: call init() first")
 
-    def _exclusive(self, op: str, kind: int = 1, writes: bool = False) -> Exclusive:
+    def _exclusive(self, op: str, kind: int = FORWARD, writes: bool = False) -> Exclusive:
         # one network serves one thread at a time: a second caller fails at once, by name; its
         # owner may call back from a listener what is safe where it is (ndws.nn._busy). `op`:
         # a method of this network, or another class's "Class" or "Class.method"
