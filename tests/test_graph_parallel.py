@@ -113,14 +113,9 @@ def test_parallel_inference_serves_a_two_input_graph_input_by_input(mode):
     want = [o.numpy() for o in g.output(seq, side)]
     cuts = [(0, 1), (1, 4), (4, 5), (5, 12)]
     results = {}
-    gate = threading.Event()
     with ParallelInference(g, inference_mode=mode, workers=2) as pi:
-        # the first request holds the worker (its future's callback waits for the gate), so
-        # the others queue up and BATCHED merges them into one pass
         first = pi.submit(seq[:1], side[:1])
-        first.add_done_callback(lambda f: gate.wait(10))
         futures = [pi.submit(seq[a:b], side[a:b]) for a, b in cuts[1:]]
-        gate.set()
         results[cuts[0]] = first.result(10)
         for (a, b), f in zip(cuts[1:], futures):
             results[(a, b)] = f.result(10)
@@ -156,3 +151,34 @@ def test_parallel_inference_refuses_what_does_not_fit_the_graph():
             pi.update_model(mln().to_computation_graph())
         out = pi.output(seq, side)                         # still serving
     assert [o.shape for o in out] == [(2, 2), (2, 3)]
+
+
+@pytest.mark.parametrize("mode, fewest, most", [("BATCHED", 1, 2), ("SEQUENTIAL", 4, 4)])
+def test_batched_requests_of_a_graph_share_forward_passes(mode, fewest, most, monkeypatch):
+    # one worker, its first pass held until every request is queued: BATCHED merges the
+    # waiting ones input by input into one pass (at most two passes in all), while SEQUENTIAL
+    # runs each request alone
+    rng = np.random.default_rng(2)
+    g = two_input()
+    seq = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    side = rng.standard_normal((4, 4)).astype(np.float32)
+    want = [o.numpy() for o in g.output(seq, side)]
+    passes = []
+    real = ParallelInference._forward
+
+    gate = threading.Event()
+
+    def counted(self, net, xs):
+        gate.wait(10)                    # the first pass waits until every request is queued
+        passes.append(xs[0].shape[0])
+        return real(self, net, xs)
+    monkeypatch.setattr(ParallelInference, "_forward", counted)
+    with ParallelInference(g, inference_mode=mode, workers=1) as pi:
+        first = pi.submit(seq[:1], side[:1])
+        rest = [pi.submit(seq[k:k + 1], side[k:k + 1]) for k in range(1, 4)]
+        gate.set()
+        outs = [first.result(10)] + [f.result(10) for f in rest]
+    assert fewest <= len(passes) <= most and sum(passes) == 4
+    for k, o in enumerate(outs):
+        for got, w in zip(o, want):
+            np.testing.assert_allclose(got.numpy(), w[k:k + 1], rtol=1e-5, atol=1e-6)
