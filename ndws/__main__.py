@@ -4,9 +4,10 @@
 ``train`` trains a network on the bundled digits with a progress bar, prints each epoch's score
 and held-out accuracy and the final evaluation, then compares the workspace modes on the same
 network: a multi-layer perceptron, or with ``--model`` another network of the table `MODELS`
-(``lstm``: an LSTM that reads each 8x8 digit row by row, 8 steps of 8 features). ``train --mpi``, run under ``mpiexec -n N``, trains the same network
-data-parallel on the N processes (`ndws.parallel.MPITrainer`, docs/distributed.md). Ctrl-C
-stops it, saying where, with exit status 130.
+(``lstm``: an LSTM that reads each 8x8 digit row by row, 8 steps of 8 features; ``resnet``: a
+residual ComputationGraph on the digits as 1x8x8 images). ``train --mpi``, run under
+``mpiexec -n N``, trains the MLP data-parallel on the N processes (`ndws.parallel.MPITrainer`,
+docs/distributed.md). Ctrl-C stops it, saying where, with exit status 130.
 
 The demo runs two cyclic workloads with a workspace and without, and prints for each the time
 per iteration, the heap allocations of array data and the page faults per iteration, then the
@@ -205,6 +206,49 @@ def _lstm_conf(hidden: int, seed: int, mode: str = "ENABLED"):
         training_workspace_mode=mode, inference_workspace_mode=mode)
 
 
+def _resnet_conf(hidden: int, seed: int, mode: str = "ENABLED", image: tuple = (8, 8, 1)):
+    # a residual network (a ComputationGraph) on each digit as a 1x8x8 image (bench_graph's
+    # on 32x32x3 ones: `image` is (height, width, channels)): a 3x3 convolution stem, three
+    # residual blocks of two 3x3 convolutions added to the block's input (ElementWiseVertex
+    # ADD, then ReLU), global average pooling, softmax; HIDDEN / 8 channels (16 for the
+    # default 128)
+    from ndws.nn import (ActivationLayer, Adam, ComputationGraphConfiguration,
+                         ConvolutionLayer, ElementWiseVertex, GlobalPoolingLayer, InputType,
+                         OutputLayer)
+    width = max(1, hidden // 8)
+    b = (ComputationGraphConfiguration.builder(
+        seed=seed, updater=Adam(1e-2), activation="relu", convolution_mode="Same",
+        training_workspace_mode=mode, inference_workspace_mode=mode)
+        .add_inputs("image")
+        .add_layer("stem", ConvolutionLayer(n_out=width, kernel_size=(3, 3)), "image"))
+    prev = "stem"
+    for k in range(3):
+        b.add_layer(f"block{k}_a", ConvolutionLayer(n_out=width, kernel_size=(3, 3)), prev)
+        b.add_layer(f"block{k}_b", ConvolutionLayer(n_out=width, kernel_size=(3, 3),
+                                                    activation="identity"), f"block{k}_a")
+        b.add_vertex(f"block{k}_add", ElementWiseVertex("ADD"), f"block{k}_b", prev)
+        b.add_layer(f"block{k}", ActivationLayer(activation="relu"), f"block{k}_add")
+        prev = f"block{k}"
+    b.add_layer("pool", GlobalPoolingLayer(pooling_type="AVG"), prev)
+    b.add_layer("out", OutputLayer(n_out=10, activation="softmax", loss_function="MCXENT"),
+                "pool")
+    return b.set_outputs("out").set_input_types(InputType.convolutional(*image)).build()
+
+
+def _network(conf):
+    # the network a MODELS configuration describes: a graph or a stack of layers
+    from ndws.nn import ComputationGraph, ComputationGraphConfiguration, MultiLayerNetwork
+    net = (ComputationGraph if isinstance(conf, ComputationGraphConfiguration)
+           else MultiLayerNetwork)(conf)
+    net.init()
+    return net
+
+
+def _as_images(x: np.ndarray) -> np.ndarray:
+    # (n, 64) pixels -> (n, 1, 8, 8) images
+    return np.ascontiguousarray(x.reshape(-1, 1, 8, 8))
+
+
 def _rows_as_steps(x: np.ndarray) -> np.ndarray:
     # (n, 64) pixels -> (n, 8 features, 8 steps): step t is row t of the image
     return np.ascontiguousarray(x.reshape(-1, 8, 8).transpose(0, 2, 1))
@@ -216,11 +260,17 @@ MODELS: dict[str, tuple[str, Callable, Callable]] = {
     "mlp": ("a 64-HIDDEN-HIDDEN-10 MLP (ReLU, softmax, Adam)", _digits_conf, lambda x: x),
     "lstm": ("an LSTM of HIDDEN units reading each digit row by row (8 steps of 8 features), "
              "its last step classified (softmax, Adam)", _lstm_conf, _rows_as_steps),
+    "resnet": ("a residual ComputationGraph on each digit as a 1x8x8 image: a 3x3 convolution "
+               "stem and three residual blocks of two 3x3 convolutions of HIDDEN/8 channels "
+               "(ElementWiseVertex ADD), global average pooling, softmax (Adam)",
+               _resnet_conf, _as_images),
 }
 
 
 def _accuracy(net, x, y) -> float:
-    return float((net.output(x).numpy().argmax(axis=1) == y).mean())
+    out = net.output(x)
+    out = out[0] if isinstance(out, list) else out       # a graph's outputs are a list
+    return float((out.numpy().argmax(axis=1) == y).mean())
 
 
 class Interrupted(KeyboardInterrupt):
@@ -254,15 +304,13 @@ def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: i
     workspace-mode table; returns the figures. Ctrl-C raises `Interrupted` (a
     KeyboardInterrupt) saying where it stopped."""
     from ndws.data.dataset import DataSet
-    from ndws.nn import MultiLayerNetwork
     if model not in MODELS:
         raise ValueError(f"model: expected one of {', '.join(MODELS)}, got {model!r:.40}")
     _, make, features = MODELS[model]
     out = out or sys.stdout
     x, y, xt, yt = _digits(seed)
     x, xt = features(x), features(xt)
-    net = MultiLayerNetwork(make(hidden, seed))
-    net.init()
+    net = _network(make(hidden, seed))
     print(f"ndws train: digits (8x8, 10 classes), {len(x)} training / {len(xt)} held-out "
           f"examples, batch {batch_size}, {epochs} epochs, model {model}\n", file=out)
     print(net.summary(batch_size), file=out)
@@ -377,14 +425,12 @@ def run_train_mpi(epochs: int = 15, batch_size: int = 32, hidden: int = 128, see
 def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs, make=_digits_conf) -> dict:
     from ndws._memory import allocation_counters
     from ndws.data.dataset import DataSet
-    from ndws.nn import MultiLayerNetwork
     batches = [DataSet(x[i:i + batch_size], y[i:i + batch_size])
                for i in range(0, len(x), batch_size)]
     results = {}
     for mode in ("NONE", "SINGLE", "SEPARATE", "ENABLED"):
         ndws.destroy_all_workspaces_for_current_thread()
-        net = MultiLayerNetwork(make(hidden, seed, mode))
-        net.init()
+        net = _network(make(hidden, seed, mode))
         net.fit(batches, progress=False)                # warm-up: the workspaces learn
         times = []
         before = allocation_counters()["allocations"]
@@ -452,7 +498,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--hidden", type=_int_arg(1, 4096, " (4096 already makes 17M "
                                                           "weights)"),
                        default=128, help="units in each of the two hidden layers (the LSTM's "
-                                         "units)")
+                                         "units; resnet: 8 per channel)")
     train.add_argument("--seed", type=_int_arg(0, 2**63 - 1), default=1,
                        help="seeds the weights, the split and the order of the examples")
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

@@ -76,7 +76,7 @@ def test_cli_demo_and_config_entry_points(capsys):
     (["train", "--seed", str(2**63)], "argument --seed: must be in [0, 9223372036854775807]"),
     (["bogus"], "argument COMMAND: invalid choice: 'bogus'"),
     (["train", "--model", "gru"], "argument --model: invalid choice: 'gru' (choose from 'mlp', "
-                                  "'lstm'"),
+                                  "'lstm', 'resnet'"),
     (["train", "--model", "lstm", "--mpi"], "--mpi trains the MLP only (--model mlp)"),
 ])
 def test_bad_arguments_are_usage_errors_not_tracebacks(args, msg, capsys):
@@ -111,9 +111,10 @@ def test_help_is_whole_and_describes_every_option():
                                                   "(default: 15)"),
                               ("--batch-size BATCH_SIZE", "examples per training step (per "
                                                           "process with --mpi) (default: 32)"),
-                              ("--model {mlp,lstm}", "the network to train (default: mlp)"),
+                              ("--model {mlp,lstm,resnet}", "the network to train (default: mlp)"),
                               ("--hidden HIDDEN", "units in each of the two hidden layers "
-                                                  "(the LSTM's units) (default: 128)"),
+                                                  "(the LSTM's units; resnet: 8 per channel) "
+                                                  "(default: 128)"),
                               ("--seed SEED", "(default: 1)"),
                               ("--progress, --no-progress", "show a progress bar (default: on "
                                                             "a terminal or in a notebook)"),
@@ -167,8 +168,25 @@ def test_train_lstm_reads_the_digits_row_by_row():
     assert all(modes[m]["allocations_per_iteration"] == 0 for m in ("SINGLE", "SEPARATE",
                                                                       "ENABLED"))
     assert len({m["accuracy"] for m in modes.values()}) == 1
-    with pytest.raises(ValueError, match="model: expected one of mlp, lstm, got 'gru'"):
+    with pytest.raises(ValueError, match="model: expected one of mlp, lstm, resnet, got 'gru'"):
         run_train(epochs=1, model="gru", out=io.StringIO())
+
+
+def test_train_resnet_trains_a_residual_graph_on_the_digits_as_images():
+    from ndws.__main__ import MODELS, run_train
+    out = io.StringIO()
+    results = run_train(epochs=8, mode_epochs=2, progress=False, out=out, model="resnet",
+                        hidden=64)
+    text = out.getvalue()
+    assert "model resnet" in text and "block2_add  ElementWiseVertex" in text
+    assert "train B (32)" in text and "Confusion Matrix" in text
+    assert results["accuracy"] >= 0.75
+    x = MODELS["resnet"][2](np.arange(2 * 64, dtype=np.float32).reshape(2, 64))
+    assert x.shape == (2, 1, 8, 8) and x[0, 0, 1].tolist() == list(range(8, 16))
+    modes = results["modes"]
+    assert all(modes[m]["allocations_per_iteration"] == 0 for m in ("SINGLE", "SEPARATE",
+                                                                      "ENABLED"))
+    assert len({m["accuracy"] for m in modes.values()}) == 1
 
 
 def test_train_progress_bar_goes_to_stderr(capsys):
