@@ -10,7 +10,7 @@ import ndws
 from ndws._core import NDArray
 from ndws.data.dataset import DataSet
 
-__all__ = ["Validation", "check_seed", "labels_array", "shuffled"]
+__all__ = ["Validation", "check_seed", "labels_array", "reiterable", "shuffled"]
 
 # the rows of (features, labels) validation arrays scored per forward pass: bounds the
 # temporaries of a large held-out set
@@ -79,13 +79,8 @@ class Validation:
         elif isinstance(data, (str, bytes)) or not hasattr(data, "__iter__"):
             raise TypeError(f"validation_data: expected (features, labels) arrays, a DataSet "
                             f"or an iterable of DataSets, got {type(data).__name__}")
-        elif (iter(data) is data and not callable(getattr(data, "reset", None))) or (
-                callable(getattr(data, "reset_supported", None)) and not data.reset_supported()):
-            raise TypeError(f"validation_data: a {type(data).__name__} can be read only once, "
-                            f"but the held-out data is scored after every epoch: pass a list "
-                            f"of DataSets, (features, labels) arrays or a DataSetIterator")
         else:
-            self._source = data
+            self._source = reiterable("validation_data", data)
 
     def __call__(self) -> tuple[float, float | None]:
         net = self._net
@@ -114,6 +109,17 @@ class Validation:
         if rows == 0:
             raise ValueError("validation_data: no examples")
         return total / rows, (right / counted if classifier and counted else None)
+
+
+def reiterable(where: str, data: Any) -> Any:
+    """`data`, an iterable of DataSets read once per epoch, or a TypeError naming `where` for
+    one that can be read only once (a generator, an iterator without a working reset)."""
+    if (iter(data) is data and not callable(getattr(data, "reset", None))) or (
+            callable(getattr(data, "reset_supported", None)) and not data.reset_supported()):
+        raise TypeError(f"{where}: a {type(data).__name__} can be read only once, but the "
+                        f"held-out data is scored after every epoch: pass a list of DataSets, "
+                        f"(features, labels) arrays or a DataSetIterator")
+    return data
 
 
 def _check_item(i: int, ds: Any) -> None:

@@ -27,6 +27,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import threading
 import time
@@ -49,6 +50,7 @@ from ndws.nn._busy import FORWARD, FREE, STATE, TRAIN, WRITE, Busy, Exclusive
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn.layers.embedding import EmbeddingSequenceLayer
+from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.listeners import TrainingListener
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
                              WS_LISTENER, WS_OUTPUT_MEM, WS_RNN_LOOP_WORKING_MEM, WS_SINGLE,
@@ -123,16 +125,22 @@ class MultiLayerNetwork:
         with self._exclusive("init", TRAIN, writes=True):
             self._build(params, share=False)
 
-    def _build(self, params: Any, share: bool, sample: bool = True) -> None:
+    def _build(self, params: Any, share: bool, sample: bool = True, adopt: bool = False
+               ) -> None:
         # share=True: an inference-only network (ndws.parallel's serving replicas) whose
         # parameters are views of `params` itself, a detached flat array laid out as this
-        # configuration's; no gradients, no updater state, nothing copied or initialised
+        # configuration's; no gradients, no updater state, nothing copied or initialised.
+        # adopt=True: the same parameters, but a network that trains them in place
+        # (TransferLearningHelper's unfrozen layers, on the tail of the original's buffer)
         conf = self.conf
         layers = [layer.clone() for layer in conf.resolved_layers]
         tbptt = conf.backprop_type is BackpropType.TRUNCATED_BPTT
+        stop = _backward_stop(layers)
         for i, layer in enumerate(layers):
             layer.index = i
-            layer.input_gradient_needed = i > 0
+            # an epsilon only for a layer above one that trains (the first layer's input
+            # gradient, and a frozen bottom's, nothing reads)
+            layer.input_gradient_needed = i > stop
             if tbptt and hasattr(layer, "back_length"):
                 # truncated BPTT: the errors of a segment flow back through its last
                 # tbptt_back_length steps (docs/recurrent.md)
@@ -142,11 +150,12 @@ class MultiLayerNetwork:
         total = layout[-1][3] + layout[-1][4] if layout else 0
         if params is not None:
             _check_flat(params, total)      # before anything of the network is replaced
-        if share:
+        if share or adopt:
             if not isinstance(params, NDArray) or params.dtype != dt or params.is_attached():
                 raise ValueError(f"params: a shared parameter array must be a detached "
                                  f"ndws.NDArray of {dt}")
-            flat_p, flat_g = params, None
+            flat_p = params
+            flat_g = None if share else ndws.zeros(total, dt, detached=True)
         else:
             flat_p = ndws.zeros(total, dt, detached=True)
             flat_g = ndws.zeros(total, dt, detached=True)
@@ -193,6 +202,9 @@ class MultiLayerNetwork:
         self._out_shapes = [_declared_shape(layer) for layer in layers]
         self._checked = [_checks.user_code(layer) for layer in layers]
         self._params, self._grads = flat_p, flat_g
+        # the backward pass runs from the output layer down to this layer (the lowest that
+        # trains): below it nothing needs a gradient or an epsilon (frozen layers)
+        self._backward_stop = stop
         self._layout = layout
         self._configs = workspace_configs(len(layers))
         self._managers: dict = {}
@@ -204,7 +216,7 @@ class MultiLayerNetwork:
         # rnn_time_step's one-step path: (batch, input width, run), built at the first call
         # of a batch size
         self._step_plan: tuple | None = None
-        if params is not None and not share:
+        if params is not None and not share and not adopt:
             flat_p.assign(_check_flat(params, total))
 
     def _check_init(self) -> None:
@@ -947,7 +959,22 @@ class MultiLayerNetwork:
                 raise ValueError("seed: only with shuffle=True (it seeds the order of the rows)")
             seed = check_seed(seed)
         validate = None if validation_data is None else Validation(self, validation_data)
+        return self._fit_loop(data, labels, batch_size, epochs, progress, shuffle, seed,
+                              validate)
+
+    def _fit_loop(self, data: Any, labels: Any, batch_size: Any, epochs: int | None,
+                  progress: bool | None, shuffle: bool = False, seed: int | None = None,
+                  validate: Any = None, stop: Any = None) -> History:
+        # fit's epochs, also driven by the tools around the training loop
+        # (ndws.nn.earlystopping): `epochs` None runs until `stop` says so; `stop()` (None:
+        # never) is asked after each batch (True abandons the epoch there: no end record, no
+        # validation, no on_epoch_end, as DL4J's early stopping does) and after each epoch;
+        # `validate` is the epoch's held-out score (_Epoch)
         history = History(epochs)
+        if stop is not None:
+            # the driver's stop test answers a non-finite score (early stopping ends the run
+            # on it, saying so): no warning as well
+            history._warned = True
         with self._exclusive("fit", TRAIN):
             wrapper = None
             if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
@@ -957,12 +984,16 @@ class MultiLayerNetwork:
                 # (queue 2); the time fit waits for a batch is the ETL time
                 wrapper = data = AsyncDataSetIterator(data, queue_size=2)
             try:
-                for _ in range(epochs):
+                for _ in (range(epochs) if epochs is not None else itertools.count()):
                     x, y = data, labels
                     if shuffle:
                         x, y = shuffled(data, labels, self.conf.seed if seed is None else seed,
                                         self._epoch)
-                    self._fit_epoch(x, y, batch_size, progress, history, validate)
+                    self._fit_epoch(x, y, batch_size, progress, history, validate, stop)
+                    if stop is not None and stop():
+                        break
+            except _Abandoned:
+                pass                           # stop() ended the fit inside an epoch
             finally:
                 history._close()
                 if wrapper is not None:
@@ -979,7 +1010,7 @@ class MultiLayerNetwork:
         return x, y
 
     def _fit_epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
-                   history: History, validate: Any = None) -> None:
+                   history: History, validate: Any = None, stop: Any = None) -> None:
         with _Epoch(self, self._listeners, history, _length(data, labels, batch_size),
                     progress, validate=validate) as epoch:
             batches = iter(self._batches(data, labels, batch_size))
@@ -991,6 +1022,8 @@ class MultiLayerNetwork:
                 self.last_etl_time = (time.perf_counter() - waited) * 1000.0
                 self._fit_batch(ds, lambda: epoch.iteration(self._iteration - 1, self._score,
                                                             self.last_batch_size))
+                if stop is not None and stop():
+                    raise _Abandoned
         if labels is None and hasattr(data, "reset") and callable(data.reset):
             data.reset()
 
@@ -1226,7 +1259,8 @@ class MultiLayerNetwork:
                     # backward; in SEPARATE mode the epsilons ping-pong between two workspaces,
                     # each closed once the layer below has read it
                     eps = None
-                    for i in range(n - 1, -1, -1):
+                    stop = self._backward_stop
+                    for i in range(n - 1, stop - 1, -1):
                         layer = self.layers[i]
                         if mode is WorkspaceMode.SEPARATE:
                             name = WS_LAYER_ACT[i % 2]
@@ -1242,7 +1276,7 @@ class MultiLayerNetwork:
                                 grads, eps = _checks.backprop_result(
                                     layer, layer.backprop_gradient(eps, mgr))
                             _checks.gradients(layer, grads, self._checked[i])
-                            if i > 0:
+                            if i > stop:
                                 if self._checked[i]:
                                     _checks.returned(layer, op, eps, shapes[i], dt)
                                 self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps,
@@ -1257,6 +1291,11 @@ class MultiLayerNetwork:
                             open_eps.pop(0).close()
                     while open_eps:
                         open_eps.pop().close()
+                    if self._after_layer_gradients is not None:
+                        for i in range(stop - 1, -1, -1):
+                            # no backward pass below `stop`: those gradients are final as
+                            # they are (zero: nothing trains there)
+                            self._after_layer_gradients(i)
                     # in the iteration's scope, so its temporaries are the iteration's
                     reg = self._regularization()
             finally:
@@ -1566,6 +1605,11 @@ class MultiLayerNetwork:
         return f"<MultiLayerNetwork {len(self.conf.layers)} layers, {state}>"
 
 
+class _Abandoned(Exception):
+    # raised out of an epoch whose fit `stop()` ended after a batch (caught by _fit_loop)
+    pass
+
+
 def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
     # The compiled iteration of these layers, when they are what it covers: DenseLayers under
     # an OutputLayer with softmax and MCXENT / NEGATIVELOGLIKELIHOOD, none with dropout, l1 or
@@ -1586,6 +1630,23 @@ def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
         # what DenseLayer.activate / OutputLayer.activate keep for the derivative
         keeps.append(layer is out or act not in _FROM_OUTPUT)
     return DensePlan(layers, acts, keeps, configs)
+
+
+def _backward_stop(layers: list) -> int:
+    # The lowest layer the backward pass must reach: the lowest with a parameter the updater
+    # trains (the output layer when none has: the score and its gradient come from it). A
+    # FrozenLayer above it would hand it no epsilon: refused, naming both.
+    n = len(layers)
+    stop = next((i for i, layer in enumerate(layers)
+                 if any(layer.trainable(name) for name in layer.param_shapes())), n - 1)
+    for i in range(stop + 1, n):
+        layer = layers[i]
+        if isinstance(layer, FrozenLayer) and not layer._with_backprop:
+            raise ValueError(f"layers[{i}] (FrozenLayer) passes no gradient down, but "
+                             f"layers[{stop}] ({type(layers[stop]).__name__}) below it trains: "
+                             f"wrap layers[{i}] in FrozenLayerWithBackprop, or freeze the "
+                             f"layers below it too")
+    return min(stop, n - 1)
 
 
 def _param_view(flat: NDArray, off: int, size: int, shape: tuple, order: str) -> NDArray:
