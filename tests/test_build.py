@@ -97,7 +97,10 @@ def test_python_module_doctests():
                  "ndws.nn.conf", "ndws.nn.network", "ndws.nn.listeners", "ndws.nn.history",
                  "ndws.nn.inputs", "ndws.nn.preprocessors", "ndws.nn.layers.convolution",
                  "ndws.nn.layers.pooling", "ndws.nn.layers.normalization",
-                 "ndws.nn.layers.output", "ndws.nn.layers.padding", "ndws.parallel.wrapper"):
+                 "ndws.nn.layers.output", "ndws.nn.layers.padding", "ndws.parallel.wrapper",
+                 "ndws.nn.layers.wrappers", "ndws.nn.earlystopping",
+                 "ndws.nn.earlystopping.termination", "ndws.nn.earlystopping.scorecalc",
+                 "ndws.nn.transferlearning.builder"):
         module = importlib.import_module(name)
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, name

@@ -45,7 +45,8 @@ from ndws._fileio import output_directory
 from ndws.nn.history import write_above_bar
 
 __all__ = ["TrainingListener", "ScoreIterationListener", "PerformanceListener",
-           "CollectScoresListener", "CheckpointListener", "EvaluativeListener"]
+           "CollectScoresListener", "CheckpointListener", "EvaluativeListener",
+           "TensorBoardListener"]
 
 log = logging.getLogger("ndws")
 
@@ -356,3 +357,7 @@ class EvaluativeListener(TrainingListener):
     def on_epoch_end(self, model):
         if self.invocation == "epoch_end" and model.epoch % self.frequency == 0:
             self._run(model)
+
+
+# in a module of its own (its writer is an optional extra); defined on TrainingListener above
+from ndws.nn._tensorboard import TensorBoardListener  # noqa: E402

@@ -1,4 +1,5 @@
-"""Termination conditions of early stopping (DL4J's ``org.deeplearning4j.earlystopping.termination``).
+"""Termination conditions of early stopping (DL4J's
+``org.deeplearning4j.earlystopping.termination``).
 
 An epoch condition is asked after each evaluated epoch with the epoch's number (counting from 0
 in the trainer's run), its score and whether lower scores are better; an iteration condition
@@ -12,10 +13,10 @@ Examples
 >>> c.initialize()
 >>> [c.terminate(e, s, True) for e, s in enumerate([0.9, 0.8, 0.85, 0.81])]
 [False, False, False, True]
->>> ScoreImprovementEpochTerminationCondition(-1)
+>>> ScoreImprovementEpochTerminationCondition(-1)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: ScoreImprovementEpochTerminationCondition.max_epochs_with_no_improvement: expected an int >= 0 (the epochs without improvement tolerated), got -1
+ValueError: ScoreImprovementEpochTerminationCondition.max_epochs_with_no_improvement: ... got -1
 """
 from __future__ import annotations
 
