@@ -1356,9 +1356,16 @@ class MultiLayerNetwork:
                                               f"infer B ({batch_size})"))]
         for layer, t in zip(self.layers, types):
             n = sum(int(np.prod(s)) for s in layer.param_shapes().values())
-            act = layer.activation.value if layer.activation is not None else "-"
+            name = type(layer).__name__
+            if isinstance(layer, FrozenLayer):
+                # what is frozen, and its activation
+                name = f"{name}({type(layer.layer).__name__})"
+                act_of = layer.layer.activation
+            else:
+                act_of = layer.activation
+            act = act_of.value if act_of is not None else "-"
             loss = getattr(layer, "loss_function", None)
-            row = ((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
+            row = ((str(layer.index), name, str(layer.n_in or "-"),
                     str(layer.output_width() or "-"))
                    + (("x".join("T" if d == -1 else str(d) for d in t.shape())
                        if t is not None else "-",) if shapes
