@@ -128,6 +128,11 @@ def test_remove_and_add_layers(rng):
     same = TransferLearning.Builder(net).remove_output_layer().add_layer(
         OutputLayer(n_out=3, activation="softmax")).build()
     assert same.num_params() == net.num_params()
+    # DL4J's habit: resize the last hidden layer, replace the output layer after it
+    wider = (TransferLearning.Builder(net).n_out_replace(2, 7, "XAVIER").remove_output_layer()
+             .add_layer(OutputLayer(n_out=2, activation="softmax")).build())
+    assert wider.layers[2].n_out == 7 and wider.layers[3].n_in == 7
+    np.testing.assert_array_equal(_layer_params(wider, 1)["W"], _layer_params(net, 1)["W"])
 
 
 def test_fine_tune_configuration_applies_to_trained_layers_only():
@@ -250,6 +255,9 @@ def test_hostile_input():
     with pytest.raises(ValueError, match="set_feature_extractor: layer 2 is removed"):
         TransferLearning.Builder(net).set_feature_extractor(2).remove_layers_from_output(2) \
             .build()
+    with pytest.raises(ValueError, match=r"n_out_replace: layer 3 is removed "
+                                         r"\(remove_layers_from_output keeps layers 0 to 2\)"):
+        TransferLearning.Builder(net).n_out_replace(3, 2).remove_output_layer().build()
     with pytest.raises(ValueError, match="n_out_replace: layer 1 is frozen"):
         TransferLearning.Builder(net).set_feature_extractor(1).n_out_replace(1, 3).build()
     with pytest.raises(ValueError, match="n_out_replace: n_out expected an int"):

@@ -72,6 +72,7 @@ class _Events:
         self._file = open(self.path, "wb")
         self._pending: list[tuple[int, float, list]] = []
         self._last: tuple[int, list] | None = None   # the last report: (step, its values)
+        self._heads: dict[int, bytes] = {}           # event size -> its record's header
         # the first record says which format follows (TensorBoard reads version 2)
         self._records([self._event(wall_time=time.time(),
                                    file_version="brain.Event:2").SerializeToString()])
@@ -81,10 +82,15 @@ class _Events:
         return (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
     def _records(self, events: list) -> None:
-        out, pack, masked = [], struct.pack, self._masked
+        out, pack, masked, heads = [], struct.pack, self._masked, self._heads
         for data in events:
-            header = pack("<Q", len(data))
-            out += (header, pack("<I", masked(header)), data, pack("<I", masked(data)))
+            n = len(data)
+            head = heads.get(n)
+            if head is None:
+                # the length and its checksum: the same for every event of this size
+                header = pack("<Q", n)
+                head = heads[n] = header + pack("<I", masked(header))
+            out += (head, data, pack("<I", masked(data)))
         self._file.write(b"".join(out))
 
     def report(self, step: int, values: list) -> None:
@@ -130,6 +136,16 @@ class _Events:
             self.flush()
             self._file.close()
 
+    def __del__(self) -> None:
+        # a listener dropped without close(): its reports still reach the file (no one is left
+        # to hear a failure here, and an unclosed file would only warn)
+        f = getattr(self, "_file", None)
+        if f is not None and not f.closed:
+            try:
+                self.write()
+            finally:
+                f.close()
+
 
 class TensorBoardListener(TrainingListener):
     """Writes training to TensorBoard event files in `log_dir` (created if missing; open it
@@ -174,6 +190,7 @@ class TensorBoardListener(TrainingListener):
         self._closed = False
         self._tags: dict[str, tuple[str, str, str]] = {}  # workspace id -> its three tags
         self._counters: tuple = ()                         # the workspaces' last counters
+        self._own_updaters: tuple | None = None            # (model, [(tag, layer)])
 
     @property
     def path(self) -> str:
@@ -240,10 +257,14 @@ class TensorBoardListener(TrainingListener):
         changed = self._changed
         changed(values, "learning_rate", model.conf.updater.learning_rate_at(iteration, epoch),
                 iteration)
-        for layer in model.layers:
-            if layer.updater is not None:
-                changed(values, f"learning_rate/layer{layer.index}",
-                        layer.updater.learning_rate_at(iteration, epoch), iteration)
+        own = self._own_updaters
+        if own is None or own[0] is not model:
+            # the layers with an updater of their own, and their tags, found once per model
+            own = self._own_updaters = (model, [(f"learning_rate/layer{layer.index}", layer)
+                                                for layer in model.layers
+                                                if layer.updater is not None])
+        for tag, layer in own[1]:
+            changed(values, tag, layer.updater.learning_rate_at(iteration, epoch), iteration)
         allocations = ndws.get_memory_manager().allocation_statistics()["allocations"]
         if self._last_allocations is not None:
             changed(values, "memory/heap_allocations", allocations - self._last_allocations,

@@ -254,7 +254,12 @@ class TransferLearning:
             layers = list(conf.resolved_layers)
             fresh = set()                       # indices initialised anew
             frozen = -1 if self._frozen_till is None else self._frozen_till
+            kept = len(layers) - self._remove
             for i, (n_out, scheme, nxt) in sorted(self._replace.items()):
+                if i >= kept:
+                    raise ValueError(f"n_out_replace: layer {i} is removed "
+                                     f"(remove_layers_from_output keeps layers 0 to "
+                                     f"{kept - 1})")
                 if i <= frozen:
                     raise ValueError(f"n_out_replace: layer {i} is frozen by "
                                      f"set_feature_extractor({frozen}): its shape cannot change")
@@ -266,7 +271,7 @@ class TransferLearning:
                                      f"has no n_out to replace")
                 layers[i] = changed(layers[i], n_out=n_out, weight_init=scheme)
                 fresh.add(i)
-                if i + 1 < len(layers):
+                if i + 1 < kept:                # (a removed next layer needs nothing)
                     after = layers[i + 1]
                     if not after.has_weights or isinstance(after, FrozenLayer):
                         raise ValueError(f"n_out_replace: layer {i + 1} "
@@ -276,7 +281,6 @@ class TransferLearning:
                                          f"add_layer)")
                     layers[i + 1] = changed(after, n_in=None, weight_init=nxt)
                     fresh.add(i + 1)
-            kept = len(layers) - self._remove
             layers = layers[:kept]
             if not layers and not self._added:
                 raise ValueError(f"build: the builder removes every layer of the network "
@@ -284,11 +288,6 @@ class TransferLearning:
             if self._frozen_till is not None and self._frozen_till >= kept:
                 raise ValueError(f"set_feature_extractor: layer {self._frozen_till} is removed "
                                  f"(remove_layers_from_output keeps layers 0 to {kept - 1})")
-            for i in fresh:
-                if i >= kept:
-                    raise ValueError(f"n_out_replace: layer {i} is removed "
-                                     f"(remove_layers_from_output keeps layers 0 to "
-                                     f"{kept - 1})")
             ft = self._fine_tune
             out = []
             for i, layer in enumerate(layers + self._added):
