@@ -291,17 +291,46 @@ def _epoch_lines(epochs: int, out: Any) -> Any:
         # the progress bar
         def on_epoch_end(self, model: Any) -> None:
             h = model.history
+            held = (f"held-out accuracy {h.validation_accuracy[-1]:.4f}"
+                    if h.validation_accuracy else f"held-out loss {h.validation_scores[-1]:.4f}")
             write_above_bar(f"epoch {model.epoch:>3}/{epochs}: score {h.epoch_scores[-1]:.4f}, "
-                            f"held-out accuracy {h.validation_accuracy[-1]:.4f} "
-                            f"({h.epoch_seconds[-1]:.2f} s)", file=out)
+                            f"{held} ({h.epoch_seconds[-1]:.2f} s)", file=out)
     return EpochLines()
+
+
+def _fit_early_stopping(net: Any, x: np.ndarray, y: np.ndarray, xt: np.ndarray,
+                        yt: np.ndarray, batch_size: int, epochs: int, patience: int, seed: int,
+                        progress: bool | None, out: Any) -> tuple:
+    # train --early-stopping: at most `epochs` epochs, stopping after `patience` epochs
+    # without a better held-out loss; returns (the best network, its History, the result)
+    from ndws.data.iterators import ArrayDataSetIterator
+    from ndws.nn.earlystopping import (DataSetLossCalculator, EarlyStoppingConfiguration,
+                                       EarlyStoppingTrainer, MaxEpochsTerminationCondition,
+                                       ScoreImprovementEpochTerminationCondition)
+    onehot = np.eye(10, dtype=np.float32)
+    config = EarlyStoppingConfiguration(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(epochs),
+                                      ScoreImprovementEpochTerminationCondition(patience)],
+        score_calculator=DataSetLossCalculator(
+            ArrayDataSetIterator(xt, onehot[yt], batch_size=max(len(xt), 1))))
+    train = ArrayDataSetIterator(x, onehot[y], batch_size=batch_size, shuffle=True, seed=seed)
+    result = EarlyStoppingTrainer(config, net, train).fit(progress=progress)
+    if result.error is not None:
+        raise result.error
+    print(f"\nearly stopping: {result.termination_details} after {result.total_epochs} "
+          f"epochs; best epoch {result.best_model_epoch + 1} (held-out loss "
+          f"{result.best_model_score:.4f})", file=out)
+    return result.get_best_model(), result.history, result
 
 
 def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: int = 1,
               progress: bool | None = None, mode_epochs: int = 5, out=None,
-              model: str = "mlp") -> dict:
+              model: str = "mlp", early_stopping: int | None = None,
+              tensorboard: str | None = None) -> dict:
     """Train `model` (a name of `MODELS`) on the digits, print the report and the
-    workspace-mode table; returns the figures. Ctrl-C raises `Interrupted` (a
+    workspace-mode table; returns the figures. `early_stopping`: stop after that many epochs
+    without a better held-out loss and keep the best network (`epochs` at most);
+    `tensorboard`: a folder for TensorBoard's event files. Ctrl-C raises `Interrupted` (a
     KeyboardInterrupt) saying where it stopped."""
     from ndws.data.dataset import DataSet
     if model not in MODELS:
@@ -315,21 +344,38 @@ def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: i
           f"examples, batch {batch_size}, {epochs} epochs, model {model}\n", file=out)
     print(net.summary(batch_size), file=out)
     print(file=out)
-    net.set_listeners(_epoch_lines(epochs, out))
-    started = time.perf_counter()
     per_epoch = -(-len(x) // batch_size)
+    board = None
+    if tensorboard is not None:
+        from ndws.nn.listeners import TensorBoardListener
+        # histograms once an epoch: the scalars every iteration
+        board = TensorBoardListener(tensorboard, frequency=1, histograms_every=per_epoch)
+    net.set_listeners(_epoch_lines(epochs, out), *([board] if board is not None else []))
+    started = time.perf_counter()
+    trained = net
     try:
-        # one fit: one progress bar over every epoch, a shuffled order per epoch (from the
-        # configuration's seed), the held-out data scored after each
-        history = net.fit(x, y, batch_size=batch_size, epochs=epochs, progress=progress,
-                          shuffle=True, validation_data=(xt, yt))
+        if early_stopping is not None:
+            trained, history, _ = _fit_early_stopping(net, x, y, xt, yt, batch_size, epochs,
+                                                      early_stopping, seed, progress, out)
+        else:
+            # one fit: one progress bar over every epoch, a shuffled order per epoch (from
+            # the configuration's seed), the held-out data scored after each
+            history = net.fit(x, y, batch_size=batch_size, epochs=epochs, progress=progress,
+                              shuffle=True, validation_data=(xt, yt))
     except KeyboardInterrupt:
         done = net.iteration - net.epoch * per_epoch
         raise Interrupted(f"in epoch {net.epoch + 1}/{epochs}, after iteration {done} of its "
                           f"{per_epoch} ({net.iteration} in all)") from None
     finally:
         net.set_listeners()
-    accuracy = history.validation_accuracy[-1]
+        if board is not None:
+            board.close()
+    net = trained
+    accuracy = (history.validation_accuracy[-1] if history.validation_accuracy
+                else _accuracy(net, xt, yt))
+    if board is not None:
+        print(f"TensorBoard event files in {board.log_dir}: open them with "
+              f"tensorboard --logdir {board.log_dir}", file=out)
     onehot = np.eye(10, dtype=np.float32)[yt]
     ev = net.evaluate([DataSet(xt[i:i + 100], onehot[i:i + 100]) for i in range(0, len(xt), 100)])
     print(f"\ntrained in {time.perf_counter() - started:.1f} s\n", file=out)
@@ -503,6 +549,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="seeds the weights, the split and the order of the examples")
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="show a progress bar (default: on a terminal or in a notebook)")
+    train.add_argument("--early-stopping", type=_int_arg(0, 100_000), default=None,
+                       metavar="PATIENCE",
+                       help="stop once the held-out loss has not improved for PATIENCE "
+                            "epochs (at most --epochs) and keep the best network "
+                            "(docs/training-tools.md)")
+    train.add_argument("--tensorboard", default=None, metavar="DIR",
+                       help="write TensorBoard event files to DIR (score, learning rate, "
+                            "samples/s, each workspace's memory, histograms once an epoch; "
+                            "needs pip install 'ndws[tensorboard]')")
     train.add_argument("--mpi", action="store_true",
                        help="train data-parallel on the processes of `mpiexec -n N ndws train "
                             "--mpi` (needs pip install 'ndws[mpi]'; docs/distributed.md)")
@@ -540,12 +595,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ndws.parallel.mpi import INSTALL_HINT, mpi_available
             if args.model != "mlp":
                 parser.error("--mpi trains the MLP only (--model mlp)")
+            if args.early_stopping is not None or args.tensorboard is not None:
+                parser.error("--early-stopping and --tensorboard train on one process "
+                             "(not with --mpi)")
             if not mpi_available():
                 parser.error(f"--mpi needs mpi4py and an MPI library: {INSTALL_HINT}")
             run_train_mpi(args.epochs, args.batch_size, args.hidden, args.seed, args.progress)
         elif args.command == "train":
+            if args.tensorboard is not None:
+                from ndws.nn._tensorboard import _tensorboardx
+                from ndws._fileio import output_directory
+                try:
+                    _tensorboardx()
+                    output_directory("--tensorboard", args.tensorboard)
+                except (ImportError, OSError, ValueError) as exc:
+                    parser.error(str(exc) if str(exc).startswith("--") else
+                                 f"--tensorboard: {exc}")
             run_train(args.epochs, args.batch_size, args.hidden, args.seed, args.progress,
-                      model=args.model)
+                      model=args.model, early_stopping=args.early_stopping,
+                      tensorboard=args.tensorboard)
         else:
             run_demo(args.iterations, args.batch, seed=args.seed, large_rows=args.large_rows,
                      large_iterations=args.large_iterations)

@@ -98,7 +98,10 @@ def test_python_module_doctests():
                  "ndws.nn.inputs", "ndws.nn.preprocessors", "ndws.nn.layers.convolution",
                  "ndws.nn.layers.pooling", "ndws.nn.layers.normalization",
                  "ndws.nn.layers.output", "ndws.nn.layers.padding", "ndws.parallel.wrapper",
-                 "ndws.nn.graph.conf", "ndws.nn.graph.vertices", "ndws.nn.graph.network"):
+                 "ndws.nn.graph.conf", "ndws.nn.graph.vertices", "ndws.nn.graph.network",
+                 "ndws.nn.layers.wrappers", "ndws.nn.earlystopping",
+                 "ndws.nn.earlystopping.termination", "ndws.nn.earlystopping.scorecalc",
+                 "ndws.nn.transferlearning.builder"):
         module = importlib.import_module(name)
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, name

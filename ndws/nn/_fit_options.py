@@ -114,15 +114,16 @@ class Validation:
         return total / rows, (right / counted if classifier and counted else None)
 
 
-def reiterable(data: Any, what: str) -> Any:
-    """`data`, held-out data read once per epoch, if it can be read again (a list, an
-    iterator that resets); TypeError naming validation_data otherwise."""
+def reiterable(data: Any, what: str = "DataSets", where: str = "validation_data") -> Any:
+    """`data`, an iterable of `what` read once per epoch, if it can be read again (a list, an
+    iterator that resets); a TypeError naming `where` otherwise (not iterable, or readable only
+    once: a generator, an iterator without a working reset)."""
     if isinstance(data, (str, bytes)) or not hasattr(data, "__iter__"):
-        raise TypeError(f"validation_data: expected (features, labels) arrays, a DataSet "
+        raise TypeError(f"{where}: expected (features, labels) arrays, a DataSet "
                         f"or an iterable of {what}, got {type(data).__name__}")
     if (iter(data) is data and not callable(getattr(data, "reset", None))) or (
             callable(getattr(data, "reset_supported", None)) and not data.reset_supported()):
-        raise TypeError(f"validation_data: a {type(data).__name__} can be read only once, "
+        raise TypeError(f"{where}: a {type(data).__name__} can be read only once, "
                         f"but the held-out data is scored after every epoch: pass a list "
                         f"of {what}, (features, labels) arrays or a DataSetIterator")
     return data

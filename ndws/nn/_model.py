@@ -154,6 +154,12 @@ def listener_list(listeners: tuple) -> list:
     return list(listeners)
 
 
+class _Abandoned(Exception):
+    # raised out of an epoch whose fit a driver's `stop()` ended after a batch (caught by
+    # MultiLayerNetwork._fit_loop: ndws.nn.earlystopping)
+    pass
+
+
 class Model:
     """The base of `MultiLayerNetwork` and `ComputationGraph` (see the module docstring)."""
 
@@ -189,24 +195,28 @@ class Model:
         #: the History of the running (or last) fit, for listeners (Keras' model.history)
         self.history: History | None = None
 
-    def _lay_out(self, owners: list, params: Any, share: bool, sample: bool) -> tuple:
+    def _lay_out(self, owners: list, params: Any, share: bool, sample: bool,
+                 adopt: bool = False) -> tuple:
         """The flat buffers of `owners`' parameters (each owner's `params` / `grads` views into
         them), initialised from the seed or copied from `params`; the updater segments and
         the decayed ranges. Returns what `_adopt` makes the network's, once the rest of the
         network is built. share=True: an inference-only network whose parameters are views of
         `params` itself (a detached flat array laid out as this configuration's): no
-        gradients, no updater state, nothing copied or initialised."""
+        gradients, no updater state, nothing copied or initialised. adopt=True: the same
+        parameters, but a network that trains them in place (TransferLearningHelper's
+        unfrozen layers, on the tail of the original's buffer)."""
         conf = self.conf
         dt = conf.dtype
         layout = flat_layout(owners, dt.itemsize)
         total = layout[-1][3] + layout[-1][4] if layout else 0
         if params is not None:
             check_flat(params, total)      # before anything of the network is replaced
-        if share:
+        if share or adopt:
             if not isinstance(params, NDArray) or params.dtype != dt or params.is_attached():
                 raise ValueError(f"params: a shared parameter array must be a detached "
                                  f"ndws.NDArray of {dt}")
-            flat_p, flat_g = params, None
+            flat_p = params
+            flat_g = None if share else ndws.zeros(total, dt, detached=True)
         else:
             flat_p = ndws.zeros(total, dt, detached=True)
             flat_g = ndws.zeros(total, dt, detached=True)
@@ -242,7 +252,7 @@ class Model:
         self._dropout_rng = np.random.default_rng([conf.seed, 1])
         for owner in owners:
             owner._rng = self._dropout_rng
-        if params is not None and not share:
+        if params is not None and not share and not adopt:
             flat_p.assign(check_flat(params, total))
         return flat_p, flat_g, layout
 
@@ -481,7 +491,7 @@ class Model:
         return score
 
     def _fit_epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
-                   history: History, validate: Any = None) -> None:
+                   history: History, validate: Any = None, stop: Any = None) -> None:
         with _Epoch(self, self._listeners, history, batch_count(data, labels, batch_size),
                     progress, validate=validate) as epoch:
             batches = iter(self._batches(data, labels, batch_size))
@@ -493,6 +503,8 @@ class Model:
                 self.last_etl_time = (time.perf_counter() - waited) * 1000.0
                 self._fit_batch(ds, lambda: epoch.iteration(self._iteration - 1, self._score,
                                                             self.last_batch_size))
+                if stop is not None and stop():
+                    raise _Abandoned
         if labels is None and hasattr(data, "reset") and callable(data.reset):
             data.reset()
 

@@ -27,6 +27,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import itertools
 import traceback
 from typing import Any, Iterable
 
@@ -46,10 +47,11 @@ from ndws.nn.history import History, _Progress
 from ndws.nn._busy import FORWARD, STATE, TRAIN
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
-from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length, count as _count,
-                           fit_options, input_array)
+from ndws.nn._model import (_IN_FORWARD, Model, _Abandoned, batch_count as _length,
+                            count as _count, fit_options, input_array)
 from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM, workspace_configs
 from ndws.nn.conf import SETTINGS, BackpropType
+from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.inputs import InputType
 from ndws.nn.preprocessors import (FeedForwardToRnnPreProcessor, MaskState,
                                    RnnToFeedForwardPreProcessor)
@@ -97,21 +99,27 @@ class MultiLayerNetwork(Model):
         with self._exclusive("init", TRAIN, writes=True):
             self._build(params, share=False)
 
-    def _build(self, params: Any, share: bool, sample: bool = True) -> None:
+    def _build(self, params: Any, share: bool, sample: bool = True, adopt: bool = False
+               ) -> None:
         # share=True: an inference-only network (ndws.parallel's serving replicas) whose
         # parameters are views of `params` itself, a detached flat array laid out as this
-        # configuration's; no gradients, no updater state, nothing copied or initialised
+        # configuration's; no gradients, no updater state, nothing copied or initialised.
+        # adopt=True: the same parameters, but a network that trains them in place
+        # (TransferLearningHelper's unfrozen layers, on the tail of the original's buffer)
         conf = self.conf
         layers = [layer.clone() for layer in conf.resolved_layers]
         tbptt = conf.backprop_type is BackpropType.TRUNCATED_BPTT
+        stop = _backward_stop(layers)
         for i, layer in enumerate(layers):
             layer.index = i
-            layer.input_gradient_needed = i > 0
+            # an epsilon only for a layer above one that trains (the first layer's input
+            # gradient, and a frozen bottom's, nothing reads)
+            layer.input_gradient_needed = i > stop
             if tbptt and hasattr(layer, "back_length"):
                 # truncated BPTT: the errors of a segment flow back through its last
                 # tbptt_back_length steps (docs/recurrent.md)
                 layer.back_length = conf.tbptt_back_length
-        flat = self._lay_out(layers, params, share, sample)
+        flat = self._lay_out(layers, params, share, sample, adopt)
         self.layers = layers
         # each layer's preprocessor (the configuration's, cloned: one may keep what a pass
         # needs for its backward, like a layer)
@@ -122,6 +130,9 @@ class MultiLayerNetwork(Model):
         # ndws._checks)
         self._out_shapes = [_declared_shape(layer) for layer in layers]
         self._checked = [_checks.user_code(layer) for layer in layers]
+        # the backward pass runs from the output layer down to this layer (the lowest that
+        # trains): below it nothing needs a gradient or an epsilon (frozen layers)
+        self._backward_stop = stop
         self._configs = workspace_configs(len(layers))
         # the compiled training iteration, where it applies (an inference replica never trains)
         self._dense_plan = (None if share or any(self._preprocessors)
@@ -631,7 +642,22 @@ class MultiLayerNetwork(Model):
                 raise ValueError("seed: only with shuffle=True (it seeds the order of the rows)")
             seed = check_seed(seed)
         validate = None if validation_data is None else Validation(self, validation_data)
+        return self._fit_loop(data, labels, batch_size, epochs, progress, shuffle, seed,
+                              validate)
+
+    def _fit_loop(self, data: Any, labels: Any, batch_size: Any, epochs: int | None,
+                  progress: bool | None, shuffle: bool = False, seed: int | None = None,
+                  validate: Any = None, stop: Any = None) -> History:
+        # fit's epochs, also driven by the tools around the training loop
+        # (ndws.nn.earlystopping): `epochs` None runs until `stop` says so; `stop()` (None:
+        # never) is asked after each batch (True abandons the epoch there: no end record, no
+        # validation, no on_epoch_end, as DL4J's early stopping does) and after each epoch;
+        # `validate` is the epoch's held-out score (_Epoch)
         history = History(epochs)
+        if stop is not None:
+            # the driver's stop test answers a non-finite score (early stopping ends the run
+            # on it, saying so): no warning as well
+            history._warned = True
         with self._exclusive("fit", TRAIN):
             wrapper = None
             if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
@@ -641,12 +667,16 @@ class MultiLayerNetwork(Model):
                 # (queue 2); the time fit waits for a batch is the ETL time
                 wrapper = data = AsyncDataSetIterator(data, queue_size=2)
             try:
-                for _ in range(epochs):
+                for _ in (range(epochs) if epochs is not None else itertools.count()):
                     x, y = data, labels
                     if shuffle:
                         x, y = shuffled(data, labels, self.conf.seed if seed is None else seed,
                                         self._epoch)
-                    self._fit_epoch(x, y, batch_size, progress, history, validate)
+                    self._fit_epoch(x, y, batch_size, progress, history, validate, stop)
+                    if stop is not None and stop():
+                        break
+            except _Abandoned:
+                pass                           # stop() ended the fit inside an epoch
             finally:
                 history._close()
                 if wrapper is not None:
@@ -820,7 +850,8 @@ class MultiLayerNetwork(Model):
                     # backward; in SEPARATE mode the epsilons ping-pong between two workspaces,
                     # each closed once the layer below has read it
                     eps = None
-                    for i in range(n - 1, -1, -1):
+                    stop = self._backward_stop
+                    for i in range(n - 1, stop - 1, -1):
                         layer = self.layers[i]
                         if mode is WorkspaceMode.SEPARATE:
                             name = WS_LAYER_ACT[i % 2]
@@ -836,7 +867,7 @@ class MultiLayerNetwork(Model):
                                 grads, eps = _checks.backprop_result(
                                     layer, layer.backprop_gradient(eps, mgr))
                             _checks.gradients(layer, grads, self._checked[i])
-                            if i > 0:
+                            if i > stop:
                                 if self._checked[i]:
                                     _checks.returned(layer, op, eps, shapes[i], dt)
                                 self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps,
@@ -851,6 +882,11 @@ class MultiLayerNetwork(Model):
                             open_eps.pop(0).close()
                     while open_eps:
                         open_eps.pop().close()
+                    if self._after_layer_gradients is not None:
+                        for i in range(stop - 1, -1, -1):
+                            # no backward pass below `stop`: those gradients are final as
+                            # they are (zero: nothing trains there)
+                            self._after_layer_gradients(i)
                     # in the iteration's scope, so its temporaries are the iteration's
                     reg = self._regularization()
             finally:
@@ -874,9 +910,16 @@ class MultiLayerNetwork(Model):
                                               f"infer B ({batch_size})"))]
         for layer, t in zip(self.layers, types):
             n = sum(int(np.prod(s)) for s in layer.param_shapes().values())
-            act = layer.activation.value if layer.activation is not None else "-"
+            name = type(layer).__name__
+            if isinstance(layer, FrozenLayer):
+                # what is frozen, and its activation
+                name = f"{name}({type(layer.layer).__name__})"
+                act_of = layer.layer.activation
+            else:
+                act_of = layer.activation
+            act = act_of.value if act_of is not None else "-"
             loss = getattr(layer, "loss_function", None)
-            row = ((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
+            row = ((str(layer.index), name, str(layer.n_in or "-"),
                     str(layer.output_width() or "-"))
                    + (("x".join("T" if d == -1 else str(d) for d in t.shape())
                        if t is not None else "-",) if shapes
@@ -1109,6 +1152,23 @@ def check_features_mask(x: NDArray, fmask: NDArray, t: Any, name: str) -> NDArra
                         f"{fmask.dtype}")
     _finite_mask(name, fmask)
     return fmask
+
+
+def _backward_stop(layers: list) -> int:
+    # The lowest layer the backward pass must reach: the lowest with a parameter the updater
+    # trains (the output layer when none has: the score and its gradient come from it). A
+    # FrozenLayer above it would hand it no epsilon: refused, naming both.
+    n = len(layers)
+    stop = next((i for i, layer in enumerate(layers)
+                 if any(layer.trainable(name) for name in layer.param_shapes())), n - 1)
+    for i in range(stop + 1, n):
+        layer = layers[i]
+        if isinstance(layer, FrozenLayer) and not layer._with_backprop:
+            raise ValueError(f"layers[{i}] (FrozenLayer) passes no gradient down, but "
+                             f"layers[{stop}] ({type(layers[stop]).__name__}) below it trains: "
+                             f"wrap layers[{i}] in FrozenLayerWithBackprop, or freeze the "
+                             f"layers below it too")
+    return min(stop, n - 1)
 
 
 def _finite_mask(name: str, mask: NDArray) -> None:
