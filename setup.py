@@ -179,7 +179,7 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws._threads": ["ndws/_pool.h"],
            "ndws.nn._iteration": ["ndws/_tls.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
-           "ndws.nn._conv": ["ndws/nn/_winograd.pxi"]}
+           "ndws.nn._conv": ["ndws/nn/_winograd.pxi", "ndws/nn/_dw_loops.h"]}
 
 
 def extension(name):

@@ -2118,26 +2118,108 @@ cdef inline void _valid_cols(const Geom* g, intp_t kw, intp_t* off, intp_t* lo, 
         hi[0] = lo[0]
 
 
+cdef extern from "_dw_loops.h" nogil:
+    void ndws_dw_row_f32(float32_t* y, const float32_t* x, intp_t xs, intp_t dw,
+                         const float32_t* w, int KH, int KW, float32_t b, intp_t n)
+    void ndws_dw_row_f64(float64_t* y, const float64_t* x, intp_t xs, intp_t dw,
+                         const float64_t* w, int KH, int KW, float64_t b, intp_t n)
+    void ndws_dw_dots_f32(const float32_t* g, intp_t gr, const float32_t* x, intp_t xr,
+                          intp_t R, intp_t dw, int KW, intp_t n, double* out)
+    void ndws_dw_dots_f64(const float64_t* g, intp_t gr, const float64_t* x, intp_t xr,
+                          intp_t R, intp_t dw, int KW, intp_t n, double* out)
+
+cdef enum:
+    DW_TAPS = 256               # kernels up to this many taps take the vector row kernels
+
+
+ctypedef struct _DwCols:
+    intp_t off[DW_TAPS]         # per kernel column kw: input column of output 0, and the output
+    intp_t lo[DW_TAPS]          # columns [lo, hi) whose tap lies inside the input
+    intp_t hi[DW_TAPS]
+    intp_t clo, chi             # columns where every tap lies inside
+
+
+cdef void _dw_cols(const Geom* g, intp_t KW, intp_t DW, intp_t PL, intp_t W, intp_t OW,
+                   _DwCols* c) noexcept nogil:
+    cdef intp_t kw
+    c.clo = 0
+    c.chi = OW
+    for kw in range(KW):
+        c.off[kw] = kw * DW - PL
+        c.lo[kw] = 0 if c.off[kw] >= 0 else _cdiv(-c.off[kw], g.SW)
+        c.hi[kw] = _imin(OW, _cdiv(W - c.off[kw], g.SW)) if W > c.off[kw] else 0
+        if c.hi[kw] < c.lo[kw]:
+            c.hi[kw] = c.lo[kw]
+        c.clo = _imax(c.clo, c.lo[kw])
+        c.chi = _imin(c.chi, c.hi[kw])
+    if c.chi < c.clo:
+        c.chi = c.clo
+
+
+cdef inline void _dw_row(floating_t* y, const floating_t* x, intp_t xs, intp_t dw,
+                         const floating_t* w, intp_t KH, intp_t KW, floating_t b, intp_t n
+                         ) noexcept nogil:
+    if floating_t is float32_t:
+        ndws_dw_row_f32(y, x, xs, dw, w, <int>KH, <int>KW, b, n)
+    else:
+        ndws_dw_row_f64(y, x, xs, dw, w, <int>KH, <int>KW, b, n)
+
+
+cdef inline floating_t _dw_point(const floating_t* x, intp_t xs, const floating_t* w,
+                                 intp_t KH, intp_t KW, floating_t b, intp_t ow,
+                                 const _DwCols* cols) noexcept nogil:
+    # one output of a row whose taps are all inside vertically (unit strides): b + the taps
+    # inside horizontally, in the row kernel's order
+    cdef floating_t s = b
+    cdef intp_t kh, kw
+    for kh in range(KH):
+        for kw in range(KW):
+            if cols.lo[kw] <= ow < cols.hi[kw]:
+                s += w[kh * KW + kw] * x[kh * xs + ow + cols.off[kw]]
+    return s
+
+
 cdef void _dw_fwd_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogil:
     cdef const Geom* g = &j.g
     cdef intp_t n = t // g.CO, o = t % g.CO, c = o // j.m, jm = o % j.m
-    cdef intp_t oh, kh, kw, ih, off, lo, hi, ow, y3 = j.ys[3]
+    cdef intp_t oh, kh, kw, ih, ih0, ow, y3 = j.ys[3], taps = g.KH * g.KW
     cdef const floating_t* xc = <const floating_t*>j.x + n * j.xs[0] + c * j.xs[1]
     cdef const floating_t* wc = <const floating_t*>j.w + c * j.ws[0] + jm * j.ws[1]
     cdef floating_t* yr
     cdef floating_t b0 = (<const floating_t*>j.bias)[o * j.bs] if j.bias != NULL else 0
+    cdef floating_t wl[DW_TAPS]
+    cdef _DwCols cols
+    # the vector row kernel for rows whose taps are all inside, over the columns whose taps are
+    cdef bint vec = (taps <= DW_TAPS and g.SW == 1 and j.xs[3] == 1 and y3 == 1)
+    _dw_cols(g, g.KW, g.DW, g.PL, g.W, g.OW, &cols)
+    if vec:
+        for kh in range(g.KH):
+            for kw in range(g.KW):
+                wl[kh * g.KW + kw] = wc[kh * j.ws[2] + kw * j.ws[3]]
     for oh in range(g.OH):
         yr = <floating_t*>j.y + n * j.ys[0] + o * j.ys[1] + oh * j.ys[2]
-        for ow in range(g.OW):
-            yr[ow * y3] = b0
-        for kh in range(g.KH):
-            ih = oh * g.SH - g.PT + kh * g.DH
-            if ih < 0 or ih >= g.H:
-                continue
-            for kw in range(g.KW):
-                _valid_cols(g, kw, &off, &lo, &hi)
-                _row_axpy(yr, y3, xc + ih * j.xs[2], j.xs[3], wc[kh * j.ws[2] + kw * j.ws[3]],
-                          lo, hi, g.SW, off)
+        ih0 = oh * g.SH - g.PT
+        if vec and ih0 >= 0 and ih0 + (g.KH - 1) * g.DH < g.H and cols.chi > cols.clo:
+            _dw_row(yr + cols.clo, xc + ih0 * j.xs[2] + cols.clo + cols.off[0], j.xs[2] * g.DH,
+                    g.DW, wl, g.KH, g.KW, b0, cols.chi - cols.clo)
+            # the border columns one by one (their taps in the same order)
+            for ow in range(cols.clo):
+                yr[ow] = _dw_point(xc + ih0 * j.xs[2], j.xs[2] * g.DH, wl, g.KH, g.KW, b0, ow,
+                                   &cols)
+            for ow in range(cols.chi, g.OW):
+                yr[ow] = _dw_point(xc + ih0 * j.xs[2], j.xs[2] * g.DH, wl, g.KH, g.KW, b0, ow,
+                                   &cols)
+        else:
+            for ow in range(g.OW):
+                yr[ow * y3] = b0
+            for kh in range(g.KH):
+                ih = ih0 + kh * g.DH
+                if ih < 0 or ih >= g.H:
+                    continue
+                for kw in range(g.KW):
+                    _row_axpy(yr, y3, xc + ih * j.xs[2], j.xs[3],
+                              wc[kh * j.ws[2] + kw * j.ws[3]], cols.lo[kw], cols.hi[kw], g.SW,
+                              cols.off[kw])
         if j.act != ACT_IDENTITY:
             if floating_t is float32_t:
                 act_tile_f32(j.act, <float32_t>j.alpha, yr, 1, g.OW, 0, y3)
@@ -2146,15 +2228,62 @@ cdef void _dw_fwd_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nog
 
 
 cdef void _dw_dx_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogil:
-    # dX[n, c] = sum over j, taps of W[c, j, kh, kw] * dY[n, c*m + j] scattered back
+    # dX[n, c] = sum over j, taps of W[c, j, kh, kw] * dY[n, c*m + j] scattered back; for
+    # stride 1 and one output channel per input channel, a gather instead: the forward row
+    # kernel over dY with the flipped kernel
     cdef const Geom* g = &j.g
-    cdef intp_t n = t // g.C, c = t % g.C, jm, o, oh, kh, kw, ih, off, lo, hi, h, w
+    cdef intp_t n = t // g.C, c = t % g.C, jm, o, oh, kh, kw, ih, h, w, PT2, PL2, iw
+    cdef intp_t taps = g.KH * g.KW, oh0, x3 = j.dxs[3]
     cdef floating_t* dxc = <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1]
+    cdef floating_t* dxr
     cdef const floating_t* wc
     cdef const floating_t* dyr
+    cdef const floating_t* dyc
+    cdef floating_t wf[DW_TAPS]
+    cdef floating_t acc
+    cdef _DwCols cols
+    cdef Geom f
+    if (j.m == 1 and g.SH == 1 and g.SW == 1 and taps <= DW_TAPS and x3 == 1
+            and j.ys[3] == 1):
+        # gather: dX[ih, iw] = sum W[kh, kw] dY[ih + PT - kh*DH, iw + PL - kw*DW], i.e. a
+        # forward pass with the flipped kernel and padding (K-1)*D - P
+        wc = <const floating_t*>j.w + c * j.ws[0]
+        dyc = <const floating_t*>j.y + n * j.ys[0] + c * j.ys[1]
+        for kh in range(g.KH):
+            for kw in range(g.KW):
+                wf[kh * g.KW + kw] = wc[(g.KH - 1 - kh) * j.ws[2] + (g.KW - 1 - kw) * j.ws[3]]
+        PT2 = (g.KH - 1) * g.DH - g.PT
+        PL2 = (g.KW - 1) * g.DW - g.PL
+        f = g[0]
+        f.SW = 1
+        _dw_cols(&f, g.KW, g.DW, PL2, g.OW, g.W, &cols)
+        for h in range(g.H):
+            dxr = dxc + h * j.dxs[2]
+            oh0 = h - PT2
+            if oh0 >= 0 and oh0 + (g.KH - 1) * g.DH < g.OH and cols.chi > cols.clo:
+                _dw_row(dxr + cols.clo, dyc + oh0 * j.ys[2] + cols.clo + cols.off[0],
+                        j.ys[2] * g.DH, g.DW, wf, g.KH, g.KW, 0, cols.chi - cols.clo)
+                for iw in range(cols.clo):
+                    dxr[iw] = _dw_point(dyc + oh0 * j.ys[2], j.ys[2] * g.DH, wf, g.KH, g.KW, 0,
+                                        iw, &cols)
+                for iw in range(cols.chi, g.W):
+                    dxr[iw] = _dw_point(dyc + oh0 * j.ys[2], j.ys[2] * g.DH, wf, g.KH, g.KW, 0,
+                                        iw, &cols)
+            else:
+                for iw in range(g.W):
+                    dxr[iw] = 0
+                for kh in range(g.KH):
+                    oh = oh0 + kh * g.DH
+                    if oh < 0 or oh >= g.OH:
+                        continue
+                    for kw in range(g.KW):
+                        _row_axpy(dxr, 1, dyc + oh * j.ys[2], 1, wf[kh * g.KW + kw],
+                                  cols.lo[kw], cols.hi[kw], 1, cols.off[kw])
+        return
+    _dw_cols(g, g.KW, g.DW, g.PL, g.W, g.OW, &cols)
     for h in range(g.H):
         for w in range(g.W):
-            dxc[h * j.dxs[2] + w * j.dxs[3]] = 0
+            dxc[h * j.dxs[2] + w * x3] = 0
     for jm in range(j.m):
         o = c * j.m + jm
         wc = <const floating_t*>j.w + c * j.ws[0] + jm * j.ws[1]
@@ -2165,35 +2294,78 @@ cdef void _dw_dx_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogi
                 if ih < 0 or ih >= g.H:
                     continue
                 for kw in range(g.KW):
-                    _valid_cols(g, kw, &off, &lo, &hi)
-                    _row_scatter(dxc + ih * j.dxs[2], j.dxs[3], dyr, j.ys[3],
-                                 wc[kh * j.ws[2] + kw * j.ws[3]], lo, hi, g.SW, off)
+                    _row_scatter(dxc + ih * j.dxs[2], x3, dyr, j.ys[3],
+                                 wc[kh * j.ws[2] + kw * j.ws[3]], cols.lo[kw], cols.hi[kw],
+                                 g.SW, cols.off[kw])
 
 
 cdef void _dw_dw_chan(const DwJob* j, intp_t c, floating_t dummy) noexcept nogil:
-    # dW[c, j, kh, kw] = sum over n, oh of the row dot products (float64 across rows)
+    # dW[c, j, kh, kw] = sum over n, oh, ow of dY[n, c*m + j, oh, ow] * X[n, c, ih, iw]: per
+    # image and kernel row, the columns where every tap is inside through the vector dot kernel
+    # over all the image's rows whose tap row is inside, the border columns one by one; images
+    # summed in order in float64
     cdef const Geom* g = &j.g
-    cdef intp_t jm, o, n, oh, kh, kw, ih, off, lo, hi
+    cdef intp_t jm, o, n, oh, kh, kw, ih, ow, r0, r1, oh_lo, oh_hi
     cdef const floating_t* xc
+    cdef const floating_t* xr
+    cdef const floating_t* dyc
     cdef const floating_t* dyr
-    cdef double acc
+    cdef double acc[DW_TAPS]
+    cdef double s
+    cdef _DwCols cols
+    cdef bint vec = (g.KW <= 16 and g.SW == 1 and j.xs[3] == 1 and j.ys[3] == 1
+                     and g.KH * g.KW <= DW_TAPS)
+    _dw_cols(g, g.KW, g.DW, g.PL, g.W, g.OW, &cols)
     for jm in range(j.m):
         o = c * j.m + jm
+        for kh in range(g.KH * g.KW):
+            acc[kh] = 0
+        for n in range(g.N):
+            xc = <const floating_t*>j.x + n * j.xs[0] + c * j.xs[1]
+            dyc = <const floating_t*>j.y + n * j.ys[0] + o * j.ys[1]
+            for kh in range(g.KH):
+                # output rows whose tap row kh is inside: 0 <= oh*SH - PT + kh*DH < H
+                r0 = g.PT - kh * g.DH
+                oh_lo = 0 if r0 <= 0 else _cdiv(r0, g.SH)
+                oh_hi = _imin(g.OH, _cdiv(g.H + r0, g.SH)) if g.H + r0 > 0 else 0
+                if oh_hi <= oh_lo:
+                    continue
+                if vec:
+                    ih = oh_lo * g.SH - r0
+                    if cols.chi > cols.clo:
+                        if floating_t is float32_t:
+                            ndws_dw_dots_f32(dyc + oh_lo * j.ys[2] + cols.clo, j.ys[2],
+                                             xc + ih * j.xs[2] + cols.clo + cols.off[0],
+                                             j.xs[2] * g.SH, oh_hi - oh_lo, g.DW, <int>g.KW,
+                                             cols.chi - cols.clo, acc + kh * g.KW)
+                        else:
+                            ndws_dw_dots_f64(dyc + oh_lo * j.ys[2] + cols.clo, j.ys[2],
+                                             xc + ih * j.xs[2] + cols.clo + cols.off[0],
+                                             j.xs[2] * g.SH, oh_hi - oh_lo, g.DW, <int>g.KW,
+                                             cols.chi - cols.clo, acc + kh * g.KW)
+                    if cols.clo > 0 or cols.chi < g.OW:
+                        for kw in range(g.KW):
+                            s = 0
+                            for oh in range(oh_lo, oh_hi):
+                                dyr = dyc + oh * j.ys[2]
+                                xr = xc + (oh * g.SH - r0) * j.xs[2]
+                                for ow in range(cols.lo[kw], _imin(cols.clo, cols.hi[kw])):
+                                    s += dyr[ow] * xr[ow + cols.off[kw]]
+                                for ow in range(_imax(cols.chi, cols.lo[kw]), cols.hi[kw]):
+                                    s += dyr[ow] * xr[ow + cols.off[kw]]
+                            acc[kh * g.KW + kw] += s
+                else:
+                    for oh in range(oh_lo, oh_hi):
+                        dyr = dyc + oh * j.ys[2]
+                        xr = xc + (oh * g.SH - r0) * j.xs[2]
+                        for kw in range(g.KW):
+                            acc[kh * g.KW + kw] += _row_dot(dyr, j.ys[3], xr, j.xs[3],
+                                                            cols.lo[kw], cols.hi[kw], g.SW,
+                                                            cols.off[kw])
         for kh in range(g.KH):
             for kw in range(g.KW):
-                _valid_cols(g, kw, &off, &lo, &hi)
-                acc = 0
-                for n in range(g.N):
-                    xc = <const floating_t*>j.x + n * j.xs[0] + c * j.xs[1]
-                    for oh in range(g.OH):
-                        ih = oh * g.SH - g.PT + kh * g.DH
-                        if ih < 0 or ih >= g.H:
-                            continue
-                        dyr = <const floating_t*>j.y + n * j.ys[0] + o * j.ys[1] + oh * j.ys[2]
-                        acc += _row_dot(dyr, j.ys[3], xc + ih * j.xs[2], j.xs[3], lo, hi,
-                                        g.SW, off)
                 (<floating_t*>j.dw)[c * j.dws[0] + jm * j.dws[1] + kh * j.dws[2]
-                                     + kw * j.dws[3]] = <floating_t>acc
+                                     + kw * j.dws[3]] = <floating_t>acc[kh * g.KW + kw]
 
 
 cdef void _dw_task_fwd(void* ctx, Py_ssize_t t) noexcept nogil:
