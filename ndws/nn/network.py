@@ -50,7 +50,8 @@ from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, Lo
                             OutputLayer)
 from ndws.nn.listeners import TrainingListener
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
-                             WS_LISTENER, WS_OUTPUT_MEM, WS_SINGLE, workspace_configs)
+                             WS_LISTENER, WS_OUTPUT_MEM, WS_SINGLE, activation_workspace,
+                             epsilon_workspace, workspace_configs)
 from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
 from ndws.nn.memory_report import (MemoryReport, layer_uses as _layer_uses, merge as _merge,
                                    plan as _plan)
@@ -606,7 +607,7 @@ class MultiLayerNetwork:
                         if mode is WorkspaceMode.SEPARATE and i < n - 1:
                             # layer i's activations live in ACT_(i % 2) until layer i + 1 has
                             # read them (DL4J's WS_LAYER_ACT_1 / _2)
-                            name = WS_LAYER_ACT[i % 2]
+                            name = activation_workspace(i)
                             m._map(ArrayType.ACTIVATIONS, name, self._configs[name])
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
@@ -914,7 +915,7 @@ class MultiLayerNetwork:
                     for i in range(n - 1, -1, -1):
                         layer = self.layers[i]
                         if mode is WorkspaceMode.SEPARATE:
-                            name = WS_LAYER_ACT[i % 2]
+                            name = epsilon_workspace(i)
                             mgr._map(ArrayType.ACTIVATION_GRAD, name, self._configs[name])
                             open_eps.append(mgr.notify_scope_entered(ArrayType.ACTIVATION_GRAD))
                         with self._scope(mgr, mode, ArrayType.BP_WORKING_MEM):
