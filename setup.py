@@ -8,13 +8,28 @@ Environment switches:
                         docs/kernels.md, "Sanitizer builds", for running the suite under it)
   NDWS_BUILD_ONLY=a,b   development: build only these modules (e.g. ndws._linalg), so parallel
                         builds of different modules (with separate --build-temp) do not collide
+
+Builds are reused by content: a module is cythonized again only when one of its Cython inputs
+(its .pyx and every .pxd / .pxi it uses, Cython's version, the directives) changed, and
+compiled again only when its C source, a header, a compiler flag, an include directory's
+headers, the compiler or a build switch changed; otherwise the module built last time with the
+same inputs is copied from build/ndws-cache. So the README's second command (its own pip
+build environment, whose fresh files would look newer to a timestamp check) reuses what the
+first one built, and a build with other switches (NDWS_SANITIZE=1, NDWS_NO_OPENMP=1, CFLAGS)
+never reuses one built without them.
 """
+import hashlib
+import json
 import os
 import platform
+import re
 import shlex
 import shutil
+import subprocess
 import sys
+import sysconfig
 import tempfile
+import time
 
 import numpy
 from Cython.Build import cythonize
@@ -72,9 +87,142 @@ MODULE_FLAGS = {"ndws.nn._updaters": ["-fno-math-errno"]}
 ISA_PROBE = "#include <immintrin.h>\nint main(void) { return 0; }\n"
 
 
+ROOT = os.path.dirname(os.path.abspath(__file__))
+#: modules built before, by content (see the module docstring); the KEEP_BUILDS most recently
+#: used builds of each module are kept (say, the last edit, the one before, a sanitizer build)
+CACHE = os.path.join(ROOT, "build", "ndws-cache")
+KEEP_BUILDS = 3
+
+
+def _sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha(path):
+    with open(path, "rb") as f:
+        return _sha(f.read())
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
+_includes_of = {}
+
+
+def _included_headers(sources, include_dirs):
+    """(name, sha256) of every header `sources` include, directly or through another header,
+    that is found next to the including file or in `include_dirs` (the project's, NumPy's,
+    Python's; the C library's belong to the compiler's identity). By content and by name,
+    not by path: NumPy's include directory moves with every pip build environment, its
+    headers do not change."""
+    dirs = [os.path.abspath(d) for d in include_dirs]
+    found, todo = {}, [os.path.abspath(src) for src in sources]
+    while todo:
+        path = todo.pop()
+        if path not in _includes_of:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                _includes_of[path] = _INCLUDE.findall(f.read())
+        for name in _includes_of[path]:
+            for d in [os.path.dirname(path)] + dirs:
+                header = os.path.normpath(os.path.join(d, name))
+                if os.path.isfile(header):
+                    if header not in found:
+                        ours = header.startswith(os.path.join(ROOT, "ndws") + os.sep)
+                        found[header] = os.path.relpath(header, ROOT if ours else d)
+                        todo.append(header)
+                    break
+    return sorted((name, _file_sha(h)) for h, name in found.items())
+
+
+def _switches():
+    # the environment a build reads (the switches above, the compiler's variables)
+    names = ("CC", "CXX", "CFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED", "ARCHFLAGS")
+    return sorted((k, v) for k, v in os.environ.items()
+                  if (k in names or k.startswith("NDWS_")) and k != "NDWS_BUILD_ONLY")
+
+
+def _store(path, source):
+    # into the cache under a temporary name, then renamed: a concurrent build never sees half
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, path)
+
+
 class BuildExt(build_ext):
     """Adds -O3, -fopenmp when a tiny OpenMP program compiles and links, and each GEMM module's
-    instruction-set flags (dropping a module whose flags the compiler rejects)."""
+    instruction-set flags (dropping a module whose flags the compiler rejects); reuses a module
+    built before from identical inputs (the module docstring)."""
+
+    _compiler_version = None
+
+    def _compiler_identity(self):
+        # the compiler's own words about itself: an upgraded compiler at the same path is
+        # another compiler
+        if BuildExt._compiler_version is None:
+            exe = (self.compiler.compiler_so or ["cc"])[0] \
+                if self.compiler.compiler_type != "msvc" else "cl"
+            try:
+                out = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                     timeout=60)
+                BuildExt._compiler_version = out.stdout + out.stderr
+            except (OSError, subprocess.SubprocessError) as exc:
+                BuildExt._compiler_version = f"unknown ({exc})"
+        return BuildExt._compiler_version
+
+    def _cache_key(self, ext):
+        """Everything the module's binary is made from: its C source, the project's headers it
+        includes, the include directories' headers, flags, macros, compiler, Python,
+        switches."""
+        headers = _included_headers(ext.sources, list(ext.include_dirs or [])
+                                    + list(self.include_dirs or []))
+        parts = {
+            "format": 1, "name": ext.name,
+            "sources": [_file_sha(src) for src in ext.sources], "headers": headers,
+            "ext": [ext.extra_compile_args, ext.extra_link_args, ext.define_macros,
+                    ext.undef_macros, ext.libraries, ext.library_dirs, ext.runtime_library_dirs,
+                    ext.extra_objects, ext.language],
+            "compiler": [self.compiler.compiler_type,
+                         getattr(self.compiler, "compiler_so", None),
+                         getattr(self.compiler, "linker_so", None),
+                         self._compiler_identity(), self.libraries, self.library_dirs,
+                         self.define, self.undef, self.debug],
+            "python": [sys.version, sysconfig.get_config_var("EXT_SUFFIX"), sys.platform,
+                       platform.machine()],
+            "switches": _switches(),
+        }
+        text = json.dumps(parts, sort_keys=True, default=str, indent=0)
+        return _sha(text.encode())[:32], text
+
+    def build_extension(self, ext):
+        target = self.get_ext_fullpath(ext.name)
+        key, parts = self._cache_key(ext)
+        suffix = os.path.splitext(target)[1]
+        cached = os.path.join(CACHE, "ext", f"{ext.name}-{key}{suffix}")
+        if os.path.exists(cached) and not self.force:
+            # a new file renamed over the old: a process that has the old one loaded keeps it
+            _store(target, cached)
+            os.utime(cached)                # the least recently used builds are dropped first
+            print(f"ndws: {ext.name}: reused (built before from the same inputs)")
+            return
+        # a fresh compile: distutils' own timestamp check must not skip it
+        self.force, force = True, self.force
+        try:
+            super().build_extension(ext)
+        finally:
+            self.force = force
+        _store(cached, target)
+        # what the build was made from, beside it: `diff` two of them to see why a module was
+        # compiled again
+        with open(cached[:-len(suffix)] + ".json", "w") as f:
+            f.write(parts)
+        kept = sorted((os.path.join(CACHE, "ext", n) for n in os.listdir(
+            os.path.join(CACHE, "ext")) if n.startswith(ext.name + "-") and n.endswith(suffix)),
+            key=os.path.getmtime, reverse=True)
+        for old in kept[KEEP_BUILDS:]:
+            for path in (old, old[:-len(suffix)] + ".json"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
     def _compiles(self, source, cflags):
         tmp = tempfile.mkdtemp(prefix="ndws-probe-")
@@ -172,18 +320,19 @@ def generate(template):
             f.write(text)
 
 
-generate("ndws/_entries.pxi.tp")
-
-
 #: sources a module is compiled from besides its .pyx (an edit to them must rebuild it)
 GEMM_DEPENDS = ["ndws/_gemm_kernel.pxi", "ndws/_gemm_types.pxd", "ndws/_simd.h"]
 DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath.h",
-                            "ndws/_poison.h", "ndws/_tls.h"],
+                            "ndws/_vmath.h", "ndws/_poison.h", "ndws/_tls.h"],
+           "ndws._fallback": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._core": ["ndws/_poison.h", "ndws/_tls.h", "ndws/_dlpack.h"],
            "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._memory": ["ndws/_poison.h"],
            "ndws._threads": ["ndws/_pool.h"],
            "ndws.nn._iteration": ["ndws/_tls.h"],
+           "ndws.nn._activations": ["ndws/_vmath.h", "ndws/nn/_act_loops.h"],
+           "ndws.nn._losses": ["ndws/_vmath.h"],
+           "ndws.nn._rnn": ["ndws/_tls.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
            "ndws.nn._conv": ["ndws/nn/_winograd.pxi", "ndws/nn/_dw_loops.h"]}
 
@@ -205,10 +354,11 @@ def extension(name):
 # in layer order (docs/architecture.md): each module cimports only modules listed before it
 EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("ndws._threads"),
               extension("ndws._core"), extension("ndws._creation"), extension("ndws._dispatch"),
-              extension("ndws._linalg"), extension("ndws._ufuncs"),
+              extension("ndws._linalg"), extension("ndws._fallback"), extension("ndws._ufuncs"),
               extension("ndws.nn._activations"), extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
               extension("ndws.nn._conv"), extension("ndws.nn._pool"),
+              extension("ndws.nn._rnn"),
               extension("ndws.nn._iteration"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels"),
@@ -220,11 +370,52 @@ if os.environ.get("NDWS_BUILD_ONLY"):
     EXTENSIONS = [e for e in EXTENSIONS if e.name in _only]
 
 
-setup(
-    ext_modules=cythonize(
-        EXTENSIONS,
-        compiler_directives=DIRECTIVES,
-        annotate=False,
-    ),
-    cmdclass={"build_ext": BuildExt},
-)
+def _cython_inputs(tree, ext):
+    # a module's Cython inputs by content: its .pyx and every .pxd / .pxi it uses (NumPy's and
+    # Cython's own included), Cython's version and the directives
+    deps = sorted((os.path.basename(d), _file_sha(d)) for d in tree.all_dependencies(
+        ext.sources[0]))
+    return _sha(json.dumps([Cython.__version__, DIRECTIVES, deps], sort_keys=True).encode())
+
+
+def cythonized(extensions):
+    """cythonize(), regenerating only the .c of modules whose Cython inputs changed since it was
+    written, judged by content: a new pip build environment's NumPy and Cython files are newer
+    than the .c, not different. cythonize() itself judges by timestamps, so each .c is dated
+    after its inputs when they are unchanged, and before them when they changed."""
+    from Cython.Build.Dependencies import create_dependency_tree
+    tree = create_dependency_tree(quiet=True)
+    stale = []
+    for ext in extensions:
+        pyx = ext.sources[0]
+        c_file = pyx[:-len(".pyx")] + ".c"
+        stamp = os.path.join(CACHE, "cython", ext.name + ".json")
+        deps = tree.all_dependencies(pyx)
+        inputs = _cython_inputs(tree, ext)
+        try:
+            with open(stamp) as f:
+                fresh = json.load(f) == {"inputs": inputs, "c": _file_sha(c_file)}
+        except (OSError, ValueError):
+            fresh = False
+        if fresh:
+            newest = max([os.path.getmtime(d) for d in deps] + [time.time()])
+            os.utime(c_file, (newest + 1, newest + 1))
+        else:
+            if os.path.exists(c_file):
+                os.utime(c_file, (0, 0))
+            stale.append((stamp, inputs, c_file))
+    modules = cythonize(extensions, compiler_directives=DIRECTIVES, annotate=False)
+    for stamp, inputs, c_file in stale:
+        os.makedirs(os.path.dirname(stamp), exist_ok=True)
+        with open(stamp + ".tmp", "w") as f:
+            json.dump({"inputs": inputs, "c": _file_sha(c_file)}, f)
+        os.replace(stamp + ".tmp", stamp)
+    return modules
+
+
+if __name__ == "__main__":          # also under pip (setuptools runs this file as __main__)
+    generate("ndws/_entries.pxi.tp")
+    setup(
+        ext_modules=cythonized(EXTENSIONS),
+        cmdclass={"build_ext": BuildExt},
+    )

@@ -4,9 +4,10 @@
 For each activation it prints the median microseconds of the forward and the backward call over
 1,048,576 float32 elements into an ``out=`` array (1 and 2 kernel threads), the ratio to
 ``relu`` (the memory-bound floor: one read, one write), and, where NumPy writes the same
-function as a few ufuncs, NumPy's time and the ratio ndws / NumPy. The activations with an
-``exp`` or ``tanh`` per element call libm's scalar functions; NumPy's ufuncs use SIMD ones,
-which is where NumPy wins.
+function as a few ufuncs, NumPy's time and the ratio ndws / NumPy. sigmoid and tanh run
+per-instruction-set loops over ndws' own exp and tanh (ndws/nn/_act_loops.h); the other
+activations with an ``exp``, ``expm1`` or ``tanh`` per element run scalar loops, where
+NumPy's SIMD ufuncs win.
 
 Usage::
 

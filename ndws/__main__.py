@@ -1,9 +1,10 @@
 """Command line: ``ndws train`` (the main job), ``ndws demo`` and ``ndws config`` (also as
 ``python -m ndws ...``).
 
-``train`` trains a multi-layer perceptron on the bundled digits with a progress bar, prints each
-epoch's score and held-out accuracy and the final evaluation, then compares the workspace modes
-on the same network. ``train --mpi``, run under ``mpiexec -n N``, trains the same network
+``train`` trains a network on the bundled digits with a progress bar, prints each epoch's score
+and held-out accuracy and the final evaluation, then compares the workspace modes on the same
+network: a multi-layer perceptron, or with ``--model`` another network of the table `MODELS`
+(``lstm``: an LSTM that reads each 8x8 digit row by row, 8 steps of 8 features). ``train --mpi``, run under ``mpiexec -n N``, trains the same network
 data-parallel on the N processes (`ndws.parallel.MPITrainer`, docs/distributed.md). Ctrl-C
 stops it, saying where, with exit status 130.
 
@@ -27,7 +28,7 @@ import numpy as np
 
 import ndws
 
-__all__ = ["Interrupted", "main", "run_demo", "run_train", "run_train_mpi"]
+__all__ = ["Interrupted", "MODELS", "main", "run_demo", "run_train", "run_train_mpi"]
 
 try:                                   # page faults per iteration, where the OS counts them
     import resource
@@ -192,6 +193,32 @@ def _digits_conf(hidden: int, seed: int, mode: str = "ENABLED"):
         inference_workspace_mode=mode)
 
 
+def _lstm_conf(hidden: int, seed: int, mode: str = "ENABLED"):
+    # each digit as a time series of its 8 rows (8 features each); the LSTM's state after the
+    # last row classifies it
+    from ndws.nn import (LSTM, Adam, InputType, LastTimeStep, MultiLayerConfiguration,
+                         OutputLayer)
+    return MultiLayerConfiguration(
+        [LastTimeStep(LSTM(n_out=hidden, activation="tanh")),
+         OutputLayer(n_out=10, activation="softmax", loss_function="MCXENT")],
+        input_type=InputType.recurrent(8, 8), seed=seed, updater=Adam(1e-2),
+        training_workspace_mode=mode, inference_workspace_mode=mode)
+
+
+def _rows_as_steps(x: np.ndarray) -> np.ndarray:
+    # (n, 64) pixels -> (n, 8 features, 8 steps): step t is row t of the image
+    return np.ascontiguousarray(x.reshape(-1, 8, 8).transpose(0, 2, 1))
+
+
+#: the networks ``ndws train --model`` trains: name -> (what it is, its configuration from
+#: (hidden, seed, mode), the digits' pixels as its input)
+MODELS: dict[str, tuple[str, Callable, Callable]] = {
+    "mlp": ("a 64-HIDDEN-HIDDEN-10 MLP (ReLU, softmax, Adam)", _digits_conf, lambda x: x),
+    "lstm": ("an LSTM of HIDDEN units reading each digit row by row (8 steps of 8 features), "
+             "its last step classified (softmax, Adam)", _lstm_conf, _rows_as_steps),
+}
+
+
 def _accuracy(net, x, y) -> float:
     return float((net.output(x).numpy().argmax(axis=1) == y).mean())
 
@@ -221,17 +248,23 @@ def _epoch_lines(epochs: int, out: Any) -> Any:
 
 
 def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: int = 1,
-              progress: bool | None = None, mode_epochs: int = 5, out=None) -> dict:
-    """Train on the digits, print the report and the workspace-mode table; returns the
-    figures. Ctrl-C raises `Interrupted` (a KeyboardInterrupt) saying where it stopped."""
+              progress: bool | None = None, mode_epochs: int = 5, out=None,
+              model: str = "mlp") -> dict:
+    """Train `model` (a name of `MODELS`) on the digits, print the report and the
+    workspace-mode table; returns the figures. Ctrl-C raises `Interrupted` (a
+    KeyboardInterrupt) saying where it stopped."""
     from ndws.data.dataset import DataSet
     from ndws.nn import MultiLayerNetwork
+    if model not in MODELS:
+        raise ValueError(f"model: expected one of {', '.join(MODELS)}, got {model!r:.40}")
+    _, make, features = MODELS[model]
     out = out or sys.stdout
     x, y, xt, yt = _digits(seed)
-    net = MultiLayerNetwork(_digits_conf(hidden, seed))
+    x, xt = features(x), features(xt)
+    net = MultiLayerNetwork(make(hidden, seed))
     net.init()
     print(f"ndws train: digits (8x8, 10 classes), {len(x)} training / {len(xt)} held-out "
-          f"examples, batch {batch_size}, {epochs} epochs\n", file=out)
+          f"examples, batch {batch_size}, {epochs} epochs, model {model}\n", file=out)
     print(net.summary(batch_size), file=out)
     print(file=out)
     net.set_listeners(_epoch_lines(epochs, out))
@@ -254,7 +287,7 @@ def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: i
     print(f"\ntrained in {time.perf_counter() - started:.1f} s\n", file=out)
     print(ev.stats(), file=out)
     try:
-        modes = _compare_modes(x, y, xt, yt, batch_size, hidden, seed, mode_epochs)
+        modes = _compare_modes(x, y, xt, yt, batch_size, hidden, seed, mode_epochs, make)
     except KeyboardInterrupt:
         raise Interrupted("while comparing the workspace modes, after the training") from None
     print(f"\nWorkspace modes, the same network and seed, {mode_epochs} epochs each:", file=out)
@@ -341,7 +374,7 @@ def run_train_mpi(epochs: int = 15, batch_size: int = 32, hidden: int = 128, see
     return {"accuracy": accuracy, "evaluation": ev, "rank": rank, "size": size}
 
 
-def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs) -> dict:
+def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs, make=_digits_conf) -> dict:
     from ndws._memory import allocation_counters
     from ndws.data.dataset import DataSet
     from ndws.nn import MultiLayerNetwork
@@ -350,7 +383,7 @@ def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs) -> dict:
     results = {}
     for mode in ("NONE", "SINGLE", "SEPARATE", "ENABLED"):
         ndws.destroy_all_workspaces_for_current_thread()
-        net = MultiLayerNetwork(_digits_conf(hidden, seed, mode))
+        net = MultiLayerNetwork(make(hidden, seed, mode))
         net.init()
         net.fit(batches, progress=False)                # warm-up: the workspaces learn
         times = []
@@ -402,20 +435,24 @@ def _parser() -> argparse.ArgumentParser:
         "command's options; docs/networks.md the networks it trains.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train = sub.add_parser(
-        "train", formatter_class=_Help, help="the main job: train an MLP on the bundled "
+        "train", formatter_class=_Help, help="the main job: train a network on the bundled "
         "digits, evaluate it, and compare the workspace modes",
-        description="Train a 64-HIDDEN-HIDDEN-10 MLP (ReLU, softmax, Adam) on the bundled 8x8 "
-        "digits with a progress bar, a line per epoch (score, held-out accuracy) and the final "
-        "evaluation, then compare the workspace modes on the same network (time per "
-        "iteration, workspace bytes, heap allocations, accuracy). Ctrl-C stops it (exit "
-        "status 130).")
+        description="Train a network on the bundled 8x8 digits with a progress bar, a line per "
+        "epoch (score, held-out accuracy) and the final evaluation, then compare the workspace "
+        "modes on the same network (time per iteration, workspace bytes, heap allocations, "
+        "accuracy). --model picks it: " + "; ".join(f"{name}: {what}" for name, (what, _, _)
+                                                    in MODELS.items())
+        + ". Ctrl-C stops it (exit status 130).")
+    train.add_argument("--model", choices=list(MODELS), default="mlp",
+                       help="the network to train")
     train.add_argument("--epochs", type=_int_arg(1, 100_000), default=15,
                        help="passes over the 1,400 training examples")
     train.add_argument("--batch-size", type=_int_arg(1, 1400, " (the training examples)"),
                        default=32, help="examples per training step (per process with --mpi)")
     train.add_argument("--hidden", type=_int_arg(1, 4096, " (4096 already makes 17M "
                                                           "weights)"),
-                       default=128, help="units in each of the two hidden layers")
+                       default=128, help="units in each of the two hidden layers (the LSTM's "
+                                         "units)")
     train.add_argument("--seed", type=_int_arg(0, 2**63 - 1), default=1,
                        help="seeds the weights, the split and the order of the examples")
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -455,11 +492,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             ndws.show_config()
         elif args.command == "train" and args.mpi:
             from ndws.parallel.mpi import INSTALL_HINT, mpi_available
+            if args.model != "mlp":
+                parser.error("--mpi trains the MLP only (--model mlp)")
             if not mpi_available():
                 parser.error(f"--mpi needs mpi4py and an MPI library: {INSTALL_HINT}")
             run_train_mpi(args.epochs, args.batch_size, args.hidden, args.seed, args.progress)
         elif args.command == "train":
-            run_train(args.epochs, args.batch_size, args.hidden, args.seed, args.progress)
+            run_train(args.epochs, args.batch_size, args.hidden, args.seed, args.progress,
+                      model=args.model)
         else:
             run_demo(args.iterations, args.batch, seed=args.seed, large_rows=args.large_rows,
                      large_iterations=args.large_iterations)

@@ -3,14 +3,14 @@
 # See docs/architecture.md.
 from cpython.ref cimport PyObject
 from libc.stdint cimport uint64_t
-from ndws._memory cimport MemoryBlock, NDWS_ALIGNMENT
+from ndws._memory cimport MemoryBlock, NDWS_ALIGNMENT, ndws_unpoison
 
 cdef extern from "_tls.h":
     void ndws_share(const uint64_t* epoch, const int* debug_mode) noexcept
     uint64_t ndws_current_tid() noexcept
     PyObject* ndws_tls_get() noexcept
     void ndws_tls_set(PyObject* o) noexcept
-    int ndws_debug() noexcept
+    int ndws_debug() noexcept nogil
 
 # The workspace policies, declared once. C code uses the member names as constants; Python sees
 # each as an IntEnum of ndws._arena, and ndws.workspace re-exports them under DL4J's member
@@ -124,13 +124,38 @@ cdef class Arena:
     cdef int _last_kind
     cdef Py_ssize_t _last_bytes, _last_prev_offset, _last_prev_written
 
+    # a compiled loop's cycles in flight (see "Cycles of a compiled loop" in _arena.pyx)
+    cdef bint _in_loop
+    cdef long long _loop_cycles
+
     cdef int _check_thread(self, str action) except -1
     cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL
+    cdef void _open_cycle(self) noexcept nogil
+    cdef bint _end_cycle_plain(self) noexcept nogil
+    cdef bint _reinit_is_noop(self, Py_ssize_t max_cycle) noexcept nogil
+
+    # Cycles of a compiled loop (docs/architecture.md, "The time loop and the workspace"): a
+    # kernel opens and closes a cycle of this workspace at every step of its loop without the
+    # GIL and without a Python call, with every counter, learning step, spill and generation
+    # what the same loop of `with ws:` blocks would give. `_loop_begin` (GIL held) refuses a
+    # workspace that is open, circular, of another thread, already in a loop, or one whose
+    # FAIL spill policy could not serve `per_cycle` bytes (nothing changed then); then, for
+    # each step, `_loop_enter`, any number of `_loop_alloc` (raw memory, valid until the
+    # step's `_loop_leave`: the cycle's end makes it the next step's), and `_loop_leave`.
+    # Steady-state steps touch only C fields; a step that must spill, learn, release spills
+    # or warn takes the GIL for it (`with gil`), and its errors propagate. `_loop_end` (GIL
+    # held) ends the loop, closing a cycle an error left open (`failed`).
+    cdef int _loop_begin(self, Py_ssize_t per_cycle, str op) except -1
+    cdef int _loop_enter(self) except -1 nogil
+    cdef char* _loop_alloc(self, Py_ssize_t nbytes) except NULL nogil
+    cdef int _loop_leave(self) except -1 nogil
+    cdef int _loop_end(self, bint failed) except -1
     cdef void _rollback(self, char* ptr, Py_ssize_t nbytes) noexcept
     cdef int _reuse_main(self) except -1
     cdef int _fail_if_exported(self, str when) except -1
     cdef int _install_main(self, MemoryBlock block) except -1
     cdef int _init_buffer(self) except -1
+    cdef object _no_block(self)
     cdef void _clear_external(self) noexcept
     cdef void _clear_pinned(self, bint extended) noexcept
     cdef int _destroy_buffers(self, bint extended) except -1
@@ -160,6 +185,33 @@ cdef const int* debug_mode_ptr() noexcept
 cdef str open_ids(ThreadState ts)
 
 
-cdef inline Py_ssize_t round_up(Py_ssize_t n) noexcept:
+cdef inline Py_ssize_t round_up(Py_ssize_t n) noexcept nogil:
     # ND4J's alignment rule for every workspace allocation
     return (n + NDWS_ALIGNMENT - 1) & ~(<Py_ssize_t>NDWS_ALIGNMENT - 1)
+
+
+cdef inline bint plain_bump(Arena w, Py_ssize_t req) noexcept nogil:
+    # Whether Arena._alloc would simply bump the offset of the main block by `req` (rounded)
+    # bytes: the steady state of a scoped workspace, which NDArray creation (ndws._core) and
+    # the compiled loops' cycles take inline, through take_main
+    return (not w._circular and w._is_used and not w._trimmed_mode and not w._debug
+            and ndws_debug() != DEBUG_SPILL_EVERYTHING and w._main is not None
+            and w._offset + req <= w._current_size)
+
+
+cdef inline char* take_main(Arena w, Py_ssize_t req, Py_ssize_t nbytes) noexcept nogil:
+    # Book `req` (rounded) bytes of the main block at the offset for `nbytes` of data: the one
+    # definition of a main-block allocation (Arena._alloc, ndws._core's inline bump, the
+    # compiled loops' cycles). The caller keeps the block alive (w._main) as it needs.
+    cdef char* ptr = w._main.data + w._offset
+    w._last_kind = _LAST_MAIN
+    w._last_bytes = req
+    w._last_prev_offset = w._offset
+    w._last_prev_written = w._main.ring_written_end
+    w._last_vpos = w._lap_base + w._offset
+    w._cycle_alloc += req
+    w._offset += req
+    if w._circular:
+        w._main.ring_written_end = w._lap_base + w._offset
+    ndws_unpoison(ptr, nbytes)         # the alignment slack stays poisoned
+    return ptr

@@ -383,6 +383,12 @@ cdef bint _ring_pin_overrun(MemoryBlock b, long long new_end) except -1:
 MAX_BLOCK_BYTES = PY_SSIZE_T_MAX // 2
 
 
+cdef object _sized_os_error(object exc, object wid, str field, Py_ssize_t size):
+    # an MMAP workspace's file could not be made: the error names the workspace and the field
+    return OSError(exc.errno, f"Workspace [{wid}]: {field}={size} bytes for its memory-mapped "
+                              f"file: {exc.strerror if exc.strerror else exc}")
+
+
 cdef Py_ssize_t _grown(Py_ssize_t size, double fraction, object wid) except -1:
     # size + floor(size * fraction), as ND4J's overallocation, refusing results that would
     # overflow (ND4J's long arithmetic wraps to a negative size and then spills everything).
@@ -451,7 +457,11 @@ cdef class Arena:
             flen = os.path.getsize(path) if os.path.exists(path) else 0
             if flen == 0 or flen < self._initial_size:
                 if self._initial_size > 0:
-                    _fill_file(path, self._initial_size)
+                    try:
+                        _fill_file(path, self._initial_size)
+                    except OSError as exc:
+                        raise _sized_os_error(exc, self._id, "initial_size",
+                                              self._initial_size) from None
                 else:
                     raise WorkspaceError("Memory-mapped file should have positive length.",
                                          "mmap", self._id)
@@ -498,13 +508,36 @@ cdef class Arena:
         if self._p_location == LOCATION_RAM:
             if self._current_size > 0:
                 self._is_init = True
-                block = allocate_block(self._current_size, True, BLOCK_MAIN)
+                try:
+                    block = allocate_block(self._current_size, True, BLOCK_MAIN)
+                except MemoryError:
+                    raise self._no_block() from None
                 self._install_main(block)
         elif self._mmap_temp:
-            self._install_main(map_temp_file(self._initial_size, None))
+            try:
+                block = map_temp_file(self._initial_size, None)
+            except OSError as exc:
+                raise _sized_os_error(exc, self._id, "initial_size", self._initial_size) \
+                    from None
+            self._install_main(block)
         else:
             self._install_main(map_file(self._mmap_path))
         return 0
+
+    cdef object _no_block(self):
+        # The error of a main block the machine can't give, naming the fields that sized it.
+        # The workspace is left without a block (its allocations spill), as before it first
+        # sized itself, rather than claiming a size it does not have.
+        cdef Py_ssize_t wanted = self._current_size
+        self._current_size = 0
+        self._is_over = False
+        learned = (f", the largest cycle {self._max_cycle} bytes"
+                   if self._p_learning != LEARN_NONE and self._max_cycle else "")
+        return MemoryError(f"Workspace [{self._id}]: can't allocate its block of {wanted} "
+                           f"bytes (initial_size={self._initial_size}, min_size="
+                           f"{self._min_size}, max_size={self._max_size}, "
+                           f"overallocation_limit={self._overalloc!r}{learned}): not enough "
+                           f"memory")
 
     cdef void _clear_external(self) noexcept:
         # "Freeing" spills drops the workspace's references; arrays still on them keep the
@@ -642,18 +675,8 @@ cdef class Arena:
                     # that memory to them first
                     self._fail_if_exported("a circular overwrite")
                     self._reuse_main()
-                ptr = self._main.data + self._offset
-                self._last_kind = _LAST_MAIN
-                self._last_bytes = req
-                self._last_prev_offset = self._offset
-                self._last_prev_written = self._main.ring_written_end
-                self._last_vpos = self._lap_base + self._offset
+                ptr = take_main(self, req, nbytes)
                 self._last_block = self._main
-                self._cycle_alloc += req
-                self._offset += req
-                if self._circular:
-                    self._main.ring_written_end = self._lap_base + self._offset
-                ndws_unpoison(ptr, nbytes)         # the alignment slack stays poisoned
                 if zero:
                     memset(ptr, 0, nbytes)
                 if self._debug:
@@ -766,17 +789,23 @@ cdef class Arena:
         cdef _Scope scope = _push_scope(ts, self, _SC_ENTRY)
         self._last_scope = scope
         self._previous = scope.restore
+        if self._external_count > 0 and (self._p_reset == RESET_BLOCK_LEFT or self._reset_planned):
+            self._clear_external()
+            self._reset_planned = False
+        self._open_cycle()
+        return self
+
+    cdef void _open_cycle(self) noexcept nogil:
+        # The counters of a new cycle (notify_scope_entered; the compiled loops' cycles): one
+        # more open entry, a scoped workspace's offset back to 0, a new generation (arrays of
+        # earlier cycles are outdated from here on)
         self._depth += 1
         self._is_open = True
         if self._p_reset == RESET_BLOCK_LEFT:
             self._offset = 0
-        if self._external_count > 0 and (self._p_reset == RESET_BLOCK_LEFT or self._reset_planned):
-            self._clear_external()
-            self._reset_planned = False
         self._cycle_alloc = 0
         self._disabled_counter = 0
         self._generation += 1
-        return self
 
     def close(self):
         """Leave this workspace (ND4J ``close``/``notifyScopeLeft``).
@@ -812,6 +841,8 @@ cdef class Arena:
     cdef int _end_cycle(self) except -1:
         # ND4J's close(), steps 3-12, once the last open entry has ended (the export check of
         # step 3 ran before anything changed).
+        if self._end_cycle_plain():
+            return 0
         cdef bint scoped = self._p_reset == RESET_BLOCK_LEFT
         cdef MemoryBlock cycle_block = self._main
         self._is_open = False
@@ -862,6 +893,138 @@ cdef class Arena:
             if diff > 0 and not self._trimmed_mode and self._offset > 0:
                 self._offset += diff
         self._cycle_alloc = 0
+        return 0
+
+    cdef bint _end_cycle_plain(self) noexcept nogil:
+        # The common end of a scoped cycle, in C alone (_end_cycle runs it first; the compiled
+        # loops run it without the GIL): what _end_cycle does when there is no spill or pinned
+        # block to release, no learning or growing to do, no block held by exports or another
+        # thread's read, and the workspace is on. Otherwise False, with nothing changed.
+        cdef long long cycles = self._cycles_count + 1
+        cdef Py_ssize_t mx = self._max_cycle
+        if self._cycle_alloc > mx:
+            mx = self._cycle_alloc
+        if (self._p_reset != RESET_BLOCK_LEFT or not self._is_used or self._external_count > 0
+                or self._pinned_count > 0 or self._trimmed_mode):
+            return False
+        if self._main is not None and (self._main.exports > 0 or self._main.pins > 0):
+            return False
+        if self._p_learning != LEARN_NONE and mx > 0:
+            if ((self._p_learning == LEARN_OVER_TIME and self._cycles_before_init == cycles)
+                    or (self._p_learning == LEARN_FIRST_LOOP and self._current_size == 0)):
+                return False
+            if (self._current_size > 0 and self._cycle_alloc > 0
+                    and self._p_spill == SPILL_REALLOCATE and not self._reinit_is_noop(mx)):
+                return False
+        self._is_open = False
+        self._cycles_count = cycles
+        if cycles > 1 and (cycles - 1) % self._steps_number == 0:
+            self._steps_count += 1
+        self._max_cycle = mx
+        self._last_cycle_alloc = self._cycle_alloc
+        self._disabled_counter = 0
+        if self._main is not None:
+            ndws_poison(self._main.data, self._main.size)   # every array of it is stale
+        self._offset = 0
+        self._cycle_alloc = 0
+        return True
+
+    cdef bint _reinit_is_noop(self, Py_ssize_t max_cycle) noexcept nogil:
+        # Whether initialize_workspace() would leave a scoped workspace as it is, with
+        # `max_cycle` as its largest cycle: not outgrown (or capped by max_size), already
+        # initialised (or not learning)
+        if ((self._current_size < max_cycle or self._current_size < self._cycle_alloc)
+                and self._p_spill == SPILL_REALLOCATE
+                and (self._max_size == 0 or max_cycle < self._max_size)):
+            return False
+        return self._is_init or self._p_learning == LEARN_NONE
+
+    # -- cycles of a compiled loop (see _arena.pxd) ---------------------------------------------
+    #
+    # A time loop of ndws.nn opens a cycle of its loop workspace at every step, as DL4J's
+    # `notifyScopeEntered(RNN_FF_LOOP_WORKING_MEM)` around each step does, without a Python call
+    # per step. A step's cycle does what `with ws:` around the step's allocations would, in
+    # the same order, so every counter, learned size, spill and generation is the same; it
+    # pushes no scope (nothing runs in between that could allocate through the current
+    # workspace; the thread's scope count moves as the `with` blocks' would, at the end). The
+    # common step runs the same C as NDArray creation and every `with` (_open_cycle,
+    # plain_bump / take_main, _end_cycle_plain); the rest takes the GIL and runs the general
+    # code (_clear_external, _alloc, _end_cycle).
+
+    cdef int _loop_begin(self, Py_ssize_t per_cycle, str op) except -1:
+        cdef ThreadState ts = tstate()
+        self._check_thread("entered")
+        if self._in_loop:
+            raise WorkspaceError(f"{op}: workspace [{self._id}] is already in use by a running "
+                                 f"loop", "open", self._id, op)
+        if self._is_open:
+            raise WorkspaceError(
+                f"{op}: workspace [{self._id}] is open; the loop opens and closes a cycle of it at "
+                f"every step (which would reset what the open cycle holds), so it must be closed "
+                f"when the loop starts", "open", self._id, op)
+        if self._circular:
+            raise WorkspaceError(
+                f"{op}: workspace [{self._id}] is circular (ResetPolicy.ENDOFBUFFER_REACHED); a "
+                f"loop's per-step working memory needs a scoped one (ResetPolicy.BLOCK_LEFT)",
+                "configuration", self._id, op)
+        if (self._p_spill == SPILL_FAIL and self._is_used and per_cycle > 0
+                and (self._main is None or round_up(per_cycle) > self._current_size
+                     or ndws_debug() == DEBUG_SPILL_EVERYTHING)):
+            # the first step's allocation would fail: refuse before anything is written
+            raise WorkspaceError("Can't allocate memory: Workspace is full", "full", self._id, op)
+        self._check_mmap_file()
+        self._adopt_pending = False
+        self._previous = ts._current        # what each step's entry would record
+        self._in_loop = True
+        self._loop_cycles = 0
+        return 0
+
+    cdef int _loop_enter(self) except -1 nogil:
+        if self._external_count > 0 or self._p_location == LOCATION_MMAP:
+            with gil:
+                self._check_mmap_file()
+                if self._external_count > 0:
+                    # the last cycle's spills are released at this entry (notify_scope_entered)
+                    self._clear_external()
+                    self._reset_planned = False
+        self._open_cycle()
+        self._loop_cycles += 1
+        return 0
+
+    cdef char* _loop_alloc(self, Py_ssize_t nbytes) except NULL nogil:
+        cdef Py_ssize_t req = round_up(nbytes)
+        cdef char* ptr
+        if plain_bump(self, req):
+            return take_main(self, req, nbytes)
+        with gil:
+            ptr = self._alloc(nbytes, False)
+            self._last_block = None     # a spill stays alive in _spills until the next entry
+            return ptr
+
+    cdef int _loop_leave(self) except -1 nogil:
+        if self._depth == 1:
+            self._depth = 0
+            if self._end_cycle_plain():
+                return 0
+            self._depth = 1
+        with gil:
+            self._fail_if_exported("the end of a cycle")
+            self._depth -= 1
+            if self._depth == 0:
+                self._end_cycle()
+        return 0
+
+    cdef int _loop_end(self, bint failed) except -1:
+        cdef ThreadState ts = tstate()
+        self._in_loop = False
+        self._last_kind = _LAST_NONE
+        self._last_block = None
+        ts._scope_ops += 2 * self._loop_cycles      # each step's entry and end
+        if failed and self._is_open and self._depth > 0:
+            # an error inside a step: end its cycle as its `with` would have
+            self._depth -= 1
+            if self._depth == 0:
+                self._end_cycle()
         return 0
 
     def notify_scope_left(self):
@@ -1129,6 +1292,40 @@ cdef class Arena:
         return self._circular
 
 
+
+
+cdef int _steps(Arena ws, long long steps, const Py_ssize_t* sizes, Py_ssize_t n
+                ) except -1 nogil:
+    cdef long long t
+    cdef Py_ssize_t i
+    cdef char* p
+    for t in range(steps):
+        ws._loop_enter()
+        for i in range(n):
+            p = ws._loop_alloc(sizes[i])
+            memset(p, 0x5a, sizes[i])         # the memory is the step's to write
+        ws._loop_leave()
+    return 0
+
+
+def _run_loop(Arena ws, long long steps, sizes, str op="loop"):
+    """Run `steps` cycles of `ws` as a compiled loop does, without the GIL, allocating `sizes`
+    (bytes, in order) in each (tests compare the statistics with a loop of `with ws:`)."""
+    cdef Py_ssize_t n = len(sizes), i, total = 0
+    cdef Py_ssize_t buf[16]
+    if n > 16:
+        raise ValueError("at most 16 allocations per step")
+    for i in range(n):
+        buf[i] = sizes[i]
+        total += round_up(buf[i])
+    ws._loop_begin(total, op)
+    try:
+        with nogil:
+            _steps(ws, steps, buf, n)
+    except BaseException:
+        ws._loop_end(True)
+        raise
+    ws._loop_end(False)
 
 
 ndws_share(&_ts_epoch, &_g_debug_mode)

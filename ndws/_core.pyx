@@ -46,8 +46,8 @@ from ndws._dlpack cimport (DLDataType, DLTensor, DLManagedTensor, DLManagedTenso
                           DL_CPU, DL_INT, DL_UINT, DL_FLOAT, DL_COMPLEX, DL_BOOL,
                           DL_READ_ONLY, DL_IS_COPIED)
 from ndws._threads cimport release_gil, thread_limit
-from ndws._arena cimport (Arena, tstate, open_ids, round_up, epoch_ptr, debug_mode_ptr,
-                          ndws_share, ndws_debug, DEBUG_SPILL_EVERYTHING, _LAST_MAIN)
+from ndws._arena cimport (Arena, tstate, open_ids, round_up, plain_bump, take_main, epoch_ptr,
+                          debug_mode_ptr, ndws_share, ndws_debug)
 from ndws._memory cimport (MemoryBlock, NDWS_ALIGNMENT, NDWS_SANITIZED, ndws_unpoison,
                            allocate_block, foreign_block, empty_block, BLOCK_DETACHED)
 
@@ -284,8 +284,9 @@ cdef Py_ssize_t _dimension_slow(object v, object shape) except -1:
     if n < 0:
         raise ValueError("negative dimensions are not allowed")
     if n > PY_SSIZE_T_MAX:
-        raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger than the "
-                         "maximum possible size.")
+        raise ValueError(f"shape: {shape!r:.60} is too many bytes: array is too big; "
+                         f"`arr.size * arr.dtype.itemsize` is larger than the maximum possible "
+                         f"size.")
     return n
 
 
@@ -384,13 +385,6 @@ cdef inline void _contiguous_strides(int ndim, const Py_ssize_t* shape, Py_ssize
             s *= shape[i] if shape[i] > 0 else 1
 
 
-cdef inline bint _plain_bump(Arena w, Py_ssize_t req) noexcept:
-    # Whether Arena._alloc would simply bump the offset of the main block (see new_array)
-    return (not w._circular and w._is_used and not w._trimmed_mode and not w._debug
-            and ndws_debug() != DEBUG_SPILL_EVERYTHING and w._main is not None
-            and w._offset + req <= w._current_size)
-
-
 cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zero, bint fortran,
                        Arena target, bint detached):
     """Allocate an array: in `target`, else (unless `detached`) the current workspace, else
@@ -404,7 +398,6 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
     cdef char* data
     cdef NDArray a
     cdef int i
-    cdef Py_ssize_t req
     cdef long long vpos = -1
     if size == 0:
         block = _EMPTY_BLOCK
@@ -423,19 +416,11 @@ cdef NDArray new_array(object dtype, int ndim, const Py_ssize_t* shape, bint zer
         if arena is None:
             block = allocate_block(size * itemsize, zero, BLOCK_DETACHED)
             data = block.data
-        elif _plain_bump(arena, round_up(size * itemsize)):
+        elif plain_bump(arena, round_up(size * itemsize)):
             # the steady state of a scoped workspace, inlined: Arena._alloc's main-block
             # branch without the ring, spill, trim and debug cases it has ruled out
-            req = round_up(size * itemsize)
             block = arena._main
-            data = block.data + arena._offset
-            arena._last_kind = _LAST_MAIN
-            arena._last_bytes = req
-            arena._last_prev_offset = arena._offset
-            arena._last_prev_written = block.ring_written_end
-            arena._offset += req
-            arena._cycle_alloc += req
-            ndws_unpoison(data, size * itemsize)
+            data = take_main(arena, round_up(size * itemsize), size * itemsize)
             if zero:
                 memset(data, 0, size * itemsize)
         else:

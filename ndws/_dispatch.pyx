@@ -257,4 +257,7 @@ cdef bint clashes(NDArray o, NDArray a) noexcept:
 cdef double real_arg(object v, str op, str role) except? -1.0:
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise TypeError(f"{op}: {role} must be a real number, got {v!r}")
-    return <double>v
+    try:
+        return <double>v
+    except OverflowError:          # a Python int beyond any double
+        raise ValueError(f"{op}: {role} must be a finite real number, got {v!r:.40}") from None

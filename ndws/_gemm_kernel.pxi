@@ -104,6 +104,7 @@ ctypedef struct Problem:
     intp_t kc                          # K block actually used (<= KC, balanced over K)
     intp_t nc_max                      # widest packed B panel of any chunk
     bint keep_a                        # each thread packs all of A once and keeps it
+    bint b_packed                      # b is already packed (see _pack_b_all)
     intp_t a_elems                     # scratch elements for packed A
     size_t scratch_bytes
     intp_t extent                      # n when split_n, else m
@@ -435,7 +436,8 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
     mcb = _round_up((i1 - i0 + nmb - 1) // nmb, MR)
     # A slice that is one A block uses each B micro-panel once: reading a row-major B in place
     # saves a full copy of B (what dominates batch-32 shapes); anywhere else packing B pays.
-    direct_b = cs_b == 1 and nmb == 1
+    # A B packed beforehand (P.b_packed) is read where it lies.
+    direct_b = cs_b == 1 and nmb == 1 and not P.b_packed
     for jc_b in range((j1 - j0 + NC - 1) // NC):
         jc = j0 + jc_b * NC
         nc = _min(NC, j1 - jc)
@@ -445,7 +447,10 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
             last = pc + kc >= k
             load_c = pc > 0 or beta0 != 0
             beta = beta0 if pc == 0 else 1
-            if direct_b:
+            if P.b_packed:
+                # this K block's panels, from the panel of column jc on (_pack_b_all's layout)
+                Bp = <floating_t*>B + pc * _round_up(P.n, NR) + jc * kc
+            elif direct_b:
                 if nc % NR:
                     _pack_b(kc, nc % NR, NR, B + pc * rs_b + (jc + nc - nc % NR) * cs_b,
                             rs_b, cs_b, Be)
@@ -726,7 +731,7 @@ cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
                epilogue_fn ep, const void* ep_ctx) noexcept nogil:
     cdef Problem P
     cdef Problem* pp = &P
-    cdef intp_t i, j, MR, NR, MC, KC, NC, nkb, tiles_m, tiles_n, width
+    cdef intp_t i, j, MR, NR, MC, KC, NC, nkb
     cdef int t
     cdef floating_t* cij
     if m <= 0 or n <= 0:
@@ -758,6 +763,7 @@ cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
     # (products commute exactly), so the orientation never changes a bit of the result.
     P.ep_swap = False
     P.gemv = False
+    P.b_packed = False
     if n == 1 and (cs_a == 1 or rs_a == 1 or m == 1):
         P.gemv = True
     elif m == 1 and (rs_b == 1 or cs_b == 1):
@@ -802,6 +808,14 @@ cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
         P.scratch_bytes = <size_t>(_round_up(k, 16) + GEMV_ROWS + 64) * sizeof(floating_t)
         _cut(pp, GEMV_ROWS, t, CHUNKS_PER_THREAD)
         return _launch(pp, t)
+    return _launch_tiles(pp, t, MR, NR, MC, NC)
+
+
+cdef int _launch_tiles(Problem* P, int t, intp_t MR, intp_t NR, intp_t MC, intp_t NC
+                       ) noexcept nogil:
+    # The threads' chunks and scratch of a tiled product, then the product (see _gemm)
+    cdef intp_t m = P.m, n = P.n, k = P.k, tiles_m, tiles_n, width
+    cdef intp_t esize = 8 if P.is_f64 else 4
     tiles_m = (m + MR - 1) // MR
     tiles_n = (n + NR - 1) // NR
     if t == 1:
@@ -814,22 +828,108 @@ cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
         P.split_n = tiles_n >= tiles_m
     # Several chunks per thread when each thread can keep all of A packed (see _slice);
     # otherwise one per thread, so that A is not packed again for every chunk.
-    P.keep_a = P.split_n and t > 1 and \
-        _round_up(m, MR) * k * <intp_t>sizeof(floating_t) <= KEEP_A_BYTES
+    P.keep_a = P.split_n and t > 1 and _round_up(m, MR) * k * esize <= KEEP_A_BYTES
     P.a_elems = _round_up(m, MR) * k if P.keep_a else MC * P.kc
     if P.split_n:
         P.extent = n
-        _cut(pp, NR, t, CHUNKS_PER_THREAD if P.keep_a else 1)
+        _cut(P, NR, t, CHUNKS_PER_THREAD if P.keep_a else 1)
         width = P.chunk
     else:
         P.extent = m
-        _cut(pp, MR, t, 1)
+        _cut(P, MR, t, 1)
         width = _round_up(n, NR)
     P.nc_max = _min(width, NC)
     P.scratch_bytes = <size_t>(_round_up(P.a_elems, 64) + _round_up(P.kc * P.nc_max, 64)
                                + _round_up(P.kc * NR, 64) + _round_up(MR * NR, 64) + 64) \
-        * sizeof(floating_t)
-    return _launch(pp, t)
+        * esize
+    return _launch(P, t)
+
+
+# ------------------------------------------------------------------------------------------------
+# B packed once for many products (the recurrent weights of ndws.nn's time loops): the layout
+# _slice packs B into, for the whole of B. K block after K block (the balanced KC of _gemm, so
+# block pc starts at row pc and holds kc rows), each a row of ceil(n / NR) zero-padded panels of
+# kc x NR values: block pc at pc * round_up(n, NR), its panel of column j at j * kc from there.
+
+cdef inline intp_t _kc_of(intp_t k, intp_t KC) noexcept nogil:
+    cdef intp_t nkb = (k + KC - 1) // KC
+    return (k + nkb - 1) // nkb if nkb > 0 else 0
+
+
+cdef void _pack_b_all(intp_t k, intp_t n, const floating_t* b, intp_t rs_b, intp_t cs_b,
+                      floating_t* dst) noexcept nogil:
+    cdef intp_t NR, kc, pc = 0, kcb
+    if floating_t is float32_t:
+        NR = NDWS_NR_F32
+        kc = _kc_of(k, NDWS_KC_F32)
+    else:
+        NR = NDWS_NR_F64
+        kc = _kc_of(k, NDWS_KC_F64)
+    while pc < k:
+        kcb = _min(kc, k - pc)
+        _pack_b(kcb, n, NR, b + pc * rs_b, rs_b, cs_b, dst + pc * _round_up(n, NR))
+        pc += kcb
+
+
+cdef intp_t _packed_b_elems(intp_t k, intp_t n, int is_f64) noexcept nogil:
+    return k * _round_up(n, NDWS_NR_F64 if is_f64 else NDWS_NR_F32)
+
+
+cdef int _gemm_packed_b(intp_t m, intp_t n, intp_t k, floating_t alpha,
+                        const floating_t* a, intp_t rs_a, intp_t cs_a, const floating_t* bp,
+                        floating_t beta, floating_t* c, intp_t rs_c, intp_t cs_c,
+                        int nthreads) noexcept nogil:
+    # C := alpha*A @ B + beta*C with B from _pack_b_all: the tiled product of _gemm in C's own
+    # orientation (B's panels fix it), its micro-kernel over the same values
+    cdef Problem P
+    cdef intp_t i, j, MR, NR, MC, KC, NC
+    cdef floating_t* cij
+    if m <= 0 or n <= 0:
+        return 0
+    if k <= 0 or alpha == 0:
+        for i in range(m):
+            for j in range(n):
+                cij = c + i * rs_c + j * cs_c
+                cij[0] = beta * cij[0] if beta != 0 else 0
+        return 0
+    if floating_t is float32_t:
+        MR, NR, MC, KC, NC = NDWS_MR_F32, NDWS_NR_F32, NDWS_MC_F32, NDWS_KC_F32, NDWS_NC_F32
+    else:
+        MR, NR, MC, KC, NC = NDWS_MR_F64, NDWS_NR_F64, NDWS_MC_F64, NDWS_KC_F64, NDWS_NC_F64
+    P.m, P.n, P.k = m, n, k
+    P.alpha, P.beta = alpha, beta
+    P.a, P.rs_a, P.cs_a = a, rs_a, cs_a
+    P.b, P.rs_b, P.cs_b = bp, 0, 1
+    P.c, P.rs_c, P.cs_c = c, rs_c, cs_c
+    P.ep, P.ep_ctx, P.ep_swap, P.gemv = NULL, NULL, False, False
+    P.b_packed = True
+    P.is_f64 = floating_t is float64_t
+    P.kc = _kc_of(k, KC)
+    return _launch_tiles(&P, nthreads if nthreads > 1 else 1, MR, NR, MC, NC)
+
+
+cdef void _spack_b(intp_t k, intp_t n, const float32_t* b, intp_t rs_b, intp_t cs_b,
+                   float32_t* dst) noexcept nogil:
+    _pack_b_all(k, n, b, rs_b, cs_b, dst)
+
+
+cdef void _dpack_b(intp_t k, intp_t n, const float64_t* b, intp_t rs_b, intp_t cs_b,
+                   float64_t* dst) noexcept nogil:
+    _pack_b_all(k, n, b, rs_b, cs_b, dst)
+
+
+cdef int _sgemm_pb(intp_t m, intp_t n, intp_t k, float32_t alpha,
+                   const float32_t* a, intp_t rs_a, intp_t cs_a, const float32_t* bp,
+                   float32_t beta, float32_t* c, intp_t rs_c, intp_t cs_c,
+                   int nthreads) noexcept nogil:
+    return _gemm_packed_b(m, n, k, alpha, a, rs_a, cs_a, bp, beta, c, rs_c, cs_c, nthreads)
+
+
+cdef int _dgemm_pb(intp_t m, intp_t n, intp_t k, float64_t alpha,
+                   const float64_t* a, intp_t rs_a, intp_t cs_a, const float64_t* bp,
+                   float64_t beta, float64_t* c, intp_t rs_c, intp_t cs_c,
+                   int nthreads) noexcept nogil:
+    return _gemm_packed_b(m, n, k, alpha, a, rs_a, cs_a, bp, beta, c, rs_c, cs_c, nthreads)
 
 
 cdef int _sgemm(intp_t m, intp_t n, intp_t k, float32_t alpha,
@@ -876,6 +976,11 @@ _TABLE.scratch_allocations = _scratch_allocations
 _TABLE.scratch_buffers = _scratch_buffers
 _TABLE.ukr_ind_f32 = _ukr_ind_f32
 _TABLE.ukr_ind_f64 = _ukr_ind_f64
+_TABLE.pack_b_f32 = _spack_b
+_TABLE.pack_b_f64 = _dpack_b
+_TABLE.packed_b_elems = _packed_b_elems
+_TABLE.sgemm_packed_b = _sgemm_pb
+_TABLE.dgemm_packed_b = _dgemm_pb
 
 
 def table():

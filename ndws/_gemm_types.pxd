@@ -43,6 +43,24 @@ ctypedef void (*ukr_ind_f32_fn)(intp_t kc, const float32_t* A, const intp_t* aof
 ctypedef void (*ukr_ind_f64_fn)(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
                                 const float64_t* B, const intp_t* boff, float64_t* C,
                                 intp_t ldc, int load_c, float64_t* Bc) noexcept nogil
+# B packed once for many products with it (the recurrent weights of a time loop): `pack_b_*`
+# copies a k x n B (any strides) into `packed_b_elems(k, n, is_f64)` elements in the layout the
+# kernel packs B into itself (K blocks of the balanced KC, each a row of zero-padded NR-wide
+# panels); `*gemm_packed_b` is the GEMM reading B from there. The same micro-kernel sees the
+# same values: the result equals `*gemm`'s bit for bit, without repacking B at every call.
+ctypedef void (*pack_b_f32_fn)(intp_t k, intp_t n, const float32_t* b, intp_t rs_b, intp_t cs_b,
+                               float32_t* dst) noexcept nogil
+ctypedef void (*pack_b_f64_fn)(intp_t k, intp_t n, const float64_t* b, intp_t rs_b, intp_t cs_b,
+                               float64_t* dst) noexcept nogil
+ctypedef intp_t (*packed_size_fn)(intp_t k, intp_t n, int is_f64) noexcept nogil
+ctypedef int (*sgemm_pb_fn)(intp_t m, intp_t n, intp_t k, float32_t alpha,
+                            const float32_t* a, intp_t rs_a, intp_t cs_a, const float32_t* bp,
+                            float32_t beta, float32_t* c, intp_t rs_c, intp_t cs_c,
+                            int nthreads) noexcept nogil
+ctypedef int (*dgemm_pb_fn)(intp_t m, intp_t n, intp_t k, float64_t alpha,
+                            const float64_t* a, intp_t rs_a, intp_t cs_a, const float64_t* bp,
+                            float64_t beta, float64_t* c, intp_t rs_c, intp_t cs_c,
+                            int nthreads) noexcept nogil
 
 ctypedef struct GemmTable:
     const char* isa                 # "baseline", "avx2" or "avx512"
@@ -54,3 +72,8 @@ ctypedef struct GemmTable:
     int kc_f32, mc_f32, nc_f32, kc_f64, mc_f64, nc_f64   # cache blocking (show_config, tests)
     ukr_ind_f32_fn ukr_ind_f32
     ukr_ind_f64_fn ukr_ind_f64
+    pack_b_f32_fn pack_b_f32
+    pack_b_f64_fn pack_b_f64
+    packed_size_fn packed_b_elems
+    sgemm_pb_fn sgemm_packed_b
+    dgemm_pb_fn dgemm_packed_b

@@ -586,6 +586,49 @@ def _gemm_traced(NDArray a, NDArray b, NDArray out, double alpha=1.0, double bet
     return hits
 
 
+def _pack_b(b):
+    """B (a 2-D float32/float64 NumPy array, any strides) packed for `_gemm_packed_b`, as a
+    1-D array of its dtype (tests and bench/bench_rnn.py: the time loops' recurrent operand)."""
+    cdef const GemmTable* t = _T
+    cdef bint f64 = b.dtype == np.float64
+    cdef intp_t k = b.shape[0], n = b.shape[1], item = 8 if f64 else 4
+    pack = np.empty(max(1, t.packed_b_elems(k, n, f64)), b.dtype)
+    cdef char* pb = <char*>cnp.PyArray_DATA(b)
+    cdef char* pp = <char*>cnp.PyArray_DATA(pack)
+    cdef intp_t rb = b.strides[0] // item, cb = b.strides[1] // item
+    with nogil:
+        if f64:
+            t.pack_b_f64(k, n, <float64_t*>pb, rb, cb, <float64_t*>pp)
+        else:
+            t.pack_b_f32(k, n, <float32_t*>pb, rb, cb, <float32_t*>pp)
+    return pack
+
+
+def _gemm_packed_b(a, pack, intp_t n, double beta, out, int threads=1):
+    """``out := a @ B + beta*out`` with B from `_pack_b` (n its columns; a, out float32/float64
+    NumPy arrays of its dtype, any strides); returns out. The same bits as `gemm` wherever gemm
+    runs its tiled product (m, n > 1)."""
+    cdef const GemmTable* t = _T
+    cdef bint f64 = a.dtype == np.float64
+    cdef intp_t m = a.shape[0], k = a.shape[1], item = 8 if f64 else 4
+    cdef char* pa = <char*>cnp.PyArray_DATA(a)
+    cdef char* pc = <char*>cnp.PyArray_DATA(out)
+    cdef char* pp = <char*>cnp.PyArray_DATA(pack)
+    cdef intp_t ra = a.strides[0] // item, ca = a.strides[1] // item
+    cdef intp_t rc = out.strides[0] // item, cc = out.strides[1] // item
+    cdef int ret
+    with nogil:
+        if f64:
+            ret = t.dgemm_packed_b(m, n, k, 1.0, <float64_t*>pa, ra, ca, <float64_t*>pp, beta,
+                                   <float64_t*>pc, rc, cc, threads)
+        else:
+            ret = t.sgemm_packed_b(m, n, k, 1.0, <float32_t*>pa, ra, ca, <float32_t*>pp,
+                                   <float32_t>beta, <float32_t*>pc, rc, cc, threads)
+    if ret != 0:
+        raise MemoryError("gemm: could not allocate the packing scratch")
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Import: pick the kernel, then install the native matmul in front of NumPy's.
 

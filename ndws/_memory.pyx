@@ -9,6 +9,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport malloc, calloc, free
 
+import errno
 import os
 import tempfile
 
@@ -149,8 +150,15 @@ cdef MemoryBlock empty_block():
 
 def fill_file(path, Py_ssize_t length):
     # ND4J's fillFile: truncate, then write zeros in 16 KiB chunks until at least `length`
-    # bytes are written, so the file ends up a multiple of 16384.
+    # bytes are written, so the file ends up a multiple of 16384. A length the disk can't
+    # hold is refused before anything is written (writing would fill the disk, then fail).
     cdef Py_ssize_t written = 0
+    directory = os.path.dirname(os.path.abspath(path))
+    if hasattr(os, "statvfs"):
+        st = os.statvfs(directory)
+        free = st.f_bavail * st.f_frsize
+        if (length + 16383) // 16384 * 16384 > free:
+            raise OSError(errno.ENOSPC, f"more than the {free} bytes free in {directory!r}")
     chunk = bytes(16384)
     with open(path, "wb") as f:
         while written < length:

@@ -1,10 +1,10 @@
 """ndws._ufuncs: the element-wise and reduction entry points (``ndws.add``, ``ndws.sum``, ...),
-their native float32/float64 paths and loops, the NumPy fallback, and the linear-algebra entry
-points; NDArray's operators reach the same code through the operator table this module
-installs into ndws._core once, at import.
+their native float32/float64 paths and loops, and the linear-algebra entry points; what the
+native paths do not cover goes to the NumPy path of ndws._fallback. NDArray's operators reach
+the same code through the operator table this module installs into ndws._core once, at import.
 
-Above the kernel contract (ndws._dispatch) and the GEMM (ndws._linalg); see
-docs/architecture.md, "How x + y reaches a loop".
+Above the kernel contract (ndws._dispatch), the GEMM (ndws._linalg) and the NumPy path
+(ndws._fallback); see docs/architecture.md, "How x + y reaches a loop".
 
 Examples
 --------
@@ -17,7 +17,6 @@ Examples
 cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.number cimport PyNumber_Index
 from libc.float cimport FLT_MAX
 from libc.math cimport isinf
 from libc.stdlib cimport malloc, free
@@ -25,13 +24,14 @@ from libc.stdint cimport int64_t
 cimport numpy as cnp
 
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, Operators, install_operators, check_array,
-                         np_view, new_array, discard, _c_contiguous, _foreign, _as_dtype,
-                         _check_dtype, _copy_numpy, _new_filled, _operand,
+                         np_view, discard, _c_contiguous, _foreign, _as_dtype,
+                         _check_dtype, _copy_numpy, _operand,
                          OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN, OP_NEG, OP_ABS,
                          OP_SQUARE, OP_SQRT, OP_EXP, OP_LOG, OP_TANH, OP_RECIP,
                          RED_SUM, RED_MEAN, RED_MAX, RED_MIN, RED_ARGMAX, RED_ARGMIN, RED_VAR,
                          RED_STD, RKW_NONE, RKW_DTYPE, RKW_DDOF)
 from ndws._dispatch cimport (place_result, arrays_overlap, as_operand, operand_error)
+from ndws._fallback cimport numpy_ufunc
 from ndws._threads cimport threads_for, release_gil, GRAIN_ELEMENTWISE, GRAIN_REDUCE
 from ndws._arena cimport epoch_ptr, debug_mode_ptr, ndws_share
 
@@ -41,6 +41,8 @@ import warnings
 import numpy as np
 
 from ndws._core import new_filled as _place_filled, _float_dtypes
+# the NumPy path's public functions, where ndws.ops and the tests have always found them
+from ndws._fallback import numpy_matmul as _numpy_matmul, reduce_call
 from ndws._creation import array as _array
 from ndws._linalg import matmul as _linalg_matmul
 
@@ -802,79 +804,8 @@ include "_entries.pxi"
 
 
 # ------------------------------------------------------------------------------------------------
-# Op dispatch, the fallback of the native fast paths above: operands are validated and viewed,
-# the output is allocated in the current workspace (or `out=` is used), and NumPy computes into
-# it.
-
-cdef object _ROLES = {1: ("x",), 2: ("x1", "x2"), 3: ("x1", "x2", "x3")}
-cdef dict _resolve_cache = {}
-_PY_SCALARS = (int, float, complex)
-
-
-cdef object _dtype_key(object v):
-    # What NumPy's type resolution sees for an operand: a dtype, or the Python scalar type for
-    # NEP 50's weakly typed Python numbers.
-    t = type(v)
-    if t is int or t is float or t is complex:
-        return t
-    if isinstance(v, np.ndarray) or isinstance(v, np.generic):
-        return v.dtype
-    return None
-
-
-cdef tuple _resolve(object ufunc, tuple keys, object dtype, object casting, object sig):
-    cdef object ck = (ufunc, keys, dtype, casting, sig)
-    try:
-        res = _resolve_cache.get(ck)
-    except TypeError:
-        res = None
-        ck = None
-    if res is not None:
-        return res
-    nout = ufunc.nout
-    kw = {}
-    if casting is not None:
-        kw["casting"] = casting
-    if sig is not None:
-        kw["signature"] = sig
-    elif dtype is not None:
-        kw["signature"] = (None,) * ufunc.nin + (np.dtype(dtype),) * nout
-    res = ufunc.resolve_dtypes(keys + (None,) * nout, **kw)
-    if ck is not None:
-        _resolve_cache[ck] = res
-    return res
-
-
-cdef int _broadcast(int* nd, Py_ssize_t* res, object v) except -1:
-    # Fold operand `v`'s shape into the broadcast shape (res[0:nd]). Returns 1 on a mismatch.
-    cdef int vn, i, j
-    cdef Py_ssize_t d, r
-    cdef Py_ssize_t* vshape
-    cdef cnp.ndarray arr
-    if isinstance(v, np.ndarray):
-        arr = <cnp.ndarray>v
-        vn = cnp.PyArray_NDIM(arr)
-        vshape = <Py_ssize_t*>cnp.PyArray_DIMS(arr)
-    else:
-        return 0
-    if vn > nd[0]:
-        for i in range(nd[0] - 1, -1, -1):
-            res[i + vn - nd[0]] = res[i]
-        for i in range(vn - nd[0]):
-            res[i] = 1
-        nd[0] = vn
-    for i in range(vn):
-        j = nd[0] - vn + i
-        d = vshape[i]
-        r = res[j]
-        if r == d or d == 1:
-            continue
-        if r == 1:
-            res[j] = d
-        else:
-            return 1
-    return 0
-
+# NumPy's ufuncs on ndws operands (np.add(a, b), ndws.ufunc_call, the operators' fallback): the
+# native path when it applies, else ndws._fallback's NumPy path.
 
 def ufunc_call(ufunc, tuple args, out=None, **kwargs):
     """Apply NumPy ufunc `ufunc` to `args` with ndws placement.
@@ -891,108 +822,20 @@ cdef object _ufunc_call(object ufunc, tuple args, object out, dict kwargs, bint 
     # `dunder`: an operand NumPy can only see as an object makes the call NotImplemented (the
     # operators' cue) instead of a TypeError. `try_native=False` from callers that have just
     # tried the native path themselves.
-    cdef int nin = ufunc.nin, nout = ufunc.nout, i
-    cdef int nd = 0
-    cdef Py_ssize_t shape[NDWS_MAXDIMS]
-    cdef NDArray o
-    name = ufunc.__name__
+    cdef int nin
     if try_native and not kwargs:
         # np.add(a, b) on NDArrays, ndws.ufunc_call, clip, ...: the native path when it applies
         op = _FAST_UFUNCS.get(ufunc)
         if op is not None:
+            nin = ufunc.nin
             res = NotImplemented
             if nin == 2 and len(args) == 2:
-                res = _fast_binary(op, args[0], args[1], out, name)
+                res = _fast_binary(op, args[0], args[1], out, ufunc.__name__)
             elif nin == 1 and len(args) == 1:
-                res = _fast_unary(op, args[0], out, name)
+                res = _fast_unary(op, args[0], out, ufunc.__name__)
             if res is not NotImplemented:
                 return res
-    if len(args) != nin:
-        raise TypeError(f"{name}() takes from {nin} to {nin + nout} positional arguments but "
-                        f"{len(args)} were given")
-    roles = _ROLES.get(nin) or tuple(f"x{i + 1}" for i in range(nin))
-    views = []
-    keys = []
-    for i in range(nin):
-        x = args[i]
-        if isinstance(x, NDArray):
-            check_array(<NDArray>x, name, roles[i])
-            v = np_view(<NDArray>x)
-        elif isinstance(x, np.ndarray) or type(x) in _PY_SCALARS or isinstance(x, np.generic):
-            v = x
-        elif isinstance(x, bool):
-            v = np.bool_(x)
-        else:
-            v = np.asarray(x)
-            if v.dtype.hasobject or v.dtype.kind not in "biufc":
-                if dunder:
-                    return NotImplemented
-                raise TypeError(f"{name}: unsupported operand {roles[i]} of type "
-                                f"{type(x).__name__!r}")
-        views.append(v)
-        keys.append(_dtype_key(v))
-
-    where = kwargs.get("where")
-    if isinstance(where, NDArray):
-        check_array(<NDArray>where, name, "where")
-        kwargs["where"] = np_view(<NDArray>where)
-
-    outs = _normalize_out(out, nout, name)
-    if all(o_ is not None for o_ in outs):
-        # Caller-provided outputs: NumPy checks shapes and casting before writing anything.
-        ov = tuple([_operand(o_, name, "out") for o_ in outs])
-        ufunc(*views, out=ov, **kwargs)
-        return outs[0] if nout == 1 else tuple(outs)
-
-    for v in views:
-        if _broadcast(&nd, shape, v):
-            ufunc(*views, **kwargs)   # NumPy raises its own broadcasting error
-            raise ValueError(f"{name}: operands could not be broadcast together")
-    dts = _resolve(ufunc, tuple(keys), kwargs.get("dtype"), kwargs.get("casting"),
-                   kwargs.get("signature"))
-    for i in range(nout):
-        if outs[i] is None:
-            _check_dtype(dts[nin + i], f"{name}: the result")
-    made = []
-    try:
-        final = []
-        for i in range(nout):
-            if outs[i] is None:
-                o = new_array(dts[nin + i], nd, shape, False, False, None, False)
-                made.append(o)
-                final.append(o)
-            else:
-                final.append(outs[i])
-        ov = tuple([_operand(o_, name, "out") for o_ in final])
-        ufunc(*views, out=ov, **kwargs)
-    except BaseException:
-        for o in reversed(made):
-            discard(o)
-        raise
-    return final[0] if nout == 1 else tuple(final)
-
-
-cdef tuple _normalize_out(object out, int nout, object name):
-    if out is None:
-        return (None,) * nout
-    if isinstance(out, tuple):
-        if len(out) != nout:
-            raise ValueError(f"{name}: 'out' tuple must have exactly {nout} entries, "
-                             f"got {len(out)}")
-        for o in out:
-            _check_out(o, name)
-        return out
-    if nout != 1:
-        raise TypeError(f"{name}: 'out' must be a tuple of {nout} arrays")
-    _check_out(out, name)
-    return (out,)
-
-
-cdef int _check_out(object o, object name) except -1:
-    if o is None or isinstance(o, NDArray) or isinstance(o, np.ndarray):
-        return 0
-    raise TypeError(f"{name}: out must be an NDArray (or a numpy.ndarray), got "
-                    f"{type(o).__name__} {o!r:.40}")
+    return numpy_ufunc(ufunc, args, out, kwargs, dunder)
 
 
 cdef object _compare(object ufunc, NDArray a, object b):
@@ -1031,100 +874,6 @@ cdef object _array_ufunc(object ufunc, str method, tuple inputs, dict kwargs):
     return res
 
 
-cdef tuple _reduce_axes(object axis, int ndim, bint single):
-    # NumPy's C-level reduction checks and messages (not numpy.lib's "repeated axis").
-    cdef Py_ssize_t i
-    if axis is None:
-        return tuple(range(ndim))
-    items = (axis,) if single or not isinstance(axis, tuple) else axis
-    out = []
-    for item in items:
-        big = PyNumber_Index(item)
-        if not -ndim <= big < ndim:          # before the C conversion: no OverflowError
-            raise np.exceptions.AxisError(big, ndim)
-        i = big
-        if i < -ndim or i >= ndim:
-            raise np.exceptions.AxisError(i, ndim)
-        if i < 0:
-            i += ndim
-        if i in out:
-            raise ValueError("duplicate value in 'axis'")
-        out.append(i)
-    return tuple(out)
-
-
-cdef dict _reduce_dtype_cache = {}
-
-
-cdef object _reduce_dtype(str name, object func, object dt, dict extra):
-    key = (name, dt, extra.get("dtype"))
-    res = _reduce_dtype_cache.get(key)
-    if res is None:
-        kw = {"dtype": extra["dtype"]} if extra.get("dtype") is not None else {}
-        res = np.asarray(func(np.zeros(1, dt), **kw)).dtype
-        _reduce_dtype_cache[key] = res
-    return res
-
-
-def reduce_call(str name, func, a, axis=None, out=None, keepdims=False, **extra):
-    """Apply NumPy reduction `func` (``np.sum``, ``np.max``, ...) to `a` with ndws placement.
-
-    The result (a 0-d array for a full reduction, which takes one aligned slot in the current
-    workspace as ND4J's scalar results do) is placed like any new array unless `out` is given.
-    """
-    cdef NDArray arr
-    cdef Py_ssize_t shape[NDWS_MAXDIMS]
-    cdef int nd = 0, i
-    if isinstance(a, NDArray):
-        arr = <NDArray>a
-        check_array(arr, name, "a")
-        view = np_view(arr)
-    else:
-        view = np.asarray(a)
-        if view.dtype.hasobject or view.dtype.kind not in "biufc":
-            raise TypeError(f"{name}: a must be an array of numbers, got "
-                            f"{type(a).__name__} {a!r:.40}" if view.dtype.hasobject else
-                            f"{name}: a must be an array of numbers, got dtype {view.dtype}")
-    extra = {k: v for k, v in extra.items() if v is not None and not (k == "ddof" and v == 0)}
-    if out is not None:
-        _check_out(out, name)
-        func(view, axis=axis, out=_operand(out, name, "out"), keepdims=keepdims, **extra)
-        return out
-    ndim = view.ndim
-    if name in ("std", "var"):
-        # NumPy's std/var only honour an integer dtype when they return a scalar; computing
-        # without out= and copying keeps every such rule (they build a full temporary anyway).
-        res = func(view, axis=axis, keepdims=keepdims, **extra)
-        return _copy_numpy(np.asarray(res), None, False)
-    try:
-        axes = _reduce_axes(axis, ndim, name in ("argmax", "argmin"))
-    except np.exceptions.AxisError:
-        raise                   # NumPy's own words (NumPy itself overflows on a huge axis)
-    except (TypeError, ValueError):
-        # each NumPy reduction words its axis errors its own way: let it raise on a dummy of
-        # the same rank (one element per axis, so the check costs nothing)
-        func(np.zeros((1,) * ndim, view.dtype), axis=axis, keepdims=keepdims, **extra)
-        raise
-    if name in ("argmax", "argmin") and axis is None:
-        if keepdims:
-            for i in range(ndim):
-                shape[i] = 1
-            nd = ndim
-    else:
-        for i in range(ndim):
-            if i in axes:
-                if keepdims:
-                    shape[nd] = 1
-                    nd += 1
-            else:
-                shape[nd] = view.shape[i]
-                nd += 1
-    rdt = _reduce_dtype(name, func, view.dtype, extra)
-    _check_dtype(rdt, f"{name}: the result")
-    return _new_filled(rdt, nd, shape,
-                       lambda v: func(view, axis=axis, out=v, keepdims=keepdims, **extra), name)
-
-
 # ------------------------------------------------------------------------------------------------
 # Linear algebra entry points: the native GEMM of ndws._linalg first (it returns NotImplemented
 # for what it does not cover: integer and mixed dtypes), NumPy for the rest; the NumPy path is
@@ -1156,34 +905,6 @@ cdef object _matmul(object x1, object x2, object out):
         if res is not NotImplemented:
             return res
     return _numpy_matmul(x1, x2, out)
-
-
-@cython.wraparound(True)
-def _numpy_matmul(x1, x2, out=None):
-    """`matmul` computed by NumPy on views (the reference for the native kernel)."""
-    a = as_operand(x1, "matmul", "x1")
-    b = as_operand(x2, "matmul", "x2")
-    if a is NotImplemented or b is NotImplemented:
-        return NotImplemented
-    if out is not None:
-        np.matmul(a, b, out=_operand(out, "matmul", "out"))
-        return out
-    if a.ndim == 0 or b.ndim == 0:
-        np.matmul(a, b)  # raises NumPy's error
-    an = a.shape if a.ndim > 1 else (1,) + a.shape
-    bn = b.shape if b.ndim > 1 else b.shape + (1,)
-    if an[-1] != bn[-2]:
-        np.matmul(a, b)  # raises NumPy's error
-        raise ValueError("matmul: core dimension mismatch")
-    try:
-        batch = np.broadcast_shapes(an[:-2], bn[:-2])
-    except ValueError:
-        np.matmul(a, b)
-        raise
-    shape = batch + ((an[-2],) if a.ndim > 1 else ()) + ((bn[-1],) if b.ndim > 1 else ())
-    dt = np.matmul.resolve_dtypes((a.dtype, b.dtype, None))[2]
-    _check_dtype(dt, "matmul: the result")
-    return _place_filled(shape, dt, lambda v: np.matmul(a, b, out=v), op="matmul")
 
 
 @cython.wraparound(True)

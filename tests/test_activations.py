@@ -316,6 +316,67 @@ def test_nan_and_inf(dtype):
     assert np.isnan(s[0]).all() and not np.isnan(s[1]).any()
 
 
+def _ulps(got, ref, dtype):
+    # |got - ref| in units of the last place of ref in `dtype` (ref in extended precision)
+    ref_d = ref.astype(dtype)
+    spacing = np.spacing(np.abs(ref_d)).astype(np.longdouble)
+    return np.abs(got.astype(np.longdouble) - ref) / spacing
+
+
+#: largest error of ndws' own tanh and sigmoid (ndws/_vmath.h) in ulps, both dtypes (data)
+ULPS = {"tanh": 1.3, "sigmoid": 2.5}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_own_sigmoid_and_tanh_are_accurate(dtype):
+    # a dense sweep over every range the branch-free formulas switch between (tiny, the
+    # polynomial, 1 - 2/(e+1), saturation, exp's subnormal tail), against extended precision
+    mags = np.concatenate([np.geomspace(1e-30, 1e-3, 2000), np.linspace(1e-3, 30, 60001),
+                           np.geomspace(30, 3e38 if dtype == np.float32 else 1e300, 2000),
+                           [0.625, 0.62499, 0.62501, 9.01, 20.0, 22.0, 87.3, 88.7, 103.9,
+                            104.0, 708.0, 745.0, 746.0]])
+    x = np.concatenate([mags, -mags]).astype(dtype)
+    xl = x.astype(np.longdouble)
+    t = F.tanh(x).numpy()
+    assert _ulps(t, np.tanh(xl), dtype).max() <= ULPS["tanh"]
+    s = F.sigmoid(x).numpy()
+    with np.errstate(over="ignore"):
+        ref = 1 / (1 + np.exp(-xl))
+    ok = ref >= np.finfo(dtype).tiny           # subnormal results: absolute error only
+    assert _ulps(s[ok], ref[ok], dtype).max() <= ULPS["sigmoid"]
+    tail = np.abs(s[~ok].astype(np.longdouble) - ref[~ok])
+    assert tail.max() <= np.finfo(dtype).smallest_subnormal
+    # the contiguous per-instruction-set loops and the strided scalar path: the same bits
+    for f in (F.tanh, F.sigmoid):
+        assert f(x).numpy().tobytes() == np.ascontiguousarray(f(x[::-1]).numpy()[::-1]).tobytes()
+    g = np.linspace(-2, 2, x.size).astype(dtype)
+    for name in ("tanh", "sigmoid"):
+        d = _bwd(name)(x, g).numpy()
+        d_strided = _bwd(name)(x[::-1], g[::-1]).numpy()[::-1]
+        assert d.tobytes() == np.ascontiguousarray(d_strided).tobytes(), name
+    # special values: exact, odd symmetry, no NaN from a finite input
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype=dtype)
+    t = F.tanh(special).numpy()
+    assert t[:4].tolist() == [0.0, 0.0, 1.0, -1.0] and np.signbit(t[1]) and np.isnan(t[4])
+    s = F.sigmoid(special).numpy()
+    assert s[:4].tolist() == [0.5, 0.5, 1.0, 0.0] and np.isnan(s[4])
+    assert np.array_equal(F.tanh(-x).numpy(), -F.tanh(x).numpy())
+
+
+def test_own_exp_in_the_ufunc_and_the_nn_kernels_is_one_definition():
+    # ndws.exp's float32 loop (small arrays) and the nn kernels' exp are the same function:
+    # selu_backward's negative branch is lambda*alpha*exp(x), computed in float32
+    from ndws import _ufuncs
+    x = -np.linspace(0.01, 20, 31).astype(np.float32)
+    before = _ufuncs._native_calls()["unary"][0]
+    e = ndws.exp(ndws.asarray(x)).numpy()
+    assert _ufuncs._native_calls()["unary"][0] == before + 1     # ndws' own float32 loop ran
+    np.testing.assert_array_equal(
+        F.selu_backward(x, np.ones_like(x)).numpy(),
+        np.float32(SELU_LAMBDA * SELU_ALPHA) * e)
+    assert _ulps(e, np.exp(x.astype(np.longdouble)), np.float32).max() <= 1.3
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dl4j_activations_at_the_extremes(dtype):
     # the limits where a formula would give inf/inf or inf*0 (libnd4j's do: NaN)
@@ -668,9 +729,9 @@ def test_public_module_all():
     import doctest
     failures, tried = doctest.testmod(F, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
-    from ndws.nn import _activations, _conv, _linear, _losses, _pool, _updaters
+    from ndws.nn import _activations, _conv, _linear, _losses, _pool, _rnn, _updaters
     tried_all = 0
-    for module in (_activations, _linear, _losses, _updaters, _conv, _pool):
+    for module in (_activations, _linear, _losses, _updaters, _conv, _pool, _rnn):
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert failures == 0, module.__name__
         tried_all += tried
@@ -679,9 +740,9 @@ def test_public_module_all():
 
 def test_stub_lists_every_public_kernel():
     import pathlib
-    from ndws.nn import _activations, _conv, _linear, _losses, _pool, _updaters
+    from ndws.nn import _activations, _conv, _linear, _losses, _pool, _rnn, _updaters
     public = []
-    for module in (_activations, _linear, _losses, _updaters, _conv, _pool):
+    for module in (_activations, _linear, _losses, _updaters, _conv, _pool, _rnn):
         name = module.__name__.rsplit(".", 1)[1]
         stub = (pathlib.Path(module.__file__).parent / f"{name}.pyi").read_text()
         names = [n for n in dir(module) if not n.startswith("_") and n != "np"]

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from ndws.__main__ import Interrupted, main, run_demo
@@ -74,6 +75,9 @@ def test_cli_demo_and_config_entry_points(capsys):
     (["train", "--seed", "-1"], "argument --seed: must be in [0, 9223372036854775807], got -1"),
     (["train", "--seed", str(2**63)], "argument --seed: must be in [0, 9223372036854775807]"),
     (["bogus"], "argument COMMAND: invalid choice: 'bogus'"),
+    (["train", "--model", "gru"], "argument --model: invalid choice: 'gru' (choose from 'mlp', "
+                                  "'lstm'"),
+    (["train", "--model", "lstm", "--mpi"], "--mpi trains the MLP only (--model mlp)"),
 ])
 def test_bad_arguments_are_usage_errors_not_tracebacks(args, msg, capsys):
     with pytest.raises(SystemExit) as info:
@@ -107,8 +111,9 @@ def test_help_is_whole_and_describes_every_option():
                                                   "(default: 15)"),
                               ("--batch-size BATCH_SIZE", "examples per training step (per "
                                                           "process with --mpi) (default: 32)"),
+                              ("--model {mlp,lstm}", "the network to train (default: mlp)"),
                               ("--hidden HIDDEN", "units in each of the two hidden layers "
-                                                  "(default: 128)"),
+                                                  "(the LSTM's units) (default: 128)"),
                               ("--seed SEED", "(default: 1)"),
                               ("--progress, --no-progress", "show a progress bar (default: on "
                                                             "a terminal or in a notebook)"),
@@ -147,6 +152,23 @@ def test_train_reports_epochs_evaluation_and_the_mode_table():
     table = text[text.index("Workspace modes, the same network"):].splitlines()
     assert table[-2].startswith("time/iteration: a training step's median; peak workspace: ")
     assert table[-1].startswith("Every mode trains the same parameters: keep ENABLED")
+
+
+def test_train_lstm_reads_the_digits_row_by_row():
+    from ndws.__main__ import MODELS, run_train
+    out = io.StringIO()
+    results = run_train(epochs=8, mode_epochs=2, progress=False, out=out, model="lstm")
+    text = out.getvalue()
+    assert "model lstm" in text and "LastTimeStep" in text and "Confusion Matrix" in text
+    assert results["accuracy"] >= 0.9
+    x = MODELS["lstm"][2](np.arange(2 * 64, dtype=np.float32).reshape(2, 64))
+    assert x.shape == (2, 8, 8) and x[0, :, 1].tolist() == list(range(8, 16))   # step 1: row 1
+    modes = results["modes"]
+    assert all(modes[m]["allocations_per_iteration"] == 0 for m in ("SINGLE", "SEPARATE",
+                                                                      "ENABLED"))
+    assert len({m["accuracy"] for m in modes.values()}) == 1
+    with pytest.raises(ValueError, match="model: expected one of mlp, lstm, got 'gru'"):
+        run_train(epochs=1, model="gru", out=io.StringIO())
 
 
 def test_train_progress_bar_goes_to_stderr(capsys):

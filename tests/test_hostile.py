@@ -262,8 +262,62 @@ CLEAR = [
     ("shape-bool", lambda: ndws.ones(True), TypeError,
      "shape: expected an int or a sequence of ints, got True"),
     ("shape-huge", lambda: ndws.zeros(10**30), ValueError,
-     "array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible "
-     "size."),
+     "shape: 1000000000000000000000000000000 is too many bytes: array is too big; "
+     "`arr.size * arr.dtype.itemsize` is larger than the maximum possible size."),
+    ("shape-huge-product", lambda: ndws.empty((2**40, 2**40)), ValueError,
+     "shape: (1099511627776, 1099511627776) of float64 is too many bytes: array is too big; "
+     "`arr.size * arr.dtype.itemsize` is larger than the maximum possible size."),
+    ("full-2**70-int64", lambda: ndws.full((2,), 2**70, dtype=np.int64), ValueError,
+     "fill_value: 1180591620717411303424 is out of bounds for int64 (it holds "
+     "[-9223372036854775808, 9223372036854775807])"),
+    ("full-300-int8", lambda: ndws.full(3, 300, dtype=np.int8), ValueError,
+     "fill_value: 300 is out of bounds for int8 (it holds [-128, 127])"),
+    ("full-2**70", lambda: ndws.full(3, 2**70), ValueError,
+     "fill_value: 1180591620717411303424 does not fit in a 64-bit integer (give a float, or a "
+     "float dtype)"),
+    ("full_like-uint8", lambda: ndws.full_like(np.zeros(2, np.uint8), -1), ValueError,
+     "fill_value: -1 is out of bounds for uint8 (it holds [0, 255])"),
+    ("zeros_like-str", lambda: ndws.zeros_like("abc"), TypeError,
+     "a: expected a number or an array of numbers, got str 'abc'"),
+    ("ones_like-big", lambda: ndws.ones_like([2**70]), ValueError,
+     "a: [1180591620717411303424] does not fit in a 64-bit integer (give a float, or a float "
+     "dtype)"),
+    ("empty_like-ragged", lambda: ndws.empty_like([[1], [1, 2]]), ValueError,
+     "a: can't be made an array of numbers (setting an array element with a sequence. The "
+     "requested array has an inhomogeneous shape after 1 dimensions. The detected shape was "
+     "(2,) + inhomogeneous part.)"),
+    ("array-str", lambda: ndws.array("abc"), TypeError,
+     "obj: ndws arrays hold numbers (bool, int, uint, float, complex); got dtype('<U3')"),
+    ("array-object", lambda: ndws.asarray(np.array([None, 1])), TypeError,
+     "obj: expected a number or an array of numbers, got ndarray array([None, 1], "
+     "dtype=object)"),
+    ("array-2**70", lambda: ndws.array([1, 2**70]), ValueError,
+     "obj: [1, 1180591620717411303424] does not fit in a 64-bit integer (give a float, or a "
+     "float dtype)"),
+    ("array-2**70-int64", lambda: ndws.array(2**70, dtype=np.int64), ValueError,
+     "obj: 1180591620717411303424 is out of bounds for int64 (Python int too large to convert "
+     "to C long)"),
+    ("array-ndmin", lambda: ndws.array([1.0], ndmin="2"), TypeError,
+     "ndmin: expected an int, got str '2'"),
+    ("array-order", lambda: ndws.array([1.0], order="Q"), ValueError,
+     "order: expected 'C', 'F', 'A' or 'K', got 'Q'"),
+    ("eye-negative", lambda: ndws.eye(-1), ValueError, "N: expected an int >= 0, got -1"),
+    ("eye-float", lambda: ndws.eye(3, 2.0), TypeError, "M: expected an int >= 0, got float 2.0"),
+    ("eye-huge", lambda: ndws.eye(2**31), ValueError,
+     "N, M: 4611686018427387904 elements of 8 bytes are too many: array is too big; "
+     "`arr.size * arr.dtype.itemsize` is larger than the maximum possible size."),
+    ("eye-k", lambda: ndws.eye(3, k=2**70), ValueError,
+     "k: must fit in a 64-bit integer, got 1180591620717411303424"),
+    ("linspace-num", lambda: ndws.linspace(0, 1, 2.5), TypeError,
+     "num: expected an int >= 0, got float 2.5"),
+    ("linspace-huge", lambda: ndws.linspace(0, 1, 2**62), ValueError,
+     "num: 4611686018427387904 elements of 8 bytes are too many: array is too big; "
+     "`arr.size * arr.dtype.itemsize` is larger than the maximum possible size."),
+    ("linspace-str", lambda: ndws.linspace("a", 1), TypeError,
+     "start: expected a number or an array of numbers, got str 'a'"),
+    ("arange-huge", lambda: ndws.arange(0, 2**62), ValueError,
+     "stop: too many values from start=0 to stop=4611686018427387904 by step=None (array is "
+     "too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible size.)"),
     ("statistics-file", lambda: ndws.get_workspace_manager()
      .print_allocation_statistics_for_current_thread(file="notafile"), TypeError,
      "file: expected a text stream with a write() method, got str 'notafile'"),
@@ -276,6 +330,26 @@ def test_errors_name_the_argument(call, exc, msg):
         call()
     assert type(info.value) is exc
     assert str(info.value) == msg
+
+
+CREATION = ["shape-huge", "shape-huge-product", "full-2**70-int64", "full-300-int8",
+            "full-2**70", "full_like-uint8", "zeros_like-str", "ones_like-big",
+            "empty_like-ragged", "array-str", "array-object", "array-2**70", "array-2**70-int64",
+            "array-ndmin", "array-order", "eye-negative", "eye-float", "eye-huge", "eye-k",
+            "linspace-num", "linspace-huge", "linspace-str", "arange-huge", "full-None"]
+
+
+@pytest.mark.parametrize("call, exc", [c[1:3] for c in CLEAR if c[0] in CREATION],
+                         ids=[c[0] for c in CLEAR if c[0] in CREATION])
+def test_a_refused_creation_leaves_the_workspace_as_it_was(call, exc):
+    assert len(CREATION) == len({c[0] for c in CLEAR} & set(CREATION))
+    with ndws.workspace("HOSTILE") as ws:
+        keep = ndws.zeros(3)
+        before = (ws.this_cycle_allocations, ws.primary_offset, ws.spilled_size)
+        with pytest.raises(exc):
+            call()
+        assert (ws.this_cycle_allocations, ws.primary_offset, ws.spilled_size) == before
+        assert keep.tolist() == [0.0, 0.0, 0.0]
 
 
 def test_the_matmul_operator_defers_to_the_other_operand():
@@ -326,3 +400,65 @@ def test_probe_findings(call, exc, msg):
         call()
     assert type(info.value) is exc
     assert str(info.value) == msg
+
+
+# -- workspace sizes the machine can't give --------------------------------------------------------
+
+def test_a_strict_workspace_beyond_the_limit_names_the_field():
+    with pytest.raises(ndws.ConfigurationError, match=r"^initial_size: must be at most "
+                                                      r"4611686018427387903 bytes, got "
+                                                      r"4611686018427387904$"):
+        ndws.WorkspaceConfiguration(initial_size=2**62, policy_allocation="STRICT")
+
+
+def test_a_strict_workspace_the_machine_cant_give_names_the_workspace_and_the_field():
+    conf = ndws.WorkspaceConfiguration(initial_size=2**62 - 1, policy_allocation="STRICT")
+    with pytest.raises(MemoryError, match=r"^Workspace \[HUGE\]: can't allocate its block of "
+                                          r"4611686018427387903 bytes \(initial_size="
+                                          r"4611686018427387903, min_size=0, max_size=0, "):
+        with ndws.workspace("HUGE", conf):
+            pass
+    assert ndws.current_workspace() is None
+    assert not ndws.get_workspace_manager().check_if_workspace_exists("HUGE")
+
+
+def test_a_learned_size_the_machine_cant_give_leaves_a_spilling_workspace():
+    conf = ndws.WorkspaceConfiguration(min_size=2**62 - 1, policy_allocation="STRICT")
+    ws = ndws.get_workspace_manager().get_workspace_for_current_thread(conf, "LEARN")
+    with pytest.raises(MemoryError, match=r"^Workspace \[LEARN\]: can't allocate its block of "
+                                          r"4611686018427387903 bytes \(initial_size=0, "
+                                          r"min_size=4611686018427387903, .*the largest cycle "
+                                          r"64 bytes\): not enough memory$"):
+        with ws:                                # FIRST_LOOP: sized as the first cycle closes
+            ndws.zeros(3)
+    assert ndws.current_workspace() is None
+    assert ws.current_size == 0                     # no block: it claims none
+    with ws:
+        x = ndws.zeros(3)
+        assert x.workspace_id == "LEARN" and x.tolist() == [0.0] * 3
+        assert ws.spilled_size == 64
+    ws.destroy()
+
+
+@pytest.mark.parametrize("with_path", [False, True], ids=["temporary", "path"])
+def test_an_mmap_file_the_disk_cant_hold_is_refused_before_writing(tmp_path, monkeypatch,
+                                                                    with_path):
+    import os
+
+    class Free:                                     # 400 KiB free on every file system
+        f_bavail, f_frsize = 100, 4096
+    monkeypatch.setattr(os, "statvfs", lambda directory: Free())
+    path = tmp_path / "ws.bin"
+    conf = ndws.WorkspaceConfiguration(initial_size=2**40, policy_location="MMAP",
+                                       policy_learning="NONE",
+                                       temp_file_path=path if with_path else None)
+    with pytest.raises(OSError, match=r"^\[Errno 28\] Workspace \[MAPPED\]: initial_size="
+                                      r"1099511627776 bytes for its memory-mapped file: more "
+                                      r"than the 409600 bytes free in "):
+        with ndws.workspace("MAPPED", conf):
+            pass
+    assert not path.exists() and not list(tmp_path.iterdir())
+    assert not ndws.get_workspace_manager().check_if_workspace_exists("MAPPED")
+    small = conf.replace(initial_size=16384)            # what fits is still written
+    with ndws.workspace("MAPPED", small) as ws:
+        assert ndws.zeros(4).workspace is ws

@@ -614,6 +614,30 @@ def test_epilogue_sees_every_final_tile_once(isa, rng, dtype, trans_a, trans_b):
         np.testing.assert_array_equal(out.numpy(), plain.numpy() + dtype(1))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_packed_b_gemm_gives_the_bits_of_gemm(isa, rng, dtype):
+    # B packed once for many products (the recurrent weights of a time loop) reads the same
+    # values through the same micro-kernel: every shape, edge tile, K block, stride and thread
+    # count gives gemm's bits (gemm's matrix-vector products, m or n = 1, sum otherwise: the
+    # time loops do not pack for those)
+    kc = blocking(dtype)["kc"]
+    for m, k, n in [(64, 512, 2048), (7, 3, 5), (2, 1, 2), (33, kc + 1, 31), (70, 2 * kc + 7, 90),
+                    (130, 20, 2), (2, 40, 130), (9, 0, 4)]:
+        a = rand(rng, (m, k), dtype)
+        for b in (rand(rng, (k, n), dtype), rand(rng, (n, k), dtype).T,
+                  rand(rng, (k, 2 * n), dtype)[:, ::-2]):
+            c0 = rand(rng, (m, n), dtype)
+            want = la.gemm(ndws.asarray(a), ndws.asarray(np.ascontiguousarray(b)),
+                           out=ndws.asarray(c0.copy()), beta=0.5).numpy()
+            packed = la._pack_b(b)
+            for threads in (1, 2):
+                got = la._gemm_packed_b(a, packed, n, 0.5, c0.copy(), threads)
+                assert got.tobytes() == want.tobytes(), (m, k, n, threads)
+            col = np.asfortranarray(c0)                   # C with a column stride
+            assert la._gemm_packed_b(a, packed, n, 0.5, col, 2).tobytes() == np.asfortranarray(
+                want).tobytes()
+
+
 def test_gemm_arrays_rejects_overlap():
     a = ndws.ones((4, 4))
     with pytest.raises(ValueError, match="gemm: out overlaps an input or itself"):

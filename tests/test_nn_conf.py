@@ -268,8 +268,6 @@ def test_hand_set_preprocessors_win_and_round_trip():
                                       "input_preprocessors": {
                                           0: CnnToFeedForwardPreProcessor(2, 2, 1)}}, ValueError,
      r"^layers\[0\]: CnnToFeedForwardPreProcessor: expected convolutional input"),
-    ([DenseLayer(n_out=2)], {"input_type": InputType.recurrent(4)}, ValueError,
-     r"^layers\[0\]: DenseLayer takes rows, got time series \(InputType.recurrent\(4\)\)"),
     ([DenseLayer(n_in=4, n_out=2)], {"convolution_mode": "valid"}, ValueError,
      r"^convolution_mode: unknown ConvolutionMode 'valid'"),
 ])

@@ -261,7 +261,8 @@ def test_load_rejects_other_kinds_and_files(tmp_path, tab):
     with pytest.raises(ValueError, match="holds a 'standardize' normalizer, not 'minmax'"):
         NormalizerMinMaxScaler.load(tmp_path / "s.npz")
     np.savez(tmp_path / "other.npz", a=np.zeros(2))
-    with pytest.raises(ValueError, match="is not an ndws normalizer file"):
+    with pytest.raises(ValueError, match=r"other.npz: not an ndws normalizer file, or not a "
+                                         r"complete one \(meta.npy missing\)$"):
         NormalizerStandardize.load(tmp_path / "other.npz")
 
 
@@ -343,9 +344,9 @@ def test_a_stale_label_array_leaves_the_features_untouched(tab):
 
 
 @pytest.mark.parametrize("content, fragment", [
-    (b"", "is not an ndws normalizer file, or not a complete one"),
-    (b"PK\x03\x04 truncated zip", "is not an ndws normalizer file, or not a complete one"),
-    (b"\x00\x01\x02 binary", "is not an ndws normalizer file, or not a complete one"),
+    (b"", "norm.npz: not an ndws normalizer file, or not a complete one"),
+    (b"PK\x03\x04 truncated zip", "norm.npz: not an ndws normalizer file, or not a complete one"),
+    (b"\x00\x01\x02 binary", "norm.npz: not an ndws normalizer file, or not a complete one"),
 ])
 def test_load_of_files_that_are_not_normalizers(tmp_path, content, fragment):
     path = tmp_path / "norm.npz"
@@ -363,7 +364,7 @@ def test_load_of_a_truncated_normalizer_file_and_of_paths_that_are_not_files(tmp
     data = good.read_bytes()
     cut = tmp_path / "cut.npz"
     cut.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match=r"cut.npz' is not an ndws normalizer file, or not a "
+    with pytest.raises(ValueError, match=r"cut.npz: not an ndws normalizer file, or not a "
                                          r"complete one"):
         NormalizerStandardize.load(cut)
     with pytest.raises(IsADirectoryError, match="is a directory, not a normalizer file"):
@@ -371,3 +372,111 @@ def test_load_of_a_truncated_normalizer_file_and_of_paths_that_are_not_files(tmp
     with pytest.raises(FileNotFoundError):
         NormalizerStandardize.load(tmp_path / "missing.npz")
     assert NormalizerStandardize.load(good).mean.tolist() == norm.mean.tolist()
+
+
+# -- files nobody vouches for -------------------------------------------------------------------
+
+def _saved_entries(tmp_path, tab, norm):
+    import zipfile
+    x, y = tab
+    norm.fit(DataSet(x, y))
+    norm.save(tmp_path / "good.npz")
+    with zipfile.ZipFile(tmp_path / "good.npz") as z:
+        return {n: z.read(n) for n in z.namelist()}
+
+
+def _npy(array):
+    import io
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+def _write_npz(path, entries):
+    import zipfile
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, d in entries.items():
+            z.writestr(n, d)
+
+
+def _meta(kind="standardize", **params):
+    import json
+    return _npy(np.array(json.dumps({"format": "ndws-normalizer-1", "kind": kind,
+                                     "params": params})))
+
+
+@pytest.mark.parametrize("name, content, msg", [
+    ("features_std.npy", _npy(np.ones(4)), r"features_std.npy: holds 4 features, "
+                                           r"features_mean.npy holds 5$"),
+    ("features_std.npy", _npy(np.ones((5, 1))), r"features_std.npy: holds float64 \(5, 1\), a "
+                                                r"statistic is a \(n_features,\) float64 vector"),
+    ("features_mean.npy", _npy(np.ones(5, np.float32)), r"features_mean.npy: holds float32"),
+    ("features_mean.npy", _npy(np.ones(5))[:-8], r"features_mean.npy: the header says float64 "
+                                                 r"\(5,\) \(40 bytes\), the entry holds 32 "),
+    ("features_mean.npy", b"\x93NUMPY\x01\x00" + b"\x50\x00" + b"{" * 80,
+     r"features_mean.npy: not an .npy array"),
+    ("meta.npy", _npy(np.array(["a", "b"])), r"meta.npy: holds <U1 \(2,\), not one text"),
+    ("meta.npy", _npy(np.array("x" * 70000)), r"meta.npy: holds <U70000 \(\), not one text of "
+                                              r"at most 65536 characters"),
+    ("meta.npy", _npy(np.zeros(3)), r"meta.npy: holds dtype float64, not text"),
+    ("meta.npy", _npy(np.array("{not json")), r"meta.npy: not JSON text"),
+    ("meta.npy", _npy(np.array("[1]")), r"meta.npy: expected a JSON object, got list"),
+    ("meta.npy", _meta(fit_label="yes"), r"meta.npy: params: fit_label must be a bool"),
+    ("meta.npy", _meta(fit_label=False, min_range=10**400), r"meta.npy: params: .*unexpected "
+                                                            r"keyword argument 'min_range'"),
+    ("meta.npy", _meta(fit_lable=True), r"meta.npy: params: .*unexpected keyword"),
+    ("meta.npy", _npy(np.array('{"format": "ndws-normalizer-1", "kind": "standardize", '
+                               '"params": [1]}')), r"meta.npy: params: expected a JSON object"),
+    ("meta.npy", _npy(np.array("[" * 30000 + "]" * 30000)), r"meta.npy: not JSON text "
+                                                            r"\(RecursionError"),
+])
+def test_load_names_the_file_and_the_entry(tmp_path, tab, name, content, msg):
+    entries = _saved_entries(tmp_path, tab, NormalizerStandardize())
+    entries[name] = content
+    _write_npz(tmp_path / "bad.npz", entries)
+    with pytest.raises(ValueError, match=r"bad.npz: " + msg):
+        NormalizerStandardize.load(tmp_path / "bad.npz")
+
+
+def test_load_of_fit_label_statistics_and_paths(tmp_path, tab):
+    entries = _saved_entries(tmp_path, tab, NormalizerMinMaxScaler(fit_label=True))
+    del entries["labels_max.npy"]
+    _write_npz(tmp_path / "bad.npz", entries)
+    with pytest.raises(ValueError, match=r"bad.npz: not an ndws normalizer file, or not a "
+                                         r"complete one \(labels_max.npy missing\)$"):
+        NormalizerMinMaxScaler.load(tmp_path / "bad.npz")
+    with pytest.raises(TypeError, match=r"^path: expected a str or os.PathLike, got int$"):
+        NormalizerMinMaxScaler.load(3)
+    with pytest.raises(FileNotFoundError, match=r"^path: no such file"):
+        NormalizerMinMaxScaler.load(tmp_path / "missing.npz")
+
+
+def test_a_statistics_header_claiming_2_40_features_is_refused_before_allocating(tmp_path, tab):
+    import io
+    entries = _saved_entries(tmp_path, tab, NormalizerStandardize())
+    for stat in ("mean", "std"):
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False,
+                                                   "shape": (2**40,)})
+        entries[f"features_{stat}.npy"] = buf.getvalue() + bytes(64)
+    _write_npz(tmp_path / "bad.npz", entries)
+    with pytest.raises(ValueError, match=r"bad.npz: features_mean.npy: the header says float64 "
+                                         r"\(1099511627776,\) \(8796093022208 bytes\), the entry "
+                                         r"holds 64 bytes of data$"):
+        NormalizerStandardize.load(tmp_path / "bad.npz")
+
+
+@pytest.mark.parametrize("params, msg", [
+    ({"min_range": 10**400}, r"min_range must be finite, got 1000"),
+    ({"max_range": -10**400}, r"max_range must be finite, got -1000"),
+    ({"min_range": 2.0, "max_range": 1.0}, r"min_range must be < max_range"),
+])
+def test_minmax_settings_in_a_file_are_checked(tmp_path, tab, params, msg):
+    entries = _saved_entries(tmp_path, tab, NormalizerMinMaxScaler())
+    import json
+    meta = {"format": "ndws-normalizer-1", "kind": "minmax",
+            "params": {"min_range": 0.0, "max_range": 1.0, "fit_label": False, **params}}
+    entries["meta.npy"] = _npy(np.array(json.dumps(meta)))
+    _write_npz(tmp_path / "bad.npz", entries)
+    with pytest.raises(ValueError, match=r"bad.npz: meta.npy: params: " + msg):
+        NormalizerMinMaxScaler.load(tmp_path / "bad.npz")

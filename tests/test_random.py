@@ -336,13 +336,47 @@ def test_module_level_functions_draw_from_one_seeded_generator():
 # -- parameters that are not numbers ------------------------------------------------------------
 
 @pytest.mark.parametrize("call, exc, msg", [
-    (lambda g: g.normal(0, None, 3), TypeError, "scale: expected a real number, got NoneType None"),
-    (lambda g: g.normal("a"), TypeError, "loc: expected a real number, got str 'a'"),
+    (lambda g: g.normal(0, None, 3), TypeError,
+     "scale: expected a real number or an array of them, got NoneType None"),
+    (lambda g: g.normal("a"), TypeError,
+     "loc: expected a real number or an array of them, got str 'a'"),
     (lambda g: g.normal(0, np.nan, 3), ValueError, "scale: must be finite, got nan"),
     (lambda g: g.normal(0, -1.0, 3), ValueError, "scale: must be non-negative, got -1.0"),
-    (lambda g: g.normal(True, 1.0), TypeError, "loc: expected a real number, got bool True"),
+    (lambda g: g.normal(True, 1.0), TypeError,
+     "loc: expected a real number or an array of them, got bool True"),
+    (lambda g: g.normal(0, 10**400), ValueError, "scale: must be finite, got " + "1" + "0" * 39),
+    (lambda g: g.normal(np.zeros(4), 1.0, 3), ValueError,
+     "loc: shape (4,) can't be broadcast to size (3,)"),
+    (lambda g: g.normal(np.zeros((2, 3)), 1.0, (3,)), ValueError,
+     "loc: shape (2, 3) can't be broadcast to size (3,)"),
+    (lambda g: g.normal(np.zeros(4), np.ones(3)), ValueError,
+     "loc, scale: shapes (4,), (3,) can't be broadcast together"),
+    (lambda g: g.normal([0.0, np.nan], 1.0), ValueError, "loc: must be finite, got an array "
+                                                         "holding nan"),
+    (lambda g: g.normal(0.0, [1.0, -2.0]), ValueError, "scale: must be non-negative, got an "
+                                                       "array holding -2.0"),
+    (lambda g: g.normal(["a"], 1.0), TypeError,
+     "loc: expected a real number or an array of them, got list ['a']"),
     (lambda g: g.uniform(0, np.inf, 2), ValueError, "high: must be finite, got inf"),
-    (lambda g: g.uniform([0], 1, 2), TypeError, "low: expected a real number, got list [0]"),
+    (lambda g: g.uniform([0, 1], 1, 3), ValueError, "low: shape (2,) can't be broadcast to "
+                                                    "size (3,)"),
+    (lambda g: g.uniform([0, 2], 1, 2), ValueError, "high - low < 0"),
+    (lambda g: g.random(2**62), ValueError, "size: 4611686018427387904 is too many values: "
+                                            "array is too big"),
+    (lambda g: g.integers(0, 5, 3, dtype=np.float64), TypeError,
+     "dtype: expected an integer or bool dtype, got <class 'numpy.float64'>"),
+    (lambda g: g.permutation(2**70), ValueError, "x: expected an int in [0, 1152921504606846975] "
+                                                 "(the length of the permutation), got "
+                                                 "1180591620717411303424"),
+    (lambda g: g.permutation("abc"), TypeError, "x: expected an int or an array of numbers, "
+                                                "got str 'abc'"),
+    (lambda g: g.permutation(np.float64(3.0)), ValueError, "x: expected an int or an array of "
+                                                           "at least one dimension, got a 0-d "
+                                                           "array"),
+    (lambda g: g.shuffle(ndws.zeros(3, detached=True), axis=5), ValueError,
+     "axis: 5 is out of bounds for x of 1 dimension"),
+    (lambda g: g.shuffle(ndws.zeros(3, detached=True), axis="0"), TypeError,
+     "axis: expected an int, got str '0'"),
     (lambda g: g.random("a"), TypeError, "size: expected None, an int or a tuple of ints, got "
                                          "'a'"),
     (lambda g: g.standard_normal((2, -1)), ValueError, "size: negative dimensions are not "
@@ -363,3 +397,17 @@ def test_hostile_parameters_name_the_argument(call, exc, msg):
         assert ws.this_cycle_allocations == 0
     assert str(info.value) == msg
     assert g.numpy_generator.bit_generator.state == state    # no draw was made
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=F_IDS)
+def test_array_parameters_broadcast_as_numpys(dtype):
+    loc, scale = np.array([[0.0], [10.0]]), np.array([1.0, 2.0, 0.5])
+    got = Generator(8).normal(loc, scale, dtype=dtype)
+    exp = loc.astype(dtype) + scale.astype(dtype) * np.random.default_rng(8).standard_normal(
+        (2, 3), dtype=dtype)
+    same_bits(got, exp.astype(dtype))
+    if dtype == np.float64:
+        same_bits(got, np.random.default_rng(8).normal(loc, scale))
+        same_bits(Generator(8).uniform([0.0, 1.0], 3.0, (4, 2)),
+                  np.random.default_rng(8).uniform([0.0, 1.0], 3.0, (4, 2)))
+    assert Generator(8).normal(ndws.array([1.0, 2.0]), 0.0).tolist() == [1.0, 2.0]

@@ -499,6 +499,12 @@ def test_a_directory_or_a_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         CSVRecordReader(tmp_path / "nope.csv")
     assert str(info.value) == f"path_or_paths: no such file {str(tmp_path / 'nope.csv')!r}"
+    import os
+    os.mkfifo(tmp_path / "fifo.csv")           # reading it would wait for a writer forever
+    with pytest.raises(ValueError) as info:
+        CSVRecordReader(tmp_path / "fifo.csv")
+    assert str(info.value) == (f"path_or_paths: {str(tmp_path / 'fifo.csv')!r} is not a regular "
+                               f"file")
 
 
 def test_an_empty_or_truncated_file(tmp_path):

@@ -339,8 +339,8 @@ def test_input_errors(rng):
     with pytest.raises(ValueError, match=r"^Labels and predictions must have the same shape: "
                                          r"got labels \(10, 2\) and predictions \(10, 3\)$"):
         ev.eval(y, np.zeros((10, 3)))
-    with pytest.raises(ValueError, match=r"^Number of the columns of labels and predictions must "
-                                         r"match specification \(2\). Got 3 and 3$"):
+    with pytest.raises(ValueError, match=r"^RegressionEvaluation.eval: labels and predictions "
+                                         r"have 3 columns, but this evaluation has 2"):
         ev.eval(np.zeros((4, 3)), np.zeros((4, 3)))
     with pytest.raises(ValueError, match=r"^mask of shape \(9,\) does not fit labels of shape "
                                          r"\(10, 2\)"):

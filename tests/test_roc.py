@@ -442,9 +442,8 @@ def test_rocbinary_per_column_with_per_output_mask(steps, seed):
 def test_rocbinary_column_count_must_not_change():
     rb = ROCBinary()
     rb.eval(np.ones((3, 2)), np.ones((3, 2)) * 0.5)
-    with pytest.raises(ValueError, match=r"^Labels array does not match stored state size. "
-                                         r"Expected labels array with size 2, got labels array "
-                                         r"with size 3$"):
+    with pytest.raises(ValueError, match=r"^ROCBinary.eval: labels have 3 columns, but this "
+                                         r"ROCBinary has 2 \(from its first batch\)"):
         rb.eval(np.ones((3, 3)), np.ones((3, 3)))
     with pytest.raises(RuntimeError, match="no evaluation has been performed"):
         ROCBinary().calculate_average_auc()
@@ -483,8 +482,8 @@ def test_rocmulticlass_rejections():
         rm.eval(np.eye(3), np.eye(3), mask=np.ones((3, 3)))
     rm.eval(np.eye(3), np.eye(3) * 0.8 + 0.1, mask=np.array([1, 0, 1]))
     assert rm.count_actual_positive(1) == 0 and rm.count_actual_negative(1) == 2
-    with pytest.raises(ValueError, match="Expected labels array with size 3, got labels array "
-                                         "with size 4"):
+    with pytest.raises(ValueError, match=r"^ROCMultiClass.eval: labels have 4 columns, but "
+                                         r"this ROCMultiClass has 3"):
         rm.eval(np.eye(4), np.eye(4))
     with pytest.raises(ValueError, match="needs one column per class"):
         ROCMultiClass().eval(np.ones((2, 1)), np.ones((2, 1)))

@@ -168,7 +168,7 @@ def test_updater_errors():
         F.sgd_update(p, g, None)
     with pytest.raises(ValueError, match=r"adam_update: beta2 must be in \[0, 1\), got 1.0"):
         F.adam_update(p, g, ndws.zeros(6), ndws.zeros(6), 1, beta2=1.0)
-    with pytest.raises(ValueError, match=r"adam_update: step must be >= 1"):
+    with pytest.raises(ValueError, match=r"adam_update: step must be in \[1, 2\*\*63\)"):
         F.adam_update(p, g, ndws.zeros(6), ndws.zeros(6), 0)
     with pytest.raises(TypeError, match=r"adamw_update: step must be an int"):
         F.adamw_update(p, g, ndws.zeros(6), ndws.zeros(6), 1.0)
@@ -176,6 +176,44 @@ def test_updater_errors():
         F.momentum_update(p, g, ndws.zeros(6), 0.1, momentum=1.5)
     with pytest.raises(ValueError, match=r"adagrad_update: eps must be in \[0, inf\]"):
         F.adagrad_update(p, g, ndws.zeros(6), eps=-1.0)
+
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda p, g, s: F.adam_update(p, g, s[0], s[1], 2**70), ValueError,
+     r"^adam_update: step must be in \[1, 2\*\*63\) \(the 1-based number of this update\), "
+     r"got 1180591620717411303424$"),
+    (lambda p, g, s: F.adamw_update(p, g, s[0], s[1], np.uint64(2**63)), ValueError,
+     r"^adamw_update: step must be in \[1, 2\*\*63\)"),
+    (lambda p, g, s: F.adam_update(p, g, s[0], s[1], 1, lr=10**400), ValueError,
+     r"^adam_update: lr must be a finite real number, got 1000000000"),
+    (lambda p, g, s: F.adamw_update(p, g, s[0], s[1], 1, weight_decay=-10**400), ValueError,
+     r"^adamw_update: weight_decay must be a finite real number"),
+    (lambda p, g, s: F.sgd_update(p, g, 10**400), ValueError,
+     r"^sgd_update: lr must be a finite real number"),
+    (lambda p, g, s: F.sgd_update(p, g, float("nan")), ValueError,
+     r"^sgd_update: lr must be in \[0, inf\], got nan$"),
+    (lambda p, g, s: F.momentum_update(p, g, s[0], 0.1, momentum=10**400), ValueError,
+     r"^momentum_update: momentum must be a finite real number"),
+    (lambda p, g, s: F.momentum_update(p, g, s[0], 0.1, nesterov="no"), TypeError,
+     r"^momentum_update: nesterov must be a bool, got 'no'$"),
+    (lambda p, g, s: F.rmsprop_update(p, g, s[0], rho=float("inf")), ValueError,
+     r"^rmsprop_update: rho must be in \[0, 1\], got inf$"),
+    (lambda p, g, s: F.adagrad_update(p, g, s[0], lr=10**400), ValueError,
+     r"^adagrad_update: lr must be a finite real number"),
+    (lambda p, g, s: F.leaky_relu(p, alpha=10**400), ValueError,
+     r"^leaky_relu: alpha must be a finite real number"),
+])
+def test_hostile_hyperparameters_name_the_argument_and_change_nothing(call, exc, msg):
+    p = np.arange(6.0)
+    g, state = np.ones(6), (np.full(6, 0.5), np.full(6, 0.25))
+    with pytest.raises(exc, match=msg):
+        call(p, g, state)
+    assert p.tolist() == list(range(6))
+    assert state[0].tolist() == [0.5] * 6 and state[1].tolist() == [0.25] * 6
+    # the largest step is still a number: the bias corrections have converged
+    F.adam_update(p, g, *state, 2**63 - 1)
+    np.testing.assert_allclose(p, np.arange(6.0) - 1e-3 * (0.9 * 0.5 + 0.1) /
+                               (np.sqrt(0.999 * 0.25 + 0.001) + 1e-8))
 
 
 def test_stale_arrays_raise_workspace_error():

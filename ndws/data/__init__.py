@@ -1,6 +1,6 @@
 """The data pipeline (DL4J's ``org.nd4j.linalg.dataset``): `DataSet` and `MultiDataSet`, the
-iterator protocol and its iterators, CSV and image records, normalizers, and async prefetch on
-a circular workspace. See ``docs/data.md``.
+iterator protocol and its iterators, CSV, sequence and image records, normalizers, and async
+prefetch on a circular workspace. See ``docs/data.md``.
 """
 from ndws.data.async_iterators import AsyncDataSetIterator, AsyncMultiDataSetIterator
 from ndws.data.dataset import DataSet, MultiDataSet, SplitTestAndTrain
@@ -32,6 +32,11 @@ from ndws.data.records import (
     RecordReaderDataSetIterator,
     RecordReaderMultiDataSetIterator,
 )
+from ndws.data.sequences import (
+    AlignmentMode,
+    CSVSequenceRecordReader,
+    SequenceRecordReaderDataSetIterator,
+)
 
 __all__ = [
     "DataSet", "MultiDataSet", "SplitTestAndTrain",
@@ -43,5 +48,6 @@ __all__ = [
     "AsyncDataSetIterator", "AsyncMultiDataSetIterator",
     "RecordReader", "CSVRecordReader", "RecordReaderDataSetIterator",
     "RecordReaderMultiDataSetIterator", "OneHot", "ImageRecordReader", "ParentPathLabelGenerator",
+    "CSVSequenceRecordReader", "SequenceRecordReaderDataSetIterator", "AlignmentMode",
     "NormalizerStandardize", "NormalizerMinMaxScaler", "ImagePreProcessingScaler",
 ]

@@ -9,6 +9,10 @@ Differences from ND4J (docs/porting-from-dl4j.md):
 
 * A batch kept after the ring has come round to its memory raises ``ndws.WorkspaceError``
   (kind ``"overwritten"``) on use instead of silently changing value; ``detach()`` keeps one.
+* The ring adapts to batches of changing size (ndws/data/_ring.py): a batch that does not fit
+  moves the next ones to a ring made for it, and the size is kept for the source (across
+  ``reset()`` and new prefetchers), so a steady epoch of variable-length batches allocates
+  nothing per batch from its first batch.
 * A producer exception is always delivered to the consumer (the same exception object), even
   to a consumer already blocked waiting for the next batch: the producer enqueues an error
   marker. Nothing hangs: consumers on several threads take turns (a lock), and each of them
@@ -22,11 +26,11 @@ import operator
 import queue
 import threading
 import time
-import uuid
 import weakref
 from typing import Any
 
 import ndws
+from ndws.data._ring import Ring, ring_memory
 from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _adapt, _check_item,
                                  _Delegating, _DelegatingShapes)
 
@@ -71,6 +75,8 @@ class _ProducerState:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.workspace: Any = None        # the current ring (read-only from other threads)
+        self.ring_memory = ring_memory(base)   # the largest batch: across runs (epochs) and
+                                               # prefetchers of one source
 
     def start(self) -> None:
         self.stop.clear()
@@ -119,22 +125,23 @@ def _put(state: _ProducerState, item: Any) -> bool:
 
 def _produce(state: _ProducerState) -> None:
     base = state.base
-    ws = None
+    ring = None
     try:
         if state.conf is not None:
-            ws = ndws.get_workspace_manager().create_new_workspace(
-                state.conf, f"{state.ws_prefix}-{uuid.uuid4()}")
-            state.workspace = ws
+            ring = Ring(state.conf, state.ws_prefix, state.ring_memory)
+            state.workspace = ring.workspace
         try:
             if not base.has_next() and base.reset_supported():
                 base.reset()
             while not state.stop.is_set() and base.has_next():
-                if ws is not None:
+                if ring is not None:
                     # one cycle of the ring per batch; leaving the `with` ends the cycle
                     # (ND4J's commit), after which the batch stays valid until the ring has
-                    # come round to its memory again
-                    with ws:
+                    # come round to its memory again; a batch that did not fit its block
+                    # moves the next ones to a bigger ring (ndws/data/_ring.py)
+                    with ring:
                         item = base.next()
+                    state.workspace = ring.workspace
                 else:
                     item = base.next()
                 _check_item(base, item)     # a source that yields None, say: a clear error
@@ -148,12 +155,9 @@ def _produce(state: _ProducerState) -> None:
         # the consumer resets or shuts down.
         state.stop.wait()
     finally:
-        if ws is not None:
+        if ring is not None:
             state.workspace = None
-            # (a DummyWorkspace under DebugMode.BYPASS_EVERYTHING has no scope to close)
-            if getattr(ws, "is_scope_active", False):
-                ws.close()
-            ndws.get_workspace_manager().destroy_workspace(ws)
+            ring.close()
 
 
 def _finalize(state: _ProducerState) -> None:
@@ -337,7 +341,10 @@ class AsyncDataSetIterator(_AsyncBase, DataSetIterator):
         10 MiB), so a steady epoch does no heap allocation for batch data. A batch is valid
         until the ring comes round to its memory, at least ``queue_size + 1`` batches later
         (more with small batches); ``detach()`` what you keep longer, or it raises
-        ``ndws.WorkspaceError`` (kind ``"overwritten"``) on use.
+        ``ndws.WorkspaceError`` (kind ``"overwritten"``) on use. Batches of changing size
+        (time series of varying length) are the normal case: the blocks are 1.3 times the
+        largest batch seen, and a batch that did not fit moves the next ones to a new ring
+        (the old one goes a lap later: its batches then raise, kind ``"destroyed"``).
 
     Notes
     -----

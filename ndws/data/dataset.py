@@ -67,10 +67,13 @@ def _check_mask(mask: NDArray | None, name: str, arr: NDArray | None, arr_name: 
         raise ValueError(f"{name} is given but {arr_name} is None")
     n = arr.shape[0]
     if arr.ndim == 3:
-        expected = (n, arr.shape[2])
-        if tuple(mask.shape) != expected:
-            raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected {expected} "
-                             f"([examples, time] for {arr_name} of shape {tuple(arr.shape)})")
+        # (examples, time) of an NCW (n, size, time) or NWC (n, time, size) series, or the
+        # array's own shape (DL4J's per-output label mask)
+        shapes = ((n, arr.shape[2]), (n, arr.shape[1]), tuple(arr.shape))
+        if tuple(mask.shape) not in shapes:
+            raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected {shapes[0]} "
+                             f"([examples, time] for {arr_name} of shape {tuple(arr.shape)}; "
+                             f"{shapes[1]} if it is NWC, [examples, time, size])")
     elif arr.ndim == 2:
         if mask.ndim != 2 or mask.shape[0] != n or mask.shape[1] not in (1, arr.shape[1]):
             raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected ({n}, 1) or "

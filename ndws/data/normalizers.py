@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import ndws
+from ndws._fileio import Archive
 from ndws.data.dataset import DataSet
 
 __all__ = [
@@ -271,35 +272,72 @@ class _Normalizer:
         """A normalizer restored from a file written by ``save`` (of this class).
 
         Raises ``FileNotFoundError`` / ``IsADirectoryError`` for a path that is not a file, and
-        ``ValueError`` naming the file for anything that is not a complete normalizer file of
-        this class (truncated, another format, missing or mis-shaped statistics). Loading never
-        runs code (no pickle)."""
+        ``ValueError`` naming the file (and the entry) for anything that is not a complete
+        normalizer file of this class (truncated, another format, settings of the wrong type,
+        missing or mis-shaped statistics). Every statistic's header is checked against the
+        others before any is read (`ndws._fileio`); loading never runs code (no pickle)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}")
         name = os.fspath(path)
         if os.path.isdir(name):
             raise IsADirectoryError(f"path: {name!r} is a directory, not a normalizer file")
-        try:
-            # our own file object: np.load leaks its handle when a zip turns out corrupt
-            with open(name, "rb") as fh, np.load(fh, allow_pickle=False) as z:
-                if not hasattr(z, "files") or "meta" not in z.files:
-                    raise ValueError("no 'meta' entry")
-                meta = json.loads(str(z["meta"]))
-                if meta.get("format") != _FORMAT or meta.get("kind") != cls._kind:
-                    raise _WrongKind(f"{name!r} holds a {meta.get('kind')!r} normalizer, not "
-                                     f"{cls._kind!r}")
-                obj = cls(**meta["params"])
-                obj._features = {k: z[f"features_{k}"] for k in cls._stat_names}
-                if obj.fit_label:
-                    obj._labels = {k: z[f"labels_{k}"] for k in cls._stat_names}
-        except (FileNotFoundError, _WrongKind):
-            raise
-        except Exception as exc:    # zip, JSON, missing key, bad params: all "not ours"
-            raise ValueError(f"{name!r} is not an ndws normalizer file, or not a complete "
-                             f"one ({type(exc).__name__}: {exc})") from exc
-        for stats in (obj._features, obj._labels):
-            widths = {v.shape for v in (stats or {}).values()}
-            if len(widths) > 1 or any(len(w) != 1 for w in widths):
-                raise ValueError(f"{name!r}: the statistics have inconsistent shapes {widths}")
+        if not os.path.exists(name):
+            raise FileNotFoundError(f"path: no such file: {name!r}")
+        what = "an ndws normalizer file, or not a complete one"
+        with Archive(name, what) as z:
+            meta = _read_meta(z)
+            if meta.get("format") != _FORMAT or meta.get("kind") != cls._kind:
+                raise _WrongKind(f"{name!r} holds a {meta.get('kind')!r:.40} normalizer, not "
+                                 f"{cls._kind!r}")
+            params = meta.get("params")
+            if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+                raise z.error(_META, f"params: expected a JSON object, got {params!r:.40}")
+            try:
+                obj = cls(**params)
+            except (TypeError, ValueError) as exc:
+                raise z.error(_META, f"params: {exc}") from None
+            groups = ["features"] + (["labels"] if obj.fit_label else [])
+            headers = {}
+            for group in groups:
+                for stat in cls._stat_names:
+                    entry = f"{group}_{stat}.npy"
+                    h = z.npy_header(entry)
+                    if h[0] != np.float64 or len(h[1]) != 1:
+                        raise z.error(entry, f"holds {h[0]} {h[1]}, a statistic is a "
+                                             f"(n_features,) float64 vector")
+                    first = headers.get(group)
+                    if first is not None and first[1][1] != h[1]:
+                        raise z.error(entry, f"holds {h[1][0]} features, {first[0]} holds "
+                                             f"{first[1][1][0]}")
+                    headers.setdefault(group, (entry, h))
+                    headers[group, stat] = (entry, h)
+            stats = {group: {stat: z.read_npy(*headers[group, stat])
+                             for stat in cls._stat_names} for group in groups}
+        obj._features = stats["features"]
+        if obj.fit_label:
+            obj._labels = stats["labels"]
         return obj
+
+
+#: the zip entry of the normalizer's kind and settings (np.savez's name for "meta")
+_META = "meta.npy"
+#: the most text the settings may be: a few settings, in JSON
+_MAX_META_CHARS = 1 << 16
+
+
+def _read_meta(z: Archive) -> dict:
+    header = z.npy_header(_META, kinds="U")
+    if header[1] != () or header[0].itemsize > 4 * _MAX_META_CHARS:
+        raise z.error(_META, f"holds {header[0]} {header[1]}, not one text of at most "
+                             f"{_MAX_META_CHARS} characters")
+    text = str(z.read_npy(_META, header))
+    try:
+        meta = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise z.error(_META, f"not JSON text ({type(exc).__name__}: {exc})") from None
+    if not isinstance(meta, dict):
+        raise z.error(_META, f"expected a JSON object, got {type(meta).__name__}")
+    return meta
 
 
 class NormalizerStandardize(_Normalizer):
@@ -449,8 +487,12 @@ def _check_range(min_range: Any, max_range: Any) -> tuple[float, float]:
     for name, v in (("min_range", min_range), ("max_range", max_range)):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise TypeError(f"{name} must be a number, got {v!r}")
-        if not np.isfinite(v):
-            raise ValueError(f"{name} must be finite, got {v!r}")
+        try:
+            finite = np.isfinite(float(v))
+        except OverflowError:             # a Python int beyond any double
+            finite = False
+        if not finite:
+            raise ValueError(f"{name} must be finite, got {v!r:.40}")
     if not min_range < max_range:
         raise ValueError(f"min_range must be < max_range, got min_range={min_range!r}, "
                          f"max_range={max_range!r}")

@@ -203,6 +203,9 @@ class CSVRecordReader(RecordReader):
         for p in self.paths:
             if os.path.isdir(p):
                 raise IsADirectoryError(f"path_or_paths: {p!r} is a directory, not a CSV file")
+            if os.path.exists(p) and not os.path.isfile(p):
+                # a FIFO would block the first read, a device would never end
+                raise ValueError(f"path_or_paths: {p!r} is not a regular file")
             if not os.path.isfile(p):
                 raise FileNotFoundError(f"path_or_paths: no such file {p!r}")
         if not isinstance(encoding, str):
@@ -247,10 +250,14 @@ class CSVRecordReader(RecordReader):
 
     def _records(self) -> Iterator[tuple[list[float], str, int]]:
         for path in self.paths:
-            try:
-                yield from self._file_records(path)
-            except UnicodeDecodeError as exc:
-                raise self._decode_error(path, exc) from None
+            yield from self._decoded_records(path)
+
+    def _decoded_records(self, path: str) -> Iterator[tuple[list[float], str, int]]:
+        # one file's records; bytes the encoding can't decode are reported with their line
+        try:
+            yield from self._file_records(path)
+        except UnicodeDecodeError as exc:
+            raise self._decode_error(path, exc) from None
 
     def _file_records(self, path: str) -> Iterator[tuple[list[float], str, int]]:
         # newline="" is what the csv module needs for quoted fields with line breaks

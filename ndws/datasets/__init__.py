@@ -1,8 +1,9 @@
-"""Example data sets that need no network: bundled ones (iris, digits) and MNIST from files
-the user has (`load_mnist`; nothing is downloaded).
+"""Example data sets that need no network: bundled ones (iris, digits, a text for character
+models) and MNIST from files the user has (`load_mnist`; nothing is downloaded).
 
-The files in ``ndws/datasets/data/`` are copied from scikit-learn's bundled data (see
-``ndws/datasets/data/README.md`` for origin, citation and license).
+The tables in ``ndws/datasets/data/`` are copied from scikit-learn's bundled data, the text is
+public domain (``ndws/datasets/data/README.md`` gives the origin, citation and license of
+each file).
 
 >>> from ndws.datasets import load_iris
 >>> X, y = load_iris()
@@ -21,8 +22,12 @@ from typing import Any
 import numpy as np
 
 from ndws.datasets._idx import read_idx
+from ndws.datasets.text import (TEXTS, CharacterIterator, default_character_set, load_text,
+                                minimal_character_set)
 
-__all__ = ["load_iris", "load_digits", "load_mnist", "IRIS_CLASS_NAMES", "MNIST_FILES"]
+__all__ = ["load_iris", "load_digits", "load_mnist", "IRIS_CLASS_NAMES", "MNIST_FILES",
+           "load_text", "TEXTS", "CharacterIterator", "minimal_character_set",
+           "default_character_set"]
 
 #: class names of the iris data, in label order (from the header of ``iris.csv``)
 IRIS_CLASS_NAMES = ("setosa", "versicolor", "virginica")

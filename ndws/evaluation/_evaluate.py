@@ -11,28 +11,32 @@ __all__ = ["evaluate"]
 # which opens a workspace cycle per batch around its forward pass and count (ndws.nn.network)
 
 
-def _batch(item: Any, index: int) -> tuple[Any, Any, Any]:
-    # a DataSet-like object (features, labels, optional masks) or a (features, labels) pair
+def _batch(item: Any, index: int) -> tuple[Any, Any, Any, Any]:
+    # a DataSet-like object (features, labels, optional masks) or a (features, labels) pair:
+    # (features, labels, labels mask, features mask)
     if hasattr(item, "features") and hasattr(item, "labels"):
-        return item.features, item.labels, getattr(item, "labels_mask", None)
+        return (item.features, item.labels, getattr(item, "labels_mask", None),
+                getattr(item, "features_mask", None))
     try:
         features, labels = item
     except (TypeError, ValueError):
         raise TypeError(f"batch {index} of the iterator must be a (features, labels) pair or "
                         f"have .features and .labels, got {type(item).__name__}") from None
-    return features, labels, None
+    return features, labels, None, None
 
 
-def batches(iterator: Iterable) -> Iterator[tuple[Any, Any, Any]]:
+def batches(iterator: Iterable, features_mask: bool = False) -> Iterator[tuple]:
     """``(features, labels, mask)`` of every batch of `iterator` (reset first when it has a
-    ``reset()``, as DL4J does). A caller that runs a model in a workspace cycle per batch
-    pulls each batch from here with no cycle open (docs/evaluation.md, "Feeding
-    evaluations")."""
+    ``reset()``, as DL4J does), with the features mask fourth when `features_mask` (a
+    network's time series of varying length need it). A caller that runs a model in a
+    workspace cycle per batch pulls each batch from here with no cycle open
+    (docs/evaluation.md, "Feeding evaluations")."""
     reset = getattr(iterator, "reset", None)
     if callable(reset):
         reset()
     for index, item in enumerate(iterator):
-        yield _batch(item, index)
+        parts = _batch(item, index)
+        yield parts if features_mask else parts[:3]
 
 
 def check_evaluations(evaluations: tuple) -> None:

@@ -20,7 +20,8 @@ import numpy as np
 
 from ndws._core import NDArray, check as _check
 from ndws.evaluation import _counting
-from ndws.evaluation._args import index_arg, int_arg
+from ndws.evaluation._args import (count_arg, fields, index_arg, int_arg, parse_json,
+                                   table_arg)
 
 __all__ = ["Evaluation", "Metric"]
 
@@ -80,6 +81,12 @@ def _mcc(tp: int, fp: int, fn: int, tn: int) -> float:
     return num / math.sqrt(den)
 
 
+#: the fields of Evaluation.to_dict() besides its "type"
+_DICT_FIELDS = ("num_classes", "labels", "top_n", "binary_decision_threshold", "cost_array",
+                "binary_positive_class", "num_row_counter", "top_n_correct_count",
+                "top_n_total_count", "confusion")
+
+
 class Evaluation:
     """Confusion-matrix based classification metrics (DL4J's ``Evaluation``).
 
@@ -116,6 +123,9 @@ class Evaluation:
                  top_n: int = 1, binary_decision_threshold: float | None = None,
                  cost_array: Any = None, binary_positive_class: int | None = 1) -> None:
         if labels is not None:
+            if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+                raise TypeError(f"labels must be a sequence of class names, got "
+                                f"{type(labels).__name__} {labels!r:.40}")
             labels = [str(x) for x in labels]
             if num_classes is not None and num_classes != len(labels):
                 raise ValueError(f"num_classes={num_classes} does not match the "
@@ -125,18 +135,29 @@ class Evaluation:
             num_classes = int_arg(num_classes, "num_classes", 2)
         top_n = int_arg(top_n, "top_n", 1)
         if binary_decision_threshold is not None:
+            if isinstance(binary_decision_threshold, bool) or not isinstance(
+                    binary_decision_threshold, (int, float, np.integer, np.floating)):
+                raise TypeError(f"binary_decision_threshold must be a number in (0, 1), got "
+                                f"{binary_decision_threshold!r:.40}")
             binary_decision_threshold = float(binary_decision_threshold)
             if not 0.0 < binary_decision_threshold < 1.0:
                 raise ValueError("binary_decision_threshold must be in (0, 1), got "
                                  f"{binary_decision_threshold}")
         if cost_array is not None:
-            cost_array = np.array(cost_array, dtype=np.float64).ravel()
+            try:
+                cost_array = np.array(cost_array, dtype=np.float64).ravel()
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"cost_array must be numbers, one per class, got "
+                                f"{cost_array!r:.40} ({exc})") from None
             if np.any(cost_array < 0) or not np.all(np.isfinite(cost_array)):
                 raise ValueError("cost_array must hold finite non-negative values")
             if num_classes is not None and cost_array.size != num_classes:
                 raise ValueError(f"cost_array has {cost_array.size} entries for "
                                  f"{num_classes} classes")
-        if binary_positive_class is not None and binary_positive_class not in (0, 1):
+        if binary_positive_class is not None and (
+                isinstance(binary_positive_class, bool)
+                or not isinstance(binary_positive_class, (int, np.integer))
+                or binary_positive_class not in (0, 1)):
             raise ValueError("binary_positive_class must be 0, 1 or None, got "
                              f"{binary_positive_class!r}")
         self.top_n = int(top_n)
@@ -730,23 +751,35 @@ class Evaluation:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Evaluation":
-        """Rebuild an Evaluation from `to_dict()` output."""
-        if d.get("type") != "Evaluation":
-            raise ValueError(f"not an Evaluation dict (type={d.get('type')!r})")
-        ev = cls(num_classes=d["num_classes"], labels=d["labels"], top_n=d["top_n"],
-                 binary_decision_threshold=d["binary_decision_threshold"],
-                 cost_array=d["cost_array"], binary_positive_class=d["binary_positive_class"])
-        if d["confusion"] is not None:
-            conf = np.array(d["confusion"], dtype=np.int64)
-            if conf.shape != (ev._n, ev._n):
-                raise ValueError(f"confusion shape {conf.shape} does not match "
-                                 f"num_classes={ev._n}")
+        """Rebuild an Evaluation from `to_dict()` output; ValueError naming the field for
+        anything else (every field is checked before anything is allocated)."""
+        fields(d, "Evaluation", ("type", "Evaluation"), _DICT_FIELDS)
+        counts = {k: count_arg(d[k], f"Evaluation.from_dict: {k}")
+                  for k in ("num_row_counter", "top_n_correct_count", "top_n_total_count")}
+        n, confusion = d["num_classes"], d["confusion"]
+        if (n is None) != (confusion is None):
+            raise ValueError("Evaluation.from_dict: num_classes and confusion must both be "
+                             "null or both be set")
+        if n is not None:
+            try:
+                int_arg(n, "Evaluation.from_dict: num_classes", 2)
+            except TypeError as exc:
+                raise ValueError(str(exc)) from None
+            # the confusion matrix's lists are checked before an n x n matrix is allocated
+            conf = table_arg(confusion, "Evaluation.from_dict: confusion", (n, n), int)
+        try:
+            ev = cls(num_classes=n, labels=d["labels"], top_n=d["top_n"],
+                     binary_decision_threshold=d["binary_decision_threshold"],
+                     cost_array=d["cost_array"], binary_positive_class=d["binary_positive_class"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"Evaluation.from_dict: {exc}") from None
+        if n is not None:
             ev._confusion[...] = conf
-        ev._counters[:] = [d["num_row_counter"], 0, d["top_n_correct_count"],
-                           d["top_n_total_count"]]
-        ev.num_row_counter = int(d["num_row_counter"])
-        ev.top_n_correct_count = int(d["top_n_correct_count"])
-        ev.top_n_total_count = int(d["top_n_total_count"])
+        ev._counters[:] = [counts["num_row_counter"], 0, counts["top_n_correct_count"],
+                           counts["top_n_total_count"]]
+        ev.num_row_counter = counts["num_row_counter"]
+        ev.top_n_correct_count = counts["top_n_correct_count"]
+        ev.top_n_total_count = counts["top_n_total_count"]
         return ev
 
     def to_json(self) -> str:
@@ -756,7 +789,7 @@ class Evaluation:
     @classmethod
     def from_json(cls, text: str) -> "Evaluation":
         """Rebuild an Evaluation from `to_json()` output."""
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(parse_json(text, "Evaluation"))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Evaluation):

@@ -25,7 +25,7 @@ import numpy as np
 
 from ndws._core import NDArray, check
 from ndws.evaluation import _regression_kernels as _k
-from ndws.evaluation._args import int_arg
+from ndws.evaluation._args import fields, int_arg, parse_json, table_arg
 
 __all__ = ["RegressionEvaluation", "RegressionMetric"]
 
@@ -234,8 +234,9 @@ class RegressionEvaluation:
             raise ValueError(f"labels must have at least one column, got shape {y.shape}")
         if self._state is not None and k != self.num_columns():
             raise ValueError(
-                f"Number of the columns of labels and predictions must match specification "
-                f"({self.num_columns()}). Got {k} and {p.shape[axis]}")
+                f"RegressionEvaluation.eval: labels and predictions have {k} columns, but this "
+                f"evaluation has {self.num_columns()} (given at construction or from its first "
+                f"batch); every batch must have the same columns (reset() to start over)")
         m = None
         code = 0
         if mask is not None:
@@ -430,18 +431,29 @@ class RegressionEvaluation:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RegressionEvaluation":
-        """Rebuild an evaluation from `to_dict`'s output."""
-        if not isinstance(d, dict) or d.get("@class") != "RegressionEvaluation":
-            raise ValueError("not a RegressionEvaluation dict (missing '@class': "
-                             "'RegressionEvaluation')")
-        ev = cls(d.get("given_columns"), precision=d["precision"], axis=d["axis"])
-        if d["state"] is not None:
-            state = np.array(d["state"], dtype=np.float64)
-            names = d["columns"]
-            if state.ndim != 2 or state.shape[0] != _k.N_STATE_ROWS \
-                    or names is None or state.shape[1] != len(names):
-                raise ValueError(f"state of shape {state.shape} does not fit "
-                                 f"{0 if names is None else len(names)} columns")
+        """Rebuild an evaluation from `to_dict`'s output; ValueError naming the field for
+        anything else (every field is checked before anything is allocated)."""
+        owner = "RegressionEvaluation.from_dict"
+        fields(d, "RegressionEvaluation", ("@class", "RegressionEvaluation"),
+               ("columns", "given_columns", "precision", "axis", "state"))
+        for key in ("columns", "given_columns"):
+            names = d[key]
+            if names is not None and (not isinstance(names, list)
+                                      or not 1 <= len(names) <= MAX_COLUMNS
+                                      or not all(isinstance(c, str) for c in names)):
+                raise ValueError(f"{owner}: {key} must be null or a list of 1 to {MAX_COLUMNS} "
+                                 f"column names, got {names!r:.40}")
+        names, state = d["columns"], d["state"]
+        if (names is None) != (state is None):
+            raise ValueError(f"{owner}: columns and state must both be null or both be set")
+        if state is not None:
+            state = table_arg(state, f"{owner}: state", (_k.N_STATE_ROWS, len(names)),
+                              (int, float))
+        try:
+            ev = cls(d["given_columns"], precision=d["precision"], axis=d["axis"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{owner}: {exc}") from None
+        if state is not None:
             ev._names = list(names)
             ev._state = np.ascontiguousarray(state)
             ev._scratch = np.zeros_like(ev._state)
@@ -454,4 +466,4 @@ class RegressionEvaluation:
     @classmethod
     def from_json(cls, text: str) -> "RegressionEvaluation":
         """Rebuild an evaluation from `to_json`'s output."""
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(parse_json(text, "RegressionEvaluation"))

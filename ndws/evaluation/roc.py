@@ -634,14 +634,17 @@ class _PerColumn:
         """0 in exact mode, else the number of histogram steps."""
         return self._args[0]
 
-    def _check_columns(self, n_columns: int) -> None:
+    def _check_columns(self, n_columns: int, where: str = "eval: labels have") -> None:
+        # DL4J's message ("Labels array does not match stored state size") names neither the
+        # argument nor where the stored size came from
         if self._rocs is not None and len(self._rocs) != n_columns:
-            raise ValueError(f"Labels array does not match stored state size. Expected labels "
-                             f"array with size {len(self._rocs)}, got labels array with size "
-                             f"{n_columns}")
+            raise ValueError(f"{self._name}.{where} {n_columns} columns, but this "
+                             f"{self._name} has {len(self._rocs)} (from its first batch); "
+                             f"every batch must have the same columns (reset() to start "
+                             f"over)")
 
-    def _columns(self, n_columns: int) -> list:
-        self._check_columns(n_columns)
+    def _columns(self, n_columns: int, where: str = "eval: labels have") -> list:
+        self._check_columns(n_columns, where)
         if self._rocs is None:
             self._rocs = [ROC(*self._args) for _ in range(n_columns)]
         return self._rocs
@@ -715,7 +718,7 @@ class _PerColumn:
                              "steps")
         if other._rocs is None:
             return
-        mine = self._columns(len(other._rocs))
+        mine = self._columns(len(other._rocs), "merge: other has")
         for a, b in zip(mine, other._rocs):
             a.merge(b)
 

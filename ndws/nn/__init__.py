@@ -4,13 +4,15 @@ the updaters and schedules, `ArrayType` and `LayerWorkspaceMgr` (which workspace
 layer makes goes to), `listeners`; and `functional` (``import ndws.nn.functional as F``), the
 native activation, loss and updater kernels they are built on."""
 from ndws.nn import functional, listeners
-from ndws.nn.conf import MultiLayerConfiguration
+from ndws.nn.conf import BackpropType, MultiLayerConfiguration
 from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType, PoolingType, RNNFormat
 from ndws.nn.network import MultiLayerNetwork
 from ndws.nn.layers import (
+    LSTM,
     Activation,
     ActivationLayer,
     BatchNormalization,
+    Bidirectional,
     CnnLossLayer,
     Convolution1DLayer,
     ConvolutionLayer,
@@ -19,12 +21,20 @@ from ndws.nn.layers import (
     DenseLayer,
     DepthwiseConvolution2D,
     DropoutLayer,
+    EmbeddingLayer,
+    EmbeddingSequenceLayer,
     GlobalPoolingLayer,
+    GravesLSTM,
+    LastTimeStep,
     Layer,
     LossFunction,
     LossLayer,
+    MaskZeroLayer,
     OutputLayer,
+    RnnLossLayer,
+    RnnOutputLayer,
     SeparableConvolution2D,
+    SimpleRnn,
     Subsampling1DLayer,
     SubsamplingLayer,
     Upsampling2D,
@@ -33,8 +43,13 @@ from ndws.nn.layers import (
 )
 from ndws.nn.preprocessors import (
     CnnToFeedForwardPreProcessor,
+    CnnToRnnPreProcessor,
     FeedForwardToCnnPreProcessor,
+    FeedForwardToRnnPreProcessor,
     InputPreProcessor,
+    MaskState,
+    RnnToCnnPreProcessor,
+    RnnToFeedForwardPreProcessor,
 )
 from ndws.nn.updaters import (
     AdaGrad,
@@ -53,13 +68,17 @@ from ndws.nn.updaters import (
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesCloseable
 
 __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
-           "BatchNormalization", "CNN2DFormat", "CnnLossLayer", "CnnToFeedForwardPreProcessor",
-           "Convolution1DLayer", "ConvolutionLayer", "ConvolutionMode", "Cropping2D",
-           "CycleSchedule", "Deconvolution2D", "DenseLayer", "DepthwiseConvolution2D",
-           "DropoutLayer", "ExponentialSchedule", "FeedForwardToCnnPreProcessor",
-           "GlobalPoolingLayer", "InputPreProcessor", "InputType", "Layer", "LayerWorkspaceMgr",
-           "LossFunction", "LossLayer", "MultiLayerConfiguration", "MultiLayerNetwork",
-           "Nesterovs", "OutputLayer", "PoolingType", "RNNFormat", "RmsProp", "Schedule",
-           "ScheduleType", "SeparableConvolution2D", "Sgd", "StepSchedule", "Subsampling1DLayer",
+           "BackpropType", "BatchNormalization", "Bidirectional", "CNN2DFormat", "CnnLossLayer",
+           "CnnToFeedForwardPreProcessor", "CnnToRnnPreProcessor", "Convolution1DLayer",
+           "ConvolutionLayer", "ConvolutionMode", "Cropping2D", "CycleSchedule",
+           "Deconvolution2D", "DenseLayer", "DepthwiseConvolution2D", "DropoutLayer",
+           "EmbeddingLayer", "EmbeddingSequenceLayer", "ExponentialSchedule",
+           "FeedForwardToCnnPreProcessor", "FeedForwardToRnnPreProcessor", "GlobalPoolingLayer",
+           "GravesLSTM", "InputPreProcessor", "InputType", "LSTM", "LastTimeStep", "Layer",
+           "LayerWorkspaceMgr", "LossFunction", "LossLayer", "MaskState", "MaskZeroLayer",
+           "MultiLayerConfiguration", "MultiLayerNetwork", "Nesterovs", "OutputLayer",
+           "PoolingType", "RNNFormat", "RmsProp", "RnnLossLayer", "RnnOutputLayer",
+           "RnnToCnnPreProcessor", "RnnToFeedForwardPreProcessor", "Schedule", "ScheduleType",
+           "SeparableConvolution2D", "Sgd", "SimpleRnn", "StepSchedule", "Subsampling1DLayer",
            "SubsamplingLayer", "Updater", "Upsampling2D", "WeightInit", "WorkspacesCloseable",
            "ZeroPaddingLayer", "functional", "listeners"]

@@ -19,6 +19,58 @@ from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid,
 
 cnp.import_array()
 
+# sigmoid and tanh over contiguous arrays, built per instruction set (see the header)
+cdef extern from "_act_loops.h" nogil:
+    void ndws_sigmoid_f32(const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_tanh_f32(const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_sigmoid_bwd_f32(const float32_t* X, const float32_t* G, float32_t* D,
+                              Py_ssize_t n) noexcept
+    void ndws_tanh_bwd_f32(const float32_t* X, const float32_t* G, float32_t* D,
+                           Py_ssize_t n) noexcept
+    void ndws_sigmoid_f64(const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_tanh_f64(const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_sigmoid_bwd_f64(const float64_t* X, const float64_t* G, float64_t* D,
+                              Py_ssize_t n) noexcept
+    void ndws_tanh_bwd_f64(const float64_t* X, const float64_t* G, float64_t* D,
+                           Py_ssize_t n) noexcept
+
+
+cdef inline bint _isa_fwd(int code, const floating_t* X, floating_t* Y, intp_t n) noexcept nogil:
+    # Y := f(X) over n contiguous elements with the per-instruction-set loops of _act_loops.h
+    # (the same bits as _act: gcc vectorises neither _act's sigmoid nor its tanh in the loops
+    # below); False for the other activations
+    if code == ACT_SIGMOID:
+        if floating_t is float32_t:
+            ndws_sigmoid_f32(X, Y, n)
+        else:
+            ndws_sigmoid_f64(X, Y, n)
+        return True
+    if code == ACT_TANH:
+        if floating_t is float32_t:
+            ndws_tanh_f32(X, Y, n)
+        else:
+            ndws_tanh_f64(X, Y, n)
+        return True
+    return False
+
+
+cdef inline bint _isa_bwd(int code, const floating_t* X, const floating_t* G, floating_t* D,
+                          intp_t n) noexcept nogil:
+    # D := f'(X) * G over n contiguous elements, as _isa_fwd
+    if code == ACT_SIGMOID:
+        if floating_t is float32_t:
+            ndws_sigmoid_bwd_f32(X, G, D, n)
+        else:
+            ndws_sigmoid_bwd_f64(X, G, D, n)
+        return True
+    if code == ACT_TANH:
+        if floating_t is float32_t:
+            ndws_tanh_bwd_f32(X, G, D, n)
+        else:
+            ndws_tanh_bwd_f64(X, G, D, n)
+        return True
+    return False
+
 # (C macros, so they stay compile-time double literals exactly as written, in nogil code).
 # GELU_BIG: |x| beyond which GELU is exactly x (x > 0) or 0 (x < 0) in both precisions: the
 # formulas would give inf*0 = NaN at +-inf, so large inputs take the limit directly.
@@ -222,6 +274,8 @@ cdef inline void _fwd_loop(int code, floating_t a, const floating_t* X__i, intp_
 cdef void _fwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # IN
                   floating_t* Y__i, intp_t ys, intp_t n) noexcept nogil:      # OUT
     """Y[i*ys] := f(X[i*xs]) for i < n."""
+    if xs == 1 and ys == 1 and _isa_fwd(code, X__i, Y__i, n):
+        return
     # one call per code with a literal constant: gcc inlines _act into a loop of its own
     # (relu, leaky_relu and the identity then vectorise)
     if code == ACT_RELU:
@@ -278,6 +332,8 @@ cdef void _bwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # 
                   const floating_t* G__i, intp_t gs,                          # IN
                   floating_t* D__i, intp_t ds, intp_t n) noexcept nogil:      # OUT
     """D[i*ds] := f'(X[i*xs]) * G[i*gs] for i < n."""
+    if xs == 1 and gs == 1 and ds == 1 and _isa_bwd(code, X__i, G__i, D__i, n):
+        return
     if code == ACT_RELU:
         _bwd_loop(ACT_RELU, a, X__i, xs, G__i, gs, D__i, ds, n)
     elif code == ACT_LEAKY_RELU:
@@ -388,7 +444,12 @@ cdef inline void _bias_act_rows(int code, floating_t a, floating_t* Y__ij,      
     cdef floating_t* row
     for i in range(m):
         row = Y__ij + i * rs
-        if B__j != NULL:
+        if code == ACT_SIGMOID or code == ACT_TANH:
+            if B__j != NULL:
+                for j in range(n):
+                    row[j] = row[j] + B__j[j]
+            _isa_fwd(code, row, row, n)
+        elif B__j != NULL:
             for j in range(n):
                 row[j] = _act(code, a, row[j] + B__j[j])
         else:

@@ -13,6 +13,9 @@ WS_SINGLE = "WS_SINGLE"
 WS_INFERENCE = "WS_INFERENCE"
 WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
 WS_LISTENER = "WS_LISTENER"          # NONE mode: what listeners see, for the call only
+#: the recurrent layers' per-time-step working memory: a cycle per step, opened and closed by
+#: the compiled time loops (RNN_FF_LOOP_WORKING_MEM and RNN_BP_LOOP_WORKING_MEM, as in DL4J)
+WS_RNN_LOOP_WORKING_MEM = "WS_RNN_LOOP_WORKING_MEM"
 
 
 def activation_workspace(i: int) -> str:
@@ -47,4 +50,7 @@ def workspace_configs(n_layers: int) -> dict[str, WorkspaceConfiguration]:
                                                 **over_time),
         WS_SINGLE: all_act,
         WS_INFERENCE: all_act,
+        # DL4J's WS_RNN_LOOP_WORKING_MEM_CONFIG: as WS_ALL_LAYERS_ACT (every step's cycle is
+        # the same size, so the first one teaches it)
+        WS_RNN_LOOP_WORKING_MEM: all_act,
     }

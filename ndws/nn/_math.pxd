@@ -1,16 +1,19 @@
-# Scalar math in the element type for ndws.nn's kernels (float32 stays in float: expf etc.);
-# inline, so each kernel module compiles it into its own loops.
-from libc.math cimport (copysign, copysignf, erfc, erfcf, exp, expf, expm1, expm1f, fabs, fabsf,
-                        log, logf, log1p, log1pf, sqrt, sqrtf, tanhf)
-from libc.math cimport tanh as c_tanh
+# Scalar math in the element type for ndws.nn's kernels (float32 stays in float); inline, so
+# each kernel module compiles it into its own loops. exp, tanh and sigmoid are ndws' own
+# branch-free functions (ndws/_vmath.h), which gcc vectorises inside those loops; libm's are a
+# call per element.
+from libc.math cimport (copysign, copysignf, erfc, erfcf, expm1, expm1f, fabs, fabsf,
+                        log, logf, log1p, log1pf, sqrt, sqrtf)
 from ndws._typedefs cimport float32_t, floating_t
+from ndws._vmath cimport (ndws_expf1, ndws_exp1, ndws_tanhf1, ndws_tanh1, ndws_sigmoidf1,
+                          ndws_sigmoid1)
 
 
 cdef inline floating_t _exp(floating_t v) noexcept nogil:
     if floating_t is float32_t:
-        return expf(v)
+        return ndws_expf1(v)
     else:
-        return exp(v)
+        return ndws_exp1(v)
 
 
 cdef inline floating_t _expm1(floating_t v) noexcept nogil:
@@ -36,9 +39,9 @@ cdef inline floating_t _log1p(floating_t v) noexcept nogil:
 
 cdef inline floating_t _tanh(floating_t v) noexcept nogil:
     if floating_t is float32_t:
-        return tanhf(v)
+        return ndws_tanhf1(v)
     else:
-        return c_tanh(v)
+        return ndws_tanh1(v)
 
 
 cdef inline floating_t _erfc(floating_t v) noexcept nogil:
@@ -71,11 +74,10 @@ cdef inline floating_t _sqrt(floating_t v) noexcept nogil:
 
 cdef inline floating_t _sigmoid(floating_t v) noexcept nogil:
     # exp of a non-positive number only: never overflows; +-inf give exactly 1 / 0
-    cdef floating_t e
-    if v >= 0:
-        return 1 / (1 + _exp(-v))
-    e = _exp(v)
-    return e / (1 + e)
+    if floating_t is float32_t:
+        return ndws_sigmoidf1(v)
+    else:
+        return ndws_sigmoid1(v)
 
 
 cdef inline bint _isinf(floating_t v) noexcept nogil:

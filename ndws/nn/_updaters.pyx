@@ -205,6 +205,8 @@ def momentum_update(param, grad, velocity, lr, momentum=0.9, nesterov=False):
     h.kind = UPD_MOMENTUM
     h.lr = _hyper(lr, "momentum_update", "lr", 0.0, _INF, False)
     h.mu = _hyper(momentum, "momentum_update", "momentum", 0.0, 1.0, False)
+    if not isinstance(nesterov, (bool, np.bool_)):
+        raise TypeError(f"momentum_update: nesterov must be a bool, got {nesterov!r:.40}")
     h.nesterov = bool(nesterov)
     return _update("momentum_update", &h, param, grad, ("velocity", velocity), None)
 
@@ -212,13 +214,13 @@ def momentum_update(param, grad, velocity, lr, momentum=0.9, nesterov=False):
 cdef object _adam(str op, object param, object grad, object m, object v, object step,
                   object lr, object beta1, object beta2, object eps, object weight_decay):
     cdef Hyper h = _H0
-    cdef long t
+    cdef long long t
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
         raise TypeError(f"{op}: step must be an int (the 1-based number of this update), "
                         f"got {step!r}")
-    if step < 1:
-        raise ValueError(f"{op}: step must be >= 1 (the 1-based number of this update), "
-                         f"got {step!r}")
+    if not 1 <= step < 2**63:
+        raise ValueError(f"{op}: step must be in [1, 2**63) (the 1-based number of this "
+                         f"update), got {step!r}")
     t = step
     h.kind = UPD_ADAM
     h.lr = _hyper(lr, op, "lr", 0.0, _INF, False)

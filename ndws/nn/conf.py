@@ -8,7 +8,8 @@ wins. A layer's `n_in` is inferred from the previous layer's output when omitted
 ``input_type`` (DL4J's ``setInputType``) every layer learns the type of its input, its n_in
 comes from it, the preprocessors DL4J inserts are inserted (``input_preprocessors`` sets them
 by hand), and every convolution and pooling geometry is checked here, not at the first `fit`
-(docs/convolution.md).
+(docs/convolution.md). ``backprop_type=BackpropType.TRUNCATED_BPTT`` trains recurrent networks
+on segments of ``tbptt_fwd_length`` steps (docs/recurrent.md).
 
 Examples
 --------
@@ -23,6 +24,7 @@ True
 """
 from __future__ import annotations
 
+import enum
 import json
 import secrets
 from typing import Any
@@ -31,11 +33,26 @@ import numpy as np
 
 from ndws.nn.inputs import ConvolutionMode, InputType
 from ndws.nn.layers.base import Activation, Layer, WeightInit, _finite, _nonneg, member
+from ndws.nn.layers.pooling import GlobalPoolingLayer
+from ndws.nn.layers.wrappers import Bidirectional, LastTimeStep
 from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
-__all__ = ["MultiLayerConfiguration"]
+__all__ = ["MultiLayerConfiguration", "BackpropType"]
+
+
+class BackpropType(enum.Enum):
+    """How a network's fit backpropagates time series (DL4J's ``BackpropType``): STANDARD
+    (through the whole sequence) or TRUNCATED_BPTT (segments of ``tbptt_fwd_length`` steps,
+    one update each, the state carried from one to the next; docs/recurrent.md)."""
+
+    STANDARD = "Standard"
+    TRUNCATED_BPTT = "TruncatedBPTT"
+
+
+#: DL4J's default segment length (DEFAULT_TBPTT_LENGTH)
+DEFAULT_TBPTT_LENGTH = 20
 
 #: what to_json writes as "format", and the version from_json reads
 _FORMAT, _VERSION = "ndws.MultiLayerConfiguration", 1
@@ -78,6 +95,12 @@ class MultiLayerConfiguration:
     input_preprocessors : dict of int to InputPreProcessor, optional
         Preprocessors by layer index (DL4J's ``inputPreProcessor(i, p)``); a layer without one
         gets the one ``input_type`` implies, if any.
+    backprop_type : BackpropType or str
+        STANDARD (default) or TRUNCATED_BPTT (DL4J's ``backpropType``).
+    tbptt_fwd_length, tbptt_back_length : int
+        Truncated BPTT's segment length and the steps of each segment the errors flow back
+        through (default 20 each, DL4J's; ``tbptt_back_length <= tbptt_fwd_length``). Used only
+        with TRUNCATED_BPTT.
 
     Raises
     ------
@@ -90,7 +113,8 @@ class MultiLayerConfiguration:
     __slots__ = ("layers", "seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
                  "weight_decay", "bias_init", "training_workspace_mode",
                  "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
-                 "input_preprocessors", "resolved_layers", "resolved_preprocessors",
+                 "input_preprocessors", "backprop_type", "tbptt_fwd_length",
+                 "tbptt_back_length", "resolved_layers", "resolved_preprocessors",
                  "_network_input", "_frozen")
 
     def __init__(self, layers: Any, *, seed: int | None = None, updater: Updater | None = None,
@@ -101,7 +125,10 @@ class MultiLayerConfiguration:
                  inference_workspace_mode: Any = WorkspaceMode.ENABLED,
                  dtype: Any = "float32", convolution_mode: Any = None,
                  input_type: InputType | None = None,
-                 input_preprocessors: dict | None = None):
+                 input_preprocessors: dict | None = None,
+                 backprop_type: Any = BackpropType.STANDARD,
+                 tbptt_fwd_length: int = DEFAULT_TBPTT_LENGTH,
+                 tbptt_back_length: int = DEFAULT_TBPTT_LENGTH):
         set_ = object.__setattr__
         if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
             raise FieldTypeError(f"layers: expected a sequence of ndws.nn layers, got "
@@ -155,17 +182,29 @@ class MultiLayerConfiguration:
                                  f"{type(input_type).__name__}")
         set_(self, "input_type", input_type)
         set_(self, "input_preprocessors", _preprocessors(input_preprocessors, len(layers)))
+        set_(self, "backprop_type", member(BackpropType, backprop_type,
+                                           "backprop_type: unknown BackpropType",
+                                           "(or an ndws.nn.BackpropType)"))
+        set_(self, "tbptt_fwd_length", _length("tbptt_fwd_length", tbptt_fwd_length))
+        set_(self, "tbptt_back_length", _length("tbptt_back_length", tbptt_back_length))
+        if self.tbptt_back_length > self.tbptt_fwd_length:
+            raise ValueError(f"tbptt_back_length: {self.tbptt_back_length} is longer than "
+                             f"tbptt_fwd_length {self.tbptt_fwd_length} (a segment's errors "
+                             f"cannot flow back through more steps than it has)")
         resolved, pres = self._resolve()
+        if self.backprop_type is BackpropType.TRUNCATED_BPTT:
+            _check_tbptt(resolved)
         set_(self, "resolved_layers", resolved)
         #: the preprocessor of each layer (given or inserted), None where there is none
         set_(self, "resolved_preprocessors", pres)
         set_(self, "_frozen", True)
 
-    def _resolve(self) -> tuple:
+    def _resolve(self, network_input: InputType | None = None) -> tuple:
         # Walk the layers with the type of the data between them (DL4J's setInputType): each
         # layer gets its preprocessor (given, or the one its input type implies), its input
         # type and n_in, and passes on its output type. Without input_type, rows as wide as
-        # the first layer's n_in (DL4J infers that type the same way).
+        # the first layer's n_in (DL4J infers that type the same way). `network_input`: walk
+        # with that type instead (a time series of a given length, for a memory plan)
         defaults = {"activation": self.activation, "weight_init": self.weight_init,
                     "dropout": self.dropout, "l1": self.l1, "l2": self.l2,
                     "weight_decay": self.weight_decay, "bias_init": self.bias_init,
@@ -174,7 +213,10 @@ class MultiLayerConfiguration:
         t = self.input_type
         if t is None and 0 not in self.input_preprocessors:
             t = self.layers[0].implied_input_type()
-        object.__setattr__(self, "_network_input", t)
+        if network_input is not None:
+            t = network_input
+        else:
+            object.__setattr__(self, "_network_input", t)
         for i, layer in enumerate(self.layers):
             where = f"layers[{i}]"
             try:
@@ -228,6 +270,11 @@ class MultiLayerConfiguration:
         if self.input_preprocessors:
             out["input_preprocessors"] = {str(i): p.to_dict()
                                           for i, p in sorted(self.input_preprocessors.items())}
+        if self.backprop_type is not BackpropType.STANDARD:
+            out["backprop_type"] = self.backprop_type.name
+        for name in ("tbptt_fwd_length", "tbptt_back_length"):
+            if getattr(self, name) != DEFAULT_TBPTT_LENGTH:
+                out[name] = getattr(self, name)
         return out
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -245,7 +292,8 @@ class MultiLayerConfiguration:
         known = {"format", "version", "layers", "seed", "updater", "activation", "weight_init",
                  "dropout", "l1", "l2", "weight_decay", "bias_init", "training_workspace_mode",
                  "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
-                 "input_preprocessors"}
+                 "input_preprocessors", "backprop_type", "tbptt_fwd_length",
+                 "tbptt_back_length"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
@@ -285,7 +333,7 @@ class MultiLayerConfiguration:
         """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
         try:
             data = json.loads(text)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"configuration: not JSON text ({exc})") from None
         return cls.from_dict(data)
 
@@ -298,6 +346,27 @@ class MultiLayerConfiguration:
     def __repr__(self) -> str:
         return (f"MultiLayerConfiguration({len(self.layers)} layers, seed={self.seed}, "
                 f"updater={self.updater!r}, dtype={self.dtype.name})")
+
+
+def _length(name: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise FieldTypeError(f"{name}: expected an int >= 1, got {type(value).__name__} "
+                             f"{value!r:.40}")
+    if not 1 <= value <= 1 << 31:
+        raise ValueError(f"{name}: expected an int in [1, 2**31], got {value!r}")
+    return int(value)
+
+
+def _check_tbptt(layers: tuple) -> None:
+    # DL4J's validateTbpttConfig: layers that need the whole sequence at once; Bidirectional
+    # too (DL4J refuses it only when the first segment runs)
+    for i, layer in enumerate(layers):
+        if isinstance(layer, (LastTimeStep, GlobalPoolingLayer, Bidirectional)):
+            raise ValueError(f"Invalid network configuration detected: Truncated "
+                             f"backpropagation through time (TBPTT) cannot be used with layer "
+                             f"{i} of type {type(layer).__name__}: TBPTT is incompatible with "
+                             f"this layer type (which needs the whole sequence at once). "
+                             f"Use BackpropType.STANDARD, or a layer that works step by step")
 
 
 def _preprocessors(given: Any, n_layers: int) -> dict:

@@ -2,12 +2,14 @@
 
 The fused dense layer `linear` (GEMM + bias + activation), activations (forward and
 derivative), softmax / log-softmax along an axis, losses with their gradients, fused in-place
-updaters, and the convolutional kernels: `conv2d` and its gradients, the transposed and
+updaters, the convolutional kernels: `conv2d` and its gradients, the transposed and
 depthwise convolutions, `im2col` / `col2im`, pooling, zero padding, cropping and upsampling,
-with DL4J's size helpers. Every function is a compiled function of `ndws.nn._activations`,
-`_losses`, `_updaters`, `_linear`, `_conv` or `_pool` (the dense layer and the convolutions
-run on `ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a small
-array costs a few hundred nanoseconds.
+with DL4J's size helpers, and the recurrent time loops (`lstm_forward` / `lstm_backward`,
+`simple_rnn_forward` / `simple_rnn_backward`: whole sequences in compiled code). Every
+function is a compiled function of `ndws.nn._activations`, `_losses`, `_updaters`, `_linear`,
+`_conv`, `_pool` or `_rnn` (the dense layer, the convolutions and the time loops run on
+`ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a small array costs
+a few hundred nanoseconds.
 
 Conventions
 -----------
@@ -88,6 +90,16 @@ from ndws.nn._conv import (
     same_padding,
 )
 from ndws.nn._linear import linear
+from ndws.nn._rnn import (
+    lstm_backward,
+    lstm_cache_shape,
+    lstm_forward,
+    lstm_scratch_bytes,
+    simple_rnn_backward,
+    simple_rnn_cache_shape,
+    simple_rnn_forward,
+    simple_rnn_scratch_bytes,
+)
 from ndws.nn._losses import (
     binary_cross_entropy_with_logits,
     cosine_proximity_loss,
@@ -149,4 +161,7 @@ __all__ = [
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "sum_pool2d",
     "sum_pool2d_backward", "pnorm_pool2d", "pnorm_pool2d_backward", "zero_pad2d",
     "zero_pad2d_backward", "crop2d", "crop2d_backward", "upsample2d", "upsample2d_backward",
+    "lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
+    "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
+    "simple_rnn_scratch_bytes",
 ]

@@ -5,7 +5,10 @@ not spill.
 
 Every array a layer makes takes its size rounded up to ``ndws.ALIGNMENT`` in a workspace; a
 workspace's need is its largest cycle: one iteration for the workspaces entered once per
-iteration, one layer's pass for the per-layer working memory and the ping-pong workspaces.
+iteration, one layer's pass for the per-layer working memory and the ping-pong workspaces, one
+time step for the recurrent layers' loop workspace (a layer declares one step's bytes under
+RNN_FF_LOOP_WORKING_MEM / RNN_BP_LOOP_WORKING_MEM). Time series of varying length are planned
+for a given `sequence_length`.
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from typing import Any
 import ndws
 from ndws.nn import _checks
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
-                             WS_SINGLE, activation_workspace, epsilon_workspace)
+                             WS_RNN_LOOP_WORKING_MEM, WS_SINGLE, activation_workspace,
+                             epsilon_workspace)
 from ndws.nn.workspace_mgr import ArrayType
 from ndws.workspace import WorkspaceMode
 
@@ -23,8 +27,9 @@ __all__ = ["MemoryReport"]
 
 _KEPT = (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.UPDATER_WORKING_MEM,
          ArrayType.FF_CACHE)
-_WORKING = (ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM,
-            ArrayType.RNN_FF_LOOP_WORKING_MEM, ArrayType.RNN_BP_LOOP_WORKING_MEM)
+_WORKING = (ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM)
+#: one time step's temporaries: a cycle of WS_RNN_LOOP_WORKING_MEM per step, in every mode
+_LOOP = (ArrayType.RNN_FF_LOOP_WORKING_MEM, ArrayType.RNN_BP_LOOP_WORKING_MEM)
 
 
 def _aligned(nbytes: int) -> int:
@@ -38,13 +43,16 @@ def plan(uses: list, mode: WorkspaceMode, training: bool) -> dict[str, int]:
     n = len(uses)
     if mode is WorkspaceMode.NONE:
         return {}
+    loop = max((_aligned(b) for layer in uses for _, t, b in layer if t in _LOOP), default=0)
+    loops = {WS_RNN_LOOP_WORKING_MEM: loop} if loop else {}
     if mode is WorkspaceMode.SINGLE:
         if training:
-            return {WS_SINGLE: sum(_aligned(b) for layer in uses for _, _, b in layer)}
+            return {WS_SINGLE: sum(_aligned(b) for layer in uses for _, t, b in layer
+                                   if t not in _LOOP), **loops}
         total = sum(_aligned(b) for i, layer in enumerate(uses) for _, t, b in layer
-                    if not (i == n - 1 and t is ArrayType.ACTIVATIONS))
-        return {WS_INFERENCE: total}
-    out: dict[str, int] = {}
+                    if not (i == n - 1 and t is ArrayType.ACTIVATIONS) and t not in _LOOP)
+        return {WS_INFERENCE: total, **loops}
+    out: dict[str, int] = dict(loops)
     work = 0
     ping = {name: 0 for name in WS_LAYER_ACT}
     kept = 0
@@ -74,12 +82,17 @@ def plan(uses: list, mode: WorkspaceMode, training: bool) -> dict[str, int]:
     return out
 
 
-def layer_uses(net: Any, batch: int, training: bool, itemsize: int) -> list:
+def layer_uses(net: Any, batch: int, training: bool, itemsize: int,
+               length: int | None = None) -> list:
     """Per layer, the arrays one pass makes (`Layer.memory_use`), its preprocessor's first:
     the network runs a preprocessor inside its layer's scopes. None for a layer (or
-    preprocessor) that does not declare its use."""
+    preprocessor) that does not declare its use. `length`: the time steps of a network whose
+    input is a time series of varying length (its layers then see that length)."""
     out = []
-    for layer, pre in zip(net.layers, net._preprocessors):
+    layers, pres = net.layers, net._preprocessors
+    if length is not None:
+        layers, pres = net._layers_for_length(length)
+    for layer, pre in zip(layers, pres):
         use = _checks.memory_use(layer, batch, training, itemsize)
         if pre is not None and use is not None:
             pre_use = pre.memory_use(batch, training, itemsize)
@@ -102,6 +115,8 @@ class MemoryReport:
     Attributes
     ----------
     batch_size : int
+    sequence_length : int or None
+        The time steps planned for (a network of time series of varying length).
     layers : list of dict
         Per layer: index, type, and its bytes per `ArrayType` in training and in inference
         (None for a layer that does not declare its use).
@@ -109,16 +124,22 @@ class MemoryReport:
         Parameters, gradients and updater state (the flat buffers, outside every workspace).
     """
 
-    def __init__(self, net: Any, batch_size: int):
+    def __init__(self, net: Any, batch_size: int, sequence_length: int | None = None):
         # a NumPy integer too (numbers.Integral), never a bool
         if (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
                 or batch_size < 1):
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
+        if sequence_length is not None and (isinstance(sequence_length, bool) or not isinstance(
+                sequence_length, numbers.Integral) or not 1 <= sequence_length <= 1 << 31):
+            raise ValueError(f"sequence_length: expected an int in [1, 2**31] (the time steps "
+                             f"of a time series), got {sequence_length!r:.40}")
         batch_size = self.batch_size = int(batch_size)
+        self.sequence_length = None if sequence_length is None else int(sequence_length)
         itemsize = net.conf.dtype.itemsize
         self._uses = {}
         for training in (True, False):
-            self._uses[training] = layer_uses(net, batch_size, training, itemsize)
+            self._uses[training] = layer_uses(net, batch_size, training, itemsize,
+                                              self.sequence_length)
         self.complete = all(u is not None for uses in self._uses.values() for u in uses)
         state = sum(a.shape[0] for _, _, _, s in net._segments for a in s)
         self.parameter_bytes = (2 * net.num_params() + state) * itemsize
@@ -161,7 +182,9 @@ class MemoryReport:
         return self.parameter_bytes + sum(self.workspaces(mode).values())
 
     def __str__(self) -> str:
-        lines = [f"Memory report, batch size {self.batch_size} (bytes)",
+        steps = ("" if self.sequence_length is None
+                 else f", sequences of {self.sequence_length} steps")
+        lines = [f"Memory report, batch size {self.batch_size}{steps} (bytes)",
                  f"parameters + gradients + updater state: {self.parameter_bytes:,}"]
         lines.append(f"{'#':>3}  {'layer':<20}{'training':>12}{'inference':>12}")
         for row in self.layers:

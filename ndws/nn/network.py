@@ -48,10 +48,15 @@ from ndws.nn.history import History, _Epoch, _Progress
 from ndws.nn._busy import FORWARD, FREE, STATE, TRAIN, WRITE, Busy, Exclusive
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
+from ndws.nn.layers.embedding import EmbeddingSequenceLayer
 from ndws.nn.listeners import TrainingListener
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
-                             WS_LISTENER, WS_OUTPUT_MEM, WS_SINGLE, activation_workspace,
-                             epsilon_workspace, workspace_configs)
+                             WS_LISTENER, WS_OUTPUT_MEM, WS_RNN_LOOP_WORKING_MEM, WS_SINGLE,
+                             activation_workspace, epsilon_workspace, workspace_configs)
+from ndws.nn.conf import BackpropType
+from ndws.nn.inputs import InputType
+from ndws.nn.preprocessors import (FeedForwardToRnnPreProcessor, MaskState,
+                                   RnnToFeedForwardPreProcessor)
 from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
 from ndws.nn.memory_report import (MemoryReport, layer_uses as _layer_uses, merge as _merge,
                                    plan as _plan)
@@ -124,9 +129,14 @@ class MultiLayerNetwork:
         # configuration's; no gradients, no updater state, nothing copied or initialised
         conf = self.conf
         layers = [layer.clone() for layer in conf.resolved_layers]
+        tbptt = conf.backprop_type is BackpropType.TRUNCATED_BPTT
         for i, layer in enumerate(layers):
             layer.index = i
             layer.input_gradient_needed = i > 0
+            if tbptt and hasattr(layer, "back_length"):
+                # truncated BPTT: the errors of a segment flow back through its last
+                # tbptt_back_length steps (docs/recurrent.md)
+                layer.back_length = conf.tbptt_back_length
         dt = conf.dtype
         layout = _layout(layers, dt.itemsize)
         total = layout[-1][3] + layout[-1][4] if layout else 0
@@ -141,9 +151,10 @@ class MultiLayerNetwork:
             flat_p = ndws.zeros(total, dt, detached=True)
             flat_g = ndws.zeros(total, dt, detached=True)
         for layer, name, shape, off, size in layout:
-            layer.params[name] = flat_p[off:off + size].reshape(shape)
+            order = layer.param_order(name)
+            layer.params[name] = _param_view(flat_p, off, size, shape, order)
             if flat_g is not None:
-                layer.grads[name] = flat_g[off:off + size].reshape(shape)
+                layer.grads[name] = _param_view(flat_g, off, size, shape, order)
         if params is None and sample:
             # from the seed; given parameters are copied in below instead (sampling them
             # first would only cost: a replica for ndws.parallel is built per fit; clone
@@ -190,6 +201,9 @@ class MultiLayerNetwork:
         self._dense_plan = (None if share or any(self._preprocessors)
                             else _dense_plan(layers, self._configs))
         self._segment_views: tuple = (None, None, [])
+        # rnn_time_step's one-step path: (batch, input width, run), built at the first call
+        # of a batch size
+        self._step_plan: tuple | None = None
         if params is not None and not share:
             flat_p.assign(_check_flat(params, total))
 
@@ -296,7 +310,7 @@ class MultiLayerNetwork:
                        outputs: list | None = None) -> Any:
         # outputs: a list to append the output layer's activations to (detached)
         out_layer = self._output_layer()
-        x, labels, mask = self._batch_arrays(ds)
+        x, labels, mask, fmask = self._batch_arrays(ds)
         mgr = self._manager(WorkspaceMode.NONE, True)
         saved = [getattr(layer, "_rng", None) for layer in self.layers]
         busy, around = self._busy, self._busy.inside
@@ -307,14 +321,13 @@ class MultiLayerNetwork:
             with scope_out_of_workspaces():
                 a = x
                 rows, dt = x.shape[0], self.conf.dtype
-                for layer, pre, shape in zip(self.layers, self._preprocessors,
-                                             self._out_shapes):
+                masks = self._begin_pass(rows, fmask)
+                for layer, shape in zip(self.layers, self._out_shapes):
                     # DL4J's score(ds): inference for every layer (running statistics, no
                     # dropout); the output layer's training pass only keeps its
                     # pre-activation for the loss
-                    if pre is not None:
-                        a = pre.pre_process(a, mgr)
-                    a = layer.activate(a, layer is out_layer, mgr)
+                    a, masks = self._activate(layer.index, a, layer is out_layer, mgr, masks,
+                                              None)
                     if self._checked[layer.index]:
                         _checks.returned(layer, "activate", a, (rows,) + shape, dt)
                 if outputs is not None:
@@ -339,25 +352,58 @@ class MultiLayerNetwork:
         return sum(_checks.real(layer, "regularization_score", layer.regularization_score())
                    for layer in self.layers)
 
-    def _batch_arrays(self, ds: DataSet) -> tuple[NDArray, NDArray, NDArray | None]:
+    def _batch_arrays(self, ds: DataSet) -> tuple:
+        # (features, labels, labels mask, features mask) of a batch, checked against the
+        # network; the masks in the network's dtype, a per-example (n, 1) mask as (n,)
         x = self._as_input(ds.features, "features")
         if ds.labels is None:
             raise ValueError("the DataSet has no labels")
         labels = ds.labels
-        mask = ds.labels_mask
+        mask, fmask = ds.labels_mask, ds.features_mask
+        if fmask is not None:
+            fmask = self._check_features_mask(x, fmask)
         # targets (one-hot rows, per-pixel labels) in the network's dtype; class indices stay
         convert = labels.ndim >= 2 and labels.dtype != self.conf.dtype
-        if mask is None and not convert:
-            return x, labels, None            # nothing to make (fit's every batch, typically)
+        if mask is None and fmask is None and not convert:
+            return x, labels, None, None      # nothing to make (fit's every batch, typically)
         with scope_out_of_workspaces():
             if convert:
                 labels = labels.astype(self.conf.dtype)
             if mask is not None:
+                _finite_mask("labels_mask", mask)
                 if mask.ndim == 2 and mask.shape[1] == 1:
                     mask = mask.reshape(mask.shape[0])        # DL4J's (n, 1) per-example mask
                 if mask.dtype != self.conf.dtype:
                     mask = mask.astype(self.conf.dtype)
-        return x, labels, mask
+            if fmask is not None and fmask.dtype != self.conf.dtype:
+                fmask = fmask.astype(self.conf.dtype)
+        return x, labels, mask, fmask
+
+    def _check_features_mask(self, x: NDArray, fmask: NDArray) -> NDArray:
+        # DL4J's features mask: (n, time) for a time series, (n,) or (n, 1) per example for
+        # rows; anything else named with the shape it should have
+        t = self.conf._network_input
+        n = x.shape[0]
+        if x.ndim == 3:
+            steps = x.shape[2] if t is None or t.data_format is None or \
+                t.data_format.name == "NCW" else x.shape[1]
+            expected = (n, steps)
+        elif x.ndim == 2 and t is not None and t.kind == "RNN":
+            expected = tuple(x.shape)             # EmbeddingSequenceLayer's (n, time)
+        else:
+            expected = (n,)
+            if fmask.ndim == 2 and fmask.shape == (n, 1):
+                fmask = fmask.reshape(n)
+        if tuple(fmask.shape) != expected:
+            raise ValueError(f"features_mask: expected shape {expected} "
+                             f"({'(n_samples, time)' if len(expected) == 2 else 'one per example'}"
+                             f") for features of shape {tuple(x.shape)}, got "
+                             f"{tuple(fmask.shape)}")
+        if fmask.dtype.kind not in "biuf":
+            raise TypeError(f"features_mask: expected numbers (0 masks a step), got dtype "
+                            f"{fmask.dtype}")
+        _finite_mask("features_mask", fmask)
+        return fmask
 
     # -- workspace managers ---------------------------------------------------------------------
 
@@ -375,17 +421,49 @@ class MultiLayerNetwork:
     def _inference_mode(self) -> WorkspaceMode:
         return self._resolve(self.conf.inference_workspace_mode, False)
 
-    def memory_report(self, batch_size: int) -> MemoryReport:
+    def memory_report(self, batch_size: int, sequence_length: int | None = None
+                      ) -> MemoryReport:
         """The bytes every workspace needs in every mode for batches of `batch_size`, per
-        layer and in total, from the shapes (nothing runs); printable as a table."""
+        layer and in total, from the shapes (nothing runs); printable as a table. A network
+        of time series of varying length is planned for `sequence_length` steps (without it,
+        its recurrent layers say "unknown")."""
         self._check_init()
-        return MemoryReport(self, batch_size)
+        return MemoryReport(self, batch_size, sequence_length)
 
-    def _presize(self, batch: int) -> None:
-        # before a thread's first pass with this batch size: create the workspaces at the size
-        # the plan says for training and inference, so even the first pass does not spill
-        # (they go on learning as configured); a custom layer without memory_use leaves them
-        # to learn
+    def _variable_length(self) -> bool:
+        t = self.conf._network_input
+        return t is not None and t.kind == "RNN" and t.time_series_length is None
+
+    def _layers_for_length(self, length: int) -> tuple:
+        # the layers and preprocessors as they would be resolved for time series of `length`
+        # steps (copies with this network's runtime settings), for a memory plan
+        t = self.conf._network_input
+        if not self._variable_length():
+            return self.layers, self._preprocessors
+        typed = InputType.recurrent(t.size, length, t.data_format.name)
+        layers, pres = self.conf._resolve(typed)
+        for mine, other in zip(self.layers, layers):
+            other.input_gradient_needed = mine.input_gradient_needed
+            if hasattr(mine, "back_length"):
+                other.back_length = mine.back_length
+        return layers, pres
+
+    def _presize(self, x: NDArray) -> None:
+        # before a thread's first pass with this batch size (and number of time steps, for a
+        # time series of varying length): create the workspaces at the size the plan says for
+        # training and inference, so even the first pass does not spill (they go on learning
+        # as configured); a custom layer without memory_use leaves them to learn. A longer
+        # batch later makes them spill once and grow (SpillPolicy.REALLOCATE): the next such
+        # batch fits
+        batch = x.shape[0]
+        length = None
+        if self._variable_length() and x.ndim == 3:
+            length = x.shape[self._time_axis(self.conf._network_input)]
+            if length == 0:
+                return
+        # once per batch size: the workspaces exist then, and a new length only changes how
+        # much they need (planning every length of a varying one would cost a walk of the
+        # configuration per batch)
         done = self._presized.setdefault(threading.get_ident(), set())
         if batch in done:
             return
@@ -393,7 +471,7 @@ class MultiLayerNetwork:
         size = self.conf.dtype.itemsize
         plans = []
         for mode, training in ((self._train_mode(), True), (self._inference_mode(), False)):
-            uses = _layer_uses(self, batch, training, size)
+            uses = _layer_uses(self, batch, training, size, length)
             if any(u is None for u in uses):
                 return
             plans.append(_plan(uses, mode, training))
@@ -414,10 +492,15 @@ class MultiLayerNetwork:
         c = self._configs
         if mode is WorkspaceMode.NONE:
             return LayerWorkspaceMgr.no_workspaces()
+        b = LayerWorkspaceMgr.builder()
+        # a recurrent layer's time step: a cycle of its own workspace per step, opened and
+        # closed by the compiled loop (DL4J's WS_RNN_LOOP_WORKING_MEM, in every mode: the
+        # iteration's one workspace of SINGLE cannot start a cycle per step)
+        for t in (ArrayType.RNN_FF_LOOP_WORKING_MEM, ArrayType.RNN_BP_LOOP_WORKING_MEM):
+            b.with_(t, WS_RNN_LOOP_WORKING_MEM, c[WS_RNN_LOOP_WORKING_MEM])
         if mode is WorkspaceMode.SINGLE:
             name = WS_SINGLE if training else WS_INFERENCE
-            return LayerWorkspaceMgr.builder().default_workspace(name, c[name]).build()
-        b = LayerWorkspaceMgr.builder()
+            return b.default_workspace(name, c[name]).build()
         if training:
             for t in (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.UPDATER_WORKING_MEM,
                       ArrayType.FF_CACHE):
@@ -474,6 +557,35 @@ class MultiLayerNetwork:
                                  f"input_preprocessors[{i}] ({type(pre).__name__})")
         return out
 
+    def _begin_pass(self, rows: int, fmask: Any) -> tuple | None:
+        # what a pass's layers get besides their input: the preprocessors the batch's examples
+        # (rows of a time series do not say it), and the features mask with its state
+        for pre in self._preprocessors:
+            if pre is not None:
+                pre.minibatch = rows
+        return None if fmask is None else (fmask, MaskState.ACTIVE)
+
+    def _activate(self, i: int, a: NDArray, training: bool, mgr: LayerWorkspaceMgr,
+                  masks: tuple | None, state: str | None, shapes: list | None = None) -> tuple:
+        # layer i's forward inside its scopes: its preprocessor, the features mask through both
+        # (DL4J's feedForwardMaskArray), the layer (from its stored state for rnn_time_step
+        # and truncated BPTT: `state` "step" or "tbptt"); returns (output, masks). `shapes`:
+        # a list to append the layer's input shape to (its epsilon's)
+        layer, pre = self.layers[i], self._preprocessors[i]
+        if pre is not None:
+            a = self._preprocess(i, a, mgr, False)
+            if masks is not None:
+                masks = pre.feed_forward_mask(masks[0], masks[1], mgr)
+        if shapes is not None:
+            shapes.append(a.shape)
+        if masks is not None:
+            masks = layer.feed_forward_mask(masks[0], masks[1], mgr)
+            if masks[0] is None:
+                masks = None
+        if state is not None and hasattr(layer, "activate_with_state"):
+            return layer.activate_with_state(a, training, mgr, state), masks
+        return layer.activate(a, training, mgr), masks
+
     def _clear(self) -> None:
         # what the last pass kept on the layers and preprocessors (DL4J's clear)
         for layer in self.layers:
@@ -515,28 +627,29 @@ class MultiLayerNetwork:
                 a = a.astype(dt)
         return a
 
-    def output(self, x: Any, train: bool = False, output_workspace: Any = None) -> NDArray:
+    def output(self, x: Any, train: bool = False, output_workspace: Any = None, *,
+               features_mask: Any = None) -> NDArray:
         """The network's output for `x`, a batch (n_samples, n_features) or one example
         (n_features,), answered (n_samples, n_out) or (n_out,) as
         `ndws.parallel.ParallelInference.output` answers them: a detached array (the last
         layer writes straight into detached memory), or an array in `output_workspace`, an
         open workspace of the caller. Works whether or not the caller has a workspace open;
-        the network's own workspaces never leak into the caller's scope."""
+        the network's own workspaces never leak into the caller's scope. `features_mask`:
+        DL4J's, (n_samples, time) for time series of varying length (docs/recurrent.md)."""
         self._check_init()
         # training mode writes running statistics (BatchNormalization): snapshots wait
         with self._exclusive("output", FORWARD, writes=bool(train)):
             a, row = self._as_row_or_batch(x)
-            if output_workspace is not None:
-                if not isinstance(output_workspace, ndws.Workspace):
-                    raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
-                                    f"{type(output_workspace).__name__}")
-                if not output_workspace.is_scope_active:
-                    raise ndws.WorkspaceError(
-                        f"output_workspace: workspace [{output_workspace.id}] is not open; open it "
-                        f"before calling output (closing it stays the caller's job)", "closed",
-                        output_workspace.id)
+            self._check_output_workspace(output_workspace)
+            fmask = None
+            if features_mask is not None:
+                fmask = self._check_features_mask(a, labels_array(features_mask,
+                                                                  "features_mask"))
+                if fmask.dtype != self.conf.dtype:
+                    with scope_out_of_workspaces():
+                        fmask = fmask.astype(self.conf.dtype)
             mode = self._inference_mode() if not train else self._train_mode()
-            out = self._forward_detached(a, train, mode, output_workspace)[-1]
+            out = self._forward_detached(a, train, mode, output_workspace, fmask=fmask)[-1]
             return out[0] if row else out
 
     def predict(self, x: Any) -> Any:
@@ -579,8 +692,155 @@ class MultiLayerNetwork:
                                                          keep_all=True)
             return [o[0] for o in outs] if row else outs
 
+    # -- stateful inference (DL4J's rnnTimeStep) ------------------------------------------------
+
+    def rnn_time_step(self, x: Any, output_workspace: Any = None) -> NDArray:
+        """The output for the next steps of the sequences, from the state the recurrent layers
+        kept at the end of the last call (DL4J's ``rnnTimeStep``): `x` is one step
+        (n_samples, size) or several (n_samples, size, time) (NWC: (n_samples, time, size));
+        one step gives (n_samples, n_out) when the last layer is recurrent. The state is kept
+        per recurrent layer in detached memory (it survives every workspace reset and
+        ``destroy_all_workspaces_for_current_thread``) until `rnn_clear_previous_state`; a
+        batch of another size without clearing it is an error. The output is detached, or in
+        `output_workspace`, an open workspace of the caller. A Bidirectional layer refuses
+        (its backward direction needs the whole sequence)."""
+        self._check_init()
+        with self._exclusive("rnn_time_step"):
+            if output_workspace is None and (isinstance(x, np.ndarray) or isinstance(x, NDArray)):
+                run = self._one_step_path(x)
+                if run is not None:
+                    return run(x)
+            a, one_step = self._step_input(x)
+            self._check_output_workspace(output_workspace)
+            out = self._forward_detached(a, False, self._inference_mode(), output_workspace,
+                                         state="step")[-1]
+            if one_step and out.ndim == 3:
+                axis = self._time_axis(self.layers[-1].output_type(self.layers[-1].input_type))
+                if out.shape[axis] == 1:
+                    out = out[:, :, 0] if axis == 2 else out[:, 0, :]
+            return out
+
+    def _one_step_path(self, x: Any) -> Any:
+        # rnn_time_step's path for one step of a batch of the last size (text generation:
+        # batch 1, one step at a time): the layers' step runners chained on rows, the stored
+        # state read and written as on the general path, no workspace, no per-layer Python
+        # beyond the kernel call. None (the general path) for anything else: a first call, a
+        # new batch size, a layer or preprocessor without such a path, another dtype or
+        # shape, a debug mode, listeners of the forward pass
+        shape = x.shape
+        if len(shape) != 2 or _core._get_debug_mode() != 0:
+            return None
+        plan = self._step_plan
+        if plan is None or plan[0] != shape[0] or x.dtype != self.conf.dtype \
+                or shape[1] != plan[1]:
+            if plan is not None and plan[0] == shape[0]:
+                return None
+            plan = self._step_plan = self._build_step_plan(shape[0])
+            if plan is None:
+                return None
+        return plan[2]
+
+    def _build_step_plan(self, batch: int) -> tuple | None:
+        t = self.conf._network_input
+        if t is None or t.kind != "RNN" or self._checked_any():
+            return None
+        runners = []
+        for layer, pre in zip(self.layers, self._preprocessors):
+            if pre is not None and type(pre) not in (RnnToFeedForwardPreProcessor,
+                                                     FeedForwardToRnnPreProcessor):
+                return None                 # one step's rows are these two's views only
+            runner = layer.step_runner(batch, self.conf.dtype)
+            if runner is None:
+                return None
+            runners.append(runner)
+        last = runners[-1]
+        inner = runners[:-1]
+        width, dtype = self.layers[-1].output_width(), self.conf.dtype
+        data = ndws.from_numpy
+
+        def run(x: Any) -> NDArray:
+            a = x if isinstance(x, NDArray) else data(np.ascontiguousarray(x))
+            if not a.flags.c_contiguous:
+                a = a.copy()
+            for step in inner:
+                a = step(a)
+            return last(a, ndws.empty((batch, width), dtype=dtype, detached=True))
+        return (batch, t.size, run)
+
+    def _checked_any(self) -> bool:
+        # user code among the layers: its own activate must run (the general path)
+        return any(self._checked)
+
+    def _step_input(self, x: Any) -> tuple[NDArray, bool]:
+        # rnn_time_step's input as a time series; a 2-D (n, size) array is one step of each
+        t = self.conf._network_input
+        if t is None or t.kind != "RNN":
+            raise ValueError(f"rnn_time_step: the network's input is not a time series (its "
+                             f"input type is {t!r}); use output()")
+        a = x if isinstance(x, NDArray) else np.asarray(x) if not isinstance(x, np.ndarray) \
+            else x
+        one_step = getattr(a, "ndim", 0) == 2 and not isinstance(
+            self.layers[0], EmbeddingSequenceLayer)
+        if one_step:
+            a = a.reshape((a.shape[0], a.shape[1], 1) if t.data_format.name == "NCW"
+                          else (a.shape[0], 1, a.shape[1]))
+        return self._as_input(a), one_step
+
+    def _recurrent(self, layer_index: Any, op: str) -> Any:
+        self._check_init()
+        if (isinstance(layer_index, (bool, np.bool_))
+                or not isinstance(layer_index, (int, np.integer))):
+            raise TypeError(f"{op}: layer_index must be an int, got {layer_index!r:.40}")
+        if not 0 <= layer_index < len(self.layers):
+            raise ValueError(f"{op}: layer_index {layer_index} is not a layer index (0 to "
+                             f"{len(self.layers) - 1})")
+        layer = self.layers[layer_index]
+        if not hasattr(layer, "rnn_get_previous_state"):
+            raise ValueError(f"{op}: layers[{layer_index}] ({type(layer).__name__}) is not a "
+                             f"recurrent layer (it keeps no state)")
+        return layer
+
+    def rnn_get_previous_state(self, layer_index: int) -> dict[str, NDArray]:
+        """Copies of the state layer `layer_index` carries between `rnn_time_step` calls:
+        {"prevAct": (n, n_out)} (and "prevMem", the cell, for an LSTM); empty when none."""
+        layer = self._recurrent(layer_index, "rnn_get_previous_state")
+        with self._exclusive("rnn_get_previous_state", STATE):
+            return layer.rnn_get_previous_state()
+
+    def rnn_set_previous_state(self, layer_index: int, state: dict) -> None:
+        """Set the state layer `layer_index` starts the next `rnn_time_step` from (arrays of
+        (n, n_out) under the keys `rnn_get_previous_state` gives; copied)."""
+        layer = self._recurrent(layer_index, "rnn_set_previous_state")
+        with self._exclusive("rnn_set_previous_state", STATE):
+            layer.rnn_set_previous_state(state)
+
+    def rnn_clear_previous_state(self) -> None:
+        """Forget every recurrent layer's carried state (of `rnn_time_step` and truncated
+        BPTT)."""
+        self._check_init()
+        with self._exclusive("rnn_clear_previous_state", STATE):
+            self._clear_rnn_state()
+
+    def _clear_rnn_state(self) -> None:
+        for layer in self.layers:
+            if hasattr(layer, "rnn_clear_previous_state"):
+                layer.rnn_clear_previous_state()
+
+    def _check_output_workspace(self, output_workspace: Any) -> None:
+        if output_workspace is None:
+            return
+        if not isinstance(output_workspace, ndws.Workspace):
+            raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
+                            f"{type(output_workspace).__name__}")
+        if not output_workspace.is_scope_active:
+            raise ndws.WorkspaceError(
+                f"output_workspace: workspace [{output_workspace.id}] is not open; open it "
+                f"before calling output (closing it stays the caller's job)", "closed",
+                output_workspace.id)
+
     def _forward_detached(self, a: NDArray, training: bool, mode: WorkspaceMode,
-                          output_ws: Any, keep_all: bool = False) -> list[NDArray]:
+                          output_ws: Any, keep_all: bool = False, fmask: Any = None,
+                          state: str | None = None) -> list[NDArray]:
         mgr = self._manager(mode, False)
         last = self._manager(mode, False, "last")
         if output_ws is None:
@@ -590,7 +850,7 @@ class MultiLayerNetwork:
         if a.workspace_id is not None:
             mgr.set_no_leverage_override(a.workspace_id)     # never copy the caller's input
         if not keep_all:
-            self._presize(a.shape[0])
+            self._presize(a)
         outs: list[NDArray] = []
         n = len(self.layers)
         rows, dt = a.shape[0], self.conf.dtype
@@ -600,6 +860,7 @@ class MultiLayerNetwork:
             whole = (mgr.notify_scope_entered(ArrayType.ACTIVATIONS)
                      if mode is WorkspaceMode.SINGLE else contextlib.nullcontext())
             busy.inside = _IN_FORWARD
+            masks = self._begin_pass(rows, fmask)
             try:
                 with whole:
                     for i, layer in enumerate(self.layers):
@@ -611,9 +872,7 @@ class MultiLayerNetwork:
                             m._map(ArrayType.ACTIVATIONS, name, self._configs[name])
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
-                            if self._preprocessors[i] is not None:
-                                a = self._preprocess(i, a, m, False)
-                            a = layer.activate(a, training, m)
+                            a, masks = self._activate(i, a, training, m, masks, state)
                         if self._checked[i]:
                             _checks.returned(layer, "activate", a, (rows,) + self._out_shapes[i],
                                              dt)
@@ -730,8 +989,8 @@ class MultiLayerNetwork:
                 if ds is None:
                     break
                 self.last_etl_time = (time.perf_counter() - waited) * 1000.0
-                self._fit_batch(ds)
-                epoch.iteration(self._iteration - 1, self._score, self.last_batch_size)
+                self._fit_batch(ds, lambda: epoch.iteration(self._iteration - 1, self._score,
+                                                            self.last_batch_size))
         if labels is None and hasattr(data, "reset") and callable(data.reset):
             data.reset()
 
@@ -773,11 +1032,65 @@ class MultiLayerNetwork:
                              f"layer (OutputLayer or LossLayer)")
         return layer
 
-    def _fit_batch(self, ds: DataSet) -> None:
+    def _fit_batch(self, ds: DataSet, on_iteration: Any = None) -> None:
+        # one iteration on the batch, or with truncated BPTT one per segment of it;
+        # on_iteration() after each (the epoch's record and progress bar)
+        if self.conf.backprop_type is BackpropType.TRUNCATED_BPTT:
+            self._fit_tbptt(ds, on_iteration)
+            return
+        self._fit_step(ds, None)
+        if on_iteration is not None:
+            on_iteration()
+
+    def _fit_tbptt(self, ds: DataSet, on_iteration: Any) -> None:
+        # DL4J's doTruncatedBPTT: segments of tbptt_fwd_length steps of the features, labels
+        # and masks (views), one update each, the recurrent layers' state carried from one
+        # segment to the next (detached) and cleared before and after the batch. ndws'
+        # segment backpropagates from the state carried into it through its last
+        # tbptt_back_length steps (docs/porting-from-dl4j.md)
+        x, labels = ds.features, ds.labels
+        if x is None or labels is None:
+            raise ValueError("the DataSet has no labels")
+        if x.ndim != 3 or labels.ndim != 3:
+            raise ValueError(f"fit: truncated BPTT needs time series features and labels "
+                             f"(rank 3), got features of shape {tuple(x.shape)} and labels of "
+                             f"shape {tuple(labels.shape)} (DL4J: \"Cannot do truncated BPTT "
+                             f"with non-3d inputs or labels\")")
+        x_axis = self._time_axis(self.conf._network_input)
+        y_axis = self._time_axis(self.layers[-1].output_type(self.layers[-1].input_type))
+        steps = x.shape[x_axis]
+        if labels.shape[y_axis] != steps:
+            raise ValueError(f"fit: features and labels have different lengths ({steps} and "
+                             f"{labels.shape[y_axis]} time steps): truncated BPTT cuts both "
+                             f"into the same segments (DL4J: \"Input and label time series "
+                             f"have different lengths\")")
+        if steps == 0:
+            raise ValueError("fit: a time series of 0 steps has nothing to train on")
+        length = self.conf.tbptt_fwd_length
+        self._clear_rnn_state()
+        try:
+            for start in range(0, steps, length):
+                end = min(start + length, steps)
+                seg = DataSet(_steps(x, x_axis, start, end), _steps(labels, y_axis, start, end),
+                              _mask_steps(ds.features_mask, start, end),
+                              _mask_steps(ds.labels_mask, start, end))
+                self._fit_step(seg, "tbptt")
+                if on_iteration is not None:
+                    on_iteration()
+        finally:
+            self._clear_rnn_state()
+
+    @staticmethod
+    def _time_axis(t: Any) -> int:
+        # the time axis of a time series of type t (NCW when not known)
+        return 1 if t is not None and t.data_format is not None and \
+            t.data_format.name == "NWC" else 2
+
+    def _fit_step(self, ds: DataSet, state: str | None) -> None:
         # from the forward pass to the update the iteration writes the parameters: copies for
         # other threads wait for its end (ndws.nn._busy); a raise leaves it to fit's exit
         self._busy.begin()
-        score = self._gradient_and_score(ds, self._train_mode())
+        score = self._gradient_and_score(ds, self._train_mode(), state)
         self._score = score
         self.last_batch_size = int(ds.features.shape[0])
         for listener in self._listeners:
@@ -839,20 +1152,22 @@ class MultiLayerNetwork:
     def _compiled(self, ds: DataSet) -> DensePlan | None:
         # The compiled iteration (ndws.nn._iteration) when it does exactly what the general path
         # of _gradient_and_score would: a network of built-in dense layers (_dense_plan), no
-        # label mask, and workspaces in their normal mode (the debug modes change how the
-        # manager finds them).
+        # mask, and workspaces in their normal mode (the debug modes change how the manager
+        # finds them).
         plan = self._dense_plan
-        if plan is None or ds.labels_mask is not None or _core._get_debug_mode() != 0:
+        if (plan is None or ds.labels_mask is not None or ds.features_mask is not None
+                or _core._get_debug_mode() != 0):
             return None
         return plan
 
-    def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode) -> float:
+    def _gradient_and_score(self, ds: DataSet, mode: WorkspaceMode,
+                            state: str | None = None) -> float:
         # Forward and backward on ds: the gradients in the flat buffer, the score returned.
         # The two paths share what surrounds the pass: the forward pass's listeners (called
         # back from inside either), the backward pass's (here, after every workspace of the
         # pass is closed), so neither can miss a hook the other calls.
         out_layer = self._output_layer()
-        x, labels, mask = self._batch_arrays(ds)
+        x, labels, mask, fmask = self._batch_arrays(ds)
         if x.shape[0] == 0:
             # e.g. an iterator's empty batch mid-epoch: refused before anything moves (a loss
             # averaged over no example has no value, and an updater would still step)
@@ -861,8 +1176,8 @@ class MultiLayerNetwork:
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
-        self._presize(x.shape[0])
-        plan = self._compiled(ds)
+        self._presize(x)
+        plan = self._compiled(ds) if state is None else None
         busy, around = self._busy, self._busy.inside
         # on_forward_pass and the layers run inside the pass, on either path (ndws.nn._busy)
         busy.inside = _IN_TRAINING
@@ -874,7 +1189,7 @@ class MultiLayerNetwork:
                 score = plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
                                  forward) + 0.0
             else:
-                score = self._general_pass(x, labels, mask, out_layer, mgr, mode)
+                score = self._general_pass(x, labels, mask, out_layer, mgr, mode, fmask, state)
         finally:
             busy.inside = around
         for listener in self._listeners:
@@ -882,7 +1197,8 @@ class MultiLayerNetwork:
         return score
 
     def _general_pass(self, x: NDArray, labels: NDArray, mask: Any, out_layer: Layer,
-                      mgr: LayerWorkspaceMgr, mode: WorkspaceMode) -> float:
+                      mgr: LayerWorkspaceMgr, mode: WorkspaceMode, fmask: Any = None,
+                      state: str | None = None) -> float:
         # the general path of _gradient_and_score: any layers, any workspace mode
         n = len(self.layers)
         open_eps: list[Any] = []      # SEPARATE: the epsilon scopes still open
@@ -895,12 +1211,10 @@ class MultiLayerNetwork:
                     acts = [x] if self._listeners else None
                     rows, dt = x.shape[0], self.conf.dtype
                     shapes = []                # each layer's input shape: its epsilon's
+                    masks = self._begin_pass(rows, fmask)
                     for i, layer in enumerate(self.layers):
                         with self._scope(mgr, mode, ArrayType.FF_WORKING_MEM):
-                            if self._preprocessors[i] is not None:
-                                a = self._preprocess(i, a, mgr, False)
-                            shapes.append(a.shape)
-                            a = layer.activate(a, True, mgr)
+                            a, masks = self._activate(i, a, True, mgr, masks, state, shapes)
                         if self._checked[i]:
                             _checks.returned(layer, "activate", a,
                                              (rows,) + self._out_shapes[i], dt)
@@ -1007,7 +1321,8 @@ class MultiLayerNetwork:
             loss = getattr(layer, "loss_function", None)
             row = ((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
                     str(layer.output_width() or "-"))
-                   + (("x".join(map(str, t.shape())) if t is not None else "-",) if shapes
+                   + (("x".join("T" if d == -1 else str(d) for d in t.shape())
+                       if t is not None else "-",) if shapes
                       else ())
                    + (f"{n:,}", act + (f" / {loss.name}" if loss is not None else "")))
             if report is not None:
@@ -1083,13 +1398,15 @@ class MultiLayerNetwork:
         try:
             # each batch is taken with no cycle of the network open: an iterator makes its
             # arrays in the caller's workspace (or detached), never in WS_OUTPUT_MEM's cycle
-            for features, batch_labels, mask in source:
+            for features, batch_labels, mask, fmask in source:
                 a = self._as_input(features, "features")
+                if fmask is not None:
+                    fmask = self._check_features_mask(a, fmask)
                 bar.update(float("nan"))
                 with ws if ws is not None else contextlib.nullcontext():
                     try:
                         with scope_out_of_workspaces():
-                            out = self._forward_detached(a, False, mode, ws)[-1]
+                            out = self._forward_detached(a, False, mode, ws, fmask=fmask)[-1]
                             if last:
                                 out, batch_labels, mask = (
                                     _channels_first(v, out.ndim) for v in (out, batch_labels,
@@ -1103,7 +1420,7 @@ class MultiLayerNetwork:
                         raise
                     finally:
                         out = None     # the batch's output goes with its cycle
-                features = batch_labels = mask = a = None
+                features = batch_labels = mask = fmask = a = None
         finally:
             bar.close()
         return evaluations[0] if len(evaluations) == 1 else evaluations
@@ -1119,12 +1436,12 @@ class MultiLayerNetwork:
                 raise TypeError("labels: features arrays need their labels (e.g. "
                                 "evaluate(X, y) or do_evaluation(X, y, Evaluation()))")
             if isinstance(data, DataSet):
-                return batches([data])
+                return batches([data], features_mask=True)
             if not hasattr(data, "__iter__"):
                 raise TypeError(f"data: expected a DataSet, an iterable of DataSets or "
                                 f"(features, labels) pairs, or features and labels arrays, "
                                 f"got {type(data).__name__}")
-            return batches(data)
+            return batches(data, features_mask=True)
         _refuse_labels_for_batches(data)
         x = self._as_input(data)
         y = labels if isinstance(labels, NDArray) else np.asarray(labels)
@@ -1136,7 +1453,7 @@ class MultiLayerNetwork:
         if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                 or batch_size < 1):
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r:.40}")
-        return ((x[s:s + batch_size], y[s:s + batch_size], None)
+        return ((x[s:s + batch_size], y[s:s + batch_size], None, None)
                 for s in range(0, n, int(batch_size)))
 
     def evaluate(self, data: Any, labels: Any = None, *, batch_size: int | None = None,
@@ -1170,12 +1487,14 @@ class MultiLayerNetwork:
 
     # -- saving -------------------------------------------------------------------------------
 
-    def save(self, path: Any, save_updater: bool = True) -> None:
+    def save(self, path: Any, save_updater: bool = True, save_rnn_state: bool = False) -> None:
         """Save to `path`: a zip of the configuration, the parameters, the updater state (with
-        `save_updater`) and the training counters and random state (docs/networks.md)."""
+        `save_updater`) and the training counters and random state (docs/networks.md); with
+        `save_rnn_state`, the state the recurrent layers carry between `rnn_time_step` calls
+        (a checkpoint leaves it out: it belongs to a stream, not to the model)."""
         self._check_init()
         with self._exclusive("save", STATE):
-            save_network(self, path, save_updater)
+            save_network(self, path, save_updater, save_rnn_state)
 
     @classmethod
     def load(cls, path: Any, load_updater: bool = True) -> "MultiLayerNetwork":
@@ -1269,6 +1588,39 @@ def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
     return DensePlan(layers, acts, keeps, configs)
 
 
+def _param_view(flat: NDArray, off: int, size: int, shape: tuple, order: str) -> NDArray:
+    # a parameter's view of the flat buffer: row-major, or column-major ("F": DL4J's order of
+    # the recurrent and embedding weights)
+    part = flat[off:off + size]
+    if order == "F":
+        return part.reshape(tuple(reversed(shape))).transpose()
+    return part.reshape(shape)
+
+
+def _finite_mask(name: str, mask: NDArray) -> None:
+    # a mask weighs values: NaN or inf in it would make every score and gradient it touches
+    # NaN, far from the batch that brought it
+    m = np.asarray(mask)
+    if m.dtype.kind == "f" and not np.isfinite(m).all():
+        bad = np.argwhere(~np.isfinite(m))[0]
+        raise ValueError(f"{name}: holds {m[tuple(bad)]} at {tuple(int(i) for i in bad)}: a "
+                         f"mask must be finite (0 masks, 1 keeps)")
+
+
+def _steps(a: NDArray, axis: int, start: int, end: int) -> NDArray:
+    # steps [start, end) of a time series along `axis` (a view)
+    return a[:, :, start:end] if axis == 2 else a[:, start:end]
+
+
+def _mask_steps(mask: Any, start: int, end: int) -> Any:
+    # steps [start, end) of a (n, time) mask; a per-example or per-output mask as it is
+    if mask is None or mask.ndim == 1:
+        return mask
+    if mask.ndim == 2:
+        return mask[:, start:end] if mask.shape[1] != 1 else mask
+    return mask[:, :, start:end]
+
+
 def _layout(layers: list, itemsize: int) -> list:
     # each parameter's place in the flat buffers, in layer order: (layer, name, shape, start,
     # size), from the layers' checked shapes (a negative size would overlap the next one)
@@ -1309,6 +1661,14 @@ def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str,
     # the network's input against its input type (`allow_row`: one example without the batch
     # axis too): a ValueError naming the first layer and the shape it expects (and the likely
     # mistake: NHWC data into an NCHW network, one image without its batch axis)
+    accepts = getattr(first, "accepts_input", None)
+    if accepts is not None and (accepts(shape) or (allow_row and accepts((1,) + shape))):
+        return                            # e.g. EmbeddingSequenceLayer's (n, time) indices
+    if t is not None and t.kind == "RNN" and len(shape) == 3:
+        steps = shape[2] if t.data_format.name == "NCW" else shape[1]
+        if steps == 0 and t.is_example(shape[1:]):
+            raise ValueError(f"{name}: a time series of 0 steps (shape {shape}): there is "
+                             f"nothing to compute")
     if t is None or t.kind == "FF":
         if len(shape) != 2 and not (allow_row and len(shape) == 1):
             expected = ("one example (n_features,) or a batch (n_samples, n_features)"

@@ -48,12 +48,15 @@ def real_field(owner: str, name: str, value: Any, lo: float = 0.0, hi: float = m
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise FieldTypeError(f"{owner}.{name}: expected a real number, got {type(value).__name__} "
                              f"{value!r:.40}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:                # a Python int beyond any double: out of range
+        v = math.inf
     if (not math.isfinite(v) or (v <= lo if lo_open else v < lo)
             or (v >= hi if hi_open else v > hi)):
         upper = "inf" if hi == math.inf else f"{hi:g}"
         raise ValueError(f"{owner}.{name}: must be in {'(' if lo_open else '['}{lo:g}, {upper}"
-                         f"{')' if hi_open else ']'}, got {value!r}")
+                         f"{')' if hi_open else ']'}, got {value!r:.40}")
     return v
 
 
@@ -101,7 +104,9 @@ class _Serial:
             if k == "@class":
                 continue
             if isinstance(v, dict):
-                v = _Serial.from_dict(v)
+                # only schedules nest (a learning rate): one level, so a file's nesting can't
+                # recurse without bound
+                v = Schedule.from_dict(v)
             elif k == "schedule_type":
                 v = ScheduleType(v)
             kwargs[k] = v

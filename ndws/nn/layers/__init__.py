@@ -18,13 +18,18 @@ DenseLayer(n_in=4, n_out=3, activation=Activation.RELU)
 """
 from __future__ import annotations
 
-from ndws.nn.layers import base, convolution, normalization, output, padding, pooling
+from ndws.nn.layers import (base, convolution, embedding, normalization, output, padding,
+                            pooling, recurrent, wrappers)
 from ndws.nn.layers.base import *  # noqa: F401,F403  (the public names, listed in __all__)
 from ndws.nn.layers.convolution import *  # noqa: F401,F403
+from ndws.nn.layers.embedding import *  # noqa: F401,F403
 from ndws.nn.layers.normalization import *  # noqa: F401,F403
 from ndws.nn.layers.output import *  # noqa: F401,F403
 from ndws.nn.layers.padding import *  # noqa: F401,F403
 from ndws.nn.layers.pooling import *  # noqa: F401,F403
+from ndws.nn.layers.recurrent import *  # noqa: F401,F403
+from ndws.nn.layers.wrappers import *  # noqa: F401,F403
 
-__all__ = (base.__all__ + convolution.__all__ + normalization.__all__ + output.__all__
-           + padding.__all__ + pooling.__all__)
+__all__ = (base.__all__ + convolution.__all__ + embedding.__all__ + normalization.__all__
+           + output.__all__ + padding.__all__ + pooling.__all__ + recurrent.__all__
+           + wrappers.__all__)

@@ -16,13 +16,27 @@ from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType, RNNFormat
 from ndws.nn.preprocessors import FeedForwardToCnnPreProcessor
 from ndws.nn.updaters import FieldTypeError
 
-__all__ = ["pair", "size_1d", "Call", "Window", "window", "images_of_rows", "image_input",
+__all__ = ["type_cache", "pair", "size_1d", "Call", "Window", "window", "images_of_rows", "image_input",
            "data_format", "check_image", "too_large", "ImageLayer", "WindowLayer"]
 
 #: a layer's arrays per example may not exceed this many bytes: past it an im2col buffer or an
 #: activation of a batch overflows what an allocation can ask (caught when the configuration is
 #: built, before anything is allocated)
 MAX_EXAMPLE_BYTES = 1 << 48
+
+
+#: the input types a layer keeps worked-out geometry for: a time series of varying length is
+#: a new type per length, and the caches must not grow with every batch
+MAX_CACHED_TYPES = 64
+
+
+def type_cache(layer: Any, name: str) -> dict:
+    """The layer's dict `name` of values worked out per input type, emptied when it holds
+    MAX_CACHED_TYPES of them (time series of ever new lengths)."""
+    cache = layer.__dict__.setdefault(name, {})
+    if len(cache) >= MAX_CACHED_TYPES:
+        cache.clear()
+    return cache
 
 
 def pair(owner: str, name: str, value: Any, lo: int) -> tuple[int, int]:
@@ -365,7 +379,7 @@ class WindowLayer(ImageLayer):
         """The output size and applied padding on images of type `t` (default: the layer's
         input; computed once per type)."""
         t = self.image_type() if t is None else t
-        cache = self.__dict__.setdefault("_windows", {})
+        cache = type_cache(self, "_windows")
         w = cache.get(t)
         if w is None:
             mode = self.convolution_mode or ConvolutionMode.TRUNCATE
@@ -380,7 +394,7 @@ class WindowLayer(ImageLayer):
         last = self.__dict__.get("_last_call")
         if last is not None and last[0] is t:
             return last[1]
-        calls = self.__dict__.setdefault("_calls", {})
+        calls = type_cache(self, "_calls")
         c = calls.get(t)
         if c is None:
             g = self.geometry(t)

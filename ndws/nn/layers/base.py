@@ -13,7 +13,8 @@ import ndws
 from ndws._core import NDArray, _np_view
 from ndws.nn import functional as F
 from ndws.nn.inputs import InputType, member
-from ndws.nn.preprocessors import CnnToFeedForwardPreProcessor
+from ndws.nn.preprocessors import (CnnToFeedForwardPreProcessor, MaskState,
+                                   RnnToFeedForwardPreProcessor)
 from ndws.nn.updaters import FieldTypeError, Updater, real_field
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
@@ -144,9 +145,13 @@ def _finite(owner: str, name: str, value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise FieldTypeError(f"{owner}.{name}: expected a finite real number, got "
                              f"{type(value).__name__} {value!r:.40}")
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}.{name}: expected a finite real number, got {value!r}")
-    return float(value)
+    try:
+        v = float(value)
+    except OverflowError:                # a Python int beyond any double
+        v = math.inf
+    if not math.isfinite(v):
+        raise ValueError(f"{owner}.{name}: expected a finite real number, got {value!r:.40}")
+    return v
 
 
 _LAYERS: dict[str, type] = {}
@@ -365,6 +370,12 @@ class Layer:
         """Parameter name -> shape, in the order they sit in the flat buffer."""
         return {}
 
+    def param_order(self, name: str) -> str:
+        """How parameter `name`'s elements sit in the flat buffer: "C" (row-major, the default)
+        or "F" (column-major: DL4J's order of the recurrent and embedding weights, so that a
+        flat parameter vector of DL4J means the same here)."""
+        return "C"
+
     def trainable(self, name: str) -> bool:
         """Whether the updater changes parameter `name` (running statistics are parameters
         that only the forward pass changes)."""
@@ -405,7 +416,36 @@ class Layer:
 
     #: attributes a pass leaves on the layer for the next step (arrays in the network's
     #: workspaces); `clear` drops them
-    _pass_state: ClassVar[tuple[str, ...]] = ("_x", "_z", "_mask", "_x_hat", "_inv_std")
+    _pass_state: ClassVar[tuple[str, ...]] = ("_x", "_z", "_mask", "_x_hat", "_inv_std",
+                                              "_fmask")
+
+    def feed_forward_mask(self, mask: NDArray | None, state: MaskState | None,
+                          mgr: LayerWorkspaceMgr) -> tuple[NDArray | None, MaskState | None]:
+        """Take the features mask of the pass (after this layer's preprocessor; None when
+        there is none) and return the mask and state the next layer gets (DL4J's
+        ``feedForwardMaskArray``; docs/recurrent.md, "Masks"). The default keeps it for the
+        pass (``self._fmask``: the dense layers multiply their output and their dL/dz by a
+        mask of one value per row) and passes it on unchanged. The network calls it inside the
+        layer's forward scope, before `activate`; a mask a layer makes belongs in
+        ACTIVATIONS."""
+        self._fmask = mask
+        return mask, state
+
+    def step_runner(self, batch: int, dtype: Any) -> Any:
+        """For `MultiLayerNetwork.rnn_time_step`'s one-step path: a function
+        ``run(rows, out=None) -> rows`` taking this layer's input for one time step as
+        (batch, n_in) rows and returning its output as (batch, n_out) rows (into `out` when
+        given, else into a buffer it may reuse at the next call), computing exactly what
+        `activate` computes for a time series of one step; None when the layer has no such
+        path (the network then takes the general one)."""
+        return None
+
+    def _row_mask(self, rows: int) -> NDArray | None:
+        # the kept features mask as one value per row of a (rows, width) array, or None
+        m = getattr(self, "_fmask", None)
+        if m is None or m.size != rows or (m.ndim == 2 and m.shape[1] != 1):
+            return None
+        return m.reshape(rows, 1)
 
     def clear(self) -> None:
         """Forget what the last pass kept for backprop (DL4J's ``clear``): the network calls it
@@ -443,8 +483,8 @@ def rows_preprocessor(layer: Layer, input_type: InputType) -> Any:
         return CnnToFeedForwardPreProcessor(input_type.height, input_type.width,
                                             input_type.channels, input_type.data_format)
     if input_type.kind == "RNN":
-        raise ValueError(f"{type(layer).__name__} takes rows, got time series "
-                         f"({input_type!r}); pool them first (GlobalPoolingLayer)")
+        # one row per example and step (DL4J's RnnToFeedForwardPreProcessor)
+        return RnnToFeedForwardPreProcessor(input_type.data_format)
     return None
 
 
@@ -504,6 +544,16 @@ class _Regularized:
         return use
 
 
+def init_dense(layer: Layer, rng: np.random.Generator) -> None:
+    """W (n_in, n_out) from the layer's weight_init with fan-in n_in and fan-out n_out, and b
+    (if the layer has one) at bias_init: every dense-like layer's initialisation."""
+    w = (layer.weight_init or WeightInit.XAVIER).sample(rng, (layer.n_in, layer.n_out),
+                                                        layer.n_in, layer.n_out)
+    np.copyto(_np_view(layer.params["W"]), w, casting="unsafe")
+    if "b" in layer.params:
+        layer.params["b"].fill(layer.bias_init or 0.0)
+
+
 class _WeightsMixin(_RowsInput, _Regularized):
     # W (n_in, n_out) and b (n_out,), the first sized by fan-in/fan-out
     has_weights = True
@@ -512,10 +562,7 @@ class _WeightsMixin(_RowsInput, _Regularized):
         return {"W": (self.n_in, self.n_out), "b": (self.n_out,)}
 
     def init_params(self, rng):
-        w = (self.weight_init or WeightInit.XAVIER).sample(rng, (self.n_in, self.n_out),
-                                                           self.n_in, self.n_out)
-        np.copyto(_np_view(self.params["W"]), w, casting="unsafe")
-        self.params["b"].fill(self.bias_init or 0.0)
+        init_dense(self, rng)
 
     def _weight_gradient_use(self, batch: int, itemsize: int) -> list:
         # what _weight_gradients makes: the regularisation's temporaries, the input gradient
@@ -564,21 +611,40 @@ class DenseLayer(_WeightsMixin, Layer):
                                      dtype=x.dtype)
         if not training or act in _FROM_OUTPUT:
             # one fused pass; relu's and identity's derivatives are read off the output
-            # (relu(z) > 0 exactly where z > 0), so training keeps y itself
+            # (relu(z) > 0 exactly where z > 0; a masked row's dL/dz is zeroed anyway), so
+            # training keeps y itself
             F.linear(x, self.params["W"], self.params["b"], act.value, out=y)
             self._z = y
-            return y
-        # other activations need the pre-activation for the derivative
-        z = mgr.create_uninitialized(ArrayType.INPUT, y.shape, dtype=x.dtype)
-        F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
-        self._z = z
-        return F.activation(act.value, z, out=y)
+        else:
+            # other activations need the pre-activation for the derivative
+            z = mgr.create_uninitialized(ArrayType.INPUT, y.shape, dtype=x.dtype)
+            F.linear(x, self.params["W"], self.params["b"], "identity", out=z)
+            self._z = z
+            F.activation(act.value, z, out=y)
+        m = self._row_mask(x.shape[0])
+        if m is not None:
+            ndws.multiply(y, m, out=y)          # DL4J's BaseLayer.applyMask
+        return y
+
+    def step_runner(self, batch, dtype):
+        if self.dropout is not None and self.dropout < 1.0:
+            return None
+        buf = ndws.empty((batch, self.n_out), dtype=dtype, detached=True)
+        act = (self.activation or Activation.IDENTITY).value
+        params = self.params
+
+        def run(rows, out=None):
+            return F.linear(rows, params["W"], params["b"], act, out=buf if out is None else out)
+        return run
 
     def backprop_gradient(self, epsilon, mgr):
         act = self.activation or Activation.IDENTITY
         dz = mgr.create_uninitialized(ArrayType.BP_WORKING_MEM, self._z.shape,
                                       dtype=self._z.dtype)
         F.activation_backward(act.value, self._z, epsilon, out=dz)
+        m = self._row_mask(dz.shape[0])
+        if m is not None:
+            ndws.multiply(dz, m, out=dz)
         eps = self._weight_gradients(self._x, dz, mgr)
         return dict(self.grads), self._dropout_backward(eps)
 
@@ -721,13 +787,15 @@ class _LossMixin:
         return (res[0], res[1]) if want_grad else (res, None)
 
     def _width_weights(self, n: int, value: float, dtype: Any) -> NDArray:
-        # a constant per-example weight array, made once per (batch size, value, dtype)
+        # a constant per-example weight array: a view of one detached array per (value, dtype)
+        # that grows to the most rows seen (time series of varying length change the rows of
+        # every batch: one array each would pile up)
         cache = self.__dict__.setdefault("_weights_cache", {})
-        key = (n, value, np.dtype(dtype).str)
+        key = (value, np.dtype(dtype).str)
         cached = cache.get(key)
-        if cached is None:
-            cached = cache[key] = ndws.full(n, value, dtype=dtype, detached=True)
-        return cached
+        if cached is None or cached.shape[0] < n:
+            cached = cache[key] = ndws.full(max(n, 1), value, dtype=dtype, detached=True)
+        return cached[:n]
 
 
 class OutputLayer(_LossMixin, _WeightsMixin, Layer):

@@ -26,7 +26,7 @@ import ndws
 from ndws._core import _np_view
 from ndws.nn import functional as F
 from ndws.nn.inputs import ConvolutionMode, InputType
-from ndws.nn.layers._geometry import Call, Window, WindowLayer, too_large
+from ndws.nn.layers._geometry import Call, Window, WindowLayer, too_large, type_cache
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, FieldTypeError, Layer, WeightInit,
                                  _Regularized)
 from ndws.nn.workspace_mgr import ArrayType
@@ -270,7 +270,7 @@ class Deconvolution2D(_Convolution):
 
     def geometry(self, t: InputType | None = None) -> Window:
         t = self.image_type() if t is None else t
-        cache = self.__dict__.setdefault("_windows", {})
+        cache = type_cache(self, "_windows")
         w = cache.get(t)
         if w is None:
             w = cache[t] = self._transposed_window(t)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ndws._core import _np_view
 from ndws.nn import functional as F
 from ndws.nn.inputs import InputType, PoolingType, RNNFormat
 from ndws.nn.layers._geometry import ImageLayer, WindowLayer, check_image
@@ -57,8 +58,8 @@ class _Pooling:
 
     _pass_state = Layer._pass_state + ("_idx", "_x_shape", "_t")
 
-    def _pool(self, x, y, training, mgr, kw):
-        kind = self.pooling_type
+    def _pool(self, x, y, training, mgr, kw, kind=None):
+        kind = kind or self.pooling_type
         self._x = x
         if kind is PoolingType.MAX:
             if training:
@@ -73,8 +74,8 @@ class _Pooling:
             return F.sum_pool2d(x, out=y, **kw)
         return F.pnorm_pool2d(x, self.pnorm, out=y, **kw)
 
-    def _unpool(self, epsilon, eps, kw):
-        kind = self.pooling_type
+    def _unpool(self, epsilon, eps, kw, kind=None):
+        kind = kind or self.pooling_type
         x = self._x
         if kind is PoolingType.MAX:
             return F.max_pool2d_backward(x, epsilon, indices=self._idx, out=eps, **kw)
@@ -199,7 +200,10 @@ class Subsampling1DLayer(SubsamplingLayer):
 
 class GlobalPoolingLayer(_Pooling, ImageLayer, Layer):
     """Pooling over every position (DL4J's ``GlobalPoolingLayer``): the height and width of
-    images, the time steps of a time series.
+    images, the time steps of a time series. With a features mask (n, time) a time series is
+    pooled over its unmasked steps only (DL4J's MaskedReductionUtil: MAX ignores them, SUM and
+    PNORM count them as 0, AVG divides by the unmasked steps), and no mask goes further; MAX
+    and AVG refuse an example masked out entirely (it has no value).
 
     Parameters
     ----------
@@ -290,11 +294,43 @@ class GlobalPoolingLayer(_Pooling, ImageLayer, Layer):
     def _pooled_shape(self, n: int, nchw: bool) -> tuple:
         return (n, self.n_in, 1, 1) if nchw else (n, 1, 1, self.n_in)
 
+    _pass_state = _Pooling._pass_state + ("_counts", "_kind")
+
     def memory_use(self, batch, training, itemsize):
         t = self.input_type
         if t.kind == "RNN" and t.time_series_length is None:
             return None                 # the input's size is known only when it comes
         return self._pool_use(batch, training, itemsize, batch * self.n_in)
+
+    def feed_forward_mask(self, mask, state, mgr):
+        # the mask is taken into account here (time series); nothing after is masked
+        self._fmask = mask if self.input_type.kind == "RNN" else None
+        return None, None
+
+    def _masked(self, x, mask, training, mgr):
+        # x with its masked steps out of the pooling: -inf for MAX, 0 for the others (DL4J's
+        # MaskedReductionUtil); per example the unmasked steps (AVG divides by them)
+        t = self.input_type
+        n, steps = x.shape[0], (x.shape[2] if t.data_format is RNNFormat.NCW else x.shape[1])
+        m = np.asarray(mask)
+        if m.shape != (n, steps):
+            raise ValueError(f"GlobalPoolingLayer (layer index = {self.index}): the features "
+                             f"mask has shape {m.shape}, expected (n_samples, time) = "
+                             f"{(n, steps)}")
+        counts = (m != 0).sum(axis=1)
+        if self.pooling_type in (PoolingType.MAX, PoolingType.AVG) and not counts.all():
+            i = int(np.flatnonzero(counts == 0)[0])
+            raise ValueError(f"GlobalPoolingLayer (layer index = {self.index}): example {i} "
+                             f"in minibatch is entirely masked out: {self.pooling_type.name} "
+                             f"pooling over no time step has no value")
+        mb = m[:, None, :] if t.data_format is RNNFormat.NCW else m[:, :, None]
+        xm = mgr.create_uninitialized(ArrayType.INPUT if training else ArrayType.FF_WORKING_MEM,
+                                      (n,) + tuple(x.shape[1:]), dtype=x.dtype)
+        if self.pooling_type is PoolingType.MAX:
+            np.copyto(_np_view(xm), np.where(mb != 0, np.asarray(x), -np.inf))
+        else:
+            np.multiply(np.asarray(x), mb, out=_np_view(xm), casting="unsafe")
+        return xm, counts
 
     def activate(self, x, training, mgr):
         t = self.input_type
@@ -305,12 +341,22 @@ class GlobalPoolingLayer(_Pooling, ImageLayer, Layer):
             raise ValueError(f"GlobalPoolingLayer (layer index = {self.index}): expected a time "
                              f"series {t.describe_shape()}, got shape {tuple(x.shape)}")
         self._x_shape = tuple(x.shape)
+        mask = getattr(self, "_fmask", None)
+        kind, self._counts = self.pooling_type, None
+        if mask is not None:
+            x, self._counts = self._masked(x, mask, training, mgr)
+            if kind is PoolingType.AVG:
+                kind = PoolingType.SUM             # then divided by the unmasked steps
+        self._kind = kind
         images = self._as_images(x)
         kw = self._kernel_args(images)
         y = mgr.create_uninitialized(ArrayType.ACTIVATIONS,
                                      self._pooled_shape(x.shape[0], kw["data_format"] == "NCHW"),
                                      dtype=x.dtype)
-        self._pool(images, y, training, mgr, kw)
+        self._pool(images, y, training, mgr, kw, kind)
+        if self._counts is not None and self.pooling_type is PoolingType.AVG:
+            v = _np_view(y)
+            v /= self._counts.reshape((-1,) + (1,) * (v.ndim - 1))
         out = self.output_type(t).shape(x.shape[0])
         return y.reshape(out) if out != y.shape else y       # a view: y is C-contiguous
 
@@ -320,10 +366,22 @@ class GlobalPoolingLayer(_Pooling, ImageLayer, Layer):
         images = self._x
         kw = self._kernel_args(images)
         pooled = self._pooled_shape(epsilon.shape[0], kw["data_format"] == "NCHW")
-        if not epsilon.flags.c_contiguous:
+        counts = self._counts
+        if not epsilon.flags.c_contiguous or (counts is not None
+                                              and self.pooling_type is PoolingType.AVG):
             epsilon = mgr.dup(ArrayType.BP_WORKING_MEM, epsilon)
+        if counts is not None and self.pooling_type is PoolingType.AVG:
+            v = _np_view(epsilon)
+            v /= counts.reshape((-1,) + (1,) * (v.ndim - 1))
         eps = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, images.shape,
                                        dtype=epsilon.dtype)
-        self._unpool(epsilon.reshape(pooled), eps, kw)
+        self._unpool(epsilon.reshape(pooled), eps, kw, self._kind)
+        if counts is not None:
+            # nothing flows to a masked step (SUM and AVG spread the error over every step)
+            t = self.input_type
+            m = np.asarray(self._fmask)
+            mb = m[:, None, :] if t.data_format is RNNFormat.NCW else m[:, :, None]
+            v = _np_view(eps).reshape(self._x_shape)
+            np.multiply(v, mb != 0, out=v, casting="unsafe")
         return {}, eps.reshape(self._x_shape)        # views: both are C-contiguous
 

@@ -1,0 +1,1706 @@
+"""Recurrent time loops of `ndws.nn.functional`: LSTM (with GravesLSTM's peepholes) and
+SimpleRnn, forward and backward over whole sequences, with DL4J's parameters, gate order and
+masks (docs/kernels.md, "Recurrent time loops").
+
+How a forward pass runs. The input projection of every step is one GEMM, ``X @ W`` with the
+(step, example) pairs as rows in time-major order (an input whose rows are not one strided
+matrix in that order is copied first). Then, per step, without the GIL and without a Python
+call: the recurrent GEMM ``h_{t-1} @ RW`` into the step's temporary, and one pass per example
+that adds the projection and the bias, applies the activations, updates the cell, applies the
+mask and writes the output, the new state and, when training, the step's cache row (what the
+backward needs: gates, cell, output). The backward runs the steps in reverse: per step one
+GEMM for the recurrent error ``dz_{t+1} @ RW^T`` and one pass per example that writes the
+step's gate errors; after the loop three GEMMs over all steps give dW, dRW and dx, and a
+matrix-vector product the bias gradient.
+
+The step's temporaries live in a cycle of the caller's loop workspace, opened and closed at
+every step from the compiled loop (ndws._arena, "cycles of a compiled loop": DL4J's
+WS_RNN_LOOP_WORKING_MEM, with the statistics a loop of `with ws:` would give), or, without
+one, in the call's scratch. Everything else the call needs (the projection, copies, state
+buffers, the backward's gate errors) is scratch: `scratch=` or placed in the current workspace
+like a result (`*_scratch_bytes` says how much).
+
+Every GEMM is ndws._linalg's (results independent of the thread count), every example's pass
+runs on one thread in a fixed order, and the reductions are GEMMs or fixed-order loops: 1 and 2
+threads give the same bits.
+"""
+from libc.string cimport memcpy, memset
+cimport numpy as cnp
+
+import numpy as np
+
+from ndws._arena cimport Arena
+from ndws._core cimport NDArray, check_array, pin_foreign
+from ndws._dispatch cimport (float_arg, new_result, discard_result, whole_strides, shape_of,
+                             arrays_overlap)
+from ndws._gemm_types cimport GemmTable
+from ndws._linalg cimport gemm_table
+from ndws._threads cimport (threads_for, run_tasks, GRAIN_GEMM_F32, GRAIN_GEMM_F64,
+                            GRAIN_NN_UPDATE)
+from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
+from ndws.nn._activations cimport (ACT_IDENTITY, ACT_SIGMOID, ACT_TANH, ACT_N_ELEMENTWISE,
+                                   activation_code, act_tile_f32, act_tile_f64,
+                                   act_backward_tile_f32, act_backward_tile_f64, copy_into)
+from ndws._core import from_numpy as _from_numpy
+from ndws.workspace import DummyWorkspace as _DummyWorkspace
+
+cnp.import_array()
+
+__all__ = ["lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
+           "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
+           "simple_rnn_scratch_bytes"]
+
+cdef object _U8 = np.dtype(np.uint8)
+
+cdef enum:
+    ALIGN = 64             # scratch parts start on cache lines
+    TILE = 16              # the transposing copies move 16 x 16 tiles
+
+# sizes a call may reach: far from intp's overflow in every product below
+cdef intp_t SIZE_LIMIT = (<intp_t>1) << 48
+
+
+cdef inline intp_t _rup(intp_t x, intp_t q) noexcept nogil:
+    return (x + q - 1) // q * q
+
+
+cdef inline intp_t _imin(intp_t a, intp_t b) noexcept nogil:
+    return a if a < b else b
+
+
+# ------------------------------------------------------------------------------------------------
+# The cache layout (see _rnn.pxd)
+
+cdef bint needs_input(int code) noexcept nogil:
+    # identity, sigmoid and tanh have their derivatives from their outputs
+    return not (code == ACT_IDENTITY or code == ACT_SIGMOID or code == ACT_TANH)
+
+
+cdef Py_ssize_t lstm_cache_width(Py_ssize_t n, bint with_z) noexcept nogil:
+    return 11 * n if with_z else 7 * n
+
+
+cdef Py_ssize_t simple_rnn_cache_width(Py_ssize_t n, bint with_z) noexcept nogil:
+    return 3 * n if with_z else 2 * n
+
+
+# ------------------------------------------------------------------------------------------------
+# One call's problem, shared read-only by the threads of a step (the per-step fields change
+# between steps only, on the calling thread)
+
+cdef enum:
+    K_LSTM = 0
+    K_SIMPLE = 1
+
+ctypedef struct Job:
+    int kind
+    bint f64, peep, with_z
+    int act, gact                      # activation codes (ndws.nn._activations)
+    double aalpha, galpha              # their parameters
+    intp_t B, T, nin, n, K, Kc, item   # K: gate columns (4n or n); Kc: cache row width
+    const GemmTable* gt
+    int nt_gemm, nt_rows, ntasks
+    # x as time-major rows (row t*B + b at xr + r*xrs, columns xcs apart), after any copy
+    char* xr
+    intp_t xrs, xcs
+    char* W
+    intp_t ws0, ws1
+    # the recurrent product's right operand: RW[:, :K] (forward, rw_k = n rows, rw_n = K
+    # columns) or its transpose (backward, K x n), as strides into RW, and packed once for all
+    # steps (RWp, NULL for a single step: ndws._linalg's packed-B GEMM gives the same bits)
+    char* RW
+    intp_t rwrs, rwcs, rw_k, rw_n
+    char* RWp
+    char* peep_w                       # GravesLSTM: wFF, wOO, wGG, n each, contiguous
+    char* bias                         # K contiguous
+    char* mask                         # B x T contiguous, or NULL
+    char* y                            # logical (B, n, T)
+    intp_t ysb, ysk, yst
+    char* proj                         # T*B x K: x @ W
+    char* cache                        # T*B x Kc, or NULL
+    char* hbuf                         # B x n: h of the last step
+    char* cbuf                         # B x n: c of the last step (LSTM)
+    char* c0                           # backward: B x n contiguous copy of c0, or NULL
+    # backward
+    char* dy                           # logical (B, n, T)
+    intp_t dysb, dysk, dyst
+    char* dh_last                      # dL/dh of the last step's output (B x n), or NULL
+    intp_t dhs0, dhs1
+    char* dc_last                      # dL/dc of the last step's cell, or NULL
+    intp_t dcs0, dcs1
+    char* dz                           # Tw*B x K: the window's gate errors
+    char* dcbuf                        # B x n: dL/dc carried to the previous step
+    intp_t t0                          # the window's first step
+    # the step in flight
+    intp_t t
+    bint has_s
+    char* S                            # the step's GEMM result (B x K forward, B x n backward)
+    char* rows_tmp                     # the step's per-example temporaries
+    intp_t rtw                         # their width per example (elements)
+    bint bwd
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-example passes (each example of a step on one thread, in a fixed order)
+
+cdef inline void _act(const Job* j, int code, double alpha, floating_t* v, intp_t n
+                      ) noexcept nogil:
+    # v := f(v) over n contiguous values: the activations' tile API, whose sigmoid and tanh
+    # run per-instruction-set loops (nn/_act_loops.h)
+    if code == ACT_IDENTITY:
+        return
+    if floating_t is float32_t:
+        act_tile_f32(code, <float32_t>alpha, v, 1, n, n, 1)
+    else:
+        act_tile_f64(code, alpha, v, 1, n, n, 1)
+
+
+cdef inline void _dact(int code, double alpha, const floating_t* y, const floating_t* z,
+                       floating_t* d, intp_t n) noexcept nogil:
+    # d := d * f'(.) over n values: from the output y for identity / sigmoid / tanh, with the
+    # same operations as the activations' backward from the input (so the same bits), else
+    # from the input z through the activations' backward
+    cdef intp_t k
+    if code == ACT_IDENTITY:
+        return
+    if code == ACT_SIGMOID:
+        for k in range(n):
+            d[k] = d[k] * <floating_t>(y[k] * (1.0 - y[k]))
+    elif code == ACT_TANH:
+        for k in range(n):
+            d[k] = d[k] * <floating_t>(1.0 - y[k] * y[k])
+    elif floating_t is float32_t:
+        act_backward_tile_f32(code, <float32_t>alpha, z, n, 1, d, n, 1, d, n, 1, 1, n)
+    else:
+        act_backward_tile_f64(code, alpha, z, n, 1, d, n, 1, d, n, 1, 1, n)
+
+
+cdef inline floating_t _mask_of(const Job* j, intp_t b, intp_t t, floating_t* unused
+                                ) noexcept nogil:
+    return (<floating_t*>j.mask)[b * j.T + t]
+
+
+cdef void _lstm_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil:
+    cdef intp_t n = j.n, t = j.t, k
+    cdef intp_t r = t * j.B + b
+    cdef floating_t* P = proj + r * j.K
+    cdef const floating_t* S = (<floating_t*>j.S) + b * j.K
+    cdef const floating_t* bias = <floating_t*>j.bias
+    cdef floating_t* cprev = (<floating_t*>j.cbuf) + b * n
+    cdef floating_t* hb = (<floating_t*>j.hbuf) + b * n
+    cdef floating_t* y = (<floating_t*>j.y) + b * j.ysb + t * j.yst
+    cdef const floating_t* wff
+    cdef const floating_t* woo
+    cdef const floating_t* wgg
+    cdef floating_t* G
+    cdef floating_t* Ct
+    cdef floating_t* At
+    cdef floating_t* H = NULL
+    cdef floating_t m = 1, v
+    cdef intp_t ysk = j.ysk
+    if j.cache != NULL:
+        G = (<floating_t*>j.cache) + r * j.Kc
+        Ct = G + 4 * n
+        At = G + 5 * n
+        H = G + 6 * n
+    else:
+        G = P                                   # the projection row is this step's alone
+        Ct = (<floating_t*>j.rows_tmp) + b * j.rtw
+        At = Ct + n
+    # z = (x W + h RW) + b, DL4J's association (LSTMHelpers: mmul, gemm beta=1, addiRowVector)
+    if j.has_s:
+        for k in range(4 * n):
+            G[k] = (P[k] + S[k]) + bias[k]
+    else:
+        for k in range(4 * n):
+            G[k] = P[k] + bias[k]
+    if j.peep:
+        wff = <floating_t*>j.peep_w
+        woo = wff + n
+        wgg = wff + 2 * n
+        for k in range(n):
+            G[n + k] = G[n + k] + cprev[k] * wff[k]
+            G[3 * n + k] = G[3 * n + k] + cprev[k] * wgg[k]
+    if j.with_z and H != NULL:
+        # the pre-activations the backward differentiates at (o's gets its peephole below)
+        memcpy(G + 7 * n, G, 4 * n * sizeof(floating_t))
+    _act(j, j.act, j.aalpha, G, n)                     # g: block input, layer activation
+    _act(j, j.gact, j.galpha, G + n, n)                # f
+    _act(j, j.gact, j.galpha, G + 3 * n, n)            # i
+    for k in range(n):
+        Ct[k] = cprev[k] * G[n + k] + G[3 * n + k] * G[k]
+    if j.peep:
+        for k in range(n):
+            G[2 * n + k] = G[2 * n + k] + Ct[k] * woo[k]
+        if j.with_z and H != NULL:
+            memcpy(G + 9 * n, G + 2 * n, n * sizeof(floating_t))
+    _act(j, j.gact, j.galpha, G + 2 * n, n)            # o, after the cell (its peephole)
+    memcpy(At, Ct, n * sizeof(floating_t))
+    _act(j, j.act, j.aalpha, At, n)
+    if j.mask != NULL:
+        m = _mask_of(j, b, t, proj)
+    if m == 0:
+        # a masked step: output and state exactly 0 (whatever the padding held), DL4J's reset
+        for k in range(n):
+            cprev[k] = 0
+            hb[k] = 0
+            y[k * ysk] = 0
+        if H != NULL:
+            memset(H, 0, n * sizeof(floating_t))
+        return
+    for k in range(n):
+        v = G[2 * n + k] * At[k]
+        if j.mask != NULL:
+            v = m * v
+            cprev[k] = m * Ct[k]
+        else:
+            cprev[k] = Ct[k]
+        hb[k] = v
+        y[k * ysk] = v
+    if H != NULL:
+        memcpy(H, hb, n * sizeof(floating_t))
+
+
+cdef void _simple_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil:
+    cdef intp_t n = j.n, t = j.t, k
+    cdef intp_t r = t * j.B + b
+    cdef floating_t* P = proj + r * n
+    cdef const floating_t* S = (<floating_t*>j.S) + b * n
+    cdef const floating_t* bias = <floating_t*>j.bias
+    cdef floating_t* hb = (<floating_t*>j.hbuf) + b * n
+    cdef floating_t* y = (<floating_t*>j.y) + b * j.ysb + t * j.yst
+    cdef floating_t* A
+    cdef floating_t* H = NULL
+    cdef floating_t m = 1, v
+    cdef intp_t ysk = j.ysk
+    if j.cache != NULL:
+        A = (<floating_t*>j.cache) + r * j.Kc
+        H = A + n
+    else:
+        A = P
+    # z = (x W + b) + h RW: DL4J's SimpleRnn adds the bias first, then each product
+    if j.has_s:
+        for k in range(n):
+            A[k] = (P[k] + bias[k]) + S[k]
+    else:
+        for k in range(n):
+            A[k] = P[k] + bias[k]
+    if j.with_z and H != NULL:
+        memcpy(A + 2 * n, A, n * sizeof(floating_t))
+    _act(j, j.act, j.aalpha, A, n)
+    if j.mask != NULL:
+        m = _mask_of(j, b, t, proj)
+    if m == 0:
+        for k in range(n):
+            hb[k] = 0
+            y[k * ysk] = 0
+        if H != NULL:
+            memset(H, 0, n * sizeof(floating_t))
+        return
+    for k in range(n):
+        v = A[k]
+        if j.mask != NULL:
+            v = m * v
+        hb[k] = v
+        y[k * ysk] = v
+    if H != NULL:
+        memcpy(H, hb, n * sizeof(floating_t))
+
+
+cdef void _lstm_bwd_row(const Job* j, intp_t b, floating_t* dz) noexcept nogil:
+    # dz of step t for example b (gates g, f, o, i) and dL/dc_{t-1} into dcbuf
+    cdef intp_t n = j.n, t = j.t, B = j.B, k
+    cdef intp_t r = t * B + b
+    cdef floating_t* G = (<floating_t*>j.cache) + r * j.Kc
+    cdef const floating_t* Ct = G + 4 * n
+    cdef const floating_t* At = G + 5 * n
+    cdef const floating_t* Z = G + 7 * n
+    cdef const floating_t* Cp
+    cdef floating_t* D = dz + ((t - j.t0) * B + b) * j.K
+    cdef floating_t* dcb = (<floating_t*>j.dcbuf) + b * n
+    cdef floating_t* dh = (<floating_t*>j.rows_tmp) + b * j.rtw
+    cdef floating_t* dc = dh + n
+    cdef floating_t* cp = dh + 2 * n
+    cdef const floating_t* dyp = (<floating_t*>j.dy) + b * j.dysb + t * j.dyst
+    cdef const floating_t* R = (<floating_t*>j.S) + b * n
+    cdef const floating_t* wff
+    cdef const floating_t* woo
+    cdef const floating_t* wgg
+    cdef floating_t m = 1, mp = 1
+    cdef intp_t dysk = j.dysk
+    # dL/dh_t: this step's output error plus what step t + 1 sends back (the last step: the
+    # caller's dL/dh of the final state); dL/dc_t likewise
+    if j.has_s:
+        for k in range(n):
+            dh[k] = dyp[k * dysk] + R[k]
+        memcpy(dc, dcb, n * sizeof(floating_t))
+    else:
+        for k in range(n):
+            dh[k] = dyp[k * dysk]
+        if j.dh_last != NULL:
+            for k in range(n):
+                dh[k] = dh[k] + (<floating_t*>j.dh_last)[b * j.dhs0 + k * j.dhs1]
+        if j.dc_last != NULL:
+            for k in range(n):
+                dc[k] = (<floating_t*>j.dc_last)[b * j.dcs0 + k * j.dcs1]
+        else:
+            memset(dc, 0, n * sizeof(floating_t))
+    if j.mask != NULL:
+        m = _mask_of(j, b, t, dz)
+        if m == 0:
+            # nothing of a masked step reaches the parameters or the earlier steps
+            memset(D, 0, 4 * n * sizeof(floating_t))
+            memset(dcb, 0, n * sizeof(floating_t))
+            return
+        for k in range(n):
+            dh[k] = m * dh[k]
+            dc[k] = m * dc[k]
+    # c_{t-1} as the forward used it: the previous step's cell after its mask, or c0
+    if t > 0:
+        Cp = G - B * j.Kc + 4 * n
+        if j.mask != NULL:
+            mp = _mask_of(j, b, t - 1, dz)
+        if mp == 0:
+            memset(cp, 0, n * sizeof(floating_t))
+        else:
+            for k in range(n):
+                cp[k] = mp * Cp[k] if j.mask != NULL else Cp[k]
+    elif j.c0 != NULL:
+        memcpy(cp, (<floating_t*>j.c0) + b * n, n * sizeof(floating_t))
+    else:
+        memset(cp, 0, n * sizeof(floating_t))
+    # o: dL/dz_o = dh * act(c~) * gate'(o)
+    for k in range(n):
+        D[2 * n + k] = dh[k] * At[k]
+    _dact(j.gact, j.galpha, G + 2 * n, Z + 2 * n, D + 2 * n, n)
+    # dL/dc~ += act'(c~) * (o * dh) (+ the output gate's peephole), with D's g block as room
+    for k in range(n):
+        D[k] = G[2 * n + k] * dh[k]
+    _dact(j.act, j.aalpha, At, Ct, D, n)
+    for k in range(n):
+        dc[k] = dc[k] + D[k]
+    if j.peep:
+        wff = <floating_t*>j.peep_w
+        woo = wff + n
+        wgg = wff + 2 * n
+        for k in range(n):
+            dc[k] = dc[k] + D[2 * n + k] * woo[k]
+    # f, i, g
+    for k in range(n):
+        D[n + k] = dc[k] * cp[k]
+        D[3 * n + k] = dc[k] * G[k]
+        D[k] = dc[k] * G[3 * n + k]
+    _dact(j.gact, j.galpha, G + n, Z + n, D + n, n)
+    _dact(j.gact, j.galpha, G + 3 * n, Z + 3 * n, D + 3 * n, n)
+    _dact(j.act, j.aalpha, G, Z, D, n)
+    # dL/dc_{t-1}
+    for k in range(n):
+        dcb[k] = dc[k] * G[n + k]
+    if j.peep:
+        for k in range(n):
+            dcb[k] = (dcb[k] + D[n + k] * wff[k]) + D[3 * n + k] * wgg[k]
+
+
+cdef void _simple_bwd_row(const Job* j, intp_t b, floating_t* dz) noexcept nogil:
+    cdef intp_t n = j.n, t = j.t, k
+    cdef intp_t r = t * j.B + b
+    cdef const floating_t* A = (<floating_t*>j.cache) + r * j.Kc
+    cdef floating_t* D = dz + ((t - j.t0) * j.B + b) * n
+    cdef const floating_t* dyp = (<floating_t*>j.dy) + b * j.dysb + t * j.dyst
+    cdef const floating_t* R = (<floating_t*>j.S) + b * n
+    cdef floating_t m = 1
+    cdef intp_t dysk = j.dysk
+    if j.has_s:
+        for k in range(n):
+            D[k] = dyp[k * dysk] + R[k]
+    else:
+        for k in range(n):
+            D[k] = dyp[k * dysk]
+        if j.dh_last != NULL:
+            for k in range(n):
+                D[k] = D[k] + (<floating_t*>j.dh_last)[b * j.dhs0 + k * j.dhs1]
+    if j.mask != NULL:
+        m = _mask_of(j, b, t, dz)
+        if m == 0:
+            memset(D, 0, n * sizeof(floating_t))
+            return
+        for k in range(n):
+            D[k] = m * D[k]
+    _dact(j.act, j.aalpha, A, A + 2 * n, D, n)
+
+
+cdef void _rows(const Job* j, intp_t b0, intp_t b1) noexcept nogil:
+    cdef intp_t b
+    for b in range(b0, b1):
+        if j.f64:
+            if j.bwd:
+                if j.kind == K_LSTM:
+                    _lstm_bwd_row(j, b, <float64_t*>j.dz)
+                else:
+                    _simple_bwd_row(j, b, <float64_t*>j.dz)
+            elif j.kind == K_LSTM:
+                _lstm_fwd_row(j, b, <float64_t*>j.proj)
+            else:
+                _simple_fwd_row(j, b, <float64_t*>j.proj)
+        else:
+            if j.bwd:
+                if j.kind == K_LSTM:
+                    _lstm_bwd_row(j, b, <float32_t*>j.dz)
+                else:
+                    _simple_bwd_row(j, b, <float32_t*>j.dz)
+            elif j.kind == K_LSTM:
+                _lstm_fwd_row(j, b, <float32_t*>j.proj)
+            else:
+                _simple_fwd_row(j, b, <float32_t*>j.proj)
+
+
+cdef void _rows_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    # a fixed range of examples: which thread runs it never changes a bit
+    cdef const Job* j = <const Job*>ctx
+    _rows(j, c * j.B // j.ntasks, (c + 1) * j.B // j.ntasks)
+
+
+cdef void _run_rows(Job* j) noexcept nogil:
+    if j.nt_rows <= 1 or j.ntasks <= 1:
+        _rows(j, 0, j.B)
+    else:
+        run_tasks(_rows_task, j, j.ntasks, j.nt_rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# GEMMs and copies
+
+cdef int _gemm(const Job* j, intp_t m, intp_t n, intp_t k,
+               const char* a, intp_t rsa, intp_t csa, const char* b, intp_t rsb, intp_t csb,
+               double beta, char* c, intp_t rsc, intp_t csc, int nt) except -1 nogil:
+    # C := A @ B + beta*C (strides in elements) on ndws._linalg's GEMM
+    cdef int ret
+    if j.f64:
+        ret = j.gt.dgemm(m, n, k, 1.0, <const float64_t*>a, rsa, csa, <const float64_t*>b,
+                         rsb, csb, beta, <float64_t*>c, rsc, csc, nt, NULL, NULL)
+    else:
+        ret = j.gt.sgemm(m, n, k, 1.0, <const float32_t*>a, rsa, csa, <const float32_t*>b,
+                         rsb, csb, <float32_t>beta, <float32_t*>c, rsc, csc, nt, NULL, NULL)
+    if ret != 0:
+        with gil:
+            raise MemoryError("could not allocate the GEMM's packing scratch")
+    return 0
+
+
+cdef int _gemm_rw(const Job* j, const char* a, intp_t rsa, char* c, intp_t rsc, intp_t csc,
+                  int nt) except -1 nogil:
+    # C (B x rw_n) := A (B x rw_k, unit column stride) @ RW or RW^T, from RW packed once when
+    # the call runs it more than once
+    cdef int ret
+    if j.RWp == NULL:
+        return _gemm(j, j.B, j.rw_n, j.rw_k, a, rsa, 1, j.RW, j.rwrs, j.rwcs, 0.0, c, rsc, csc,
+                     nt)
+    if j.f64:
+        ret = j.gt.dgemm_packed_b(j.B, j.rw_n, j.rw_k, 1.0, <const float64_t*>a, rsa, 1,
+                                  <const float64_t*>j.RWp, 0.0, <float64_t*>c, rsc, csc, nt)
+    else:
+        ret = j.gt.sgemm_packed_b(j.B, j.rw_n, j.rw_k, 1.0, <const float32_t*>a, rsa, 1,
+                                  <const float32_t*>j.RWp, 0.0, <float32_t*>c, rsc, csc, nt)
+    if ret != 0:
+        with gil:
+            raise MemoryError("could not allocate the GEMM's packing scratch")
+    return 0
+
+
+cdef void _pack_rw(Job* j) noexcept nogil:
+    # RWp := the recurrent operand, in the layout of ndws._linalg's packed-B GEMM
+    if j.f64:
+        j.gt.pack_b_f64(j.rw_k, j.rw_n, <const float64_t*>j.RW, j.rwrs, j.rwcs,
+                        <float64_t*>j.RWp)
+    else:
+        j.gt.pack_b_f32(j.rw_k, j.rw_n, <const float32_t*>j.RW, j.rwrs, j.rwcs,
+                        <float32_t*>j.RWp)
+
+
+cdef void _copy2(const char* src, intp_t ss0, intp_t ss1, char* dst, intp_t ds0, intp_t ds1,
+                 intp_t n0, intp_t n1, intp_t item) noexcept nogil:
+    # dst[i, k] := src[i, k] for an n0 x n1 matrix (strides in elements), in 16 x 16 tiles, so
+    # a transposing copy reads and writes whole cache lines
+    cdef intp_t i0 = 0, k0, i, k, i1, k1
+    while i0 < n0:
+        i1 = _imin(i0 + TILE, n0)
+        k0 = 0
+        while k0 < n1:
+            k1 = _imin(k0 + TILE, n1)
+            for i in range(i0, i1):
+                if item == 8:
+                    for k in range(k0, k1):
+                        (<float64_t*>dst)[i * ds0 + k * ds1] = (<const float64_t*>src)[
+                            i * ss0 + k * ss1]
+                else:
+                    for k in range(k0, k1):
+                        (<float32_t*>dst)[i * ds0 + k * ds1] = (<const float32_t*>src)[
+                            i * ss0 + k * ss1]
+            k0 = k1
+        i0 = i1
+
+
+cdef void _copy_time_major(const char* x, intp_t sb, intp_t sk, intp_t st, char* dst,
+                           intp_t B, intp_t T, intp_t nin, intp_t item) noexcept nogil:
+    # dst[t, b, :] := x[b, :, t] (logical NCW strides sb, sk, st), dst C-contiguous (T, B, nin)
+    cdef intp_t b
+    for b in range(B):
+        _copy2(x + b * sb * item, st, sk, dst + b * nin * item, B * nin, 1, T, nin, item)
+
+
+cdef void _copy_from_time_major(const char* src, char* x, intp_t sb, intp_t sk, intp_t st,
+                                intp_t B, intp_t T, intp_t nin, intp_t item) noexcept nogil:
+    # x[b, :, t] := src[t, b, :] (the inverse of _copy_time_major)
+    cdef intp_t b
+    for b in range(B):
+        _copy2(src + b * nin * item, B * nin, 1, x + b * sb * item, st, sk, T, nin, item)
+
+
+# ------------------------------------------------------------------------------------------------
+# The time loops (no GIL; the loop workspace's slow steps take it)
+
+cdef int _step_temps(Job* j, Arena loop, intp_t s_elems) except -1 nogil:
+    # the step's temporaries: in a cycle of the loop workspace, or the call's scratch
+    if loop is None:
+        return 0
+    loop._loop_enter()
+    if s_elems > 0:                     # zero-size arrays take nothing from a workspace
+        j.S = loop._loop_alloc(s_elems * j.item)
+    if j.rtw > 0 and j.B > 0:
+        j.rows_tmp = loop._loop_alloc(j.B * j.rtw * j.item)
+    return 0
+
+
+cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
+    cdef intp_t t
+    for t in range(j.T):
+        _step_temps(j, loop, j.B * j.K)
+        j.t = t
+        j.has_s = t > 0 or j.has_s
+        if j.has_s:
+            # S := h_{t-1} @ RW, the recurrent part of every gate
+            _gemm_rw(j, j.hbuf, j.n, j.S, j.K, 1, j.nt_gemm)
+        _run_rows(j)
+        if loop is not None:
+            loop._loop_leave()
+    return 0
+
+
+cdef int _backward_loop(Job* j, Arena loop) except -1 nogil:
+    cdef intp_t t
+    for t in range(j.T - 1, j.t0 - 1, -1):
+        _step_temps(j, loop, j.B * j.n)
+        j.t = t
+        j.has_s = t < j.T - 1
+        if j.has_s:
+            # S := dz_{t+1} @ RW^T, the error step t + 1 sends to h_t
+            _gemm_rw(j, j.dz + (t + 1 - j.t0) * j.B * j.K * j.item, j.K, j.S, j.n, 1,
+                     j.nt_gemm)
+        _run_rows(j)
+        if loop is not None:
+            loop._loop_leave()
+    return 0
+
+
+cdef int _run_loop(Job* j, Arena loop, bint backward) except -1:
+    # the GIL is released for the whole loop; a loop workspace's slow step takes it back
+    if loop is not None:
+        loop._loop_begin(_rup(j.B * (j.n if backward else j.K) * j.item, ALIGN)
+                         + (_rup(j.B * j.rtw * j.item, ALIGN) if j.rtw > 0 else 0),
+                         "lstm_backward" if backward and j.kind == K_LSTM else
+                         "lstm_forward" if j.kind == K_LSTM else
+                         "simple_rnn_backward" if backward else "simple_rnn_forward")
+    try:
+        with nogil:
+            if backward:
+                _backward_loop(j, loop)
+            else:
+                _forward_loop(j, loop)
+    except BaseException:
+        if loop is not None:
+            loop._loop_end(True)
+        raise
+    if loop is not None:
+        loop._loop_end(False)
+    return 0
+
+
+cdef void _peephole_grads(const Job* j, floating_t* dRW, intp_t rs, intp_t cs) noexcept:
+    # dL/dwFF, dwOO, dwGG (RW's last three columns): sums over the window's rows in order
+    cdef intp_t n = j.n, B = j.B, t, b, k
+    cdef floating_t* G
+    cdef const floating_t* D
+    cdef floating_t* cp
+    cdef floating_t mp
+    cdef floating_t* dff = dRW + 4 * n * cs
+    cdef floating_t* doo = dff + cs
+    cdef floating_t* dgg = dff + 2 * cs
+    with nogil:
+        for k in range(n):
+            dff[k * rs] = 0
+            doo[k * rs] = 0
+            dgg[k * rs] = 0
+        for t in range(j.t0, j.T):
+            for b in range(B):
+                G = (<floating_t*>j.cache) + (t * B + b) * j.Kc
+                D = (<floating_t*>j.dz) + ((t - j.t0) * B + b) * j.K
+                mp = 1
+                if t > 0:
+                    cp = G - B * j.Kc + 4 * n
+                    if j.mask != NULL:
+                        mp = (<floating_t*>j.mask)[b * j.T + t - 1]
+                elif j.c0 != NULL:
+                    cp = (<floating_t*>j.c0) + b * n
+                else:
+                    cp = NULL
+                for k in range(n):
+                    doo[k * rs] = doo[k * rs] + D[2 * n + k] * G[4 * n + k]
+                    if cp != NULL and mp != 0:
+                        dff[k * rs] = dff[k * rs] + D[n + k] * (mp * cp[k] if t > 0 and
+                                                                 j.mask != NULL else cp[k])
+                        dgg[k * rs] = dgg[k * rs] + D[3 * n + k] * (mp * cp[k] if t > 0 and
+                                                                    j.mask != NULL else cp[k])
+
+
+# ------------------------------------------------------------------------------------------------
+# Arguments (GIL held)
+
+cdef inline intp_t _es(NDArray a, int d) noexcept nogil:
+    return a._strides[d] // a._itemsize
+
+
+cdef NDArray _operand(object x, str op, str role, object dtype=None):
+    # a float32/float64 operand; its dtype must be `dtype` when given
+    cdef NDArray a = float_arg(x, op, role)
+    if dtype is not None and a._dtype != dtype:
+        raise TypeError(f"{op}: {role} has dtype {a._dtype}, expected {dtype} (the dtype of x)")
+    return a
+
+
+cdef int _shape_is(NDArray a, tuple shape, str op, str role, str what) except -1:
+    if shape_of(a) != shape:
+        raise ValueError(f"{op}: {role} must have shape {shape} ({what}), got {shape_of(a)}")
+    return 0
+
+
+cdef bint _ncw(object data_format, str op) except -1:
+    if isinstance(data_format, str):
+        f = data_format.upper()
+        if f == "NCW":
+            return True
+        if f == "NWC":
+            return False
+    raise ValueError(f"{op}: data_format must be 'NCW' or 'NWC', got {data_format!r}")
+
+
+cdef tuple _seq_shape(intp_t B, intp_t c, intp_t T, bint ncw):
+    return (B, c, T) if ncw else (B, T, c)
+
+
+cdef void _seq_strides(NDArray a, bint ncw, intp_t* sb, intp_t* sc, intp_t* st) noexcept:
+    # element strides of a sequence array along (batch, channels, time) whatever its format
+    sb[0] = _es(a, 0)
+    if ncw:
+        sc[0] = _es(a, 1)
+        st[0] = _es(a, 2)
+    else:
+        sc[0] = _es(a, 2)
+        st[0] = _es(a, 1)
+
+
+cdef int _check_size(tuple dims, str op) except -1:
+    cdef object total = 1
+    for d in dims:
+        total *= d
+        if d >= SIZE_LIMIT or total >= SIZE_LIMIT:
+            raise ValueError(f"{op}: sizes {dims} are too large")
+    return 0
+
+
+cdef int _activation(object name, str op, str role, double* alpha) except -1:
+    cdef int code
+    if name is None:
+        return ACT_IDENTITY
+    code = activation_code(name, None, alpha)
+    if code >= ACT_N_ELEMENTWISE:
+        raise ValueError(f"{op}: {role} must be an elementwise activation, got {name!r}")
+    return code
+
+
+cdef Arena _loop_workspace(object ws, str op):
+    # None or a DummyWorkspace (scoped out, or DebugMode.BYPASS_EVERYTHING): no loop
+    # workspace, the step's temporaries are scratch
+    if ws is None or isinstance(ws, _DummyWorkspace):
+        return None
+    if not isinstance(ws, Arena):
+        raise TypeError(f"{op}: loop_workspace must be an ndws.Workspace (or None), got "
+                        f"{type(ws).__name__}")
+    return <Arena>ws
+
+
+cdef class _Call:
+    """The allocations of one call, for the contract's rollback (docs/architecture.md): results
+    and scratch placed in the current workspace, temporaries for outputs that overlap an input
+    (computed there, copied into the output by finish()). fail() gives every placed array
+    back, newest first."""
+    cdef str op
+    cdef list made
+    cdef list temps
+    cdef list outs
+
+    def __cinit__(self, str op):
+        self.op = op
+        self.made = []
+        self.temps = []
+        self.outs = []
+
+    cdef NDArray _place(self, object dtype, tuple shape):
+        cdef intp_t dims[8]
+        cdef int i
+        cdef NDArray r
+        for i in range(len(shape)):
+            dims[i] = shape[i]
+        r = new_result(dtype, len(shape), dims, self.op)
+        self.made.append(r)
+        return r
+
+    cdef NDArray out(self, object out, object dtype, tuple shape, str role, tuple inputs):
+        """`out` checked (dtype, shape, writeable, whole strides, no self-overlap, none with
+        the call's other outputs), through a temporary when it overlaps an input; or a new
+        result placed in the current workspace."""
+        cdef NDArray o, t
+        cdef int d
+        if out is None:
+            o = self._place(dtype, shape)
+            self.outs.append((role, o))
+            return o
+        out = pin_foreign(out, self.op, role)
+        if isinstance(out, NDArray):
+            o = <NDArray>out
+        elif isinstance(out, np.ndarray):
+            o = <NDArray>_from_numpy(out)
+        else:
+            raise TypeError(f"{self.op}: {role} must be an NDArray or numpy.ndarray, got "
+                            f"{type(out).__name__}")
+        check_array(o, self.op, role)
+        if not o._writeable:
+            raise ValueError(f"{self.op}: {role} is read-only")
+        if o._dtype != dtype:
+            raise TypeError(f"{self.op}: {role} has dtype {o._dtype}, expected {dtype}")
+        if shape_of(o) != shape:
+            raise ValueError(f"{self.op}: {role} has shape {shape_of(o)}, expected {shape}")
+        if not whole_strides(o):
+            raise ValueError(f"{self.op}: {role} has strides that are not whole "
+                             f"{o._itemsize}-byte elements")
+        for d in range(o._ndim):
+            if o._strides[d] == 0 and o._shape[d] > 1:
+                raise ValueError(f"{self.op}: {role} has a zero stride: elements would overlap")
+        for other_role, other in self.outs:
+            if arrays_overlap(o, <NDArray>other):
+                raise ValueError(f"{self.op}: {role} and {other_role} overlap")
+        self.outs.append((role, o))
+        for a in inputs:
+            if a is not None and arrays_overlap(o, <NDArray>a):
+                t = self._place(dtype, shape)
+                self.temps.append((t, o))
+                return t
+        return o
+
+    cdef char* scratch(self, object scratch, intp_t need, tuple arrays) except NULL:
+        """`need` bytes of scratch, 64-byte aligned: the caller's `scratch=` array or a uint8
+        array placed in the current workspace (it then lives until that cycle ends, as DL4J's
+        working memory does)."""
+        cdef NDArray a
+        cdef intp_t off
+        cdef intp_t shape[1]
+        if scratch is None:
+            shape[0] = need + ALIGN
+            a = new_result(_U8, 1, shape, self.op)
+            self.made.append(a)
+        else:
+            scratch = pin_foreign(scratch, self.op, "scratch")
+            if isinstance(scratch, NDArray):
+                a = <NDArray>scratch
+            elif isinstance(scratch, np.ndarray):
+                a = <NDArray>_from_numpy(scratch)
+            else:
+                raise TypeError(f"{self.op}: scratch must be an NDArray or numpy.ndarray, got "
+                                f"{type(scratch).__name__}")
+            check_array(a, self.op, "scratch")
+            if not a._writeable:
+                raise ValueError(f"{self.op}: scratch is read-only")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{self.op}: scratch must be C-contiguous")
+            for other in arrays:
+                if other is not None and arrays_overlap(a, <NDArray>other):
+                    raise ValueError(f"{self.op}: scratch overlaps an input or output array")
+        off = (-<size_t>a._data) % ALIGN
+        if a._size * a._itemsize - off < need:
+            helper = "lstm" if self.op.startswith("lstm") else "simple_rnn"
+            raise ValueError(f"{self.op}: scratch has {a._size * a._itemsize} bytes, the call "
+                             f"needs {need + ALIGN} (see {helper}_scratch_bytes)")
+        return a._data + off
+
+    cdef void fail(self):
+        for a in reversed(self.made):
+            discard_result(<NDArray>a)
+        self.made = []
+
+    cdef void finish(self):
+        for t, target in self.temps:
+            copy_into(<NDArray>t, <NDArray>target)
+        for t, target in reversed(self.temps):
+            discard_result(<NDArray>t)
+
+
+cdef inline intp_t _part(intp_t* total, intp_t nbytes) noexcept:
+    # the offset of the next scratch part (parts start on cache lines)
+    cdef intp_t off = total[0]
+    total[0] = off + _rup(nbytes, ALIGN)
+    return off
+
+
+cdef bint _time_major(intp_t B, intp_t T, intp_t sb, intp_t st, intp_t* rs) noexcept:
+    # whether the (t, b) rows of a sequence array are one strided matrix in time-major order
+    if T == 1:
+        rs[0] = sb
+        return True
+    if B == 1:
+        rs[0] = st
+        return True
+    if st == B * sb:
+        rs[0] = sb
+        return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------------
+# The parts of a call that forward and backward share
+
+ctypedef struct Sizes:
+    # what a call's scratch holds, in bytes (see _fwd_scratch / _bwd_scratch)
+    intp_t total
+    intp_t proj, xcopy, rwp, hbuf, cbuf, mask, bias, peep, stmp, rtmp
+    intp_t dz, dxtmp, dcbuf, c0, ones
+
+
+cdef void _fwd_scratch(Sizes* z, int kind, intp_t B, intp_t T, intp_t nin, intp_t n,
+                       intp_t item, bint copy_x, bint pack_rw, bint has_mask, bint peep,
+                       bint loop, intp_t rtw) noexcept:
+    cdef intp_t K = 4 * n if kind == K_LSTM else n
+    z.total = 0
+    z.proj = _part(&z.total, T * B * K * item)
+    z.xcopy = _part(&z.total, T * B * nin * item if copy_x else 0)
+    z.rwp = _part(&z.total, gemm_table().packed_b_elems(n, K, item == 8) * item if pack_rw
+                  else 0)
+    z.hbuf = _part(&z.total, B * n * item)
+    z.cbuf = _part(&z.total, B * n * item if kind == K_LSTM else 0)
+    z.mask = _part(&z.total, B * T * item if has_mask else 0)
+    z.bias = _part(&z.total, K * item)
+    z.peep = _part(&z.total, 3 * n * item if peep else 0)
+    z.stmp = _part(&z.total, B * K * item if not loop else 0)
+    z.rtmp = _part(&z.total, B * rtw * item if not loop else 0)
+
+
+cdef void _bwd_scratch(Sizes* z, int kind, intp_t B, intp_t T, intp_t Tw, intp_t nin, intp_t n,
+                       intp_t item, bint copy_x, bint copy_dx, bint has_mask, bint peep,
+                       bint loop, bint pack_rw, intp_t rtw) noexcept:
+    cdef intp_t K = 4 * n if kind == K_LSTM else n
+    z.total = 0
+    z.dz = _part(&z.total, Tw * B * K * item)
+    z.rwp = _part(&z.total, gemm_table().packed_b_elems(K, n, item == 8) * item if pack_rw
+                  else 0)
+    z.xcopy = _part(&z.total, Tw * B * nin * item if copy_x else 0)
+    z.dxtmp = _part(&z.total, Tw * B * nin * item if copy_dx else 0)
+    z.dcbuf = _part(&z.total, B * n * item if kind == K_LSTM else 0)
+    z.c0 = _part(&z.total, B * n * item if kind == K_LSTM else 0)
+    z.mask = _part(&z.total, B * T * item if has_mask else 0)
+    z.ones = _part(&z.total, Tw * B * item)
+    z.peep = _part(&z.total, 3 * n * item if peep else 0)
+    z.stmp = _part(&z.total, B * n * item if not loop else 0)
+    z.rtmp = _part(&z.total, B * rtw * item if not loop else 0)
+
+
+cdef intp_t _rows_width(int kind, bint backward, bint cached) noexcept:
+    # per-example temporaries of a step, in units of n: the forward LSTM's c~ and act(c~)
+    # when there is no cache to hold them, the backward LSTM's dh, dc and c_{t-1}
+    if kind == K_LSTM:
+        return 3 if backward else (0 if cached else 2)
+    return 0
+
+
+cdef int _read_params(Job* j, int kind, NDArray X, NDArray W, NDArray RW, bint peep,
+                      bint ncw, str op) except -1:
+    # shapes of x, W, RW against each other; fills j's sizes
+    cdef intp_t B, T, nin, n, K
+    if X._ndim != 3:
+        raise ValueError(f"{op}: x must be 3-D {'(batch, n_in, time)' if ncw else '(batch, time, n_in)'}"
+                         f" ({'NCW' if ncw else 'NWC'}), got shape {shape_of(X)}")
+    B = X._shape[0]
+    nin = X._shape[1] if ncw else X._shape[2]
+    T = X._shape[2] if ncw else X._shape[1]
+    if RW._ndim != 2:
+        raise ValueError(f"{op}: RW must be 2-D (n_out, "
+                         f"{'4*n_out' + (' + 3' if peep else '') if kind == K_LSTM else 'n_out'})"
+                         f", got shape {shape_of(RW)}")
+    n = RW._shape[0]
+    if n < 1:
+        raise ValueError(f"{op}: RW must have at least one row (n_out >= 1), got shape "
+                         f"{shape_of(RW)}")
+    K = 4 * n if kind == K_LSTM else n
+    if kind == K_LSTM:
+        _shape_is(RW, (n, K + 3) if peep else (n, K), op, "RW",
+                  "n_out, 4*n_out + 3: GravesLSTM's peephole columns last" if peep else
+                  "n_out, 4*n_out: blocks g, f, o, i; peepholes=True takes 3 more columns")
+    else:
+        _shape_is(RW, (n, n), op, "RW", "n_out, n_out")
+    if W._ndim != 2 or W._shape[1] != K:
+        raise ValueError(f"{op}: W must have shape (n_in, {K}), got {shape_of(W)}")
+    if W._shape[0] != nin:
+        raise ValueError(f"{op}: x has {nin} features (size of its "
+                         f"{'axis 1' if ncw else 'axis 2'}) but W has shape {shape_of(W)} "
+                         f"(expected ({nin}, {K}))")
+    _check_size((B, T, max(nin, 1), K), op)
+    _check_size((B, T, 11 * n), op)
+    j.kind = kind
+    j.f64 = X._itemsize == 8
+    j.item = X._itemsize
+    j.B, j.T, j.nin, j.n, j.K = B, T, nin, n, K
+    j.peep = peep
+    j.gt = gemm_table()
+    return 0
+
+
+cdef NDArray _read_state(object v, str op, str role, NDArray X, intp_t B, intp_t n):
+    cdef NDArray a
+    if v is None:
+        return None
+    a = _operand(v, op, role, X._dtype)
+    _shape_is(a, (B, n), op, role, "batch, n_out")
+    return a
+
+
+cdef NDArray _read_mask(object mask, str op, intp_t B, intp_t T):
+    cdef NDArray m
+    if mask is None:
+        return None
+    if isinstance(mask, NDArray):
+        check_array(<NDArray>mask, op, "mask")
+        mask = pin_foreign(mask, op, "mask")
+        v = np.asarray(mask)
+    else:
+        try:
+            v = np.asarray(mask)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{op}: mask must be an array of numbers, got "
+                            f"{type(mask).__name__}") from exc
+    if v.dtype.kind not in "biuf":
+        raise TypeError(f"{op}: mask must be an array of numbers (0 masks a step), got dtype "
+                        f"{v.dtype}")
+    if v.shape != (B, T):
+        raise ValueError(f"{op}: mask must have shape (batch, time) = {(B, T)}, got "
+                         f"{v.shape}")
+    return mask if isinstance(mask, NDArray) else _from_numpy(v)
+
+
+cdef void _fill_mask(NDArray mask, char* dst, intp_t B, intp_t T, bint f64) noexcept:
+    # the mask as a contiguous (B, T) array of the compute dtype
+    cdef cnp.ndarray v = np.asarray(mask)
+    cdef cnp.ndarray d = np.asarray(<object>_from_numpy_view(dst, B, T, f64))
+    d[...] = v
+
+
+cdef object _from_numpy_view(char* p, intp_t B, intp_t T, bint f64):
+    # a NumPy view of raw scratch memory (kept alive by the call's scratch array)
+    cdef cnp.npy_intp dims[2]
+    dims[0] = B
+    dims[1] = T
+    return cnp.PyArray_SimpleNewFromData(2, dims, cnp.NPY_FLOAT64 if f64 else cnp.NPY_FLOAT32,
+                                         <void*>p)
+
+
+cdef void _contiguous(NDArray a, char* dst, intp_t n0, intp_t n1) noexcept:
+    # dst (n0 x n1, C order) := a, any strides
+    with nogil:
+        _copy2(a._data, _es(a, 0), _es(a, 1), dst, n1, 1, n0, n1, a._itemsize)
+
+
+cdef void _vector(NDArray a, char* dst, intp_t n) noexcept:
+    # dst (n, contiguous) := a 1-D array or a (1, n) row
+    cdef intp_t s = _es(a, a._ndim - 1)
+    with nogil:
+        _copy2(a._data, 0, s, dst, 0, 1, 1, n, a._itemsize)
+
+
+cdef int _zero2(char* p, intp_t s0, intp_t s1, intp_t n0, intp_t n1, intp_t item) except -1:
+    cdef intp_t i, k
+    with nogil:
+        for i in range(n0):
+            for k in range(n1):
+                if item == 8:
+                    (<float64_t*>p)[i * s0 + k * s1] = 0
+                else:
+                    (<float32_t*>p)[i * s0 + k * s1] = 0
+    return 0
+
+
+cdef NDArray _cache_arg(object cache, object dtype, tuple shape, str op, bint write):
+    # the cache: C-contiguous (its rows are read and written as one block), of the shape the
+    # activations decide (lstm_cache_shape / simple_rnn_cache_shape)
+    cdef NDArray c
+    cache = pin_foreign(cache, op, "cache")
+    if isinstance(cache, NDArray):
+        c = <NDArray>cache
+    elif isinstance(cache, np.ndarray):
+        c = <NDArray>_from_numpy(cache)
+    else:
+        raise TypeError(f"{op}: cache must be an NDArray or numpy.ndarray, got "
+                        f"{type(cache).__name__}")
+    check_array(c, op, "cache")
+    if c._dtype != dtype:
+        raise TypeError(f"{op}: cache has dtype {c._dtype}, expected {dtype} (the dtype of x)")
+    if shape_of(c) != shape:
+        raise ValueError(f"{op}: cache must have shape {shape} (time, batch, width: see "
+                         f"{'lstm' if op.startswith('lstm') else 'simple_rnn'}_cache_shape, "
+                         f"for the same activations), got {shape_of(c)}")
+    if not c.flags.c_contiguous:
+        raise ValueError(f"{op}: cache must be C-contiguous")
+    if write and not c._writeable:
+        raise ValueError(f"{op}: cache is read-only")
+    return c
+
+
+cdef tuple _forward(int kind, object x, object W, object RW, object b, object h0, object c0,
+                    object mask, object activation, object gate_activation, bint peep,
+                    object data_format, object out, object h_out, object c_out, object cache,
+                    object loop_workspace, object scratch, str op):
+    cdef Job j
+    cdef Sizes z
+    cdef bint ncw = _ncw(data_format, op)
+    cdef NDArray X = _operand(x, op, "x")
+    cdef NDArray Wa = _operand(W, op, "W", X._dtype)
+    cdef NDArray RWa = _operand(RW, op, "RW", X._dtype)
+    cdef NDArray Ba = _operand(b, op, "b", X._dtype)
+    cdef NDArray H0, C0 = None, M, Y, Hn, Cn = None, CA = None
+    cdef Arena loop
+    cdef intp_t B, T, nin, n, K, item, xsb, xsk, xst, rs
+    cdef bint copy_x, pack_rw
+    cdef int nt, q
+    cdef char* base
+    cdef _Call call
+    cdef object dt = X._dtype
+    memset(&j, 0, sizeof(Job))
+    _read_params(&j, kind, X, Wa, RWa, peep, ncw, op)
+    B, T, nin, n, K, item = j.B, j.T, j.nin, j.n, j.K, j.item
+    if not ((Ba._ndim == 1 and Ba._shape[0] == K)
+            or (Ba._ndim == 2 and Ba._shape[0] == 1 and Ba._shape[1] == K)):
+        raise ValueError(f"{op}: b must have shape ({K},) or (1, {K}), got {shape_of(Ba)}")
+    j.act = _activation(activation, op, "activation", &j.aalpha)
+    if kind == K_LSTM:
+        j.gact = _activation(gate_activation, op, "gate_activation", &j.galpha)
+    j.with_z = needs_input(j.act) or (kind == K_LSTM and needs_input(j.gact))
+    j.Kc = lstm_cache_width(n, j.with_z) if kind == K_LSTM else simple_rnn_cache_width(
+        n, j.with_z)
+    H0 = _read_state(h0, op, "h0", X, B, n)
+    if kind == K_LSTM:
+        C0 = _read_state(c0, op, "c0", X, B, n)
+    M = _read_mask(mask, op, B, T)
+    loop = _loop_workspace(loop_workspace, op)
+    inputs = (X, Wa, RWa, Ba, H0, C0, M)
+    call = _Call(op)
+    if cache is not None:
+        CA = _cache_arg(cache, dt, (T, B, j.Kc), op, True)
+        for a in inputs:
+            if a is not None and arrays_overlap(CA, <NDArray>a):
+                raise ValueError(f"{op}: cache overlaps an input array")
+        call.outs.append(("cache", CA))
+    try:
+        Y = call.out(out, dt, _seq_shape(B, n, T, ncw), "out", inputs)
+        Hn = call.out(h_out, dt, (B, n), "h_out", inputs)
+        if kind == K_LSTM:
+            Cn = call.out(c_out, dt, (B, n), "c_out", inputs)
+        _seq_strides(X, ncw, &xsb, &xsk, &xst)
+        copy_x = not _time_major(B, T, xsb, xst, &rs)
+        # RW packed once when it serves more than one step (not for a matrix-vector product,
+        # which the GEMM sums in another order: a step gives the same bits alone or in a
+        # sequence)
+        pack_rw = T > 1 and B > 1 and K > 1
+        j.rtw = _rows_width(kind, False, CA is not None) * n
+        _fwd_scratch(&z, kind, B, T, nin, n, item, copy_x, pack_rw, M is not None, peep,
+                     loop is not None, j.rtw)
+        base = call.scratch(scratch, z.total, inputs + (Y, Hn, Cn, CA))
+        j.proj = base + z.proj
+        j.hbuf = base + z.hbuf
+        j.cbuf = base + z.cbuf
+        j.bias = base + z.bias
+        _vector(Ba, j.bias, K)
+        if M is not None:
+            j.mask = base + z.mask
+            np.copyto(_from_numpy_view(j.mask, B, T, j.f64), np.asarray(M), casting="unsafe")
+        if peep:
+            j.peep_w = base + z.peep
+            for q in range(3):
+                _copy2(RWa._data + (K + q) * RWa._strides[1], _es(RWa, 0), 0,
+                       j.peep_w + q * n * item, 1, 0, n, 1, item)
+        j.RW, j.rwrs, j.rwcs, j.rw_k, j.rw_n = RWa._data, _es(RWa, 0), _es(RWa, 1), n, K
+        if pack_rw:
+            j.RWp = base + z.rwp
+            with nogil:
+                _pack_rw(&j)
+        if loop is None:
+            j.S = base + z.stmp
+            j.rows_tmp = base + z.rtmp
+        j.cache = CA._data if CA is not None else NULL
+        j.y = Y._data
+        _seq_strides(Y, ncw, &j.ysb, &j.ysk, &j.yst)
+        if H0 is not None:
+            _contiguous(H0, j.hbuf, B, n)
+        j.has_s = H0 is not None
+        if kind == K_LSTM:
+            if C0 is not None:
+                _contiguous(C0, j.cbuf, B, n)
+            else:
+                memset(j.cbuf, 0, B * n * item)
+        if copy_x:
+            j.xr = base + z.xcopy
+            with nogil:
+                _copy_time_major(X._data, xsb, xsk, xst, j.xr, B, T, nin, item)
+            j.xrs, j.xcs = nin, 1
+        else:
+            j.xr, j.xrs, j.xcs = X._data, rs, xsk
+        j.nt_gemm = threads_for(2 * B * n * K, GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
+        j.nt_rows = threads_for(B * n, GRAIN_NN_UPDATE)
+        j.ntasks = <int>_imin(B, 4 * j.nt_rows)
+        nt = threads_for(2 * T * B * nin * K, GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
+        if T * B > 0:
+            # the input projection of every step at once: proj := x @ W (rows t*B + b)
+            with nogil:
+                _gemm(&j, T * B, K, nin, j.xr, j.xrs, j.xcs, Wa._data, _es(Wa, 0), _es(Wa, 1),
+                      0.0, j.proj, K, 1, nt)
+        _run_loop(&j, loop, False)
+        # the final state (the caller keeps it, e.g. for rnn_time_step or the next segment)
+        if T == 0 and H0 is None:
+            memset(j.hbuf, 0, B * n * item)
+        _copy2(j.hbuf, n, 1, Hn._data, _es(Hn, 0), _es(Hn, 1), B, n, item)
+        if kind == K_LSTM:
+            _copy2(j.cbuf, n, 1, Cn._data, _es(Cn, 0), _es(Cn, 1), B, n, item)
+        call.finish()
+    except BaseException:
+        call.fail()
+        raise
+    y_res = out if out is not None else Y
+    h_res = h_out if h_out is not None else Hn
+    if kind == K_LSTM:
+        return (y_res, h_res, c_out if c_out is not None else Cn)
+    return (y_res, h_res)
+
+
+cdef tuple _backward(int kind, object x, object W, object RW, object cache, object grad_output,
+                     object h0, object c0, object mask, object grad_h, object grad_c,
+                     object activation, object gate_activation, bint peep, object data_format,
+                     object back_length, bint need_input, object grad_input, object grad_W,
+                     object grad_RW, object grad_b, object grad_h0, object grad_c0,
+                     object loop_workspace, object scratch, str op):
+    cdef Job j
+    cdef Sizes z
+    cdef bint ncw = _ncw(data_format, op)
+    cdef NDArray X = _operand(x, op, "x")
+    cdef NDArray Wa = _operand(W, op, "W", X._dtype)
+    cdef NDArray RWa = _operand(RW, op, "RW", X._dtype)
+    cdef NDArray CA, DY, DH = None, DC = None, H0, C0 = None, M
+    cdef NDArray dX = None, dW, dRW, db, dH0, dC0 = None
+    cdef Arena loop
+    cdef intp_t B, T, nin, n, K, item, xsb, xsk, xst, rs, Tw, R
+    cdef intp_t dsb = 0, dsk = 0, dst = 0, drs = 0
+    cdef intp_t t0, t, hoff
+    cdef int nt, q
+    cdef bint copy_x, copy_dx = False, pack_rw
+    cdef char* base
+    cdef char* xw
+    cdef char* dxw
+    cdef _Call call
+    cdef object dt = X._dtype
+    memset(&j, 0, sizeof(Job))
+    _read_params(&j, kind, X, Wa, RWa, peep, ncw, op)
+    B, T, nin, n, K, item = j.B, j.T, j.nin, j.n, j.K, j.item
+    j.act = _activation(activation, op, "activation", &j.aalpha)
+    if kind == K_LSTM:
+        j.gact = _activation(gate_activation, op, "gate_activation", &j.galpha)
+    j.with_z = needs_input(j.act) or (kind == K_LSTM and needs_input(j.gact))
+    j.Kc = lstm_cache_width(n, j.with_z) if kind == K_LSTM else simple_rnn_cache_width(
+        n, j.with_z)
+    if cache is None:
+        raise TypeError(f"{op}: cache is required: the array the forward pass filled "
+                        f"(cache=...)")
+    CA = _cache_arg(cache, dt, (T, B, j.Kc), op, False)
+    if grad_output is None:
+        raise TypeError(f"{op}: grad_output is required (dL/d(output), the forward's output "
+                        f"shape)")
+    DY = _operand(grad_output, op, "grad_output", dt)
+    _shape_is(DY, _seq_shape(B, n, T, ncw), op, "grad_output",
+              "the forward's output: " + ("batch, n_out, time" if ncw else
+                                          "batch, time, n_out"))
+    DH = _read_state(grad_h, op, "grad_h", X, B, n)
+    H0 = _read_state(h0, op, "h0", X, B, n)
+    if kind == K_LSTM:
+        DC = _read_state(grad_c, op, "grad_c", X, B, n)
+        C0 = _read_state(c0, op, "c0", X, B, n)
+    M = _read_mask(mask, op, B, T)
+    if back_length is None:
+        t0 = 0
+    else:
+        if isinstance(back_length, (bool, np.bool_)) or not isinstance(back_length,
+                                                                         (int, np.integer)):
+            raise TypeError(f"{op}: back_length must be an int or None, got {back_length!r}")
+        if back_length < 0:
+            raise ValueError(f"{op}: back_length must be >= 0, got {back_length!r}")
+        t0 = T - back_length if back_length < T else 0
+    loop = _loop_workspace(loop_workspace, op)
+    inputs = (X, Wa, RWa, CA, DY, DH, DC, H0, C0, M)
+    call = _Call(op)
+    try:
+        if need_input:
+            dX = call.out(grad_input, dt, shape_of(X), "grad_input", inputs)
+        dW = call.out(grad_W, dt, (nin, K), "grad_W", inputs)
+        dRW = call.out(grad_RW, dt, shape_of(RWa), "grad_RW", inputs)
+        if isinstance(grad_b, (NDArray, np.ndarray)) and grad_b.ndim == 2:
+            db = call.out(grad_b, dt, (1, K), "grad_b", inputs)
+        else:
+            db = call.out(grad_b, dt, (K,), "grad_b", inputs)
+        dH0 = call.out(grad_h0, dt, (B, n), "grad_h0", inputs)
+        if kind == K_LSTM:
+            dC0 = call.out(grad_c0, dt, (B, n), "grad_c0", inputs)
+        Tw = T - t0
+        R = Tw * B
+        _seq_strides(X, ncw, &xsb, &xsk, &xst)
+        copy_x = not _time_major(B, T, xsb, xst, &rs)
+        if dX is not None:
+            _seq_strides(dX, ncw, &dsb, &dsk, &dst)
+            copy_dx = not _time_major(B, T, dsb, dst, &drs)
+        j.rtw = _rows_width(kind, True, True) * n
+        pack_rw = Tw > 1 and B > 1 and n > 1
+        _bwd_scratch(&z, kind, B, T, Tw, nin, n, item, copy_x, copy_dx, M is not None, peep,
+                     loop is not None, pack_rw, j.rtw)
+        base = call.scratch(scratch, z.total, inputs + (dX, dW, dRW, db, dH0, dC0))
+        j.bwd = True
+        j.t0 = t0
+        j.dz = base + z.dz
+        # RW^T: T - 1 steps and the initial state's error use it
+        j.RW, j.rwrs, j.rwcs, j.rw_k, j.rw_n = RWa._data, _es(RWa, 1), _es(RWa, 0), K, n
+        if pack_rw:
+            j.RWp = base + z.rwp
+            with nogil:
+                _pack_rw(&j)
+        j.dcbuf = base + z.dcbuf
+        if C0 is not None:
+            j.c0 = base + z.c0
+            _contiguous(C0, j.c0, B, n)
+        if M is not None:
+            j.mask = base + z.mask
+            np.copyto(_from_numpy_view(j.mask, B, T, j.f64), np.asarray(M), casting="unsafe")
+        if peep:
+            j.peep_w = base + z.peep
+            for q in range(3):
+                _copy2(RWa._data + (K + q) * RWa._strides[1], _es(RWa, 0), 0,
+                       j.peep_w + q * n * item, 1, 0, n, 1, item)
+        if loop is None:
+            j.S = base + z.stmp
+            j.rows_tmp = base + z.rtmp
+        j.cache = CA._data
+        j.dy = DY._data
+        _seq_strides(DY, ncw, &j.dysb, &j.dysk, &j.dyst)
+        if DH is not None:
+            j.dh_last, j.dhs0, j.dhs1 = DH._data, _es(DH, 0), _es(DH, 1)
+        if DC is not None:
+            j.dc_last, j.dcs0, j.dcs1 = DC._data, _es(DC, 0), _es(DC, 1)
+        j.nt_gemm = threads_for(2 * B * n * K, GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
+        j.nt_rows = threads_for(B * n, GRAIN_NN_UPDATE)
+        j.ntasks = <int>_imin(B, 4 * j.nt_rows)
+        _run_loop(&j, loop, True)
+        # -- the window's parameter gradients: GEMMs over all its rows at once --------------
+        nt = threads_for(2 * R * K * (n if n > nin else nin),
+                         GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
+        if copy_x:
+            xw = base + z.xcopy
+            with nogil:
+                _copy_time_major(X._data + t0 * xst * item, xsb, xsk, xst, xw, B, Tw, nin,
+                                 item)
+            xsk, rs = 1, nin
+        else:
+            xw = X._data + t0 * B * rs * item
+        hoff = 6 * n if kind == K_LSTM else n
+        with nogil:
+            # dW := x^T @ dz
+            _gemm(&j, nin, K, R, xw, xsk, rs, j.dz, K, 1, 0.0, dW._data, _es(dW, 0),
+                  _es(dW, 1), nt)
+            # dRW := h_{t-1}^T @ dz (h of the previous step from the cache; h0 at step 0)
+            if t0 > 0:
+                _gemm(&j, n, K, R, j.cache + ((t0 - 1) * B * j.Kc + hoff) * item, 1, j.Kc,
+                      j.dz, K, 1, 0.0, dRW._data, _es(dRW, 0), _es(dRW, 1), nt)
+            else:
+                _gemm(&j, n, K, R - B if R > B else 0, j.cache + hoff * item, 1, j.Kc,
+                      j.dz + B * K * item, K, 1, 0.0, dRW._data, _es(dRW, 0), _es(dRW, 1), nt)
+                if H0 is not None and R > 0:
+                    _gemm(&j, n, K, B, H0._data, _es(H0, 1), _es(H0, 0), j.dz, K, 1, 1.0,
+                          dRW._data, _es(dRW, 0), _es(dRW, 1), nt)
+        # db := ones^T @ dz (a matrix-vector product: the same sums for any thread count)
+        if R > 0:
+            np.copyto(_from_numpy_view(base + z.ones, 1, R, j.f64), 1.0)
+        with nogil:
+            _gemm(&j, 1, K, R, base + z.ones, R, 1, j.dz, K, 1, 0.0, db._data, 0,
+                  _es(db, db._ndim - 1), nt)
+        if peep:
+            if j.f64:
+                _peephole_grads(&j, <float64_t*>dRW._data, _es(dRW, 0), _es(dRW, 1))
+            else:
+                _peephole_grads(&j, <float32_t*>dRW._data, _es(dRW, 0), _es(dRW, 1))
+        # dx := dz @ W^T for the window's steps, 0 before it
+        if dX is not None:
+            if t0 > 0:
+                if ncw:
+                    _zero_steps(dX, 2, t0)
+                else:
+                    _zero_steps(dX, 1, t0)
+            dxw = base + z.dxtmp if copy_dx else dX._data + t0 * B * drs * item
+            with nogil:
+                _gemm(&j, R, nin, K, j.dz, K, 1, Wa._data, _es(Wa, 1), _es(Wa, 0), 0.0, dxw,
+                      nin if copy_dx else drs, 1 if copy_dx else dsk, nt)
+                if copy_dx:
+                    _copy_from_time_major(dxw, dX._data + t0 * dst * item, dsb, dsk, dst, B,
+                                          Tw, nin, item)
+        # the initial state's gradients: what step 0 sends back, unless the window is shorter
+        if T == 0:
+            _state_or_zero(DH, dH0, B, n)
+            if kind == K_LSTM:
+                _state_or_zero(DC, dC0, B, n)
+        elif t0 > 0:
+            _zero2(dH0._data, _es(dH0, 0), _es(dH0, 1), B, n, item)
+            if kind == K_LSTM:
+                _zero2(dC0._data, _es(dC0, 0), _es(dC0, 1), B, n, item)
+        else:
+            with nogil:
+                _gemm_rw(&j, j.dz, K, dH0._data, _es(dH0, 0), _es(dH0, 1), j.nt_gemm)
+            if kind == K_LSTM:
+                _copy2(j.dcbuf, n, 1, dC0._data, _es(dC0, 0), _es(dC0, 1), B, n, item)
+        call.finish()
+    except BaseException:
+        call.fail()
+        raise
+    res = [grad_input if grad_input is not None else dX,
+           grad_W if grad_W is not None else dW,
+           grad_RW if grad_RW is not None else dRW,
+           grad_b if grad_b is not None else db,
+           grad_h0 if grad_h0 is not None else dH0]
+    if not need_input:
+        res[0] = None
+    if kind == K_LSTM:
+        res.append(grad_c0 if grad_c0 is not None else dC0)
+    return tuple(res)
+
+
+cdef int _zero_steps(NDArray a, int axis, intp_t t0) except -1:
+    # a[..., :t0] (the time axis `axis` of a 3-D array) := 0
+    cdef intp_t d0 = a._shape[0], d1 = a._shape[1], d2 = a._shape[2]
+    cdef intp_t s0 = _es(a, 0), s1 = _es(a, 1), s2 = _es(a, 2), i
+    for i in range(t0):
+        if axis == 2:
+            _zero2(a._data + i * s2 * a._itemsize, s0, s1, d0, d1, a._itemsize)
+        else:
+            _zero2(a._data + i * s1 * a._itemsize, s0, s2, d0, d2, a._itemsize)
+    return 0
+
+
+cdef int _state_or_zero(NDArray src, NDArray dst, intp_t B, intp_t n) except -1:
+    if src is None:
+        _zero2(dst._data, _es(dst, 0), _es(dst, 1), B, n, dst._itemsize)
+    else:
+        _copy2(src._data, _es(src, 0), _es(src, 1), dst._data, _es(dst, 0), _es(dst, 1), B, n,
+               dst._itemsize)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Public entries (re-exported by ndws.nn.functional)
+
+_FWD_PARAMS = """
+    Parameters
+    ----------
+    x : (batch, n_in, time) NDArray of float32 or float64
+        ``(batch, time, n_in)`` when ``data_format="NWC"``. Any strides; rows that are one
+        strided matrix in time-major order (e.g. a transposed view of a ``(time, batch, n_in)``
+        array) are read in place, others are copied once."""
+
+_LOOP_DOC = """    loop_workspace : ndws.Workspace, optional
+        Where each step's temporaries live: a cycle of it is opened and closed at every step
+        from the compiled loop (DL4J's ``WS_RNN_LOOP_WORKING_MEM``, what a network passes for
+        ``ArrayType.RNN_FF_LOOP_WORKING_MEM`` / ``RNN_BP_LOOP_WORKING_MEM``), with the
+        statistics a loop of ``with loop_workspace:`` would give. It must belong to this
+        thread, be closed and scoped (not circular). None (or a DummyWorkspace): the
+        temporaries are part of the scratch.
+    scratch : NDArray or numpy.ndarray, optional
+        C-contiguous, writeable, at least the ``*_scratch_bytes`` bytes. When omitted it is
+        placed in the current workspace like a result (detached memory without one)."""
+
+
+def lstm_forward(x, W, RW, b, h0=None, c0=None, mask=None, *, activation="sigmoid",
+                 gate_activation="sigmoid", peepholes=False, data_format="NCW", out=None,
+                 h_out=None, c_out=None, cache=None, loop_workspace=None, scratch=None):
+    """LSTM over a whole sequence with DL4J's parameters (``LSTM``; ``GravesLSTM`` with
+    ``peepholes=True``).
+
+    Per step, DL4J's gate blocks (g, f, o, i) in the columns of W, RW and b:
+    ``z = (x_t W + h_{t-1} RW) + b``, ``g = act(z_g)``, ``f = gate(z_f [+ c_{t-1} wFF])``,
+    ``i = gate(z_i [+ c_{t-1} wGG])``, ``c~ = f c_{t-1} + i g``, ``o = gate(z_o [+ c~ wOO])``,
+    ``h_t = m o act(c~)``, ``c_t = m c~`` with m the step's mask (1 without one). A masked
+    step (m = 0) outputs 0 and resets the state to 0, as DL4J's LSTMHelpers does (whatever
+    the padding held: exactly 0, never NaN).
+
+    Parameters
+    ----------
+    x : (batch, n_in, time) NDArray of float32 or float64
+        ``(batch, time, n_in)`` when ``data_format="NWC"``. Any strides; rows that are one
+        strided matrix in time-major order (e.g. a transposed view of a ``(time, batch, n_in)``
+        array) are read in place, others are copied once.
+    W : (n_in, 4*n_out) NDArray of the same dtype
+        Input weights, column blocks (g, f, o, i).
+    RW : (n_out, 4*n_out) NDArray, or (n_out, 4*n_out + 3) with ``peepholes=True``
+        Recurrent weights; GravesLSTM's peephole columns wFF, wOO, wGG last.
+    b : (4*n_out,) or (1, 4*n_out) NDArray
+        Bias (DL4J initialises the f block to ``forget_gate_bias_init``).
+    h0, c0 : (batch, n_out) NDArray, optional
+        Initial state (zeros when omitted), e.g. the state ``rnn_time_step`` or the previous
+        truncated-BPTT segment kept.
+    mask : (batch, time) array of numbers, optional
+        0 masks a step; other values scale the output and the state (DL4J multiplies).
+    activation : str
+        The layer activation (block input and cell output), an elementwise name of
+        `activation`. DL4J's network-wide default is sigmoid, which is this default;
+        ``"tanh"`` is the usual LSTM (and PyTorch's).
+    gate_activation : str
+        The gates' activation (DL4J's ``gateActivationFunction``, sigmoid).
+    peepholes : bool
+        GravesLSTM: RW carries the three peephole columns.
+    data_format : {"NCW", "NWC"}
+    out : (batch, n_out, time) NDArray, optional
+        ``(batch, time, n_out)`` for NWC; any strides.
+    h_out, c_out : (batch, n_out) NDArray, optional
+        Where the final state goes (e.g. the caller's detached state arrays; they may be
+        `h0` and `c0`).
+    cache : NDArray, optional
+        For training: a C-contiguous array of `lstm_cache_shape` the step values the backward
+        needs are written to (the network places it in its BP working memory). None for
+        inference.
+""" + _LOOP_DOC + """
+
+    Returns
+    -------
+    (y, h, c) : tuple of NDArray
+        The outputs of every step and the final state (``h`` equals the last step's output).
+        Each is the array given as ``out`` / ``h_out`` / ``c_out``, or a new array placed in
+        the current workspace.
+
+    Examples
+    --------
+    >>> import numpy as np, ndws.nn.functional as F
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((2, 3, 5)).astype(np.float32)        # batch 2, 3 inputs, 5 steps
+    >>> W, RW = rng.standard_normal((3, 16), np.float32), rng.standard_normal((4, 16), np.float32)
+    >>> y, h, c = F.lstm_forward(x, W, RW, np.zeros(16, np.float32), activation="tanh")
+    >>> y.shape, h.shape, bool((y.numpy()[:, :, -1] == h.numpy()).all())
+    ((2, 4, 5), (2, 4), True)
+    """
+    return _forward(K_LSTM, x, W, RW, b, h0, c0, mask, activation, gate_activation,
+                    bool(peepholes), data_format, out, h_out, c_out, cache, loop_workspace,
+                    scratch, "lstm_forward")
+
+
+def lstm_backward(x, W, RW, cache, grad_output, h0=None, c0=None, mask=None, grad_h=None,
+                  grad_c=None, *, activation="sigmoid", gate_activation="sigmoid",
+                  peepholes=False, data_format="NCW", back_length=None, need_input=True,
+                  grad_input=None, grad_W=None, grad_RW=None, grad_b=None, grad_h0=None,
+                  grad_c0=None, loop_workspace=None, scratch=None):
+    """Gradients of `lstm_forward` from the cache it wrote: ``(dx, dW, dRW, db, dh0, dc0)``.
+
+    The exact derivative of the forward, masks included: errors start from `grad_output` at
+    every step and `grad_h` / `grad_c` at the final state, and flow back through at most
+    `back_length` steps from the end (truncated BPTT): earlier steps get no error (dx is 0
+    there) and the initial state none (dh0 = dc0 = 0) unless the window reaches it. A masked
+    step passes no error to the parameters, its input or the earlier steps.
+
+    Parameters
+    ----------
+    x, W, RW, h0, c0, mask : as given to `lstm_forward`
+    cache : the cache `lstm_forward` filled (read, not changed)
+    grad_output : dL/dy, the forward output's shape
+    grad_h, grad_c : (batch, n_out) NDArray, optional
+        dL/d(final h) and dL/d(final c): the error the next segment (or a loss on the state)
+        sends back; zeros when omitted.
+    activation, gate_activation, peepholes, data_format : as given to `lstm_forward`
+    back_length : int, optional
+        Steps the errors flow back through (``tbptt_back_length``); all when None.
+    need_input : bool
+        Compute dx (a first layer needs none; dx is then None).
+    grad_input, grad_W, grad_RW, grad_b, grad_h0, grad_c0 : NDArray, optional
+        Outputs: x's, W's, RW's, (4*n_out,) or (1, 4*n_out), and (batch, n_out) shapes; any
+        strides; written, not accumulated into.
+""" + _LOOP_DOC + """
+
+    Returns
+    -------
+    tuple
+        ``(dx or None, dW, dRW, db, dh0, dc0)``.
+    """
+    return _backward(K_LSTM, x, W, RW, cache, grad_output, h0, c0, mask, grad_h, grad_c,
+                     activation, gate_activation, bool(peepholes), data_format, back_length,
+                     bool(need_input), grad_input, grad_W, grad_RW, grad_b, grad_h0, grad_c0,
+                     loop_workspace, scratch, "lstm_backward")
+
+
+def simple_rnn_forward(x, W, RW, b, h0=None, mask=None, *, activation="sigmoid",
+                       data_format="NCW", out=None, h_out=None, cache=None,
+                       loop_workspace=None, scratch=None):
+    """DL4J's SimpleRnn over a whole sequence: ``h_t = m act((x_t W + b) + h_{t-1} RW)``.
+
+    A masked step (m = 0) outputs 0, which is also the state the next step sees (DL4J applies
+    the mask to each step's output).
+
+    Parameters
+    ----------
+    x : (batch, n_in, time) NDArray of float32 or float64
+        ``(batch, time, n_in)`` for NWC; any strides.
+    W : (n_in, n_out), RW : (n_out, n_out), b : (n_out,) or (1, n_out)
+    h0 : (batch, n_out), optional
+    mask : (batch, time), optional
+    activation : str
+        DL4J's network-wide default sigmoid; ``"tanh"`` is PyTorch's ``nn.RNN``.
+    data_format, out, h_out, cache : as for `lstm_forward` (`simple_rnn_cache_shape`)
+""" + _LOOP_DOC + """
+
+    Returns
+    -------
+    (y, h) : tuple of NDArray
+
+    Examples
+    --------
+    >>> import numpy as np, ndws.nn.functional as F
+    >>> x = np.ones((1, 2, 3), np.float32)
+    >>> W, RW, b = np.ones((2, 1), np.float32), np.zeros((1, 1), np.float32), np.zeros(1, np.float32)
+    >>> y, h = F.simple_rnn_forward(x, W, RW, b, activation="identity")
+    >>> y.tolist(), h.tolist()
+    ([[[2.0, 2.0, 2.0]]], [[2.0]])
+    """
+    return _forward(K_SIMPLE, x, W, RW, b, h0, None, mask, activation, None, False,
+                    data_format, out, h_out, None, cache, loop_workspace, scratch,
+                    "simple_rnn_forward")
+
+
+def simple_rnn_backward(x, W, RW, cache, grad_output, h0=None, mask=None, grad_h=None, *,
+                        activation="sigmoid", data_format="NCW", back_length=None,
+                        need_input=True, grad_input=None, grad_W=None, grad_RW=None,
+                        grad_b=None, grad_h0=None, loop_workspace=None, scratch=None):
+    """Gradients of `simple_rnn_forward` from its cache: ``(dx, dW, dRW, db, dh0)``.
+
+    Parameters and semantics as for `lstm_backward` (no cell state).
+    """
+    return _backward(K_SIMPLE, x, W, RW, cache, grad_output, h0, None, mask, grad_h, None,
+                     activation, None, False, data_format, back_length, bool(need_input),
+                     grad_input, grad_W, grad_RW, grad_b, grad_h0, None, loop_workspace,
+                     scratch, "simple_rnn_backward")
+
+
+cdef intp_t _size_arg(object v, str op, str role, intp_t lo) except -1:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{op}: {role} must be an int, got {v!r}")
+    if v < lo or v >= SIZE_LIMIT:
+        raise ValueError(f"{op}: {role} must be >= {lo}, got {v!r}")
+    return <intp_t>v
+
+
+cdef bint _with_z(object activation, object gate_activation, str op) except -1:
+    cdef double a
+    cdef int code = _activation(activation, op, "activation", &a)
+    if gate_activation is not None and needs_input(
+            _activation(gate_activation, op, "gate_activation", &a)):
+        return True
+    return needs_input(code)
+
+
+def lstm_cache_shape(time, batch, n_out, *, activation="sigmoid", gate_activation="sigmoid"):
+    """Shape of the cache `lstm_forward` fills for `lstm_backward`: ``(time, batch, width)``.
+
+    The width is ``7 * n_out`` (gates, cell, act(cell), output), plus ``4 * n_out`` for the
+    gates' pre-activations when an activation is neither identity, sigmoid nor tanh (their
+    derivatives come from their outputs).
+
+    >>> import ndws.nn.functional as F
+    >>> F.lstm_cache_shape(100, 64, 512, activation="tanh")
+    (100, 64, 3584)
+    """
+    cdef str op = "lstm_cache_shape"
+    cdef intp_t T = _size_arg(time, op, "time", 0)
+    cdef intp_t B = _size_arg(batch, op, "batch", 0)
+    cdef intp_t n = _size_arg(n_out, op, "n_out", 1)
+    return (T, B, lstm_cache_width(n, _with_z(activation, gate_activation, op)))
+
+
+def simple_rnn_cache_shape(time, batch, n_out, *, activation="sigmoid"):
+    """Shape of the cache `simple_rnn_forward` fills: ``(time, batch, 2 * n_out)``
+    (``3 * n_out`` when the activation is neither identity, sigmoid nor tanh)."""
+    cdef str op = "simple_rnn_cache_shape"
+    cdef intp_t T = _size_arg(time, op, "time", 0)
+    cdef intp_t B = _size_arg(batch, op, "batch", 0)
+    cdef intp_t n = _size_arg(n_out, op, "n_out", 1)
+    return (T, B, simple_rnn_cache_width(n, _with_z(activation, None, op)))
+
+
+cdef intp_t _scratch_bytes(int kind, object batch, object n_in, object n_out, object time,
+                           object dtype, bint backward, bint peep, bint cache, bint mask,
+                           bint loop, object back_length, str op) except -1:
+    cdef Sizes z
+    cdef intp_t B = _size_arg(batch, op, "batch", 0)
+    cdef intp_t nin = _size_arg(n_in, op, "n_in", 0)
+    cdef intp_t n = _size_arg(n_out, op, "n_out", 1)
+    cdef intp_t T = _size_arg(time, op, "time", 0)
+    cdef intp_t Tw = T, item
+    dt = np.dtype(dtype)
+    if dt != np.float32 and dt != np.float64:
+        raise TypeError(f"{op}: dtype must be float32 or float64, got {dt}")
+    item = dt.itemsize
+    if back_length is not None:
+        Tw = _imin(T, _size_arg(back_length, op, "back_length", 0))
+    _check_size((B, T, max(nin, 1), 11 * n), op)
+    if backward:
+        _bwd_scratch(&z, kind, B, T, Tw, nin, n, item, True, True, mask, peep, loop, True,
+                     _rows_width(kind, True, True) * n)
+    else:
+        _fwd_scratch(&z, kind, B, T, nin, n, item, True, True, mask, peep, loop,
+                     _rows_width(kind, False, cache) * n)
+    return z.total + ALIGN
+
+
+def lstm_scratch_bytes(batch, n_in, n_out, time, *, dtype=np.float32, backward=False,
+                       peepholes=False, cache=True, mask=False, loop_workspace=True,
+                       back_length=None):
+    """Bytes of scratch one `lstm_forward` (or, with ``backward=True``, `lstm_backward`) call
+    needs at most, for any layout of its arrays: what a layer reserves in its working memory
+    (or passes as ``scratch=``) and reports in its memory report.
+
+    `cache`: the forward fills a cache (training); `mask`: a mask is given; `loop_workspace`:
+    the step's temporaries go to a loop workspace (else they are scratch too); `back_length`:
+    the backward's window (all steps when None).
+
+    >>> import ndws.nn.functional as F
+    >>> F.lstm_scratch_bytes(64, 512, 512, 100) >= 100 * 64 * 2048 * 4
+    True
+    """
+    return _scratch_bytes(K_LSTM, batch, n_in, n_out, time, dtype, bool(backward),
+                          bool(peepholes), bool(cache), bool(mask), bool(loop_workspace),
+                          back_length, "lstm_scratch_bytes")
+
+
+def simple_rnn_scratch_bytes(batch, n_in, n_out, time, *, dtype=np.float32, backward=False,
+                             cache=True, mask=False, loop_workspace=True, back_length=None):
+    """As `lstm_scratch_bytes`, for `simple_rnn_forward` / `simple_rnn_backward`."""
+    return _scratch_bytes(K_SIMPLE, batch, n_in, n_out, time, dtype, bool(backward), False,
+                          bool(cache), bool(mask), bool(loop_workspace), back_length,
+                          "simple_rnn_scratch_bytes")
