@@ -248,9 +248,9 @@ def load_network(cls: type, path: Any, load_updater: bool = True) -> Any:
                          f"not fit in memory ({exc})") from None
     if updater is not None:
         net._set_updater_state_flat(updater, f"{path}: {UPDATER_STATE}")
-    for index, state in rnn_state.items():
+    for index, layer_state in rnn_state.items():
         try:
-            net.rnn_set_previous_state(index, state)
+            net.rnn_set_previous_state(index, layer_state)
         except (TypeError, ValueError) as exc:            # NaN in it
             raise ValueError(f"{path}: {RNN_STATE}{index}: {exc}") from None
     net.iteration = state["iteration"]
