@@ -55,6 +55,7 @@ ctypedef struct PoolJob:
     Geom g
     int kind, f64
     bint include_pad, back
+    bint fast                    # MAX on whole windows: `_max_plane_fwd` / `_bwd_tiled`
     double p                     # PNORM's exponent
     const char* x
     intp_t xs[4]
@@ -84,6 +85,113 @@ cdef inline floating_t _pnorm_pow(floating_t v, double p) noexcept nogil:
     return <floating_t>pow(fabs(v), p)
 
 
+cdef inline bint _whole_windows(const PoolJob* j) noexcept nogil:
+    # every window lies inside the input, undilated, along rows of unit stride (NCHW, or any
+    # layout whose width is its innermost axis): the taps need no clipping and no division
+    cdef const Geom* g = &j.g
+    return (j.kind == P_MAX and g.DH == 1 and g.DW == 1 and g.PT == 0 and g.PL == 0
+            and (g.OH - 1) * g.SH + g.KH <= g.H and (g.OW - 1) * g.SW + g.KW <= g.W
+            and j.xs[3] == 1 and j.ys[3] == 1 and (j.idx == NULL or j.is_[3] == 1))
+
+
+cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
+                         int32_t* ic) noexcept nogil:
+    # MAX over whole windows (`_whole_windows`): the first largest value, a NaN winning, as
+    # the general loop of `_pool_plane` takes it. The geometry is read into locals: extensions
+    # build with -fno-strict-aliasing, so each store would reload it through `j` otherwise.
+    cdef intp_t OH = j.g.OH, OW = j.g.OW, KH = j.g.KH, KW = j.g.KW, SH = j.g.SH, SW = j.g.SW
+    cdef intp_t W = j.g.W, xs2 = j.xs[2], ys2 = j.ys[2], is2 = j.is_[2]
+    cdef intp_t oh, ow, i, k, best, base
+    cdef const floating_t* row
+    cdef floating_t* yr
+    cdef int32_t* ir
+    cdef floating_t v, acc
+    for oh in range(OH):
+        row = xc + oh * SH * xs2
+        yr = yc + oh * ys2
+        ir = ic + oh * is2 if ic != NULL else NULL
+        base = oh * SH * W
+        for ow in range(OW):
+            if KH == 2 and KW == 2:
+                # LeNet's and VGG's 2x2: the four taps in the general loop's order
+                acc = row[0]
+                best = 0
+                v = row[1]
+                if v > acc or (v != v and acc == acc):
+                    acc = v
+                    best = 1
+                v = row[xs2]
+                if v > acc or (v != v and acc == acc):
+                    acc = v
+                    best = W
+                v = row[xs2 + 1]
+                if v > acc or (v != v and acc == acc):
+                    acc = v
+                    best = W + 1
+            else:
+                acc = row[0]
+                best = 0
+                for i in range(KH):
+                    for k in range(KW):
+                        v = row[i * xs2 + k]
+                        if v > acc or (v != v and acc == acc):
+                            acc = v
+                            best = i * W + k
+            yr[ow] = acc
+            if ir != NULL:
+                ir[ow] = <int32_t>(base + best)
+            row += SW
+            base += SW
+
+
+cdef bint _max_plane_bwd_tiled(const PoolJob* j, const floating_t* gc, floating_t* dxc,
+                               const int32_t* ic) noexcept nogil:
+    # the MAX gradient where the windows tile the plane (stride = kernel, whole windows): one
+    # pass writes every tap of every window (its gradient at the arg-max, 0 elsewhere) and
+    # zeroes the rows and columns no window covers, with no zeroing pass before it and no
+    # division. False (having written part of the plane) when an index is not inside its own
+    # window (indices not from max_pool2d): the caller then does the plane the general way.
+    cdef intp_t OH = j.g.OH, OW = j.g.OW, KH = j.g.KH, KW = j.g.KW, H = j.g.H, W = j.g.W
+    cdef intp_t d2 = j.dxs[2], ys2 = j.ys[2], is2 = j.is_[2]
+    cdef intp_t oh, ow, i, k, h, w, rel, base, miss = 0
+    cdef floating_t* row
+    cdef const floating_t* gr
+    cdef const int32_t* ir
+    cdef floating_t gv
+    for oh in range(OH):
+        row = dxc + oh * KH * d2
+        gr = gc + oh * ys2
+        ir = ic + oh * is2
+        base = oh * KH * W
+        for ow in range(OW):
+            gv = gr[ow]
+            rel = ir[ow] - base
+            if KH == 2 and KW == 2:
+                row[0] = gv if rel == 0 else 0
+                row[1] = gv if rel == 1 else 0
+                row[d2] = gv if rel == W else 0
+                row[d2 + 1] = gv if rel == W + 1 else 0
+                miss += rel != 0 and rel != 1 and rel != W and rel != W + 1
+            else:
+                miss += 1
+                for i in range(KH):
+                    for k in range(KW):
+                        if i * W + k == rel:
+                            row[i * d2 + k] = gv
+                            miss -= 1
+                        else:
+                            row[i * d2 + k] = 0
+            row += KW
+            base += KW
+        for i in range(KH):
+            for w in range(OW * KW, W):
+                dxc[(oh * KH + i) * d2 + w] = 0
+    for h in range(OH * KH, H):
+        for w in range(W):
+            dxc[h * d2 + w] = 0
+    return miss == 0
+
+
 cdef void _pool_plane(const PoolJob* j, intp_t t, floating_t dummy) noexcept nogil:
     cdef const Geom* g = &j.g
     cdef intp_t n = t // g.C, c = t % g.C
@@ -97,6 +205,12 @@ cdef void _pool_plane(const PoolJob* j, intp_t t, floating_t dummy) noexcept nog
     cdef double s
     if j.idx != NULL:
         ic = <int32_t*>j.idx + n * j.is_[0] + c * j.is_[1]
+    if j.fast:
+        if not j.back:
+            _max_plane_fwd(j, xc, yc, ic)
+            return
+        if _max_plane_bwd_tiled(j, yc, <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1], ic):
+            return
     if j.back:
         dxc = <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1]
         for h in range(g.H):
@@ -192,6 +306,8 @@ cdef void _pool_task(void* ctx, Py_ssize_t t) noexcept nogil:
 
 cdef int _run(PoolJob* j, intp_t nbytes) except -1:
     cdef intp_t planes = j.g.N * j.g.C
+    j.fast = _whole_windows(j) and (not j.back or (
+        j.idx != NULL and j.g.SH == j.g.KH and j.g.SW == j.g.KW and j.dxs[3] == 1))
     cdef double work = <double>j.g.N * j.g.C * j.g.OH * j.g.OW * j.g.KH * j.g.KW
     cdef int nt = <int>_imin(planes, threads_for(<Py_ssize_t>(work if work < 4e18 else 4e18),
                                                  GRAIN_NN_CHEAP))
