@@ -178,6 +178,49 @@ def test_batch_normalization_trains_as_parallel_wrapper_on_two_threads(job):
 
 
 @needs_mpiexec
+@pytest.mark.parametrize("variant", list(common.CNN_VARIANTS))
+def test_a_cnn_on_2_ranks_trains_like_one_process_on_the_global_batch(job, variant):
+    x, y = common.image_data(common.CNN_N)
+    oracle = common.cnn()
+    history = oracle.fit(ArrayDataSetIterator(x, y, 2 * common.BATCH, shuffle=True, seed=7),
+                         epochs=2, progress=False)
+    r0, r1 = both(job, f"cnn_{variant}_False")
+    np.testing.assert_array_equal(r0["params"], r1["params"])
+    np.testing.assert_allclose(r0["params"], oracle.params().numpy(), **TOL)
+    np.testing.assert_allclose(r0["updater"], oracle._updater_state_flat(), rtol=1e-4,
+                               atol=1e-7)
+    np.testing.assert_allclose(r0["scores"], history.scores, rtol=1e-5)
+    assert r0["counters"].tolist() == [oracle.iteration, 2] == [8, 2]
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("variant", list(common.CNN_VARIANTS))
+def test_a_cnn_with_batch_normalization_trains_as_parallel_wrapper(job, variant):
+    # per-channel running statistics of 4-D input, averaged over the ranks after each step as
+    # ParallelWrapper's SHARED_GRADIENTS averages its two workers' (worker i gets rank i's
+    # batches)
+    from ndws.parallel import ParallelWrapper
+    x, y = common.image_data(common.CNN_N)
+    shards = [ArrayDataSetIterator(x, y, common.BATCH, shuffle=True, seed=7).shard(r, 2)
+              for r in range(2)]
+    dealt = []
+    for _ in range(2):
+        for pair in zip(*shards):
+            dealt += [DataSet(ds.features.numpy(), ds.labels.numpy()) for ds in pair]
+        for s in shards:
+            s.reset()
+    oracle = common.cnn(batchnorm=True)
+    with ParallelWrapper(oracle, workers=2, training_mode="SHARED_GRADIENTS",
+                         prefetch_buffer=0) as pw:
+        pw.fit(dealt, progress=False)
+    r0, r1 = both(job, f"cnn_{variant}_True")
+    np.testing.assert_array_equal(r0["params"], r1["params"])
+    np.testing.assert_allclose(r0["params"], oracle.params().numpy(), **TOL)
+    bn = oracle.get_layer(1)
+    assert not np.array_equal(bn.params["mean"].numpy(), np.zeros(4))    # the statistics moved
+
+
+@needs_mpiexec
 @pytest.mark.parametrize("frequency", common.AVERAGING_FREQUENCIES)
 @pytest.mark.parametrize("average_updaters", [True, False])
 def test_averaging_matches_two_networks_averaged_by_hand(job, frequency, average_updaters):
