@@ -332,9 +332,10 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws.nn._iteration": ["ndws/_tls.h"],
            "ndws.nn._activations": ["ndws/_vmath.h", "ndws/nn/_act_loops.h"],
            "ndws.nn._losses": ["ndws/_vmath.h"],
-           "ndws.nn._rnn": ["ndws/_tls.h"],
+           "ndws.nn._rnn": ["ndws/_tls.h", "ndws/_vmath.h", "ndws/nn/_act_loops.h",
+                            "ndws/nn/_rnn_cell.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
-           "ndws.nn._conv": ["ndws/nn/_winograd.pxi", "ndws/nn/_dw_loops.h"]}
+           "ndws.nn._depthwise": ["ndws/nn/_dw_loops.h"]}
 
 
 def extension(name):
@@ -355,9 +356,12 @@ def extension(name):
 EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("ndws._threads"),
               extension("ndws._core"), extension("ndws._creation"), extension("ndws._dispatch"),
               extension("ndws._linalg"), extension("ndws._fallback"), extension("ndws._ufuncs"),
-              extension("ndws.nn._activations"), extension("ndws.nn._losses"),
+              extension("ndws.nn._activations"), extension("ndws.nn._act_entries"),
+              extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
-              extension("ndws.nn._conv"), extension("ndws.nn._pool"),
+              extension("ndws.nn._conv"), extension("ndws.nn._winograd"),
+              extension("ndws.nn._conv_gemm"), extension("ndws.nn._conv2d"),
+              extension("ndws.nn._depthwise"), extension("ndws.nn._pool"),
               extension("ndws.nn._rnn"),
               extension("ndws.nn._iteration"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),

@@ -15,6 +15,15 @@
 #ifndef NDWS_VMATH_H
 #define NDWS_VMATH_H
 
+/* Always inlined: they exist to be inlined into loops, and gcc does not inline a plain inline
+   function into one built with other options (the per-instruction-set clones of
+   nn/_rnn_cell.h, optimize("fp-contract=off")): the LSTM cell then made 33 calls per unit. */
+#if defined(__GNUC__) || defined(__clang__)
+#define NDWS_VINLINE static inline __attribute__((always_inline))
+#else
+#define NDWS_VINLINE static inline
+#endif
+
 #include <stdint.h>
 #include <string.h>
 /* float32 exp and tanh as branch-free loops gcc vectorises (SSE2 baseline, no -ffast-math):
@@ -23,11 +32,11 @@
    comparisons (cmpltps/comiss raise "invalid" on a quiet NaN, which libm never does), and
    integer tests raise no flag at all. NaN/inf lanes run the arithmetic on a harmless 0 and
    their result is selected at the end, so they raise nothing either. */
-static inline float ndws_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t ndws_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+NDWS_VINLINE float ndws_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+NDWS_VINLINE uint32_t ndws_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 /* c ? a : b on bits as mask arithmetic: gcc's if-conversion leaves some ?: as branches,
    which stop the vectoriser */
-static inline uint32_t ndws_sel(int c, uint32_t a, uint32_t b) {
+NDWS_VINLINE uint32_t ndws_sel(int c, uint32_t a, uint32_t b) {
     uint32_t m = (uint32_t)0 - (uint32_t)(c != 0);
     return (a & m) | (b & ~m);
 }
@@ -41,7 +50,7 @@ static inline uint32_t ndws_sel(int c, uint32_t a, uint32_t b) {
    halves normal: p * 2^n1 is exact, the second product rounds once, so results in the
    subnormal range are correctly scaled and an out-of-range result overflows (inf, overflow
    flag) or underflows (0/subnormal, underflow flag) in a real multiplication, as libm. */
-static inline float ndws_expf_core(float x) {
+NDWS_VINLINE float ndws_expf_core(float x) {
     const float shift = 12582912.0f;                   /* 1.5 * 2^23 */
     float t = x * 1.44269504088896341f + shift;
     float nf = t - shift;
@@ -63,7 +72,7 @@ static inline float ndws_expf_core(float x) {
     return (p * s1) * s2;
 }
 
-static inline float ndws_expf1(float x) {
+NDWS_VINLINE float ndws_expf1(float x) {
     uint32_t ix = ndws_f32_bits(x);
     uint32_t ax = ix & 0x7fffffffu;
     /* |x| > 105: exp is inf (x > 88.72) or 0 (x < -103.98) in float32; clamping keeps n in
@@ -83,7 +92,7 @@ static inline float ndws_expf1(float x) {
    |x| is clamped to 20 (tanh is 1.0f from ~9.01 on, and exp(40) cannot overflow) and from
    below to 2^-12, under which tanh(x) rounds to x (returned as is; x^2 would underflow).
    The sign is put back as a bit, so tanh(-0) = -0 and tanh(+-inf) = +-1; NaN returns x. */
-static inline float ndws_tanhf1(float x) {
+NDWS_VINLINE float ndws_tanhf1(float x) {
     uint32_t ix = ndws_f32_bits(x);
     uint32_t ax = ix & 0x7fffffffu;
     uint32_t sg = ix & 0x80000000u;
@@ -109,7 +118,7 @@ static inline float ndws_tanhf1(float x) {
 /* sigmoid(x) = 1 / (1 + exp(-x)), from e = exp(-|x|) only (it never overflows): 1 / (1 + e)
    for x >= 0, e / (1 + e) below, chosen on the sign bit (NaN gives NaN either way). The
    formulas of ndws' earlier scalar sigmoid, with this file's exp. */
-static inline float ndws_sigmoidf1(float x) {
+NDWS_VINLINE float ndws_sigmoidf1(float x) {
     uint32_t ix = ndws_f32_bits(x);
     float e = ndws_expf1(ndws_f32_from_bits(ix | 0x80000000u));
     float num = ndws_f32_from_bits(ndws_sel((ix >> 31) != 0, ndws_f32_bits(e), 0x3f800000u));
@@ -119,9 +128,9 @@ static inline float ndws_sigmoidf1(float x) {
 /* ------------------------------------------------------------------------------------------- */
 /* float64: the same constructions on 64-bit bits. */
 
-static inline double ndws_f64_from_bits(uint64_t u) { double f; memcpy(&f, &u, 8); return f; }
-static inline uint64_t ndws_f64_bits(double f) { uint64_t u; memcpy(&u, &f, 8); return u; }
-static inline uint64_t ndws_sel64(int c, uint64_t a, uint64_t b) {
+NDWS_VINLINE double ndws_f64_from_bits(uint64_t u) { double f; memcpy(&f, &u, 8); return f; }
+NDWS_VINLINE uint64_t ndws_f64_bits(double f) { uint64_t u; memcpy(&u, &f, 8); return u; }
+NDWS_VINLINE uint64_t ndws_sel64(int c, uint64_t a, uint64_t b) {
     uint64_t m = (uint64_t)0 - (uint64_t)(c != 0);
     return (a & m) | (b & ~m);
 }
@@ -130,7 +139,7 @@ static inline uint64_t ndws_sel64(int c, uint64_t a, uint64_t b) {
    C1 (15 significant bits: n*C1 exact) and C2, then Cephes' Pade form
    1 + 2 r P(r^2) / (Q(r^2) - r P(r^2)), relative error below 2.2e-16), n rounded by adding
    1.5*2^52, the scale 2^n applied as two normal halves as in ndws_expf_core. */
-static inline double ndws_exp_core(double x) {
+NDWS_VINLINE double ndws_exp_core(double x) {
     const double shift = 6755399441055744.0;           /* 1.5 * 2^52 */
     double t = x * 1.4426950408889634073599 + shift;
     double nf = t - shift;
@@ -154,7 +163,7 @@ static inline double ndws_exp_core(double x) {
     return (e * s1) * s2;
 }
 
-static inline double ndws_exp1(double x) {
+NDWS_VINLINE double ndws_exp1(double x) {
     uint64_t ix = ndws_f64_bits(x);
     uint64_t ax = ix & 0x7fffffffffffffffULL;
     /* |x| > 746: inf or 0 (clamped, still overflowing / underflowing in the last product);
@@ -171,7 +180,7 @@ static inline double ndws_exp1(double x) {
 /* tanh(x): Cephes tanh: x + x^3 P(x^2)/Q(x^2) for |x| < 0.625, 1 - 2/(exp(2|x|) + 1) above,
    both computed and one kept; |x| clamped to [2^-28, 22] (tanh is x below, 1.0 above) and the
    sign put back as a bit. */
-static inline double ndws_tanh1(double x) {
+NDWS_VINLINE double ndws_tanh1(double x) {
     uint64_t ix = ndws_f64_bits(x);
     uint64_t ax = ix & 0x7fffffffffffffffULL;
     uint64_t sg = ix & 0x8000000000000000ULL;
@@ -195,7 +204,7 @@ static inline double ndws_tanh1(double x) {
     return ndws_f64_from_bits(ib);
 }
 
-static inline double ndws_sigmoid1(double x) {
+NDWS_VINLINE double ndws_sigmoid1(double x) {
     uint64_t ix = ndws_f64_bits(x);
     double e = ndws_exp1(ndws_f64_from_bits(ix | 0x8000000000000000ULL));
     double num = ndws_f64_from_bits(ndws_sel64((ix >> 63) != 0, ndws_f64_bits(e),

@@ -423,6 +423,36 @@ def test_one_and_two_threads_are_bit_identical(kind, dtype, rng):
     assert results[0] == results[1]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["lstm", "graves"])
+def test_the_fused_cell_gives_the_bits_of_the_general_path(kind, dtype, rng):
+    # identity / sigmoid / tanh run the per-instruction-set cell of _rnn_cell.h, every other
+    # activation the general path: for the same activations both must agree bit for bit
+    from ndws.nn import _rnn
+    B, T, n = 5, 7, 19
+    p = _problem(rng, kind, B=B, nin=6, n=n, T=T, dtype=dtype)
+    mask = (rng.random((B, T)) > 0.3).astype(dtype)
+    gy = rng.standard_normal((B, n, T)).astype(dtype)
+    for act, gact in [("tanh", "sigmoid"), ("sigmoid", "tanh"), ("identity", "sigmoid"),
+                      ("tanh", "identity")]:
+        runs = []
+        for fused in (True, False):
+            previous = _rnn._use_fused_cells(fused)
+            try:
+                cache = np.empty(F.lstm_cache_shape(T, B, n, activation=act,
+                                                    gate_activation=gact), dtype)
+                fwd = _forward(kind, p, act=act, gact=gact, mask=mask, cache=cache)
+                inference = _forward(kind, p, act=act, gact=gact, mask=mask)
+                bwd = F.lstm_backward(p["x"], p["W"], p["RW"], cache, gy, p["h0"], p["c0"],
+                                      mask, activation=act, gate_activation=gact,
+                                      peepholes=kind == "graves")
+            finally:
+                _rnn._use_fused_cells(previous)
+            runs.append([a.numpy().tobytes() for a in fwd + inference + bwd]
+                        + [cache.tobytes()])
+        assert runs[0] == runs[1], (act, gact)
+
+
 def test_the_cache_is_read_not_written_by_the_backward(rng):
     p = _problem(rng, "graves")
     cache = np.empty(F.lstm_cache_shape(6, 3, 5, activation="softsign"))
@@ -457,15 +487,15 @@ def _stats(ws):
 def test_loop_workspace_statistics_are_those_of_with_blocks(kind, rng):
     # DL4J's WS_RNN_LOOP_WORKING_MEM configuration: a cycle per step; the forward's step
     # temporaries are the recurrent product (batch x gates) and, for an LSTM without a cache,
-    # c~ and act(c~) per example; the backward's the recurrent error (batch x n_out) and, for
-    # an LSTM, dh, dc and c_{t-1} per example
+    # its gates, c~ and act(c~) per example; the backward's the recurrent error
+    # (batch x n_out) and, for an LSTM, dh, dc and c_{t-1} per example
     B, nin, n, T = 4, 3, 5, 7
     K = n if kind == "simple" else 4 * n
     conf = ndws.WorkspaceConfiguration(overallocation_limit=0.05, policy_spill="REALLOCATE")
     compiled = ndws.workspace("RNN_LOOP", conf)
     twin = ndws.workspace("RNN_LOOP_TWIN", conf)
     p = _problem(rng, kind, B=B, nin=nin, n=n, T=T)
-    fwd_sizes = [B * K * 8] + ([B * 2 * n * 8] if kind != "simple" else [])
+    fwd_sizes = [B * K * 8] + ([B * 6 * n * 8] if kind != "simple" else [])
     for _ in range(2):                              # learning, then the steady state
         _forward(kind, p, loop_workspace=compiled)
         _loop_twin(twin, T, fwd_sizes)

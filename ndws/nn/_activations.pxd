@@ -76,3 +76,20 @@ cdef void softmax_rows_f64(bint log_, float64_t* Y, intp_t m, intp_t n,
 # dst := src element for element (same shape and dtype; dst may have any strides): how an
 # `out=` that clashes with an input receives the result computed in a temporary.
 cdef void copy_into(NDArray src, NDArray dst) noexcept
+
+# The entry of every elementwise activation, forward or (bwd) backward (g: grad_output, required
+# then), and of the softmax / log-softmax along `axis`: x and g read with ndws._dispatch's
+# checks (errors name `op` and the argument), the result placed or written to `out` (a clashing
+# `out` through a temporary), the kernel run on as many threads as the size warrants.
+cdef object elementwise_call(str op, int code, double alpha, object x, object g, object out,
+                             bint bwd)
+cdef object softmax_call(str op, bint log_, object x, object g, object axis, object out,
+                         bint bwd)
+
+# As activation_code, for the entries that also take a softmax's axis (written to axis[0]; -1
+# by default) and name themselves `op` in errors.
+cdef int lookup_activation(object name, dict params, double* alpha, list axis,
+                           str op) except -1
+# An activation's scalar parameter (a slope, a threshold): a finite real, else ValueError
+# naming `op` and `role`.
+cdef double activation_param(object value, str op, str role) except? -1.0

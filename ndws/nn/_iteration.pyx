@@ -29,7 +29,7 @@ from ndws._typedefs cimport intp_t
 
 from ndws._arena import _end_scope_of, _scope_out
 from ndws._ufuncs import _reduce_sum
-from ndws.nn._activations import activation, activation_backward
+from ndws.nn._act_entries import activation, activation_backward
 from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_SINGLE, epsilon_workspace
 from ndws.nn._linear import linear
 from ndws.nn._losses import softmax_cross_entropy

@@ -46,6 +46,39 @@ from ndws.workspace import DummyWorkspace as _DummyWorkspace
 
 cnp.import_array()
 
+# one example's LSTM step for identity / sigmoid / tanh, built per instruction set (see there)
+cdef extern from "_rnn_cell.h" nogil:
+    void ndws_lstm_fwd_f32(int act, int gact, Py_ssize_t n, const float32_t* P,
+                           const float32_t* S, const float32_t* bias, const float32_t* peep,
+                           float32_t* c, float32_t* hb, float32_t* G, float32_t* Ct,
+                           float32_t* At, float32_t m) noexcept
+    void ndws_lstm_fwd_f64(int act, int gact, Py_ssize_t n, const float64_t* P,
+                           const float64_t* S, const float64_t* bias, const float64_t* peep,
+                           float64_t* c, float64_t* hb, float64_t* G, float64_t* Ct,
+                           float64_t* At, float64_t m) noexcept
+    void ndws_lstm_bwd_f32(int act, int gact, Py_ssize_t n, const float32_t* G,
+                           const float32_t* At, const float32_t* cp, const float32_t* dh,
+                           const float32_t* dc, const float32_t* peep, float32_t* D,
+                           float32_t* dcp) noexcept
+    void ndws_lstm_bwd_f64(int act, int gact, Py_ssize_t n, const float64_t* G,
+                           const float64_t* At, const float64_t* cp, const float64_t* dh,
+                           const float64_t* dc, const float64_t* peep, float64_t* D,
+                           float64_t* dcp) noexcept
+
+# the general path for every example (tests: the fused cells give its bits)
+cdef bint _fused_cells = True
+
+
+def _use_fused_cells(bint on):
+    """Whether LSTM steps with identity / sigmoid / tanh run the per-instruction-set cell of
+    _rnn_cell.h (the default) or the general path (tests compare their bits); returns the
+    previous setting."""
+    global _fused_cells
+    previous = _fused_cells
+    _fused_cells = on
+    return previous
+
+
 __all__ = ["lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
            "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
            "simple_rnn_scratch_bytes"]
@@ -97,6 +130,8 @@ ctypedef struct Job:
     bint f64, peep, with_z
     int act, gact                      # activation codes (ndws.nn._activations)
     double aalpha, galpha              # their parameters
+    int fused                          # 1: the LSTM cell of _rnn_cell.h (its codes in fact, fgact)
+    int fact, fgact
     intp_t B, T, nin, n, K, Kc, item   # K: gate columns (4n or n); Kc: cache row width
     const GemmTable* gt
     int nt_gemm, nt_rows, ntasks
@@ -180,6 +215,12 @@ cdef inline floating_t _mask_of(const Job* j, intp_t b, intp_t t, floating_t* un
     return (<floating_t*>j.mask)[b * j.T + t]
 
 
+cdef inline int _cell_code(int code) noexcept nogil:
+    # _rnn_cell.h's activation codes: 0 identity, 1 sigmoid, 2 tanh (-1: another one)
+    return 0 if code == ACT_IDENTITY else 1 if code == ACT_SIGMOID else 2 if code == ACT_TANH \
+        else -1
+
+
 cdef void _lstm_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil:
     cdef intp_t n = j.n, t = j.t, k
     cdef intp_t r = t * j.B + b
@@ -189,74 +230,72 @@ cdef void _lstm_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil
     cdef floating_t* cprev = (<floating_t*>j.cbuf) + b * n
     cdef floating_t* hb = (<floating_t*>j.hbuf) + b * n
     cdef floating_t* y = (<floating_t*>j.y) + b * j.ysb + t * j.yst
-    cdef const floating_t* wff
-    cdef const floating_t* woo
-    cdef const floating_t* wgg
+    cdef const floating_t* wff = <floating_t*>j.peep_w
+    cdef const floating_t* woo = wff + n
+    cdef const floating_t* wgg = wff + 2 * n
     cdef floating_t* G
     cdef floating_t* Ct
     cdef floating_t* At
     cdef floating_t* H = NULL
-    cdef floating_t m = 1, v
+    cdef floating_t m = 1
     cdef intp_t ysk = j.ysk
-    if j.cache != NULL:
-        G = (<floating_t*>j.cache) + r * j.Kc
-        Ct = G + 4 * n
-        At = G + 5 * n
-        H = G + 6 * n
-    else:
-        G = P                                   # the projection row is this step's alone
-        Ct = (<floating_t*>j.rows_tmp) + b * j.rtw
-        At = Ct + n
-    # z = (x W + h RW) + b, DL4J's association (LSTMHelpers: mmul, gemm beta=1, addiRowVector)
-    if j.has_s:
-        for k in range(4 * n):
-            G[k] = (P[k] + S[k]) + bias[k]
-    else:
-        for k in range(4 * n):
-            G[k] = P[k] + bias[k]
-    if j.peep:
-        wff = <floating_t*>j.peep_w
-        woo = wff + n
-        wgg = wff + 2 * n
-        for k in range(n):
-            G[n + k] = G[n + k] + cprev[k] * wff[k]
-            G[3 * n + k] = G[3 * n + k] + cprev[k] * wgg[k]
-    if j.with_z and H != NULL:
-        # the pre-activations the backward differentiates at (o's gets its peephole below)
-        memcpy(G + 7 * n, G, 4 * n * sizeof(floating_t))
-    _act(j, j.act, j.aalpha, G, n)                     # g: block input, layer activation
-    _act(j, j.gact, j.galpha, G + n, n)                # f
-    _act(j, j.gact, j.galpha, G + 3 * n, n)            # i
-    for k in range(n):
-        Ct[k] = cprev[k] * G[n + k] + G[3 * n + k] * G[k]
-    if j.peep:
-        for k in range(n):
-            G[2 * n + k] = G[2 * n + k] + Ct[k] * woo[k]
-        if j.with_z and H != NULL:
-            memcpy(G + 9 * n, G + 2 * n, n * sizeof(floating_t))
-    _act(j, j.gact, j.galpha, G + 2 * n, n)            # o, after the cell (its peephole)
-    memcpy(At, Ct, n * sizeof(floating_t))
-    _act(j, j.act, j.aalpha, At, n)
     if j.mask != NULL:
         m = _mask_of(j, b, t, proj)
     if m == 0:
         # a masked step: output and state exactly 0 (whatever the padding held), DL4J's reset
+        memset(cprev, 0, n * sizeof(floating_t))
+        memset(hb, 0, n * sizeof(floating_t))
         for k in range(n):
-            cprev[k] = 0
-            hb[k] = 0
             y[k * ysk] = 0
-        if H != NULL:
-            memset(H, 0, n * sizeof(floating_t))
+        if j.cache != NULL:
+            # the step's whole row: the backward reads none of it but the output, whose
+            # products with a zero error must not meet uninitialised memory (NaN * 0)
+            memset((<floating_t*>j.cache) + r * j.Kc, 0, j.Kc * sizeof(floating_t))
         return
-    for k in range(n):
-        v = G[2 * n + k] * At[k]
-        if j.mask != NULL:
-            v = m * v
-            cprev[k] = m * Ct[k]
+    if j.cache != NULL:
+        G = (<floating_t*>j.cache) + r * j.Kc
+        H = G + 6 * n
+    else:
+        G = (<floating_t*>j.rows_tmp) + b * j.rtw
+    Ct = G + 4 * n
+    At = G + 5 * n
+    if j.fused:
+        if floating_t is float32_t:
+            ndws_lstm_fwd_f32(j.fact, j.fgact, n, P, S, bias, wff if j.peep else NULL, cprev,
+                              hb, G, Ct, At, m)
         else:
-            cprev[k] = Ct[k]
-        hb[k] = v
-        y[k * ysk] = v
+            ndws_lstm_fwd_f64(j.fact, j.fgact, n, P, S, bias, wff if j.peep else NULL, cprev,
+                              hb, G, Ct, At, m)
+    else:
+        # z = (x W + h RW) + b, DL4J's association (LSTMHelpers: mmul, gemm beta=1,
+        # addiRowVector; S is 0 at a first step without state, its product with zeros)
+        for k in range(4 * n):
+            G[k] = (P[k] + S[k]) + bias[k]
+        if j.peep:
+            for k in range(n):
+                G[n + k] = G[n + k] + cprev[k] * wff[k]
+                G[3 * n + k] = G[3 * n + k] + cprev[k] * wgg[k]
+        if j.with_z and H != NULL:
+            # the pre-activations the backward differentiates at (o's gets its peephole below)
+            memcpy(G + 7 * n, G, 4 * n * sizeof(floating_t))
+        _act(j, j.act, j.aalpha, G, n)                     # g: block input, layer activation
+        _act(j, j.gact, j.galpha, G + n, n)                # f
+        _act(j, j.gact, j.galpha, G + 3 * n, n)            # i
+        for k in range(n):
+            Ct[k] = cprev[k] * G[n + k] + G[3 * n + k] * G[k]
+        if j.peep:
+            for k in range(n):
+                G[2 * n + k] = G[2 * n + k] + Ct[k] * woo[k]
+            if j.with_z and H != NULL:
+                memcpy(G + 9 * n, G + 2 * n, n * sizeof(floating_t))
+        _act(j, j.gact, j.galpha, G + 2 * n, n)            # o, after the cell (its peephole)
+        memcpy(At, Ct, n * sizeof(floating_t))
+        _act(j, j.act, j.aalpha, At, n)
+        for k in range(n):
+            hb[k] = m * (G[2 * n + k] * At[k])             # m is 1 without a mask: no change
+            cprev[k] = m * Ct[k]
+    for k in range(n):
+        y[k * ysk] = hb[k]
     if H != NULL:
         memcpy(H, hb, n * sizeof(floating_t))
 
@@ -278,13 +317,10 @@ cdef void _simple_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nog
         H = A + n
     else:
         A = P
-    # z = (x W + b) + h RW: DL4J's SimpleRnn adds the bias first, then each product
-    if j.has_s:
-        for k in range(n):
-            A[k] = (P[k] + bias[k]) + S[k]
-    else:
-        for k in range(n):
-            A[k] = P[k] + bias[k]
+    # z = (x W + b) + h RW: DL4J's SimpleRnn adds the bias first, then each product (S is 0
+    # at a first step without state)
+    for k in range(n):
+        A[k] = (P[k] + bias[k]) + S[k]
     if j.with_z and H != NULL:
         memcpy(A + 2 * n, A, n * sizeof(floating_t))
     _act(j, j.act, j.aalpha, A, n)
@@ -295,7 +331,7 @@ cdef void _simple_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nog
             hb[k] = 0
             y[k * ysk] = 0
         if H != NULL:
-            memset(H, 0, n * sizeof(floating_t))
+            memset(A, 0, j.Kc * sizeof(floating_t))       # the whole row, as the LSTM's
         return
     for k in range(n):
         v = A[k]
@@ -369,6 +405,14 @@ cdef void _lstm_bwd_row(const Job* j, intp_t b, floating_t* dz) noexcept nogil:
         memcpy(cp, (<floating_t*>j.c0) + b * n, n * sizeof(floating_t))
     else:
         memset(cp, 0, n * sizeof(floating_t))
+    if j.fused:
+        if floating_t is float32_t:
+            ndws_lstm_bwd_f32(j.fact, j.fgact, n, G, At, cp, dh, dc,
+                              <float32_t*>j.peep_w if j.peep else NULL, D, dcb)
+        else:
+            ndws_lstm_bwd_f64(j.fact, j.fgact, n, G, At, cp, dh, dc,
+                              <float64_t*>j.peep_w if j.peep else NULL, D, dcb)
+        return
     # o: dL/dz_o = dh * act(c~) * gate'(o)
     for k in range(n):
         D[2 * n + k] = dh[k] * At[k]
@@ -580,6 +624,8 @@ cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
         if j.has_s:
             # S := h_{t-1} @ RW, the recurrent part of every gate
             _gemm_rw(j, j.hbuf, j.n, j.S, j.K, 1, j.nt_gemm)
+        elif j.B > 0:
+            memset(j.S, 0, j.B * j.K * j.item)      # the product with a zero state
         _run_rows(j)
         if loop is not None:
             loop._loop_leave()
@@ -922,11 +968,17 @@ cdef void _bwd_scratch(Sizes* z, int kind, intp_t B, intp_t T, intp_t Tw, intp_t
 
 
 cdef intp_t _rows_width(int kind, bint backward, bint cached) noexcept:
-    # per-example temporaries of a step, in units of n: the forward LSTM's c~ and act(c~)
-    # when there is no cache to hold them, the backward LSTM's dh, dc and c_{t-1}
+    # per-example temporaries of a step, in units of n: the forward LSTM's gates, c~ and
+    # act(c~) when there is no cache to hold them, the backward LSTM's dh, dc and c_{t-1}
     if kind == K_LSTM:
-        return 3 if backward else (0 if cached else 2)
+        return 3 if backward else (0 if cached else 6)
     return 0
+
+
+cdef void _fuse(Job* j) noexcept:
+    j.fact = _cell_code(j.act)
+    j.fgact = _cell_code(j.gact)
+    j.fused = _fused_cells and j.kind == K_LSTM and j.fact >= 0 and j.fgact >= 0
 
 
 cdef int _read_params(Job* j, int kind, NDArray X, NDArray W, NDArray RW, bint peep,
@@ -1101,6 +1153,7 @@ cdef tuple _forward(int kind, object x, object W, object RW, object b, object h0
     j.with_z = needs_input(j.act) or (kind == K_LSTM and needs_input(j.gact))
     j.Kc = lstm_cache_width(n, j.with_z) if kind == K_LSTM else simple_rnn_cache_width(
         n, j.with_z)
+    _fuse(&j)
     H0 = _read_state(h0, op, "h0", X, B, n)
     if kind == K_LSTM:
         C0 = _read_state(c0, op, "c0", X, B, n)
@@ -1229,6 +1282,7 @@ cdef tuple _backward(int kind, object x, object W, object RW, object cache, obje
     j.with_z = needs_input(j.act) or (kind == K_LSTM and needs_input(j.gact))
     j.Kc = lstm_cache_width(n, j.with_z) if kind == K_LSTM else simple_rnn_cache_width(
         n, j.with_z)
+    _fuse(&j)
     if cache is None:
         raise TypeError(f"{op}: cache is required: the array the forward pass filled "
                         f"(cache=...)")

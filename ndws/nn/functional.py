@@ -6,10 +6,10 @@ updaters, the convolutional kernels: `conv2d` and its gradients, the transposed 
 depthwise convolutions, `im2col` / `col2im`, pooling, zero padding, cropping and upsampling,
 with DL4J's size helpers, and the recurrent time loops (`lstm_forward` / `lstm_backward`,
 `simple_rnn_forward` / `simple_rnn_backward`: whole sequences in compiled code). Every
-function is a compiled function of `ndws.nn._activations`, `_losses`, `_updaters`, `_linear`,
-`_conv`, `_pool` or `_rnn` (the dense layer, the convolutions and the time loops run on
-`ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a small array costs
-a few hundred nanoseconds.
+function is a compiled function of `ndws.nn._act_entries`, `_losses`, `_updaters`, `_linear`,
+`_conv`, `_conv2d`, `_depthwise`, `_pool` or `_rnn` (the dense layer, the convolutions and the
+time loops run on `ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a
+small array costs a few hundred nanoseconds.
 
 Conventions
 -----------
@@ -32,8 +32,7 @@ Conventions
 >>> round(loss, 4)
 0.4076
 """
-from ndws.nn._activations import (
-    ACTIVATIONS,
+from ndws.nn._act_entries import (
     activation,
     activation_backward,
     cube,
@@ -75,20 +74,22 @@ from ndws.nn._activations import (
     thresholded_relu,
     thresholded_relu_backward,
 )
+from ndws.nn._activations import ACTIVATIONS
 from ndws.nn._conv import (
     col2im,
-    conv2d,
-    conv2d_backward,
-    conv2d_scratch_bytes,
     conv_output_size,
-    conv_transpose2d,
-    conv_transpose2d_backward,
     conv_transpose_output_size,
-    depthwise_conv2d,
-    depthwise_conv2d_backward,
     im2col,
     same_padding,
 )
+from ndws.nn._conv2d import (
+    conv2d,
+    conv2d_backward,
+    conv2d_scratch_bytes,
+    conv_transpose2d,
+    conv_transpose2d_backward,
+)
+from ndws.nn._depthwise import depthwise_conv2d, depthwise_conv2d_backward
 from ndws.nn._linear import linear
 from ndws.nn._rnn import (
     lstm_backward,

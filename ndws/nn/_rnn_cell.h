@@ -1,0 +1,158 @@
+/* One example's LSTM cell for one step, forward and backward, as one pass over its units, for
+ * the activations whose derivatives come from their outputs (identity, sigmoid, tanh: every
+ * LSTM DL4J users configure), in C so that the compiler builds it once per instruction set and
+ * picks one at load time (target_clones, as nn/_act_loops.h). ndws/nn/_rnn.pyx's per-example
+ * passes run these; other activations take its general path, which applies the activations
+ * block by block through the activations' tile API.
+ *
+ * Each unit takes exactly the operations of the general path, in the same order, with the same
+ * exp/tanh/sigmoid (ndws/_vmath.h) and no contraction (fp-contract=off), so both paths, and
+ * every instruction set, give the same bits (tests/test_rnn_kernels.py checks it). The codes
+ * are 0 identity, 1 sigmoid, 2 tanh; each entry point inlines the body once per pair of codes,
+ * so the loop the compiler vectorises has no activation switch in it. */
+#ifndef NDWS_RNN_CELL_H
+#define NDWS_RNN_CELL_H
+
+#include <stddef.h>
+#include "_act_loops.h"
+
+/* No two arguments overlap (the callers' buffers are distinct): without saying so, the
+   compiler's run-time overlap checks for the loop's dozen arrays exceed its limit and it does
+   not vectorise the loop at all. */
+#if defined(_MSC_VER)
+#define NDWS_R __restrict
+#else
+#define NDWS_R restrict
+#endif
+
+#define NDWS_CELL_ACT(CODE, SIG, TANH, v) ((CODE) == 2 ? TANH(v) : (CODE) == 1 ? SIG(v) : (v))
+/* f'(.) from the output y, as _rnn.pyx's _dact: in double, rounded to T */
+#define NDWS_CELL_DACT(T, CODE, y) \
+    ((CODE) == 2 ? (T)(1.0 - (y) * (y)) : (CODE) == 1 ? (T)((y) * (1.0 - (y))) : (T)1)
+
+/* Forward: G (4n: the activated gates g, f, o, i), Ct (c~ = f c + i g, before the mask), At
+ * (act(c~)), and the step's state: c (in: c_{t-1}; out: m c~) and hb (h = m o act(c~)). P: x W
+ * of this step and example; S: h_{t-1} RW (zeros at a first step without state, as DL4J's
+ * product with a zero state); peep: wFF, wOO, wGG (PEEP only); m: the step's mask, 1 without
+ * one (multiplying by 1 changes no bit; the caller writes a masked step's zeros). No two
+ * arrays overlap, so the compiler vectorises the loop across units. */
+#define NDWS_LSTM_FWD_BODY(T, SIG, TANH, ACT, GACT, PEEP)                                     \
+    for (ptrdiff_t k = 0; k < n; k++) {                                                       \
+        T zg = (P[k] + S[k]) + bias[k];                                                       \
+        T zf = (P[n + k] + S[n + k]) + bias[n + k];                                           \
+        T zo = (P[2 * n + k] + S[2 * n + k]) + bias[2 * n + k];                               \
+        T zi = (P[3 * n + k] + S[3 * n + k]) + bias[3 * n + k];                               \
+        T g, f, o, i, ct, at;                                                                 \
+        if (PEEP) {                                                                           \
+            zf = zf + c[k] * peep[k];                                                         \
+            zi = zi + c[k] * peep[2 * n + k];                                                 \
+        }                                                                                     \
+        g = NDWS_CELL_ACT(ACT, SIG, TANH, zg);                                                \
+        f = NDWS_CELL_ACT(GACT, SIG, TANH, zf);                                               \
+        i = NDWS_CELL_ACT(GACT, SIG, TANH, zi);                                               \
+        ct = c[k] * f + i * g;                                                                \
+        if (PEEP)                                                                             \
+            zo = zo + ct * peep[n + k];                                                       \
+        o = NDWS_CELL_ACT(GACT, SIG, TANH, zo);                                               \
+        at = NDWS_CELL_ACT(ACT, SIG, TANH, ct);                                               \
+        G[k] = g;                                                                             \
+        G[n + k] = f;                                                                         \
+        G[2 * n + k] = o;                                                                     \
+        G[3 * n + k] = i;                                                                     \
+        Ct[k] = ct;                                                                           \
+        At[k] = at;                                                                           \
+        hb[k] = m * (o * at);                                                                 \
+        c[k] = m * ct;                                                                        \
+    }
+
+/* Backward: D (4n: dL/dz of g, f, o, i) and dcp (dL/dc_{t-1}) from dh (dL/dh_t, already
+ * multiplied by the mask) and dc (dL/dc_t likewise), the step's cached gates G and act(c~) At,
+ * and cp (c_{t-1} as the forward used it). */
+#define NDWS_LSTM_BWD_BODY(T, ACT, GACT, PEEP)                                                \
+    for (ptrdiff_t k = 0; k < n; k++) {                                                       \
+        T g = G[k], f = G[n + k], o = G[2 * n + k], i = G[3 * n + k];                         \
+        T d_o, d_c, d_f, d_i, d_g, u;                                                         \
+        d_o = dh[k] * At[k];                                                                  \
+        d_o = d_o * NDWS_CELL_DACT(T, GACT, o);                                               \
+        u = o * dh[k];                                                                        \
+        u = u * NDWS_CELL_DACT(T, ACT, At[k]);                                                \
+        d_c = dc[k] + u;                                                                      \
+        if (PEEP)                                                                             \
+            d_c = d_c + d_o * peep[n + k];                                                    \
+        d_f = d_c * cp[k];                                                                    \
+        d_i = d_c * g;                                                                        \
+        d_g = d_c * i;                                                                        \
+        d_f = d_f * NDWS_CELL_DACT(T, GACT, f);                                               \
+        d_i = d_i * NDWS_CELL_DACT(T, GACT, i);                                               \
+        d_g = d_g * NDWS_CELL_DACT(T, ACT, g);                                                \
+        D[k] = d_g;                                                                           \
+        D[n + k] = d_f;                                                                       \
+        D[2 * n + k] = d_o;                                                                   \
+        D[3 * n + k] = d_i;                                                                   \
+        u = d_c * f;                                                                          \
+        if (PEEP)                                                                             \
+            u = (u + d_f * peep[k]) + d_i * peep[2 * n + k];                                  \
+        dcp[k] = u;                                                                           \
+    }
+
+/* One function per (activation, gate activation, peepholes): the body inlined with constant
+ * codes, so the vectorised loop holds no switch */
+#define NDWS_FWD_ARGS(T)                                                                      \
+    ptrdiff_t n, const T* NDWS_R P, const T* NDWS_R S, const T* NDWS_R bias,                  \
+    const T* NDWS_R peep, T* NDWS_R c, T* NDWS_R hb, T* NDWS_R G, T* NDWS_R Ct,               \
+    T* NDWS_R At, T m
+#define NDWS_BWD_ARGS(T)                                                                      \
+    ptrdiff_t n, const T* NDWS_R G, const T* NDWS_R At, const T* NDWS_R cp,                   \
+    const T* NDWS_R dh, const T* NDWS_R dc, const T* NDWS_R peep, T* NDWS_R D, T* NDWS_R dcp
+#define NDWS_LSTM_CASE(SFX, T, SIG, TANH, ACT, GACT, PEEP)                                    \
+static inline __attribute__((always_inline)) void                                             \
+ndws_lstm_fwd_##SFX##_##ACT##GACT##PEEP(NDWS_FWD_ARGS(T)) {                                   \
+    NDWS_LSTM_FWD_BODY(T, SIG, TANH, ACT, GACT, PEEP)                                         \
+}                                                                                             \
+static inline __attribute__((always_inline)) void                                             \
+ndws_lstm_bwd_##SFX##_##ACT##GACT##PEEP(NDWS_BWD_ARGS(T)) {                                   \
+    NDWS_LSTM_BWD_BODY(T, ACT, GACT, PEEP)                                                    \
+}
+#define NDWS_LSTM_PAIR(SFX, T, SIG, TANH, ACT, GACT)                                          \
+    NDWS_LSTM_CASE(SFX, T, SIG, TANH, ACT, GACT, 0)                                           \
+    NDWS_LSTM_CASE(SFX, T, SIG, TANH, ACT, GACT, 1)
+#define NDWS_FWD_CASE(SFX, ACT, GACT)                                                         \
+    case ACT * 3 + GACT:                                                                      \
+        if (peep != NULL) ndws_lstm_fwd_##SFX##_##ACT##GACT##1(n, P, S, bias, peep, c, hb, G, \
+                                                               Ct, At, m);                    \
+        else ndws_lstm_fwd_##SFX##_##ACT##GACT##0(n, P, S, bias, peep, c, hb, G, Ct, At, m);  \
+        break;
+#define NDWS_BWD_CASE(SFX, ACT, GACT)                                                         \
+    case ACT * 3 + GACT:                                                                      \
+        if (peep != NULL) ndws_lstm_bwd_##SFX##_##ACT##GACT##1(n, G, At, cp, dh, dc, peep, D, \
+                                                               dcp);                          \
+        else ndws_lstm_bwd_##SFX##_##ACT##GACT##0(n, G, At, cp, dh, dc, peep, D, dcp);        \
+        break;
+
+#define NDWS_LSTM_CELL(SFX, T, SIG, TANH)                                                     \
+NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 0, 0) NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 0, 1)               \
+NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 0, 2) NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 1, 0)               \
+NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 1, 1) NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 1, 2)               \
+NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 2, 0) NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 2, 1)               \
+NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 2, 2)                                                       \
+NDWS_ISA_CLONES                                                                               \
+static void ndws_lstm_fwd_##SFX(int act, int gact, NDWS_FWD_ARGS(T)) {                        \
+    switch (act * 3 + gact) {                                                                 \
+    NDWS_FWD_CASE(SFX, 0, 0) NDWS_FWD_CASE(SFX, 0, 1) NDWS_FWD_CASE(SFX, 0, 2)                \
+    NDWS_FWD_CASE(SFX, 1, 0) NDWS_FWD_CASE(SFX, 1, 1) NDWS_FWD_CASE(SFX, 1, 2)                \
+    NDWS_FWD_CASE(SFX, 2, 0) NDWS_FWD_CASE(SFX, 2, 1) NDWS_FWD_CASE(SFX, 2, 2)                \
+    }                                                                                         \
+}                                                                                             \
+NDWS_ISA_CLONES                                                                               \
+static void ndws_lstm_bwd_##SFX(int act, int gact, NDWS_BWD_ARGS(T)) {                        \
+    switch (act * 3 + gact) {                                                                 \
+    NDWS_BWD_CASE(SFX, 0, 0) NDWS_BWD_CASE(SFX, 0, 1) NDWS_BWD_CASE(SFX, 0, 2)                \
+    NDWS_BWD_CASE(SFX, 1, 0) NDWS_BWD_CASE(SFX, 1, 1) NDWS_BWD_CASE(SFX, 1, 2)                \
+    NDWS_BWD_CASE(SFX, 2, 0) NDWS_BWD_CASE(SFX, 2, 1) NDWS_BWD_CASE(SFX, 2, 2)                \
+    }                                                                                         \
+}
+
+NDWS_LSTM_CELL(f32, float, ndws_sigmoidf1, ndws_tanhf1)
+NDWS_LSTM_CELL(f64, double, ndws_sigmoid1, ndws_tanh1)
+
+#endif /* NDWS_RNN_CELL_H */
