@@ -24,9 +24,21 @@ samples, and every ratio compares numbers from the same run.
 ``--noisy`` measures every thread count twice: quiet, then with a neighbour process pinned to
 the last CPU, busy 4 ms / idle 4 ms (bench_gemm's neighbour).
 
+The network section (``--section net``; bench/conv_nets.py builds the models): one ``fit()``
+iteration of DL4J's LeNet at batch 64 (28x28x1 rows) and of a small VGG-style CIFAR network at
+batch 32 (32x32x3), against the same model in PyTorch eager (forward, CrossEntropyLoss,
+backward, Adam; checked once to compute the same score and gradients) and against the kernel
+floor (the model's convolutions, poolings and dense GEMMs alone, into preallocated outputs);
+per workspace mode the time, the heap allocations per iteration once warm and the workspace
+bytes; SEPARATE's peak against the minimal live set of a step; ``output()`` at batch 1 against
+torch under ``inference_mode``. ``--breakdown`` adds each layer's time inside ``fit()`` and each
+kernel of the floor against torch's op. Targets: faster than torch, within 1.2x the floor, no
+heap allocation in SINGLE, SEPARATE and ENABLED, a peak within 1.2x the live set.
+
 Usage::
 
     python bench/bench_conv.py            # full run (a few minutes on 2 cores)
+    python bench/bench_conv.py --section net --noisy   # the networks, quiet and busy
     python bench/bench_conv.py --quick    # short run, noisier numbers
     python bench/bench_conv.py --noisy    # quiet and with a busy neighbour
 
@@ -415,23 +427,24 @@ def net_worker(threads, quick, breakdown):
     print(json.dumps({"info": info, "rows": rows}))
 
 
+NET_HEAD = (f"{'net':<20} {'fit':>19} {'floor':>19} {'torch':>19} {'fit/floor':>9} "
+            f"{'torch/fit':>9}  targets")
+
+
+def _cell(r):
+    lo, hi = r["spread"]
+    return f"{r['ms']:7.2f} ({lo:.2f}-{hi:.2f})"
+
+
 def net_report(threads, condition, out):
     """Print one run's network table; returns (passes, misses)."""
     print(f"\n## fit() iterations, {threads} thread(s), {condition}: torch "
-          f"{out['info']['torch']}; ms, median (p10-p90)")
-    head = (f"{'net':<20} {'fit':>19} {'floor':>19} {'torch':>19} {'fit/floor':>9} "
-            f"{'torch/fit':>9}  targets")
-    print(head + "\n" + "-" * len(head))
-    passes = misses = 0
-
-    def cell(r):
-        lo, hi = r["spread"]
-        return f"{r['ms']:7.2f} ({lo:.2f}-{hi:.2f})"
+          f"{out['info']['torch']}; ms, median (p10-p90)\n{NET_HEAD}\n{'-' * len(NET_HEAD)}")
+    verdicts = []
+    cell = _cell
 
     def verdict(ok):
-        nonlocal passes, misses
-        passes += ok
-        misses += not ok
+        verdicts.append(bool(ok))
         return "PASS" if ok else "MISS"
 
     for row in out["rows"]:
@@ -464,7 +477,7 @@ def net_report(threads, condition, out):
             for k in row["kernels"]:
                 print(f"  {k['label']:<40} {cell(k['ndws']):>19} {cell(k['torch']):>19} "
                       f"{k['torch']['ms'] / k['ndws']['ms']:10.2f}")
-    return passes, misses
+    return sum(verdicts), len(verdicts) - sum(verdicts)
 
 
 def main():
