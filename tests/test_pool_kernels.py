@@ -170,9 +170,9 @@ def test_max_pool_ties_nan_and_all_padding_rules(rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [2, 3, (2, 3)])
 def test_max_pool_of_windows_that_tile_the_plane(rng, dtype, k):
-    # stride = kernel on whole windows (LeNet's and VGG's 2x2): the forward and the backward
-    # through the indices take one pass over each window; rows and columns no window covers
-    # (11 = 3 * 3 + 2, 7 = 2 * 3 + 1) get zero gradient; NaN still wins
+    # whole windows (LeNet's and VGG's 2x2/2): the forward reads each window's taps directly,
+    # the backward zeroes each plane and adds every gradient at its index; rows and columns
+    # no window covers (11 = 3 * 3 + 2, 7 = 2 * 3 + 1) get zero gradient; NaN still wins
     x = rng.standard_normal((2, 3, 11, 7)).astype(dtype)
     x[0, 1, 4, 3] = np.nan
     x[1, 2, 0, :] = 5.0                                  # ties: the first one wins
@@ -185,8 +185,8 @@ def test_max_pool_of_windows_that_tile_the_plane(rng, dtype, k):
     F.max_pool2d_backward(x, g, k, indices=i, out=out)
     want = ref_pool_backward(x, g, "max", k, None, 0, 1, False, 2.0)
     np.testing.assert_array_equal(out, want)
-    # indices inside the plane but outside their window (not max_pool2d's): the plane is done
-    # by the general scatter, which adds each gradient at its index
+    # indices inside the plane but outside their window (not max_pool2d's), two of them the
+    # same position: each gradient is added at its index, as the general loop does
     odd = np.asarray(i).copy()
     odd[1, 0, 0, 0] = 10 * 7 + 6                         # the last position of the plane
     odd[1, 0, 0, 1] = 10 * 7 + 6

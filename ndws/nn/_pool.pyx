@@ -14,6 +14,7 @@ first largest value (NaN wins: it propagates); AVG divides by the taps inside th
 ``(sum |x|^p)^(1/p)``; SUM adds.
 """
 from libc.math cimport fabs, pow, sqrt, isnan
+from libc.string cimport memset
 cimport numpy as cnp
 
 import numpy as np
@@ -45,7 +46,7 @@ ctypedef struct PoolJob:
     Geom g
     int kind, f64
     bint include_pad, back
-    bint fast                    # MAX on whole windows: `_max_plane_fwd` / `_bwd_tiled`
+    bint fast                    # MAX: `_max_plane_fwd` / `_max_plane_bwd_scatter`
     double p                     # PNORM's exponent
     const char* x
     intp_t xs[4]
@@ -134,52 +135,22 @@ cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
             base += SW
 
 
-cdef bint _max_plane_bwd_tiled(const PoolJob* j, const floating_t* gc, floating_t* dxc,
-                               const int32_t* ic) noexcept nogil:
-    # the MAX gradient where the windows tile the plane (stride = kernel, whole windows): one
-    # pass writes every tap of every window (its gradient at the arg-max, 0 elsewhere) and
-    # zeroes the rows and columns no window covers, with no zeroing pass before it and no
-    # division. False (having written part of the plane) when an index is not inside its own
-    # window (indices not from max_pool2d): the caller then does the plane the general way.
-    cdef intp_t OH = j.g.OH, OW = j.g.OW, KH = j.g.KH, KW = j.g.KW, H = j.g.H, W = j.g.W
-    cdef intp_t d2 = j.dxs[2], ys2 = j.ys[2], is2 = j.is_[2]
-    cdef intp_t oh, ow, i, k, h, w, rel, base, miss = 0
-    cdef floating_t* row
+cdef void _max_plane_bwd_scatter(const PoolJob* j, const floating_t* gc, floating_t* dxc,
+                                 const int32_t* ic) noexcept nogil:
+    # the MAX gradient through the arg-max indices into a plane of contiguous rows: one memset,
+    # then each output's gradient added at its flat index, which is the plane's own offset
+    # here (the general loop divides it into a row and a column per output, and clips both
+    # windows it does not need). The same additions in the same order: the same bits.
+    cdef intp_t OH = j.g.OH, OW = j.g.OW, ys2 = j.ys[2], ys3 = j.ys[3]
+    cdef intp_t is2 = j.is_[2], is3 = j.is_[3], oh, ow
     cdef const floating_t* gr
     cdef const int32_t* ir
-    cdef floating_t gv
+    memset(dxc, 0, <size_t>(j.g.H * j.g.W) * sizeof(floating_t))
     for oh in range(OH):
-        row = dxc + oh * KH * d2
         gr = gc + oh * ys2
         ir = ic + oh * is2
-        base = oh * KH * W
         for ow in range(OW):
-            gv = gr[ow]
-            rel = ir[ow] - base
-            if KH == 2 and KW == 2:
-                row[0] = gv if rel == 0 else 0
-                row[1] = gv if rel == 1 else 0
-                row[d2] = gv if rel == W else 0
-                row[d2 + 1] = gv if rel == W + 1 else 0
-                miss += rel != 0 and rel != 1 and rel != W and rel != W + 1
-            else:
-                miss += 1
-                for i in range(KH):
-                    for k in range(KW):
-                        if i * W + k == rel:
-                            row[i * d2 + k] = gv
-                            miss -= 1
-                        else:
-                            row[i * d2 + k] = 0
-            row += KW
-            base += KW
-        for i in range(KH):
-            for w in range(OW * KW, W):
-                dxc[(oh * KH + i) * d2 + w] = 0
-    for h in range(OH * KH, H):
-        for w in range(W):
-            dxc[h * d2 + w] = 0
-    return miss == 0
+            dxc[ir[ow * is3]] += gr[ow * ys3]
 
 
 cdef void _pool_plane(const PoolJob* j, intp_t t, floating_t dummy) noexcept nogil:
@@ -196,11 +167,11 @@ cdef void _pool_plane(const PoolJob* j, intp_t t, floating_t dummy) noexcept nog
     if j.idx != NULL:
         ic = <int32_t*>j.idx + n * j.is_[0] + c * j.is_[1]
     if j.fast:
-        if not j.back:
+        if j.back:
+            _max_plane_bwd_scatter(j, yc, <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1], ic)
+        else:
             _max_plane_fwd(j, xc, yc, ic)
-            return
-        if _max_plane_bwd_tiled(j, yc, <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1], ic):
-            return
+        return
     if j.back:
         dxc = <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1]
         for h in range(g.H):
@@ -296,8 +267,10 @@ cdef void _pool_task(void* ctx, Py_ssize_t t) noexcept nogil:
 
 cdef int _run(PoolJob* j, intp_t nbytes) except -1:
     cdef intp_t planes = j.g.N * j.g.C
-    j.fast = _whole_windows(j) and (not j.back or (
-        j.idx != NULL and j.g.SH == j.g.KH and j.g.SW == j.g.KW and j.dxs[3] == 1))
+    # backward: any MAX geometry with indices, into planes of contiguous rows (the indices
+    # were checked to lie in [0, H*W) before)
+    j.fast = (j.kind == P_MAX and j.idx != NULL and j.dxs[3] == 1 and j.dxs[2] == j.g.W
+              if j.back else _whole_windows(j))
     cdef double work = <double>j.g.N * j.g.C * j.g.OH * j.g.OW * j.g.KH * j.g.KW
     cdef int nt = <int>_imin(planes, threads_for(<Py_ssize_t>(work if work < 4e18 else 4e18),
                                                  GRAIN_NN_CHEAP))
