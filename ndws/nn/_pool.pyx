@@ -137,20 +137,26 @@ cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
 
 cdef void _max_plane_bwd_scatter(const PoolJob* j, const floating_t* gc, floating_t* dxc,
                                  const int32_t* ic) noexcept nogil:
-    # the MAX gradient through the arg-max indices into a plane of contiguous rows: one memset,
-    # then each output's gradient added at its flat index, which is the plane's own offset
-    # here (the general loop divides it into a row and a column per output, and clips both
-    # windows it does not need). The same additions in the same order: the same bits.
+    # the MAX gradient through the arg-max indices into a plane whose rows follow each other
+    # (NCHW: contiguous, one memset; NHWC: every C-th value): the plane zeroed, then each
+    # output's gradient added at its flat index times the column stride (the general loop
+    # divides each index into a row and a column, and clips both windows it does not need).
+    # The same additions in the same order: the same bits.
     cdef intp_t OH = j.g.OH, OW = j.g.OW, ys2 = j.ys[2], ys3 = j.ys[3]
-    cdef intp_t is2 = j.is_[2], is3 = j.is_[3], oh, ow
+    cdef intp_t is2 = j.is_[2], is3 = j.is_[3], d3 = j.dxs[3], oh, ow, k
+    cdef intp_t size = j.g.H * j.g.W
     cdef const floating_t* gr
     cdef const int32_t* ir
-    memset(dxc, 0, <size_t>(j.g.H * j.g.W) * sizeof(floating_t))
+    if d3 == 1:
+        memset(dxc, 0, <size_t>size * sizeof(floating_t))
+    else:
+        for k in range(size):
+            dxc[k * d3] = 0
     for oh in range(OH):
         gr = gc + oh * ys2
         ir = ic + oh * is2
         for ow in range(OW):
-            dxc[ir[ow * is3]] += gr[ow * ys3]
+            dxc[ir[ow * is3] * d3] += gr[ow * ys3]
 
 
 cdef void _pool_plane(const PoolJob* j, intp_t t, floating_t dummy) noexcept nogil:
@@ -267,9 +273,9 @@ cdef void _pool_task(void* ctx, Py_ssize_t t) noexcept nogil:
 
 cdef int _run(PoolJob* j, intp_t nbytes) except -1:
     cdef intp_t planes = j.g.N * j.g.C
-    # backward: any MAX geometry with indices, into planes of contiguous rows (the indices
-    # were checked to lie in [0, H*W) before)
-    j.fast = (j.kind == P_MAX and j.idx != NULL and j.dxs[3] == 1 and j.dxs[2] == j.g.W
+    # backward: any MAX geometry with indices, into planes whose rows follow each other (the
+    # indices were checked to lie in [0, H*W) before)
+    j.fast = (j.kind == P_MAX and j.idx != NULL and j.dxs[2] == j.g.W * j.dxs[3]
               if j.back else _whole_windows(j))
     cdef double work = <double>j.g.N * j.g.C * j.g.OH * j.g.OW * j.g.KH * j.g.KW
     cdef int nt = <int>_imin(planes, threads_for(<Py_ssize_t>(work if work < 4e18 else 4e18),
