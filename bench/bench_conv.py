@@ -24,9 +24,21 @@ samples, and every ratio compares numbers from the same run.
 ``--noisy`` measures every thread count twice: quiet, then with a neighbour process pinned to
 the last CPU, busy 4 ms / idle 4 ms (bench_gemm's neighbour).
 
+The network section (``--section net``; bench/conv_nets.py builds the models): one ``fit()``
+iteration of DL4J's LeNet at batch 64 (28x28x1 rows) and of a small VGG-style CIFAR network at
+batch 32 (32x32x3), against the same model in PyTorch eager (forward, CrossEntropyLoss,
+backward, Adam; checked once to compute the same score and gradients) and against the kernel
+floor (the model's convolutions, poolings and dense GEMMs alone, into preallocated outputs);
+per workspace mode the time, the heap allocations per iteration once warm and the workspace
+bytes; SEPARATE's peak against the minimal live set of a step; ``output()`` at batch 1 against
+torch under ``inference_mode``. ``--breakdown`` adds each layer's time inside ``fit()`` and each
+kernel of the floor against torch's op. Targets: faster than torch, within 1.2x the floor, no
+heap allocation in SINGLE, SEPARATE and ENABLED, a peak within 1.2x the live set.
+
 Usage::
 
     python bench/bench_conv.py            # full run (a few minutes on 2 cores)
+    python bench/bench_conv.py --section net --noisy   # the networks, quiet and busy
     python bench/bench_conv.py --quick    # short run, noisier numbers
     python bench/bench_conv.py --noisy    # quiet and with a busy neighbour
 
@@ -191,10 +203,10 @@ def worker(threads, quick):
     print(json.dumps({"info": info, "rows": rows}))
 
 
-def run(threads, quick, noisy):
+def run(threads, quick, noisy, role="--worker", extra=()):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(threads)]
+    cmd = [sys.executable, os.path.abspath(__file__), role, str(threads), *extra]
     if quick:
         cmd.append("--quick")
     neighbour = None
@@ -247,14 +259,250 @@ def report(threads, condition, out):
     return passes, misses
 
 
+# ------------------------------------------------------------------------------------------------
+# The network section: one fit() iteration of LeNet and of a small VGG-style CIFAR network
+# (bench/conv_nets.py), against PyTorch eager and the kernel floor; the workspace modes; the
+# output() latency at batch 1.
+
+NET_TARGET_FLOOR = 1.2         # fit() within 1.2x the kernel floor
+NET_TARGET_PEAK = 1.2          # SEPARATE's peak within 1.2x the minimal live set of a step
+NET_MODES = ("NONE", "SINGLE", "SEPARATE", "ENABLED")
+
+
+def _blocks(calls, rounds, per_block):
+    """{name: [seconds]}: the contenders take turns, a block of per_block samples each per
+    round, each block after the previous contender's threads stopped spinning and after one
+    untimed call (caches, pools)."""
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            settle()
+            fn()
+            for _ in range(per_block):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def _ms(samples):
+    return {"ms": statistics.median(samples) * 1e3,
+            "spread": [t * 1e3 for t in spread(samples)]}
+
+
+def _minimal_live(net, batch):
+    """The minimal live set of a training step (bytes): parameters, gradients and updater
+    state; every array the forward pass keeps for backprop (activations, pre-activations,
+    pooling arg-maxes: they are all alive when the backward pass starts); and, at the worst
+    layer of the backward pass, that layer's working memory with the epsilon it reads and the
+    one it writes."""
+    from ndws.nn.memory_report import _aligned, layer_uses
+    from ndws.nn.workspace_mgr import ArrayType as T
+
+    uses = layer_uses(net, batch, True, net.conf.dtype.itemsize)
+    kept = sum(_aligned(b) for use in uses for _, t, b in use
+               if t in (T.ACTIVATIONS, T.INPUT, T.FF_CACHE))
+
+    def total(use, types, phase=None):
+        return sum(_aligned(b) for p, t, b in use if t in types and phase in (None, p))
+
+    eps = [total(use, (T.ACTIVATION_GRAD,)) for use in uses] + [0]
+    worst = max(total(use, (T.BP_WORKING_MEM,), "backward") + eps[i] + eps[i + 1]
+                for i, use in enumerate(uses))
+    return net.memory_report(batch).parameter_bytes + kept + worst
+
+
+def _modes(name, params, x, y, n):
+    """Per workspace mode: ms per iteration (median of n), heap allocations per iteration once
+    warm (bench_fit's measure: ndws' allocation counter), the workspaces' bytes; SEPARATE's
+    peak (parameters and its workspaces) against the minimal live set."""
+    import ndws
+    import conv_nets
+    from ndws._memory import allocation_counters
+
+    out = {}
+    for mode in NET_MODES:
+        ndws.destroy_all_workspaces_for_current_thread()
+        net = conv_nets.ndws_net(name, mode, params)
+        step = conv_nets.make_fit(net, x, y)
+        for _ in range(3):
+            step()
+        settle()
+        before = allocation_counters()["allocations"]
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            step()
+            ts.append(time.perf_counter() - t0)
+        allocs = (allocation_counters()["allocations"] - before) / n
+        wss = ndws.get_workspace_manager().get_all_workspaces_for_current_thread()
+        out[mode] = {"ms": statistics.median(ts) * 1e3, "allocs": allocs,
+                     "workspace_bytes": sum(w.current_size for w in wss)}
+        if mode == "SEPARATE":
+            batch = x.shape[0]
+            out["separate_peak"] = (net.memory_report(batch).parameter_bytes
+                                    + out[mode]["workspace_bytes"])
+            out["minimal_live"] = _minimal_live(net, batch)
+    ndws.destroy_all_workspaces_for_current_thread()
+    return out
+
+
+def _layer_times(name, params, x, y, n):
+    """ms per iteration of each layer's forward and backward (and the preprocessors, the
+    updater, the rest of the iteration), measured inside fit() by wrapping the methods."""
+    import conv_nets
+
+    net = conv_nets.ndws_net(name, "ENABLED", params)
+    spent = {}
+
+    def wrap(obj, method, key):
+        fn = getattr(obj, method)
+
+        def timed(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+        setattr(obj, method, timed)
+
+    for i, layer in enumerate(net.layers):
+        wrap(layer, "activate", (i, "fwd"))
+        back = ("compute_score_and_gradient" if hasattr(layer, "compute_score_and_gradient")
+                else "backprop_gradient")
+        wrap(layer, back, (i, "bwd"))
+    wrap(net, "_preprocess", ("preprocessors", ""))
+    wrap(net, "_update", ("updater", ""))
+    step = conv_nets.make_fit(net, x, y)
+    for _ in range(3):
+        step()
+    spent.clear()
+    settle()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    whole = (time.perf_counter() - t0) / n * 1e3
+    per = {f"{k[0]} {k[1]}".strip(): v / n * 1e3 for k, v in spent.items()}
+    per["rest of fit()"] = whole - sum(per.values())
+    return per
+
+
+def net_worker(threads, quick, breakdown):
+    import numpy as np  # noqa: F401  (imported before torch and ndws, with the env set)
+    import torch
+
+    import conv_nets
+    import ndws
+    torch.set_num_threads(threads)
+    ndws.set_num_threads(threads)
+    rounds, per_block = (3, 2) if quick else (6, 3)
+    n_modes = 5 if quick else 12
+    rows = []
+    for name in conv_nets.NETS:
+        x, y, classes = conv_nets.data(name)
+        net = conv_nets.ndws_net(name)
+        params = net.params().numpy()
+        model = conv_nets.torch_model(name, net)
+        conv_nets.check_same(name, net, model, x, y, classes)
+        net = conv_nets.ndws_net(name, "ENABLED", params)      # the check moved nothing, anew
+        calls = {"fit": conv_nets.make_fit(net, x, y),
+                 "floor": conv_nets.make_floor(name, net, x, threads),
+                 "torch": conv_nets.make_torch(model, x, classes)}
+        times = _blocks(calls, rounds, per_block)
+        row = {"net": conv_nets.describe(name), **{k: _ms(v) for k, v in times.items()}}
+        # output() at batch 1, detached (the default), against torch under inference_mode
+        x1 = x[:1].copy()
+        t1 = torch.from_numpy(x1)
+
+        def infer():
+            with torch.inference_mode():
+                model(t1)
+        lat = _blocks({"ndws": lambda: net.output(x1), "torch": infer}, rounds,
+                      10 * per_block)
+        row["output1"] = {k: _ms(v) for k, v in lat.items()}
+        del net, calls
+        row["modes"] = _modes(name, params, x, y, n_modes)
+        if breakdown:
+            row["layers"] = _layer_times(name, params, x, y, n_modes)
+            net = conv_nets.ndws_net(name, "ENABLED", params)
+            kernels = []
+            for label, nd, th in conv_nets.kernel_calls(name, net, x, threads):
+                t = _blocks({"ndws": nd, "torch": th}, rounds, per_block)
+                kernels.append({"label": label, **{k: _ms(v) for k, v in t.items()}})
+            row["kernels"] = kernels
+        rows.append(row)
+    info = {"threads": threads, "torch": torch.__version__,
+            "mkldnn": bool(torch.backends.mkldnn.is_available())}
+    print(json.dumps({"info": info, "rows": rows}))
+
+
+NET_HEAD = (f"{'net':<20} {'fit':>19} {'floor':>19} {'torch':>19} {'fit/floor':>9} "
+            f"{'torch/fit':>9}  targets")
+
+
+def _cell(r):
+    lo, hi = r["spread"]
+    return f"{r['ms']:7.2f} ({lo:.2f}-{hi:.2f})"
+
+
+def net_report(threads, condition, out):
+    """Print one run's network table; returns (passes, misses)."""
+    print(f"\n## fit() iterations, {threads} thread(s), {condition}: torch "
+          f"{out['info']['torch']}; ms, median (p10-p90)\n{NET_HEAD}\n{'-' * len(NET_HEAD)}")
+    verdicts = []
+    cell = _cell
+
+    def verdict(ok):
+        verdicts.append(bool(ok))
+        return "PASS" if ok else "MISS"
+
+    for row in out["rows"]:
+        fit, floor, torch_ = row["fit"]["ms"], row["floor"]["ms"], row["torch"]["ms"]
+        print(f"{row['net']:<20} {cell(row['fit']):>19} {cell(row['floor']):>19} "
+              f"{cell(row['torch']):>19} {fit / floor:9.2f} {torch_ / fit:9.2f}  "
+              f"{verdict(fit / floor <= NET_TARGET_FLOOR)} <= {NET_TARGET_FLOOR}x floor, "
+              f"{verdict(fit < torch_)} faster than torch")
+    for row in out["rows"]:
+        m = row["modes"]
+        print(f"\n{row['net']}: workspace modes (ms/iteration, heap allocations/iteration, "
+              f"workspace bytes)")
+        for mode in NET_MODES:
+            print(f"  {mode:<9} {m[mode]['ms']:8.2f} ms {m[mode]['allocs']:6.2f} "
+                  f"{m[mode]['workspace_bytes']:>14,} B")
+        zero = all(m[mode]["allocs"] == 0 for mode in NET_MODES[1:])
+        ratio = m["separate_peak"] / m["minimal_live"]
+        print(f"  zero heap allocations in SINGLE, SEPARATE, ENABLED: {verdict(zero)}; "
+              f"SEPARATE's peak {m['separate_peak']:,} B = {ratio:.2f}x the minimal live set "
+              f"{m['minimal_live']:,} B: {verdict(ratio <= NET_TARGET_PEAK)} <= "
+              f"{NET_TARGET_PEAK}x")
+        lat = row["output1"]
+        nd, th = lat["ndws"]["ms"] * 1e3, lat["torch"]["ms"] * 1e3
+        print(f"  output() at batch 1: ndws {nd:,.0f} us, torch inference_mode {th:,.0f} us "
+              f"(torch/ndws {th / nd:.2f}): {verdict(nd < th)} below torch's")
+        if "layers" in row:
+            print("  inside fit(), ms per iteration: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in row["layers"].items()))
+            print(f"  {'kernel row':<40} {'ndws':>19} {'torch':>19} {'torch/ndws':>10}")
+            for k in row["kernels"]:
+                print(f"  {k['label']:<40} {cell(k['ndws']):>19} {cell(k['torch']):>19} "
+                      f"{k['torch']['ms'] / k['ndws']['ms']:10.2f}")
+    return sum(verdicts), len(verdicts) - sum(verdicts)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short run, noisier numbers")
     ap.add_argument("--noisy", action="store_true",
                     help="also measure with a busy neighbour process on the last CPU")
     ap.add_argument("--threads", default="1,2", help="thread counts to run (default 1,2)")
+    ap.add_argument("--section", choices=("all", "conv", "net"), default="all",
+                    help="the single convolutions, the networks' fit() iterations, or both")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="networks: also each layer's time inside fit() and each kernel row "
+                         "of the floor against torch's op")
     ap.add_argument("--json", help="also write the raw results to this file")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--net-worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--neighbour", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.neighbour:
@@ -262,6 +510,9 @@ def main():
         return
     if args.worker:
         worker(args.worker, args.quick)
+        return
+    if args.net_worker:
+        net_worker(args.net_worker, args.quick, args.breakdown)
         return
     try:
         import torch  # noqa: F401
@@ -271,18 +522,31 @@ def main():
     print(f"# bench_conv: {platform.machine()}, {os.cpu_count()} CPUs, python "
           f"{platform.python_version()}{' (quick)' if args.quick else ''}; load average "
           f"{_load()} at the start")
-    passes = misses = 0
     results = []
-    for threads in [int(t) for t in args.threads.split(",")]:
-        for noisy in ((False, True) if args.noisy else (False,)):
-            out = run(threads, args.quick, noisy)
-            results.append({"threads": threads, "noisy": noisy, **out})
-            p, m = report(threads, "busy neighbour" if noisy else "quiet", out)
-            passes += p
-            misses += m
-    print(f"\n# torch/ndws: PyTorch's time over ndws' (>= {TARGET} meets the target); "
-          f"floor/ndws: the GEMM floor's time over ndws'. {passes} PASS, {misses} MISS; load "
-          f"average {_load()} at the end")
+    sections = []
+    if args.section in ("all", "conv"):
+        sections.append(("conv", "--worker", (), report))
+    if args.section in ("all", "net"):
+        sections.append(("net", "--net-worker", ("--breakdown",) if args.breakdown else (),
+                         net_report))
+    for section, role, extra, table in sections:
+        passes = misses = 0
+        for threads in [int(t) for t in args.threads.split(",")]:
+            for noisy in ((False, True) if args.noisy else (False,)):
+                out = run(threads, args.quick, noisy, role, extra)
+                results.append({"section": section, "threads": threads, "noisy": noisy,
+                                **out})
+                p, m = table(threads, "busy neighbour" if noisy else "quiet", out)
+                passes += p
+                misses += m
+        if section == "conv":
+            print(f"\n# torch/ndws: PyTorch's time over ndws' (>= {TARGET} meets the target); "
+                  f"floor/ndws: the GEMM floor's time over ndws'. {passes} PASS, {misses} MISS; "
+                  f"load average {_load()}")
+        else:
+            print(f"\n# fit/floor: fit()'s time over the kernel floor's (<= "
+                  f"{NET_TARGET_FLOOR}); torch/fit: PyTorch eager's over fit()'s (> 1 meets "
+                  f"the target). {passes} PASS, {misses} MISS; load average {_load()}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -4,9 +4,10 @@
 ``train`` trains a network on the bundled digits with a progress bar, prints each epoch's score
 and held-out accuracy and the final evaluation, then compares the workspace modes on the same
 network: a multi-layer perceptron, or with ``--model`` another network of the table `MODELS`
-(``lstm``: an LSTM that reads each 8x8 digit row by row, 8 steps of 8 features; ``resnet``: a
-residual ComputationGraph on the digits as 1x8x8 images). ``train --mpi``, run under
-``mpiexec -n N``, trains the MLP data-parallel on the N processes (`ndws.parallel.MPITrainer`,
+(``lstm``: an LSTM that reads each 8x8 digit row by row, 8 steps of 8 features; ``lenet``: a
+LeNet of two convolutions and poolings on each digit as a 1x8x8 image; ``resnet``: a
+residual ComputationGraph on the same images). ``train --mpi``, run under ``mpiexec -n N``,
+trains the MLP data-parallel on the N processes (`ndws.parallel.MPITrainer`,
 docs/distributed.md). Ctrl-C stops it, saying where, with exit status 130.
 
 The demo runs two cyclic workloads with a workspace and without, and prints for each the time
@@ -206,6 +207,23 @@ def _lstm_conf(hidden: int, seed: int, mode: str = "ENABLED"):
         training_workspace_mode=mode, inference_workspace_mode=mode)
 
 
+def _lenet_conf(hidden: int, seed: int, mode: str = "ENABLED"):
+    # DL4J's LeNet scaled to the 8x8 digits: 3x3 convolutions with SAME padding (5x5 would
+    # leave nothing of 8x8 after the first pooling), each followed by 2x2 max pooling, then a
+    # dense layer of HIDDEN units
+    from ndws.nn import (Adam, ConvolutionLayer, DenseLayer, InputType,
+                         MultiLayerConfiguration, OutputLayer, SubsamplingLayer)
+    return MultiLayerConfiguration(
+        [ConvolutionLayer(kernel_size=3, n_out=16, activation="relu"),
+         SubsamplingLayer(pooling_type="max", kernel_size=2, stride=2),
+         ConvolutionLayer(kernel_size=3, n_out=32, activation="relu"),
+         SubsamplingLayer(pooling_type="max", kernel_size=2, stride=2),
+         DenseLayer(n_out=hidden, activation="relu"),
+         OutputLayer(n_out=10, activation="softmax", loss_function="MCXENT")],
+        input_type=InputType.convolutional(8, 8, 1), convolution_mode="same", seed=seed,
+        updater=Adam(3e-3), training_workspace_mode=mode, inference_workspace_mode=mode)
+
+
 def _resnet_conf(hidden: int, seed: int, mode: str = "ENABLED", image: tuple = (8, 8, 1)):
     # a residual network (a ComputationGraph) on each digit as a 1x8x8 image (bench_graph's
     # on 32x32x3 ones: `image` is (height, width, channels)): a 3x3 convolution stem, three
@@ -244,8 +262,8 @@ def _network(conf):
     return net
 
 
-def _as_images(x: np.ndarray) -> np.ndarray:
-    # (n, 64) pixels -> (n, 1, 8, 8) images
+def _rows_as_images(x: np.ndarray) -> np.ndarray:
+    # (n, 64) pixels -> (n, 1, 8, 8): NCHW images of one channel
     return np.ascontiguousarray(x.reshape(-1, 1, 8, 8))
 
 
@@ -260,10 +278,13 @@ MODELS: dict[str, tuple[str, Callable, Callable]] = {
     "mlp": ("a 64-HIDDEN-HIDDEN-10 MLP (ReLU, softmax, Adam)", _digits_conf, lambda x: x),
     "lstm": ("an LSTM of HIDDEN units reading each digit row by row (8 steps of 8 features), "
              "its last step classified (softmax, Adam)", _lstm_conf, _rows_as_steps),
+    "lenet": ("LeNet on each digit as a 1x8x8 image: two 3x3 convolutions (16, 32 channels, "
+              "SAME, ReLU) each followed by 2x2 max pooling, a dense layer of HIDDEN units, "
+              "softmax (Adam)", _lenet_conf, _rows_as_images),
     "resnet": ("a residual ComputationGraph on each digit as a 1x8x8 image: a 3x3 convolution "
                "stem and three residual blocks of two 3x3 convolutions of HIDDEN/8 channels "
                "(ElementWiseVertex ADD), global average pooling, softmax (Adam)",
-               _resnet_conf, _as_images),
+               _resnet_conf, _rows_as_images),
 }
 
 
@@ -544,7 +565,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--hidden", type=_int_arg(1, 4096, " (4096 already makes 17M "
                                                           "weights)"),
                        default=128, help="units in each of the two hidden layers (the LSTM's "
-                                         "units; resnet: 8 per channel)")
+                                         "units, LeNet's dense layer; resnet: 8 per channel)")
     train.add_argument("--seed", type=_int_arg(0, 2**63 - 1), default=1,
                        help="seeds the weights, the split and the order of the examples")
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

@@ -76,7 +76,8 @@ def test_cli_demo_and_config_entry_points(capsys):
     (["train", "--seed", str(2**63)], "argument --seed: must be in [0, 9223372036854775807]"),
     (["bogus"], "argument COMMAND: invalid choice: 'bogus'"),
     (["train", "--model", "gru"], "argument --model: invalid choice: 'gru' (choose from 'mlp', "
-                                  "'lstm', 'resnet'"),
+                                  "'lstm', 'lenet', 'resnet'"),
+    (["train", "--model", "lenet", "--mpi"], "--mpi trains the MLP only (--model mlp)"),
     (["train", "--model", "lstm", "--mpi"], "--mpi trains the MLP only (--model mlp)"),
     (["train", "--early-stopping", "-1"], "argument --early-stopping: must be in [0, 100000], "
                                           "got -1"),
@@ -115,9 +116,11 @@ def test_help_is_whole_and_describes_every_option():
                                                   "(default: 15)"),
                               ("--batch-size BATCH_SIZE", "examples per training step (per "
                                                           "process with --mpi) (default: 32)"),
-                              ("--model {mlp,lstm,resnet}", "the network to train (default: mlp)"),
+                              ("--model {mlp,lstm,lenet,resnet}", "the network to train "
+                                                            "(default: mlp)"),
                               ("--hidden HIDDEN", "units in each of the two hidden layers "
-                                                  "(the LSTM's units; resnet: 8 per channel) "
+                                                  "(the LSTM's units, LeNet's dense layer; "
+                                                  "resnet: 8 per channel) "
                                                   "(default: 128)"),
                               ("--seed SEED", "(default: 1)"),
                               ("--progress, --no-progress", "show a progress bar (default: on "
@@ -175,7 +178,8 @@ def test_train_lstm_reads_the_digits_row_by_row():
     assert all(modes[m]["allocations_per_iteration"] == 0 for m in ("SINGLE", "SEPARATE",
                                                                       "ENABLED"))
     assert len({m["accuracy"] for m in modes.values()}) == 1
-    with pytest.raises(ValueError, match="model: expected one of mlp, lstm, resnet, got 'gru'"):
+    with pytest.raises(ValueError, match="model: expected one of mlp, lstm, lenet, resnet, "
+                                         "got 'gru'"):
         run_train(epochs=1, model="gru", out=io.StringIO())
 
 
@@ -290,3 +294,25 @@ def test_train_tensorboard_refuses_a_file(tmp_path, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert f"--tensorboard: {str(f)!r} exists and is not a directory" in err
+
+
+def test_train_lenet_sees_the_digits_as_images():
+    from ndws.__main__ import MODELS, run_train
+    out = io.StringIO()
+    results = run_train(epochs=6, mode_epochs=2, progress=False, out=out, model="lenet")
+    text = out.getvalue()
+    assert "model lenet" in text and "Confusion Matrix" in text
+    summary = [line.split() for line in text.splitlines() if "Layer" in line]
+    assert [row[1] for row in summary] == ["ConvolutionLayer", "SubsamplingLayer",
+                                           "ConvolutionLayer", "SubsamplingLayer",
+                                           "DenseLayer", "OutputLayer"]
+    assert summary[0][4] == "16x8x8" and summary[3][4] == "32x2x2"     # SAME, then pooled
+    # seed 1 measured 0.9547 after 3 epochs, 0.9849 after 6 (held-out)
+    assert results["accuracy"] >= 0.97
+    x = MODELS["lenet"][2](np.arange(2 * 64, dtype=np.float32).reshape(2, 64))
+    assert x.shape == (2, 1, 8, 8) and x[1, 0, 2].tolist() == list(range(80, 88))  # row 2
+    modes = results["modes"]
+    assert modes["NONE"]["allocations_per_iteration"] > 0
+    assert all(modes[m]["allocations_per_iteration"] == 0 for m in ("SINGLE", "SEPARATE",
+                                                                      "ENABLED"))
+    assert len({m["accuracy"] for m in modes.values()}) == 1   # the same bits in every mode

@@ -75,6 +75,25 @@ def one_process(updater, x, y, batch, epochs, shuffle=False, seed=None, **net_op
     return net
 
 
+def as_parallel_wrapper(net, x, y, seed):
+    """`net` trained for 2 epochs by ParallelWrapper's SHARED_GRADIENTS on two workers, worker
+    i fed the batches rank i's shard gets (BATCH rows, shuffled with `seed`): what a 2-rank
+    job does, running statistics averaged after each step included."""
+    from ndws.parallel import ParallelWrapper
+    shards = [ArrayDataSetIterator(x, y, common.BATCH, shuffle=True, seed=seed).shard(r, 2)
+              for r in range(2)]
+    dealt = []
+    for _ in range(2):
+        for pair in zip(*shards):
+            dealt += [DataSet(ds.features.numpy(), ds.labels.numpy()) for ds in pair]
+        for s in shards:
+            s.reset()
+    with ParallelWrapper(net, workers=2, training_mode="SHARED_GRADIENTS",
+                         prefetch_buffer=0) as pw:
+        pw.fit(dealt, progress=False)
+    return net
+
+
 # -- the 2-rank job ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -155,26 +174,44 @@ def test_batch_normalization_trains_as_parallel_wrapper_on_two_threads(job):
     # the running statistics (parameters no updater changes) go their own way on each rank
     # during a step and are averaged after it: what ParallelWrapper's SHARED_GRADIENTS does
     # with two workers fed the same batches (worker i gets rank i's)
-    from ndws.parallel import ParallelWrapper
-    x, y = common.data(48)
-    shards = [ArrayDataSetIterator(x, y, common.BATCH, shuffle=True, seed=2).shard(r, 2)
-              for r in range(2)]
-    dealt = []
-    for _ in range(2):
-        for pair in zip(*shards):
-            dealt += [DataSet(ds.features.numpy(), ds.labels.numpy()) for ds in pair]
-        for s in shards:
-            s.reset()
-    oracle = common.network("adam", batchnorm=True)
-    with ParallelWrapper(oracle, workers=2, training_mode="SHARED_GRADIENTS",
-                         prefetch_buffer=0) as pw:
-        pw.fit(dealt, progress=False)
+    oracle = as_parallel_wrapper(common.network("adam", batchnorm=True), *common.data(48), 2)
     r0, r1 = both(job, "batchnorm")
     np.testing.assert_array_equal(r0["params"], r1["params"])
     np.testing.assert_allclose(r0["params"], oracle.params().numpy(), **TOL)
     running = [s for layer, name, _, s, size in oracle._layout
                if not layer.trainable(name)]
     assert running                                # the test covers running statistics
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("variant", list(common.CNN_VARIANTS))
+def test_a_cnn_on_2_ranks_trains_like_one_process_on_the_global_batch(job, variant):
+    x, y = common.image_data(common.CNN_N)
+    oracle = common.cnn()
+    history = oracle.fit(ArrayDataSetIterator(x, y, 2 * common.BATCH, shuffle=True, seed=7),
+                         epochs=2, progress=False)
+    r0, r1 = both(job, f"cnn_{variant}_False")
+    np.testing.assert_array_equal(r0["params"], r1["params"])
+    np.testing.assert_allclose(r0["params"], oracle.params().numpy(), **TOL)
+    np.testing.assert_allclose(r0["updater"], oracle._updater_state_flat(), rtol=1e-4,
+                               atol=1e-7)
+    np.testing.assert_allclose(r0["scores"], history.scores, rtol=1e-5)
+    assert r0["counters"].tolist() == [oracle.iteration, 2] == [8, 2]
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("variant", list(common.CNN_VARIANTS))
+def test_a_cnn_with_batch_normalization_trains_as_parallel_wrapper(job, variant):
+    # per-channel running statistics of 4-D input, averaged over the ranks after each step as
+    # ParallelWrapper's SHARED_GRADIENTS averages its two workers' (worker i gets rank i's
+    # batches)
+    oracle = as_parallel_wrapper(common.cnn(batchnorm=True), *common.image_data(common.CNN_N),
+                                 7)
+    r0, r1 = both(job, f"cnn_{variant}_True")
+    np.testing.assert_array_equal(r0["params"], r1["params"])
+    np.testing.assert_allclose(r0["params"], oracle.params().numpy(), **TOL)
+    bn = oracle.get_layer(1)
+    assert not np.array_equal(bn.params["mean"].numpy(), np.zeros(4))    # the statistics moved
 
 
 @needs_mpiexec

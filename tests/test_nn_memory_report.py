@@ -85,6 +85,54 @@ def test_totals_show_the_trade_off():
     assert "SEPARATE: total " in text and "WS_LAYER_WORKING_MEM" in text
 
 
+class WhereEpsilon(Layer):
+    # keeps its width and notes the workspace of the epsilon it passes back
+    keeps_width = True
+    seen: list = []
+
+    def memory_use(self, batch, training, itemsize):
+        size = batch * self.n_in * itemsize
+        use = [("forward", ArrayType.ACTIVATIONS, size)]
+        return use + [("backward", ArrayType.ACTIVATION_GRAD, size)] if training else use
+
+    def activate(self, x, training, mgr):
+        y = mgr.create_uninitialized(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)
+        return ndws.add(x, 0.0, out=y)
+
+    def backprop_gradient(self, epsilon, mgr):
+        e = mgr.create_uninitialized(ArrayType.ACTIVATION_GRAD, epsilon.shape,
+                                     dtype=epsilon.dtype)
+        WhereEpsilon.seen.append((self.index, e.workspace_id))
+        return {}, ndws.add(epsilon, 0.0, out=e)
+
+
+def test_separate_gives_the_ping_pong_workspaces_one_size_for_training_and_inference(rng):
+    # layer i's epsilon has the shape of layer i - 1's activations: it goes to the workspace
+    # that holds them at inference, so a network that trains and infers in SEPARATE sizes each
+    # workspace of the pair for one of them (widths 64, 8, 48, 8: the pair needs 64 and 48
+    # wide, not 64 and 64)
+    W = ndws.WorkspaceMode
+    net = MultiLayerNetwork(MultiLayerConfiguration(
+        [DenseLayer(n_in=20, n_out=64), DenseLayer(n_out=8), WhereEpsilon(),
+         DenseLayer(n_out=48), WhereEpsilon(), OutputLayer(n_out=5, activation="softmax")],
+        seed=1, training_workspace_mode="SEPARATE", inference_workspace_mode="SEPARATE"))
+    net.init()
+    n = 16
+    r = net.memory_report(n)
+    training, inference = r.workspace_bytes(W.SEPARATE, True), r.workspace_bytes(W.SEPARATE, False)
+    pair = ("WS_LAYER_ACT_1", "WS_LAYER_ACT_2")
+    assert [training[k] for k in pair] == [inference[k] for k in pair] == [n * 64 * 4, n * 48 * 4]
+    WhereEpsilon.seen = []
+    ds = batch(rng, "classifier", n)
+    net.fit(ds)
+    # layer 2's epsilon has layer 1's shape (ACT_2 at inference), layer 4's layer 3's (ACT_2)
+    assert WhereEpsilon.seen == [(4, "WS_LAYER_ACT_2"), (2, "WS_LAYER_ACT_2")]
+    net.output(ds.features)
+    sizes = {w.id: w.max_cycle_allocations
+             for w in ndws.get_workspace_manager().get_all_workspaces_for_current_thread()}
+    assert [sizes[k] for k in pair] == [n * 64 * 4, n * 48 * 4]
+
+
 class Opaque(Layer):
     def activate(self, x, training, mgr):
         y = mgr.create(ArrayType.ACTIVATIONS, x.shape, dtype=x.dtype)

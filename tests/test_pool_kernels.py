@@ -167,6 +167,36 @@ def test_max_pool_ties_nan_and_all_padding_rules(rng):
     assert np.isneginf(np.asarray(y)).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 3, (2, 3)])
+def test_max_pool_of_windows_that_tile_the_plane(rng, dtype, k):
+    # whole windows (LeNet's and VGG's 2x2/2): the forward reads each window's taps directly,
+    # the backward zeroes each plane and adds every gradient at its index; rows and columns
+    # no window covers (11 = 3 * 3 + 2, 7 = 2 * 3 + 1) get zero gradient; NaN still wins
+    x = rng.standard_normal((2, 3, 11, 7)).astype(dtype)
+    x[0, 1, 4, 3] = np.nan
+    x[1, 2, 0, :] = 5.0                                  # ties: the first one wins
+    ref, idx = ref_pool(x, "max", k, None, 0, 1, False, 2.0)
+    y, i = F.max_pool2d(x, k, return_indices=True)
+    np.testing.assert_array_equal(np.asarray(y), ref)
+    np.testing.assert_array_equal(np.asarray(i), idx)
+    g = rng.standard_normal(ref.shape).astype(dtype)
+    out = np.full(x.shape, 7.0, dtype)                  # stale values everywhere
+    F.max_pool2d_backward(x, g, k, indices=i, out=out)
+    want = ref_pool_backward(x, g, "max", k, None, 0, 1, False, 2.0)
+    np.testing.assert_array_equal(out, want)
+    # indices inside the plane but outside their window (not max_pool2d's), two of them the
+    # same position: each gradient is added at its index, as the general loop does
+    odd = np.asarray(i).copy()
+    odd[1, 0, 0, 0] = 10 * 7 + 6                         # the last position of the plane
+    odd[1, 0, 0, 1] = 10 * 7 + 6
+    F.max_pool2d_backward(x, g, k, indices=odd, out=out)
+    want = np.zeros_like(x)
+    n, c, oh, ow = np.indices(odd.shape).reshape(4, -1)
+    np.add.at(want.reshape(2, 3, -1), (n, c, odd.reshape(-1)), g.reshape(-1))
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
 def test_pnorm_of_a_zero_window_passes_no_gradient():
     x = np.zeros((1, 1, 2, 4), np.float64)
     x[0, 0, :, 2:] = [[3., 4.], [0., 0.]]

@@ -30,7 +30,7 @@ from ndws._typedefs cimport intp_t
 from ndws._arena import _end_scope_of, _scope_out
 from ndws._ufuncs import _reduce_sum
 from ndws.nn._act_entries import activation, activation_backward
-from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_LAYER_WORKING_MEM, WS_SINGLE
+from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_SINGLE, epsilon_workspace
 from ndws.nn._linear import linear
 from ndws.nn._losses import softmax_cross_entropy
 from ndws.workspace import get_workspace_manager
@@ -197,7 +197,8 @@ cdef class DensePlan:
                 for i in range(n - 1, -1, -1):
                     W = <NDArray>weights[i]
                     if separate:
-                        E = _enter(wss, WS_LAYER_ACT[i % 2], conf[WS_LAYER_ACT[i % 2]])
+                        name = epsilon_workspace(i)
+                        E = _enter(wss, name, conf[name])
                         eps_open.append(E)
                         WM = _enter(wss, WS_LAYER_WORKING_MEM, conf[WS_LAYER_WORKING_MEM])
                     try:

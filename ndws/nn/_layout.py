@@ -24,6 +24,21 @@ def layer_act(k: int) -> str:
     return f"WS_LAYER_ACT_{k}"
 
 
+def activation_workspace(i: int) -> str:
+    """The ping-pong workspace of layer i's activations in a SEPARATE inference pass (DL4J's:
+    WS_LAYER_ACT_1 for even layers, _2 for odd ones)."""
+    return WS_LAYER_ACT[i % 2]
+
+
+def epsilon_workspace(i: int) -> str:
+    """The ping-pong workspace of layer i's epsilon (dL/d its input) in a SEPARATE training
+    pass: the one that holds layer i - 1's activations at inference, whose shape the epsilon
+    has, so training and inference need the same size of each workspace of the pair. DL4J
+    uses layer i's own (``i % 2``), which makes each as large as the largest activation of
+    either parity: LeNet at batch 64 held 2 x 2.9 MB where 2.9 + 0.7 MB do."""
+    return WS_LAYER_ACT[(i + 1) % 2]
+
+
 def workspace_configs(n_layers: int, act_names: tuple = WS_LAYER_ACT
                       ) -> dict[str, WorkspaceConfiguration]:
     # DL4J's configurations of its network workspaces: `n_layers` counts the layers of a

@@ -14,6 +14,7 @@ first largest value (NaN wins: it propagates); AVG divides by the taps inside th
 ``(sum |x|^p)^(1/p)``; SUM adds.
 """
 from libc.math cimport fabs, pow, sqrt, isnan
+from libc.string cimport memset
 cimport numpy as cnp
 
 import numpy as np
@@ -45,6 +46,7 @@ ctypedef struct PoolJob:
     Geom g
     int kind, f64
     bint include_pad, back
+    bint fast                    # MAX: `_max_plane_fwd` / `_max_plane_bwd_scatter`
     double p                     # PNORM's exponent
     const char* x
     intp_t xs[4]
@@ -74,6 +76,89 @@ cdef inline floating_t _pnorm_pow(floating_t v, double p) noexcept nogil:
     return <floating_t>pow(fabs(v), p)
 
 
+cdef inline bint _whole_windows(const PoolJob* j) noexcept nogil:
+    # every window lies inside the input, undilated, along rows of unit stride (NCHW, or any
+    # layout whose width is its innermost axis): the taps need no clipping and no division
+    cdef const Geom* g = &j.g
+    return (j.kind == P_MAX and g.DH == 1 and g.DW == 1 and g.PT == 0 and g.PL == 0
+            and (g.OH - 1) * g.SH + g.KH <= g.H and (g.OW - 1) * g.SW + g.KW <= g.W
+            and j.xs[3] == 1 and j.ys[3] == 1 and (j.idx == NULL or j.is_[3] == 1))
+
+
+cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
+                         int32_t* ic) noexcept nogil:
+    # MAX over whole windows (`_whole_windows`): the first largest value, a NaN winning, as
+    # the general loop of `_pool_plane` takes it. The geometry is read into locals: extensions
+    # build with -fno-strict-aliasing, so each store would reload it through `j` otherwise.
+    cdef intp_t OH = j.g.OH, OW = j.g.OW, KH = j.g.KH, KW = j.g.KW, SH = j.g.SH, SW = j.g.SW
+    cdef intp_t W = j.g.W, xs2 = j.xs[2], ys2 = j.ys[2], is2 = j.is_[2]
+    cdef intp_t oh, ow, i, k, best, base
+    cdef const floating_t* row
+    cdef floating_t* yr
+    cdef int32_t* ir
+    cdef floating_t v, acc
+    for oh in range(OH):
+        row = xc + oh * SH * xs2
+        yr = yc + oh * ys2
+        ir = ic + oh * is2 if ic != NULL else NULL
+        base = oh * SH * W
+        for ow in range(OW):
+            if KH == 2 and KW == 2:
+                # LeNet's and VGG's 2x2: the four taps in the general loop's order
+                acc = row[0]
+                best = 0
+                v = row[1]
+                if v > acc or (v != v and acc == acc):
+                    acc = v
+                    best = 1
+                v = row[xs2]
+                if v > acc or (v != v and acc == acc):
+                    acc = v
+                    best = W
+                v = row[xs2 + 1]
+                if v > acc or (v != v and acc == acc):
+                    acc = v
+                    best = W + 1
+            else:
+                acc = row[0]
+                best = 0
+                for i in range(KH):
+                    for k in range(KW):
+                        v = row[i * xs2 + k]
+                        if v > acc or (v != v and acc == acc):
+                            acc = v
+                            best = i * W + k
+            yr[ow] = acc
+            if ir != NULL:
+                ir[ow] = <int32_t>(base + best)
+            row += SW
+            base += SW
+
+
+cdef void _max_plane_bwd_scatter(const PoolJob* j, const floating_t* gc, floating_t* dxc,
+                                 const int32_t* ic) noexcept nogil:
+    # the MAX gradient through the arg-max indices into a plane whose rows follow each other
+    # (NCHW: contiguous, one memset; NHWC: every C-th value): the plane zeroed, then each
+    # output's gradient added at its flat index times the column stride (the general loop
+    # divides each index into a row and a column, and clips both windows it does not need).
+    # The same additions in the same order: the same bits.
+    cdef intp_t OH = j.g.OH, OW = j.g.OW, ys2 = j.ys[2], ys3 = j.ys[3]
+    cdef intp_t is2 = j.is_[2], is3 = j.is_[3], d3 = j.dxs[3], oh, ow, k
+    cdef intp_t size = j.g.H * j.g.W
+    cdef const floating_t* gr
+    cdef const int32_t* ir
+    if d3 == 1:
+        memset(dxc, 0, <size_t>size * sizeof(floating_t))
+    else:
+        for k in range(size):
+            dxc[k * d3] = 0
+    for oh in range(OH):
+        gr = gc + oh * ys2
+        ir = ic + oh * is2
+        for ow in range(OW):
+            dxc[ir[ow * is3] * d3] += gr[ow * ys3]
+
+
 cdef void _pool_plane(const PoolJob* j, intp_t t, floating_t dummy) noexcept nogil:
     cdef const Geom* g = &j.g
     cdef intp_t n = t // g.C, c = t % g.C
@@ -87,6 +172,12 @@ cdef void _pool_plane(const PoolJob* j, intp_t t, floating_t dummy) noexcept nog
     cdef double s
     if j.idx != NULL:
         ic = <int32_t*>j.idx + n * j.is_[0] + c * j.is_[1]
+    if j.fast:
+        if j.back:
+            _max_plane_bwd_scatter(j, yc, <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1], ic)
+        else:
+            _max_plane_fwd(j, xc, yc, ic)
+        return
     if j.back:
         dxc = <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1]
         for h in range(g.H):
@@ -182,6 +273,10 @@ cdef void _pool_task(void* ctx, Py_ssize_t t) noexcept nogil:
 
 cdef int _run(PoolJob* j, intp_t nbytes) except -1:
     cdef intp_t planes = j.g.N * j.g.C
+    # backward: any MAX geometry with indices, into planes whose rows follow each other (the
+    # indices were checked to lie in [0, H*W) before)
+    j.fast = (j.kind == P_MAX and j.idx != NULL and j.dxs[2] == j.g.W * j.dxs[3]
+              if j.back else _whole_windows(j))
     cdef double work = <double>j.g.N * j.g.C * j.g.OH * j.g.OW * j.g.KH * j.g.KW
     cdef int nt = <int>_imin(planes, threads_for(<Py_ssize_t>(work if work < 4e18 else 4e18),
                                                  GRAIN_NN_CHEAP))

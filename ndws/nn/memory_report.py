@@ -18,7 +18,8 @@ from typing import Any
 import ndws
 from ndws.nn import _checks
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
-                             WS_RNN_LOOP_WORKING_MEM, WS_SINGLE)
+                             WS_RNN_LOOP_WORKING_MEM, WS_SINGLE, activation_workspace,
+                             epsilon_workspace)
 from ndws.nn.workspace_mgr import ArrayType
 from ndws.workspace import WorkspaceMode
 
@@ -53,7 +54,7 @@ def plan(uses: list, mode: WorkspaceMode, training: bool) -> dict[str, int]:
         return {WS_INFERENCE: total, **loops}
     out: dict[str, int] = dict(loops)
     work = 0
-    ping = [0, 0]
+    ping = {name: 0 for name in WS_LAYER_ACT}
     kept = 0
     for i, layer in enumerate(uses):
         for phase in ("forward", "backward"):
@@ -62,19 +63,22 @@ def plan(uses: list, mode: WorkspaceMode, training: bool) -> dict[str, int]:
         if training:
             kept += sum(_aligned(b) for _, t, b in layer if t in _KEPT)
             grads = sum(_aligned(b) for _, t, b in layer if t is ArrayType.ACTIVATION_GRAD)
-            ping[i % 2] = max(ping[i % 2], grads)
+            name = epsilon_workspace(i)
+            ping[name] = max(ping[name], grads)
         elif i < n - 1:
             acts = sum(_aligned(b) for _, t, b in layer if t is ArrayType.ACTIVATIONS)
-            ping[i % 2] = max(ping[i % 2], acts)
+            name = activation_workspace(i)
+            ping[name] = max(ping[name], acts)
     if training:
         out[WS_ALL_LAYERS_ACT] = kept
     out[WS_LAYER_WORKING_MEM] = work
-    # the ping-pong workspaces a pass enters: training, one per layer's backward (layer i in
-    # ACT_(i % 2)); inference, one per layer but the last
-    users = range(n) if training else range(n - 1)
-    for k in (0, 1):
-        if any(i % 2 == k for i in users):
-            out[WS_LAYER_ACT[k]] = ping[k]
+    # the ping-pong workspaces a pass enters: training, one per layer's backward; inference,
+    # one per layer but the last
+    entered = ({epsilon_workspace(i) for i in range(n)} if training
+               else {activation_workspace(i) for i in range(n - 1)})
+    for name in WS_LAYER_ACT:
+        if name in entered:
+            out[name] = ping[name]
     return out
 
 

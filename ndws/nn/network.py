@@ -49,7 +49,8 @@ from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, Lo
                             OutputLayer)
 from ndws.nn._model import (_IN_FORWARD, Model, _Abandoned, batch_count as _length,
                             count as _count, fit_options, input_array)
-from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM, workspace_configs
+from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM,
+                             activation_workspace, epsilon_workspace, workspace_configs)
 from ndws.nn.conf import SETTINGS, BackpropType
 from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.inputs import InputType
@@ -567,7 +568,7 @@ class MultiLayerNetwork(Model):
                         if mode is WorkspaceMode.SEPARATE and i < n - 1:
                             # layer i's activations live in ACT_(i % 2) until layer i + 1 has
                             # read them (DL4J's WS_LAYER_ACT_1 / _2)
-                            name = WS_LAYER_ACT[i % 2]
+                            name = activation_workspace(i)
                             m._map(ArrayType.ACTIVATIONS, name, self._configs[name])
                             held.append(m.notify_scope_entered(ArrayType.ACTIVATIONS))
                         with self._scope(m, mode, ArrayType.FF_WORKING_MEM):
@@ -853,7 +854,7 @@ class MultiLayerNetwork(Model):
                     for i in range(n - 1, stop - 1, -1):
                         layer = self.layers[i]
                         if mode is WorkspaceMode.SEPARATE:
-                            name = WS_LAYER_ACT[i % 2]
+                            name = epsilon_workspace(i)
                             mgr._map(ArrayType.ACTIVATION_GRAD, name, self._configs[name])
                             open_eps.append(mgr.notify_scope_entered(ArrayType.ACTIVATION_GRAD))
                         with self._scope(mgr, mode, ArrayType.BP_WORKING_MEM):

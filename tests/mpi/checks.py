@@ -105,6 +105,20 @@ def batchnorm(out):
     trainer.close()
 
 
+def cnn(out):
+    # convolutions, pooling and preprocessors; with BatchNormalization over 4-D input, whose
+    # running statistics are averaged after each step
+    x, y = common.image_data(common.CNN_N)
+    for variant, options in common.CNN_VARIANTS.items():
+        for bn in (False, True):
+            net = common.cnn(batchnorm=bn)
+            trainer = MPITrainer(net, **options)
+            it = ArrayDataSetIterator(x, y, common.BATCH, shuffle=True, seed=7)
+            history = trainer.fit(it.shard(rank, size), epochs=2)
+            save(out, f"cnn_{variant}_{bn}", **state(net), scores=history.scores)
+            trainer.close()
+
+
 # -- AVERAGING --------------------------------------------------------------------------------
 
 def averaging(out):
@@ -263,7 +277,7 @@ def stuck_rank(out):
     print(f"rank {rank} finished: not expected", flush=True)
 
 
-MAIN = [broadcast, shared, uneven, batchnorm, averaging, checkpoints, listeners, disagree]
+MAIN = [broadcast, shared, uneven, batchnorm, cnn, averaging, checkpoints, listeners, disagree]
 
 if __name__ == "__main__":
     ndws.set_num_threads(1)

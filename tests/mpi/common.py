@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ndws.nn import (Adam, BatchNormalization, DenseLayer, MultiLayerConfiguration,
-                     MultiLayerNetwork, OutputLayer, Sgd)
+from ndws.nn import (Adam, BatchNormalization, ConvolutionLayer, DenseLayer, InputType,
+                     MultiLayerConfiguration, MultiLayerNetwork, OutputLayer, Sgd,
+                     SubsamplingLayer)
 
 BATCH = 4                           # rows per rank and step
 #: 2 ranks, global batches of 8: 67 ends with 3 rows (2 and 1), 65 with 1 (rank 1 has none)
@@ -18,6 +19,10 @@ SHARED_VARIANTS = {"default": {}, "buckets": {"shared_memory": False},
                    "timeout": {"timeout": 60.0},
                    "buckets_timeout": {"timeout": 60.0, "shared_memory": False}}
 UPDATERS = ("sgd", "adam")
+#: the CNN scenario's MPITrainer options: the default, and an allreduce per layer during
+#: backprop (each convolution's bucket starts before the layers below backpropagate)
+CNN_VARIANTS = {"default": {}, "per_layer": {"bucket_bytes": 0, "shared_memory": False}}
+CNN_N = 27                          # global batches of 8: the last has 3 rows (2 and 1)
 AVERAGING_N = 64
 AVERAGING_FREQUENCIES = (1, 3)
 
@@ -38,5 +43,30 @@ def network(updater="sgd", regularised=False, batchnorm=False, hidden=16):
 def data(n):
     rng = np.random.default_rng(n)
     x = rng.random((n, 6), dtype=np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
+    return x, y
+
+
+def cnn(batchnorm=False):
+    """A small CNN on 1x6x6 images (rows of 36 pixels): a 3x3 convolution of 4 channels,
+    optionally BatchNormalization over them (per-channel statistics), 2x2 max pooling, a 3x3
+    SAME convolution, the softmax output (the preprocessors inserted by the input type)."""
+    layers = [ConvolutionLayer(kernel_size=3, n_out=4, activation="relu")]
+    if batchnorm:
+        layers.append(BatchNormalization())
+    layers += [SubsamplingLayer(kernel_size=2, stride=2),
+               ConvolutionLayer(kernel_size=3, n_out=3, activation="tanh",
+                                convolution_mode="same"),
+               OutputLayer(n_out=3, activation="softmax", loss_function="MCXENT")]
+    net = MultiLayerNetwork(MultiLayerConfiguration(
+        layers, input_type=InputType.convolutional_flat(6, 6, 1), seed=4, updater=Adam(1e-2),
+        l2=1e-3))
+    net.init()
+    return net
+
+
+def image_data(n):
+    rng = np.random.default_rng(100 + n)
+    x = rng.random((n, 36), dtype=np.float32)
     y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
     return x, y
