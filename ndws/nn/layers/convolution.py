@@ -466,7 +466,8 @@ class Convolution1DLayer(_Convolution):
         Defaults 5, 1, 0, 1.
     convolution_mode : str or ConvolutionMode, optional
         STRICT, TRUNCATE, SAME or CAUSAL (``ceil(T / stride)`` steps, all the padding before
-        the series: step t sees only steps <= t).
+        the series: the last output ends on the last step, so output j sees only steps
+        <= T - 1 - (out - 1 - j) * stride; at stride 1, steps <= j).
     data_format : {"NCW", "NWC"}, optional
         None: the input's.
     **common
