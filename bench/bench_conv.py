@@ -52,7 +52,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -62,7 +61,7 @@ for path in (ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench_gemm import neighbour_main, settle, spread  # noqa: E402
+from bench_gemm import load_average, neighbour_main, run_worker, settle, spread  # noqa: E402
 
 TARGET = 1.0
 
@@ -204,39 +203,14 @@ def worker(threads, quick):
 
 
 def run(threads, quick, noisy, role="--worker", extra=()):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, os.path.abspath(__file__), role, str(threads), *extra]
-    if quick:
-        cmd.append("--quick")
-    neighbour = None
-    if noisy:
-        neighbour = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--neighbour"])
-    try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    finally:
-        if neighbour is not None:
-            neighbour.kill()
-            neighbour.wait()
-    if res.returncode != 0:
-        sys.stderr.write(res.stderr)
-        raise SystemExit(f"worker with {threads} thread(s) failed")
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
-def _load():
-    # the machine's 1/5/15-minute load averages: how busy the other processes kept the CPUs
-    try:
-        return "/".join(f"{v:.1f}" for v in os.getloadavg())
-    except OSError:
-        return "unknown"
+    return run_worker(__file__, threads, quick, noisy, role, extra)
 
 
 def report(threads, condition, out):
     """Print one run's table; returns (passes, misses)."""
     print(f"\n## {threads} thread(s), {condition}: torch {out['info']['torch']} "
           f"(oneDNN {'on' if out['info']['mkldnn'] else 'off'}); ms, median (p10-p90); load "
-          f"average {_load()}")
+          f"average {load_average()}")
     head = (f"{'case':<34} {'pass':<7} {'ndws':>16} {'torch':>16} {'floor':>16} "
             f"{'torch/ndws':>10} {'floor/ndws':>10}  target")
     print(head + "\n" + "-" * len(head))
@@ -521,7 +495,7 @@ def main():
                          "ndws)")
     print(f"# bench_conv: {platform.machine()}, {os.cpu_count()} CPUs, python "
           f"{platform.python_version()}{' (quick)' if args.quick else ''}; load average "
-          f"{_load()} at the start")
+          f"{load_average()} at the start")
     results = []
     sections = []
     if args.section in ("all", "conv"):
@@ -542,11 +516,11 @@ def main():
         if section == "conv":
             print(f"\n# torch/ndws: PyTorch's time over ndws' (>= {TARGET} meets the target); "
                   f"floor/ndws: the GEMM floor's time over ndws'. {passes} PASS, {misses} MISS; "
-                  f"load average {_load()}")
+                  f"load average {load_average()}")
         else:
             print(f"\n# fit/floor: fit()'s time over the kernel floor's (<= "
                   f"{NET_TARGET_FLOOR}); torch/fit: PyTorch eager's over fit()'s (> 1 meets "
-                  f"the target). {passes} PASS, {misses} MISS; load average {_load()}")
+                  f"the target). {passes} PASS, {misses} MISS; load average {load_average()}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

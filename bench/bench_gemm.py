@@ -187,15 +187,18 @@ def worker(threads, quick):
 # ------------------------------------------------------------------------------------------------
 # Driver
 
-def run(threads, quick, noisy):
+def run_worker(script, threads, quick, noisy, role="--worker", extra=()):
+    """Run `script`'s worker (`script role threads [extra] [--quick]`) in a fresh interpreter
+    with every library's thread count set to `threads`, beside a busy neighbour process (the
+    script's ``--neighbour``) if `noisy`; returns the JSON object the worker prints last."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(threads)]
+    cmd = [sys.executable, os.path.abspath(script), role, str(threads), *extra]
     if quick:
         cmd.append("--quick")
     neighbour = None
     if noisy:
-        neighbour = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--neighbour"])
+        neighbour = subprocess.Popen([sys.executable, os.path.abspath(script), "--neighbour"])
     try:
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     finally:
@@ -206,6 +209,18 @@ def run(threads, quick, noisy):
         sys.stderr.write(res.stderr)
         raise SystemExit(f"worker with {threads} thread(s) failed")
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def load_average():
+    """The machine's 1/5/15-minute load averages: how busy the other processes kept the CPUs."""
+    try:
+        return "/".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def run(threads, quick, noisy):
+    return run_worker(__file__, threads, quick, noisy)
 
 
 def report(threads, condition, out):

@@ -41,7 +41,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -52,7 +51,7 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import neighbour_main, settle, spread  # noqa: E402
+from bench_gemm import neighbour_main, run_worker, settle, spread  # noqa: E402
 
 MLP_BATCH, RES_BATCH, WIDTH, BLOCKS = 128, 32, 16, 3
 CLIENTS, REQUESTS = 32, 40
@@ -263,24 +262,7 @@ def worker(threads, quick):
 
 
 def run(threads, quick, noisy):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(threads)]
-    if quick:
-        cmd.append("--quick")
-    neighbour = None
-    if noisy:
-        neighbour = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--neighbour"])
-    try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    finally:
-        if neighbour is not None:
-            neighbour.kill()
-            neighbour.wait()
-    if res.returncode != 0:
-        sys.stderr.write(res.stderr)
-        raise SystemExit(f"worker with {threads} thread(s) failed")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return run_worker(__file__, threads, quick, noisy)
 
 
 def report(threads, condition, out):
