@@ -354,7 +354,7 @@ EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("nd
               extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
               extension("ndws.nn._conv"), extension("ndws.nn._pool"),
-              extension("ndws.nn._rnn"),
+              extension("ndws.nn._rnn"), extension("ndws.nn._rnn_entries"),
               extension("ndws.nn._iteration"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels"),

@@ -733,8 +733,9 @@ def test_public_surface():
                  "simple_rnn_scratch_bytes"):
         assert name in F.__all__ and getattr(F, name).__doc__
     import pathlib
-    stub = (pathlib.Path(F.__file__).parent / "_rnn.pyi").read_text()
-    assert all(f"def {name}(" in stub for name in F.lstm_forward.__module__ and [
+    assert F.lstm_forward.__module__ == "ndws.nn._rnn_entries"
+    stub = (pathlib.Path(F.__file__).parent / "_rnn_entries.pyi").read_text()
+    assert all(f"def {name}(" in stub for name in [
         "lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
         "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
         "simple_rnn_scratch_bytes"])
@@ -742,6 +743,6 @@ def test_public_surface():
 
 def test_docstring_examples():
     import doctest
-    from ndws.nn import _rnn
-    failures, tried = doctest.testmod(_rnn, optionflags=doctest.ELLIPSIS)
+    from ndws.nn import _rnn_entries
+    failures, tried = doctest.testmod(_rnn_entries, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
