@@ -64,9 +64,39 @@ cdef extern from "_rnn_cell.h" nogil:
                            const float64_t* At, const float64_t* cp, const float64_t* dh,
                            const float64_t* dc, const float64_t* peep, float64_t* D,
                            float64_t* dcp) noexcept
+    int ndws_cell_count() noexcept
+    int ndws_cell_runs(int i) noexcept
+    const char* ndws_cell_name(int i) noexcept
+    const char* ndws_cell_isa() noexcept
+    void ndws_cell_use(int i) noexcept
+
+ndws_cell_use(-1)                   # the best clone this CPU runs
 
 # the general path for every example (tests: the fused cells give its bits)
 cdef bint _fused_cells = True
+
+
+def _cell_isas():
+    """The instruction sets of the fused cells this CPU runs, best first (a subset of
+    ``["avx512", "avx2", "baseline"]``)."""
+    return [(<bytes>ndws_cell_name(i)).decode() for i in range(ndws_cell_count())
+            if ndws_cell_runs(i)]
+
+
+def _use_cell_isa(name):
+    """Run the fused cells built for instruction set `name` (one of `_cell_isas()`; None: the
+    best), so tests check every clone; returns the one in use before."""
+    previous = (<bytes>ndws_cell_isa()).decode()
+    if name is None:
+        ndws_cell_use(-1)
+        return previous
+    names = _cell_isas()
+    if name not in names:
+        raise ValueError(f"isa: expected one of {', '.join(names)}, got {name!r}")
+    for i in range(ndws_cell_count()):
+        if (<bytes>ndws_cell_name(i)).decode() == name:
+            ndws_cell_use(i)
+    return previous
 
 
 def _use_fused_cells(bint on):
@@ -1045,13 +1075,6 @@ cdef NDArray _read_mask(object mask, str op, intp_t B, intp_t T):
         raise ValueError(f"{op}: mask must have shape (batch, time) = {(B, T)}, got "
                          f"{v.shape}")
     return mask if isinstance(mask, NDArray) else _from_numpy(v)
-
-
-cdef void _fill_mask(NDArray mask, char* dst, intp_t B, intp_t T, bint f64) noexcept:
-    # the mask as a contiguous (B, T) array of the compute dtype
-    cdef cnp.ndarray v = np.asarray(mask)
-    cdef cnp.ndarray d = np.asarray(<object>_from_numpy_view(dst, B, T, f64))
-    d[...] = v
 
 
 cdef object _from_numpy_view(char* p, intp_t B, intp_t T, bint f64):
