@@ -329,7 +329,7 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws.nn._rnn": ["ndws/_tls.h", "ndws/_vmath.h",
                             "ndws/nn/_rnn_cell.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
-           "ndws.nn._conv": ["ndws/nn/_winograd.pxi"]}
+           "ndws.nn._depthwise": ["ndws/nn/_dw_loops.h"]}
 
 
 def extension(name):
@@ -353,7 +353,9 @@ EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("nd
               extension("ndws.nn._activations"), extension("ndws.nn._act_entries"),
               extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
-              extension("ndws.nn._conv"), extension("ndws.nn._pool"),
+              extension("ndws.nn._conv"), extension("ndws.nn._winograd"),
+              extension("ndws.nn._conv_gemm"), extension("ndws.nn._conv2d"),
+              extension("ndws.nn._depthwise"), extension("ndws.nn._pool"),
               extension("ndws.nn._rnn"), extension("ndws.nn._rnn_entries"),
               extension("ndws.nn._iteration"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),

@@ -212,10 +212,19 @@ def run(threads, quick, noisy):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def _load():
+    # the machine's 1/5/15-minute load averages: how busy the other processes kept the CPUs
+    try:
+        return "/".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def report(threads, condition, out):
     """Print one run's table; returns (passes, misses)."""
     print(f"\n## {threads} thread(s), {condition}: torch {out['info']['torch']} "
-          f"(oneDNN {'on' if out['info']['mkldnn'] else 'off'}); ms, median (p10-p90)")
+          f"(oneDNN {'on' if out['info']['mkldnn'] else 'off'}); ms, median (p10-p90); load "
+          f"average {_load()}")
     head = (f"{'case':<34} {'pass':<7} {'ndws':>16} {'torch':>16} {'floor':>16} "
             f"{'torch/ndws':>10} {'floor/ndws':>10}  target")
     print(head + "\n" + "-" * len(head))
@@ -260,7 +269,8 @@ def main():
         raise SystemExit("bench_conv needs PyTorch (pip install torch; never a dependency of "
                          "ndws)")
     print(f"# bench_conv: {platform.machine()}, {os.cpu_count()} CPUs, python "
-          f"{platform.python_version()}{' (quick)' if args.quick else ''}")
+          f"{platform.python_version()}{' (quick)' if args.quick else ''}; load average "
+          f"{_load()} at the start")
     passes = misses = 0
     results = []
     for threads in [int(t) for t in args.threads.split(",")]:
@@ -271,7 +281,8 @@ def main():
             passes += p
             misses += m
     print(f"\n# torch/ndws: PyTorch's time over ndws' (>= {TARGET} meets the target); "
-          f"floor/ndws: the GEMM floor's time over ndws'. {passes} PASS, {misses} MISS")
+          f"floor/ndws: the GEMM floor's time over ndws'. {passes} PASS, {misses} MISS; load "
+          f"average {_load()} at the end")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

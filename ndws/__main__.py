@@ -4,9 +4,10 @@
 ``train`` trains a network on the bundled digits with a progress bar, prints each epoch's score
 and held-out accuracy and the final evaluation, then compares the workspace modes on the same
 network: a multi-layer perceptron, or with ``--model`` another network of the table `MODELS`
-(``lstm``: an LSTM that reads each 8x8 digit row by row, 8 steps of 8 features). ``train --mpi``, run under ``mpiexec -n N``, trains the same network
-data-parallel on the N processes (`ndws.parallel.MPITrainer`, docs/distributed.md). Ctrl-C
-stops it, saying where, with exit status 130.
+(``lstm``: an LSTM that reads each 8x8 digit row by row, 8 steps of 8 features; ``resnet``: a
+residual ComputationGraph on the digits as 1x8x8 images). ``train --mpi``, run under
+``mpiexec -n N``, trains the MLP data-parallel on the N processes (`ndws.parallel.MPITrainer`,
+docs/distributed.md). Ctrl-C stops it, saying where, with exit status 130.
 
 The demo runs two cyclic workloads with a workspace and without, and prints for each the time
 per iteration, the heap allocations of array data and the page faults per iteration, then the
@@ -205,6 +206,49 @@ def _lstm_conf(hidden: int, seed: int, mode: str = "ENABLED"):
         training_workspace_mode=mode, inference_workspace_mode=mode)
 
 
+def _resnet_conf(hidden: int, seed: int, mode: str = "ENABLED", image: tuple = (8, 8, 1)):
+    # a residual network (a ComputationGraph) on each digit as a 1x8x8 image (bench_graph's
+    # on 32x32x3 ones: `image` is (height, width, channels)): a 3x3 convolution stem, three
+    # residual blocks of two 3x3 convolutions added to the block's input (ElementWiseVertex
+    # ADD, then ReLU), global average pooling, softmax; HIDDEN / 8 channels (16 for the
+    # default 128)
+    from ndws.nn import (ActivationLayer, Adam, ComputationGraphConfiguration,
+                         ConvolutionLayer, ElementWiseVertex, GlobalPoolingLayer, InputType,
+                         OutputLayer)
+    width = max(1, hidden // 8)
+    b = (ComputationGraphConfiguration.builder(
+        seed=seed, updater=Adam(1e-2), activation="relu", convolution_mode="Same",
+        training_workspace_mode=mode, inference_workspace_mode=mode)
+        .add_inputs("image")
+        .add_layer("stem", ConvolutionLayer(n_out=width, kernel_size=(3, 3)), "image"))
+    prev = "stem"
+    for k in range(3):
+        b.add_layer(f"block{k}_a", ConvolutionLayer(n_out=width, kernel_size=(3, 3)), prev)
+        b.add_layer(f"block{k}_b", ConvolutionLayer(n_out=width, kernel_size=(3, 3),
+                                                    activation="identity"), f"block{k}_a")
+        b.add_vertex(f"block{k}_add", ElementWiseVertex("ADD"), f"block{k}_b", prev)
+        b.add_layer(f"block{k}", ActivationLayer(activation="relu"), f"block{k}_add")
+        prev = f"block{k}"
+    b.add_layer("pool", GlobalPoolingLayer(pooling_type="AVG"), prev)
+    b.add_layer("out", OutputLayer(n_out=10, activation="softmax", loss_function="MCXENT"),
+                "pool")
+    return b.set_outputs("out").set_input_types(InputType.convolutional(*image)).build()
+
+
+def _network(conf):
+    # the network a MODELS configuration describes: a graph or a stack of layers
+    from ndws.nn import ComputationGraph, ComputationGraphConfiguration, MultiLayerNetwork
+    net = (ComputationGraph if isinstance(conf, ComputationGraphConfiguration)
+           else MultiLayerNetwork)(conf)
+    net.init()
+    return net
+
+
+def _as_images(x: np.ndarray) -> np.ndarray:
+    # (n, 64) pixels -> (n, 1, 8, 8) images
+    return np.ascontiguousarray(x.reshape(-1, 1, 8, 8))
+
+
 def _rows_as_steps(x: np.ndarray) -> np.ndarray:
     # (n, 64) pixels -> (n, 8 features, 8 steps): step t is row t of the image
     return np.ascontiguousarray(x.reshape(-1, 8, 8).transpose(0, 2, 1))
@@ -216,11 +260,17 @@ MODELS: dict[str, tuple[str, Callable, Callable]] = {
     "mlp": ("a 64-HIDDEN-HIDDEN-10 MLP (ReLU, softmax, Adam)", _digits_conf, lambda x: x),
     "lstm": ("an LSTM of HIDDEN units reading each digit row by row (8 steps of 8 features), "
              "its last step classified (softmax, Adam)", _lstm_conf, _rows_as_steps),
+    "resnet": ("a residual ComputationGraph on each digit as a 1x8x8 image: a 3x3 convolution "
+               "stem and three residual blocks of two 3x3 convolutions of HIDDEN/8 channels "
+               "(ElementWiseVertex ADD), global average pooling, softmax (Adam)",
+               _resnet_conf, _as_images),
 }
 
 
 def _accuracy(net, x, y) -> float:
-    return float((net.output(x).numpy().argmax(axis=1) == y).mean())
+    out = net.output(x)
+    out = out[0] if isinstance(out, list) else out       # a graph's outputs are a list
+    return float((out.numpy().argmax(axis=1) == y).mean())
 
 
 class Interrupted(KeyboardInterrupt):
@@ -241,47 +291,91 @@ def _epoch_lines(epochs: int, out: Any) -> Any:
         # the progress bar
         def on_epoch_end(self, model: Any) -> None:
             h = model.history
+            held = (f"held-out accuracy {h.validation_accuracy[-1]:.4f}"
+                    if h.validation_accuracy else f"held-out loss {h.validation_scores[-1]:.4f}")
             write_above_bar(f"epoch {model.epoch:>3}/{epochs}: score {h.epoch_scores[-1]:.4f}, "
-                            f"held-out accuracy {h.validation_accuracy[-1]:.4f} "
-                            f"({h.epoch_seconds[-1]:.2f} s)", file=out)
+                            f"{held} ({h.epoch_seconds[-1]:.2f} s)", file=out)
     return EpochLines()
+
+
+def _fit_early_stopping(net: Any, x: np.ndarray, y: np.ndarray, xt: np.ndarray,
+                        yt: np.ndarray, batch_size: int, epochs: int, patience: int, seed: int,
+                        progress: bool | None, out: Any) -> tuple:
+    # train --early-stopping: at most `epochs` epochs, stopping after `patience` epochs
+    # without a better held-out loss; returns (the best network, its History, the result)
+    from ndws.data.iterators import ArrayDataSetIterator
+    from ndws.nn.earlystopping import (DataSetLossCalculator, EarlyStoppingConfiguration,
+                                       EarlyStoppingTrainer, MaxEpochsTerminationCondition,
+                                       ScoreImprovementEpochTerminationCondition)
+    onehot = np.eye(10, dtype=np.float32)
+    config = EarlyStoppingConfiguration(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(epochs),
+                                      ScoreImprovementEpochTerminationCondition(patience)],
+        score_calculator=DataSetLossCalculator(
+            ArrayDataSetIterator(xt, onehot[yt], batch_size=max(len(xt), 1))))
+    train = ArrayDataSetIterator(x, onehot[y], batch_size=batch_size, shuffle=True, seed=seed)
+    result = EarlyStoppingTrainer(config, net, train).fit(progress=progress)
+    if result.error is not None:
+        raise result.error
+    print(f"\nearly stopping: {result.termination_details} after {result.total_epochs} "
+          f"epochs; best epoch {result.best_model_epoch + 1} (held-out loss "
+          f"{result.best_model_score:.4f})", file=out)
+    return result.get_best_model(), result.history, result
 
 
 def run_train(epochs: int = 15, batch_size: int = 32, hidden: int = 128, seed: int = 1,
               progress: bool | None = None, mode_epochs: int = 5, out=None,
-              model: str = "mlp") -> dict:
+              model: str = "mlp", early_stopping: int | None = None,
+              tensorboard: str | None = None) -> dict:
     """Train `model` (a name of `MODELS`) on the digits, print the report and the
-    workspace-mode table; returns the figures. Ctrl-C raises `Interrupted` (a
+    workspace-mode table; returns the figures. `early_stopping`: stop after that many epochs
+    without a better held-out loss and keep the best network (`epochs` at most);
+    `tensorboard`: a folder for TensorBoard's event files. Ctrl-C raises `Interrupted` (a
     KeyboardInterrupt) saying where it stopped."""
     from ndws.data.dataset import DataSet
-    from ndws.nn import MultiLayerNetwork
     if model not in MODELS:
         raise ValueError(f"model: expected one of {', '.join(MODELS)}, got {model!r:.40}")
     _, make, features = MODELS[model]
     out = out or sys.stdout
     x, y, xt, yt = _digits(seed)
     x, xt = features(x), features(xt)
-    net = MultiLayerNetwork(make(hidden, seed))
-    net.init()
+    net = _network(make(hidden, seed))
     print(f"ndws train: digits (8x8, 10 classes), {len(x)} training / {len(xt)} held-out "
           f"examples, batch {batch_size}, {epochs} epochs, model {model}\n", file=out)
     print(net.summary(batch_size), file=out)
     print(file=out)
-    net.set_listeners(_epoch_lines(epochs, out))
-    started = time.perf_counter()
     per_epoch = -(-len(x) // batch_size)
+    board = None
+    if tensorboard is not None:
+        from ndws.nn.listeners import TensorBoardListener
+        # histograms once an epoch: the scalars every iteration
+        board = TensorBoardListener(tensorboard, frequency=1, histograms_every=per_epoch)
+    net.set_listeners(_epoch_lines(epochs, out), *([board] if board is not None else []))
+    started = time.perf_counter()
+    trained = net
     try:
-        # one fit: one progress bar over every epoch, a shuffled order per epoch (from the
-        # configuration's seed), the held-out data scored after each
-        history = net.fit(x, y, batch_size=batch_size, epochs=epochs, progress=progress,
-                          shuffle=True, validation_data=(xt, yt))
+        if early_stopping is not None:
+            trained, history, _ = _fit_early_stopping(net, x, y, xt, yt, batch_size, epochs,
+                                                      early_stopping, seed, progress, out)
+        else:
+            # one fit: one progress bar over every epoch, a shuffled order per epoch (from
+            # the configuration's seed), the held-out data scored after each
+            history = net.fit(x, y, batch_size=batch_size, epochs=epochs, progress=progress,
+                              shuffle=True, validation_data=(xt, yt))
     except KeyboardInterrupt:
         done = net.iteration - net.epoch * per_epoch
         raise Interrupted(f"in epoch {net.epoch + 1}/{epochs}, after iteration {done} of its "
                           f"{per_epoch} ({net.iteration} in all)") from None
     finally:
         net.set_listeners()
-    accuracy = history.validation_accuracy[-1]
+        if board is not None:
+            board.close()
+    net = trained
+    accuracy = (history.validation_accuracy[-1] if history.validation_accuracy
+                else _accuracy(net, xt, yt))
+    if board is not None:
+        print(f"TensorBoard event files in {board.log_dir}: open them with "
+              f"tensorboard --logdir {board.log_dir}", file=out)
     onehot = np.eye(10, dtype=np.float32)[yt]
     ev = net.evaluate([DataSet(xt[i:i + 100], onehot[i:i + 100]) for i in range(0, len(xt), 100)])
     print(f"\ntrained in {time.perf_counter() - started:.1f} s\n", file=out)
@@ -377,14 +471,12 @@ def run_train_mpi(epochs: int = 15, batch_size: int = 32, hidden: int = 128, see
 def _compare_modes(x, y, xt, yt, batch_size, hidden, seed, epochs, make=_digits_conf) -> dict:
     from ndws._memory import allocation_counters
     from ndws.data.dataset import DataSet
-    from ndws.nn import MultiLayerNetwork
     batches = [DataSet(x[i:i + batch_size], y[i:i + batch_size])
                for i in range(0, len(x), batch_size)]
     results = {}
     for mode in ("NONE", "SINGLE", "SEPARATE", "ENABLED"):
         ndws.destroy_all_workspaces_for_current_thread()
-        net = MultiLayerNetwork(make(hidden, seed, mode))
-        net.init()
+        net = _network(make(hidden, seed, mode))
         net.fit(batches, progress=False)                # warm-up: the workspaces learn
         times = []
         before = allocation_counters()["allocations"]
@@ -452,11 +544,20 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--hidden", type=_int_arg(1, 4096, " (4096 already makes 17M "
                                                           "weights)"),
                        default=128, help="units in each of the two hidden layers (the LSTM's "
-                                         "units)")
+                                         "units; resnet: 8 per channel)")
     train.add_argument("--seed", type=_int_arg(0, 2**63 - 1), default=1,
                        help="seeds the weights, the split and the order of the examples")
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="show a progress bar (default: on a terminal or in a notebook)")
+    train.add_argument("--early-stopping", type=_int_arg(0, 100_000), default=None,
+                       metavar="PATIENCE",
+                       help="stop once the held-out loss has not improved for PATIENCE "
+                            "epochs (at most --epochs) and keep the best network "
+                            "(docs/training-tools.md)")
+    train.add_argument("--tensorboard", default=None, metavar="DIR",
+                       help="write TensorBoard event files to DIR (score, learning rate, "
+                            "samples/s, each workspace's memory, histograms once an epoch; "
+                            "needs pip install 'ndws[tensorboard]')")
     train.add_argument("--mpi", action="store_true",
                        help="train data-parallel on the processes of `mpiexec -n N ndws train "
                             "--mpi` (needs pip install 'ndws[mpi]'; docs/distributed.md)")
@@ -494,12 +595,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ndws.parallel.mpi import INSTALL_HINT, mpi_available
             if args.model != "mlp":
                 parser.error("--mpi trains the MLP only (--model mlp)")
+            if args.early_stopping is not None or args.tensorboard is not None:
+                parser.error("--early-stopping and --tensorboard train on one process "
+                             "(not with --mpi)")
             if not mpi_available():
                 parser.error(f"--mpi needs mpi4py and an MPI library: {INSTALL_HINT}")
             run_train_mpi(args.epochs, args.batch_size, args.hidden, args.seed, args.progress)
         elif args.command == "train":
+            if args.tensorboard is not None:
+                from ndws.nn._tensorboard import _tensorboardx
+                from ndws._fileio import output_directory
+                try:
+                    _tensorboardx()
+                    output_directory("--tensorboard", args.tensorboard)
+                except (ImportError, OSError, ValueError) as exc:
+                    parser.error(str(exc) if str(exc).startswith("--") else
+                                 f"--tensorboard: {exc}")
             run_train(args.epochs, args.batch_size, args.hidden, args.seed, args.progress,
-                      model=args.model)
+                      model=args.model, early_stopping=args.early_stopping,
+                      tensorboard=args.tensorboard)
         else:
             run_demo(args.iterations, args.batch, seed=args.seed, large_rows=args.large_rows,
                      large_iterations=args.large_iterations)

@@ -127,6 +127,9 @@ cdef class Arena:
     # a compiled loop's cycles in flight (see "Cycles of a compiled loop" in _arena.pyx)
     cdef bint _in_loop
     cdef long long _loop_cycles
+    # a switched-off workspace's blocks of the running step: nothing else holds them (an array
+    # would, outside a compiled loop), so they are kept here until the step ends
+    cdef list _loop_held
 
     cdef int _check_thread(self, str action) except -1
     cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL

@@ -998,10 +998,20 @@ cdef class Arena:
             return take_main(self, req, nbytes)
         with gil:
             ptr = self._alloc(nbytes, False)
+            if self._last_kind == _LAST_OTHER:
+                # a switched-off workspace's block: only the new array would hold it, and a
+                # loop makes none, so it lives until the step ends (freeing it here handed the
+                # step freed memory)
+                if self._loop_held is None:
+                    self._loop_held = []
+                self._loop_held.append(self._last_block)
             self._last_block = None     # a spill stays alive in _spills until the next entry
             return ptr
 
     cdef int _loop_leave(self) except -1 nogil:
+        if self._loop_held is not None:
+            with gil:
+                self._loop_held = None      # the step's blocks of a switched-off workspace
         if self._depth == 1:
             self._depth = 0
             if self._end_cycle_plain():
@@ -1019,6 +1029,7 @@ cdef class Arena:
         self._in_loop = False
         self._last_kind = _LAST_NONE
         self._last_block = None
+        self._loop_held = None
         ts._scope_ops += 2 * self._loop_cycles      # each step's entry and end
         if failed and self._is_open and self._depth > 0:
             # an error inside a step: end its cycle as its `with` would have
@@ -1297,13 +1308,21 @@ cdef class Arena:
 cdef int _steps(Arena ws, long long steps, const Py_ssize_t* sizes, Py_ssize_t n
                 ) except -1 nogil:
     cdef long long t
-    cdef Py_ssize_t i
-    cdef char* p
+    cdef Py_ssize_t i, j
+    cdef char* p[16]
     for t in range(steps):
         ws._loop_enter()
         for i in range(n):
-            p = ws._loop_alloc(sizes[i])
-            memset(p, 0x5a, sizes[i])         # the memory is the step's to write
+            p[i] = ws._loop_alloc(sizes[i])
+            memset(p[i], 0x5a + i, sizes[i])     # the memory is the step's to write
+        for i in range(n):
+            # each allocation still holds what the step wrote: one released early would be
+            # handed out again (malloc reuses a freed block of the same size) and overwritten
+            for j in range(sizes[i]):
+                if p[i][j] != <char>(0x5a + i):
+                    with gil:
+                        raise AssertionError(f"step {t}: allocation {i} was overwritten by a "
+                                             f"later one of the same step")
         ws._loop_leave()
     return 0
 

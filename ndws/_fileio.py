@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Archive", "MAX_DEFLATE_RATIO"]
+__all__ = ["Archive", "MAX_DEFLATE_RATIO", "output_directory"]
 
 #: the most a deflate stream can inflate: 258 bytes per 2-bit code, slightly over 1032:1
 #: (zlib's technical notes)
@@ -196,3 +196,23 @@ class Archive:
         except _ZIP_ERRORS as exc:
             raise self.error(name, f"truncated or corrupt ({exc})") from None
         return out
+
+
+def output_directory(where: str, directory: Any) -> str:
+    """`directory` (a str or os.PathLike naming a folder to write files into) created with its
+    parents if it does not exist; TypeError / ValueError / NotADirectoryError / OSError naming
+    `where` (``"CheckpointListener.directory"``) otherwise. Called once every other argument of
+    the caller is known good, so nothing is created for a refused object."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"{where}: expected a path, got {type(directory).__name__}")
+    directory = os.fspath(directory)
+    if not isinstance(directory, str) or not directory:
+        raise ValueError(f"{where}: expected a folder name, got {directory!r:.60}")
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise NotADirectoryError(f"{where}: {directory!r} exists and is not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise type(exc)(exc.errno, f"{where}: cannot create {directory!r}: "
+                                   f"{exc.strerror}") from None
+    return directory

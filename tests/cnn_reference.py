@@ -155,22 +155,24 @@ def depthwise_conv2d(x, w, b, stride, pads, dilation, fmt="NCHW"):
     return from_nchw(out, fmt)
 
 
-def check_modes(make, batch, x, iterations=4):
-    """Train `make(mode)`'s network on `batch` in each workspace mode: after warm-up (fit and
-    output on `x`) no workspace has spilled and each learned exactly the memory report's plan;
-    the next iterations allocate nothing on the heap (NONE: something); every mode ends with
-    the same bits."""
+def check_modes(make, batch, x, iterations=4, network=None):
+    """Train `make(mode)`'s network (a MultiLayerNetwork, or `network`'s class) on `batch` in
+    each workspace mode: after warm-up (fit and output on `x`, a list for a graph's inputs) no
+    workspace has spilled and each learned exactly the memory report's plan; the next
+    iterations allocate nothing on the heap (NONE: something); every mode ends with the same
+    bits."""
     import ndws
     from ndws._memory import allocation_counters
     from ndws.nn import MultiLayerNetwork
     results = {}
+    xs = x if isinstance(x, list) else [x]
     for mode in ("NONE", "SINGLE", "SEPARATE", "ENABLED"):
-        net = MultiLayerNetwork(make(mode))
+        net = (network or MultiLayerNetwork)(make(mode))
         net.init()
-        report = net.memory_report(x.shape[0])
+        report = net.memory_report(xs[0].shape[0])
         for _ in range(3):
             net.fit(batch)
-            net.output(x)
+            net.output(*xs)
         spaces = ndws.get_workspace_manager().get_all_workspaces_for_current_thread()
         assert all(ws.spilled_size == 0 for ws in spaces), mode     # pre-sized from the plan
         learned = {ws.id: ws.max_cycle_allocations for ws in spaces}

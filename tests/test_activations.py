@@ -11,6 +11,12 @@ import pytest
 
 import ndws
 import ndws.nn.functional as F
+from ndws.nn import (_act_entries, _activations, _conv, _conv2d, _depthwise, _linear, _losses,
+                     _pool, _rnn, _rnn_entries, _updaters)
+
+#: the compiled modules behind ndws.nn.functional (their doctests run, their stubs are complete)
+KERNEL_MODULES = (_activations, _act_entries, _linear, _losses, _updaters, _conv, _conv2d,
+                  _depthwise, _pool, _rnn, _rnn_entries)
 
 DTYPES = [np.float32, np.float64]
 SIZES = [1, 7, 65, 257]
@@ -729,11 +735,8 @@ def test_public_module_all():
     import doctest
     failures, tried = doctest.testmod(F, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
-    from ndws.nn import (_act_entries, _activations, _conv, _linear, _losses, _pool, _rnn,
-                         _rnn_entries, _updaters)
     tried_all = 0
-    for module in (_activations, _act_entries, _linear, _losses, _updaters, _conv, _pool,
-                   _rnn, _rnn_entries):
+    for module in KERNEL_MODULES:
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert failures == 0, module.__name__
         tried_all += tried
@@ -742,11 +745,8 @@ def test_public_module_all():
 
 def test_stub_lists_every_public_kernel():
     import pathlib
-    from ndws.nn import (_act_entries, _activations, _conv, _linear, _losses, _pool, _rnn,
-                         _rnn_entries, _updaters)
     public = []
-    for module in (_activations, _act_entries, _linear, _losses, _updaters, _conv, _pool,
-                   _rnn, _rnn_entries):
+    for module in KERNEL_MODULES:
         name = module.__name__.rsplit(".", 1)[1]
         stub = (pathlib.Path(module.__file__).parent / f"{name}.pyi").read_text()
         names = [n for n in dir(module) if not n.startswith("_") and n != "np"]

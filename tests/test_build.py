@@ -97,7 +97,11 @@ def test_python_module_doctests():
                  "ndws.nn.conf", "ndws.nn.network", "ndws.nn.listeners", "ndws.nn.history",
                  "ndws.nn.inputs", "ndws.nn.preprocessors", "ndws.nn.layers.convolution",
                  "ndws.nn.layers.pooling", "ndws.nn.layers.normalization",
-                 "ndws.nn.layers.output", "ndws.nn.layers.padding", "ndws.parallel.wrapper"):
+                 "ndws.nn.layers.output", "ndws.nn.layers.padding", "ndws.parallel.wrapper",
+                 "ndws.nn.graph.conf", "ndws.nn.graph.vertices", "ndws.nn.graph.network",
+                 "ndws.nn.layers.wrappers", "ndws.nn.earlystopping",
+                 "ndws.nn.earlystopping.termination", "ndws.nn.earlystopping.scorecalc",
+                 "ndws.nn.transferlearning.builder"):
         module = importlib.import_module(name)
         failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, name
@@ -113,7 +117,9 @@ def test_all_names_exist_and_stub_agrees():
                    "ndws.nn.listeners", "ndws.nn.history", "ndws.nn.memory_report",
                    "ndws.nn.inputs", "ndws.nn.preprocessors", "ndws.nn.layers.convolution",
                    "ndws.nn.layers.pooling", "ndws.nn.layers.normalization",
-                   "ndws.nn.layers.output", "ndws.nn.layers.padding",
+                   "ndws.nn.layers.output", "ndws.nn.layers.padding", "ndws.nn._model",
+                   "ndws.nn.graph", "ndws.nn.graph.conf", "ndws.nn.graph.vertices",
+                   "ndws.nn.graph.network", "ndws.nn.graph.memory",
                    "ndws.parallel", "ndws.parallel.modes", "ndws.parallel.wrapper"):
         mod = importlib.import_module(module)
         for name in mod.__all__:

@@ -76,8 +76,12 @@ def test_cli_demo_and_config_entry_points(capsys):
     (["train", "--seed", str(2**63)], "argument --seed: must be in [0, 9223372036854775807]"),
     (["bogus"], "argument COMMAND: invalid choice: 'bogus'"),
     (["train", "--model", "gru"], "argument --model: invalid choice: 'gru' (choose from 'mlp', "
-                                  "'lstm'"),
+                                  "'lstm', 'resnet'"),
     (["train", "--model", "lstm", "--mpi"], "--mpi trains the MLP only (--model mlp)"),
+    (["train", "--early-stopping", "-1"], "argument --early-stopping: must be in [0, 100000], "
+                                          "got -1"),
+    (["train", "--mpi", "--early-stopping", "2"], "--early-stopping and --tensorboard train on "
+                                                  "one process (not with --mpi)"),
 ])
 def test_bad_arguments_are_usage_errors_not_tracebacks(args, msg, capsys):
     with pytest.raises(SystemExit) as info:
@@ -111,12 +115,16 @@ def test_help_is_whole_and_describes_every_option():
                                                   "(default: 15)"),
                               ("--batch-size BATCH_SIZE", "examples per training step (per "
                                                           "process with --mpi) (default: 32)"),
-                              ("--model {mlp,lstm}", "the network to train (default: mlp)"),
+                              ("--model {mlp,lstm,resnet}", "the network to train (default: mlp)"),
                               ("--hidden HIDDEN", "units in each of the two hidden layers "
-                                                  "(the LSTM's units) (default: 128)"),
+                                                  "(the LSTM's units; resnet: 8 per channel) "
+                                                  "(default: 128)"),
                               ("--seed SEED", "(default: 1)"),
                               ("--progress, --no-progress", "show a progress bar (default: on "
                                                             "a terminal or in a notebook)"),
+                              ("--early-stopping PATIENCE", "stop once the held-out loss has "
+                                                            "not improved for PATIENCE epochs"),
+                              ("--tensorboard DIR", "write TensorBoard event files to DIR"),
                               ("--mpi", "train data-parallel")]:
         assert f"{option} {described}" in text or (option in text and described in text), option
     assert "Ctrl-C stops it (exit status 130)" in text and "(default: None)" not in text
@@ -167,8 +175,25 @@ def test_train_lstm_reads_the_digits_row_by_row():
     assert all(modes[m]["allocations_per_iteration"] == 0 for m in ("SINGLE", "SEPARATE",
                                                                       "ENABLED"))
     assert len({m["accuracy"] for m in modes.values()}) == 1
-    with pytest.raises(ValueError, match="model: expected one of mlp, lstm, got 'gru'"):
+    with pytest.raises(ValueError, match="model: expected one of mlp, lstm, resnet, got 'gru'"):
         run_train(epochs=1, model="gru", out=io.StringIO())
+
+
+def test_train_resnet_trains_a_residual_graph_on_the_digits_as_images():
+    from ndws.__main__ import MODELS, run_train
+    out = io.StringIO()
+    results = run_train(epochs=8, mode_epochs=2, progress=False, out=out, model="resnet",
+                        hidden=64)
+    text = out.getvalue()
+    assert "model resnet" in text and "block2_add  ElementWiseVertex" in text
+    assert "train B (32)" in text and "Confusion Matrix" in text
+    assert results["accuracy"] >= 0.75
+    x = MODELS["resnet"][2](np.arange(2 * 64, dtype=np.float32).reshape(2, 64))
+    assert x.shape == (2, 1, 8, 8) and x[0, 0, 1].tolist() == list(range(8, 16))
+    modes = results["modes"]
+    assert all(modes[m]["allocations_per_iteration"] == 0 for m in ("SINGLE", "SEPARATE",
+                                                                      "ENABLED"))
+    assert len({m["accuracy"] for m in modes.values()}) == 1
 
 
 def test_train_progress_bar_goes_to_stderr(capsys):
@@ -226,3 +251,42 @@ def test_python_m_ndws_train_runs():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Workspace modes" in proc.stdout and proc.stderr == ""   # no bar off a terminal
+
+
+def test_train_early_stopping_and_tensorboard(tmp_path, capsys):
+    from ndws.__main__ import run_train
+    out = io.StringIO()
+    board = tmp_path / "tb"
+    results = run_train(epochs=40, early_stopping=2, mode_epochs=2, progress=False, out=out,
+                        tensorboard=str(board), hidden=32)
+    text = out.getvalue()
+    history = results["history"]
+    epochs = len(history.epochs)
+    assert 3 <= epochs < 40                  # stopped by the patience, not the maximum
+    best = min(range(epochs), key=lambda e: history.validation_scores[e])
+    assert (f"early stopping: ScoreImprovementEpochTerminationCondition("
+            f"max_epochs_with_no_improvement=2, min_improvement=0.0) after {epochs} epochs; "
+            f"best epoch {best + 1} (held-out loss {history.validation_scores[best]:.4f})") in text
+    assert epochs == best + 3
+    for e in range(epochs):                  # each epoch's line shows its held-out loss
+        assert f"held-out loss {history.validation_scores[e]:.4f} (" in text
+    assert results["accuracy"] >= 0.9
+    assert f"tensorboard --logdir {board}" in text
+    files = [p.name for p in board.iterdir()]
+    assert len(files) == 1 and files[0].startswith("events.out.tfevents.")
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    acc = ea.EventAccumulator(str(board), size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    assert len(acc.Scalars("score")) == len(history.scores)
+    assert [e.value for e in acc.Scalars("validation_score")] == pytest.approx(
+        history.validation_scores, rel=1e-6)
+
+
+def test_train_tensorboard_refuses_a_file(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--tensorboard", str(f)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--tensorboard: {str(f)!r} exists and is not a directory" in err

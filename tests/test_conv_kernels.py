@@ -1,4 +1,5 @@
-"""ndws.nn._conv: conv2d and its gradients, the transposed and depthwise convolutions,
+"""The convolution kernels (ndws.nn._conv, _winograd, _conv_gemm, _conv2d, _depthwise): conv2d and
+its gradients, the transposed and depthwise convolutions,
 im2col / col2im and the size helpers, against an independent NumPy reference (and PyTorch where
 it is installed), by central differences, across thread counts and GEMM builds, and under
 hostile input."""
@@ -131,6 +132,7 @@ SHAPES = [
     (2, 10, 7, 9, 40, (3, 2)),
     (1, 9, 6, 6, 3, (1, 1)),
     (2, 17, 9, 10, 20, (3, 3)),     # 3x3 stride 1 with 16+ channels: Winograd F(2x2, 3x3)
+    (2, 20, 7, 7, 32, (1, 1)),      # 1x1: positions as the tile's rows
 ]
 GRID = list(itertools.product([1, 2], [0, 1, (1, 0, 2, 1)], [1, 2]))   # stride, padding, dilation
 
@@ -176,6 +178,19 @@ def test_conv2d_forward_and_backward_match_numpy(rng, dtype, fmt, shape):
         close(gb, rb, sb, dtype)
 
 
+def test_the_grid_covers_every_algorithm():
+    from ndws.nn import _conv2d
+    seen = {"forward": set(), "input_grad": set(), "weight_grad": set()}
+    for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES, GRID):
+        if _fits((N, C, H, W, O, k), s, p, d):
+            for key, name in _conv2d._algorithms((N, C, H, W), (O, C) + k, s, p, d).items():
+                seen[key].add(name)
+    assert seen["forward"] == {"winograd", "direct", "packed", "positions"}
+    # the input gradient is the forward engine on the flipped kernel, or col2im
+    assert {"winograd", "col2im", "direct"} <= seen["input_grad"]
+    assert seen["weight_grad"] == {"channel taps", "column taps"}
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
 def test_conv_transpose2d_matches_numpy(rng, dtype, fmt):
@@ -210,8 +225,10 @@ def test_conv_transpose2d_matches_numpy(rng, dtype, fmt):
 @pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("mult", [1, 2])
 def test_depthwise_conv2d_matches_numpy(rng, dtype, fmt, mult):
-    for s, p, d in GRID:
-        x = rng.standard_normal((2, 3, 8, 7)).astype(dtype)
+    # widths below, at and past the 16-lane row blocks (an overlapping last block, a masked
+    # tail in the weight gradient's dot products)
+    for (s, p, d), width in itertools.product(GRID, (7, 18, 41)):
+        x = rng.standard_normal((2, 3, 8, width)).astype(dtype)
         w = rng.standard_normal((3, mult, 3, 2)).astype(dtype)
         b = rng.standard_normal(3 * mult).astype(dtype)
         ref = ref_depthwise(x, w, b, s, p, d)
@@ -234,6 +251,72 @@ def test_depthwise_conv2d_matches_numpy(rng, dtype, fmt, mult):
         sw = np.stack([sw[c * mult:(c + 1) * mult, c] for c in range(3)])
         close(gw, rw, sw, dtype)
         close(gb, rb, sb, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_depthwise_planes_beyond_the_stack_buffer(rng, dtype):
+    # 131x129 padded planes (more than 16K values): the row kernels with their border code
+    for s, p, d in ((1, 1, 1), (2, (1, 0, 2, 1), 1), (1, 2, 2)):
+        x = rng.standard_normal((1, 2, 129, 127)).astype(dtype)
+        w = rng.standard_normal((2, 1, 3, 3)).astype(dtype)
+        y = F.depthwise_conv2d(x, w, None, s, p, d)
+        close(y, ref_depthwise(x, w, None, s, p, d),
+              ref_depthwise(np.abs(x), np.abs(w), None, s, p, d), dtype)
+        dy = rng.standard_normal(np.asarray(y).shape).astype(dtype)
+        gx, gw, _ = F.depthwise_conv2d_backward(x, w, dy, s, p, d)
+        dense = np.zeros((2, 2, 3, 3))
+        dense[0, 0], dense[1, 1] = w[0, 0], w[1, 0]
+        rx, rw, _ = ref_conv_backward(x, dense, dy, s, p, d)
+        sx, sw, _ = ref_conv_backward(np.abs(x), np.abs(dense), np.abs(dy), s, p, d)
+        close(gx, rx, sx, dtype)
+        close(np.asarray(gw)[:, 0], np.stack([rw[0, 0], rw[1, 1]]),
+              np.stack([sw[0, 0], sw[1, 1]]), dtype)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
+def test_every_build_of_the_depthwise_loops(rng, isa):
+    from ndws.nn import _depthwise
+    if isa not in _depthwise._dw_isas():
+        pytest.skip(f"this CPU cannot run the {isa} loops")
+    prev = _depthwise._use_dw_isa(isa)
+    try:
+        for dtype, width in itertools.product(DTYPES, (7, 18, 41)):
+            x = rng.standard_normal((2, 3, 9, width)).astype(dtype)
+            w = rng.standard_normal((3, 1, 3, 3)).astype(dtype)
+            y = F.depthwise_conv2d(x, w, None, padding=1)
+            close(y, ref_depthwise(x, w, None, 1, 1),
+                  ref_depthwise(np.abs(x), np.abs(w), None, 1, 1), dtype)
+            dy = rng.standard_normal(np.asarray(y).shape).astype(dtype)
+            gx, gw, _ = F.depthwise_conv2d_backward(x, w, dy, padding=1)
+            dense = np.zeros((3, 3, 3, 3))
+            for c in range(3):
+                dense[c, c] = w[c, 0]
+            rx, rw, _ = ref_conv_backward(x, dense, dy, 1, 1)
+            sx, sw, _ = ref_conv_backward(np.abs(x), np.abs(dense), np.abs(dy), 1, 1)
+            close(gx, rx, sx, dtype)
+            close(np.asarray(gw)[:, 0], np.stack([rw[c, c] for c in range(3)]),
+                  np.stack([sw[c, c] for c in range(3)]), dtype)
+    finally:
+        _depthwise._use_dw_isa(prev)
+    with pytest.raises(ValueError, match="expected one of"):
+        _depthwise._use_dw_isa("sse9")
+
+
+def test_depthwise_kernel_beyond_the_vector_path(rng):
+    # 17x17 = 289 taps: past the row kernels' limit, the generic loops
+    x = rng.standard_normal((1, 2, 20, 40))
+    w = rng.standard_normal((2, 1, 17, 17))
+    y = F.depthwise_conv2d(x, w, None, padding=3)
+    close(y, ref_depthwise(x, w, None, 1, 3), ref_depthwise(np.abs(x), np.abs(w), None, 1, 3),
+          np.float64)
+    dy = rng.standard_normal(np.asarray(y).shape)
+    gx, gw, _ = F.depthwise_conv2d_backward(x, w, dy, padding=3)
+    dense = np.zeros((2, 2, 17, 17))
+    dense[0, 0], dense[1, 1] = w[0, 0], w[1, 0]
+    rx, rw, _ = ref_conv_backward(x, dense, dy, 1, 3)
+    np.testing.assert_allclose(np.asarray(gx), rx, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(gw)[:, 0], np.stack([rw[0, 0], rw[1, 1]]),
+                               rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -688,10 +771,10 @@ def test_stale_and_foreign_arrays(rng):
 
 def test_strided_and_negative_stride_views(rng):
     base = rng.standard_normal((3, 10, 13, 12)).astype(np.float32)
-    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
     views = [base[::2, ::2, 1::2, ::-1], base[:, 5:, ::-1, 2:11], base[::-1, :5, :, ::3]]
-    for x in views:
-        for p in (0, 1):
+    for x, (k, p) in itertools.product(views, ((3, 0), (3, 1), (1, 0))):
+        w = rng.standard_normal((40, 5, k, k)).astype(np.float32)
+        if True:
             close(F.conv2d(x, w, None, padding=p), ref_conv(np.ascontiguousarray(x), w, None, 1, p),
                   ref_conv(np.abs(x), np.abs(w), None, 1, p), np.float32)
             dy = rng.standard_normal(ref_conv(x, w, None, 1, p).shape).astype(np.float32)
@@ -701,6 +784,7 @@ def test_strided_and_negative_stride_views(rng):
             scale = ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, p)
             for g_, r_, s_ in zip(got, want, scale):
                 close(g_, r_, s_, np.float32)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
     out = np.zeros((2, 12, 6, 24), np.float32)[:, ::2, :, ::-2]     # a strided out=
     y = F.conv2d(views[0], w, None, padding=1, out=out)
     assert y is out
@@ -793,3 +877,32 @@ def test_conv_transpose_output_size():
     assert F.conv_transpose_output_size(7, 3, stride=2, mode="same") == 14
     with pytest.raises(ValueError, match="leaves no output"):
         F.conv_transpose_output_size(1, 1, padding=1)
+
+
+def test_random_geometries(rng):
+    # a sweep over geometries no hand-written case thought of (one found a crash: a depthwise
+    # kernel larger than the vector path's table)
+    done = 0
+    while done < 25:
+        dtype = (np.float32, np.float64)[rng.integers(2)]
+        N, C, H, W, O = (int(v) for v in rng.integers(1, [3, 20, 14, 40, 36]))
+        KH, KW = (int(v) for v in rng.integers(1, 7, 2))
+        s = tuple(int(v) for v in rng.integers(1, 4, 2))
+        d = tuple(int(v) for v in rng.integers(1, 4, 2))
+        p = tuple(int(v) for v in rng.integers(0, 5, 4))
+        if (KH - 1) * d[0] + 1 > H + p[0] + p[1] or (KW - 1) * d[1] + 1 > W + p[2] + p[3]:
+            continue
+        done += 1
+        x = rng.standard_normal((N, C, H, W)).astype(dtype)
+        w = rng.standard_normal((O, C, KH, KW)).astype(dtype)
+        b = rng.standard_normal(O).astype(dtype)
+        close(F.conv2d(x, w, b, s, p, d), ref_conv(x, w, b, s, p, d),
+              ref_conv(np.abs(x), np.abs(w), np.abs(b), s, p, d), dtype)
+        dy = rng.standard_normal(ref_conv(x, w, None, s, p, d).shape).astype(dtype)
+        for g_, r_, sc in zip(F.conv2d_backward(x, w, dy, s, p, d),
+                              ref_conv_backward(x, w, dy, s, p, d),
+                              ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), s, p, d)):
+            close(g_, r_, sc, dtype)
+        wd = rng.standard_normal((C, 2, KH, KW)).astype(dtype)
+        close(F.depthwise_conv2d(x, wd, None, s, p, d), ref_depthwise(x, wd, None, s, p, d),
+              ref_depthwise(np.abs(x), np.abs(wd), None, s, p, d), dtype)

@@ -448,7 +448,7 @@ def _hostile_constructions(MPI, net):
     fresh = MultiLayerNetwork(common.network("sgd").conf)       # never initialised
     return [
         (lambda: _make(None), TypeError, "MPITrainer: model must be an ndws.nn."
-                                         "MultiLayerNetwork, got NoneType"),
+                                         "MultiLayerNetwork or ComputationGraph, got NoneType"),
         (lambda: _make(fresh), ValueError, "model is not initialised; call model.init()"),
         (lambda: _make(net, comm="world"), TypeError, "comm: expected an mpi4py communicator "
                                                       "(e.g. MPI.COMM_WORLD), got str"),

@@ -548,7 +548,7 @@ def test_options_are_validated_at_construction(kwargs, exc, message):
 
 def test_model_must_be_an_initialised_network():
     with pytest.raises(TypeError, match="ParallelInference: model must be an "
-                                        "ndws.nn.MultiLayerNetwork, got NoneType"):
+                                        "ndws.nn.MultiLayerNetwork or ComputationGraph, got NoneType"):
         ParallelInference(None)
     net = MultiLayerNetwork(MultiLayerConfiguration([OutputLayer(n_in=2, n_out=2,
                                                                  activation="softmax")]))

@@ -320,9 +320,19 @@ def test_bit_identical_on_one_and_two_threads(rng, dtype):
 
 def test_pooling_geometry_is_checked(rng):
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
-    with pytest.raises(ValueError, match=r"padding \(2, 2, 2, 2\) must be smaller than the "
-                                         r"effective kernel \(2, 2\)"):
+    with pytest.raises(ValueError, match="output height position 0 has no input element in "
+                                         "its window"):
         F.max_pool2d(x, 2, padding=2)
+    # dilated windows can miss a narrow input entirely although each side's padding is
+    # smaller than the effective kernel (found by a random sweep: max pooling then wrote
+    # through index -1 in its backward, average pooling divided by zero)
+    narrow = rng.standard_normal((2, 1, 5, 1)).astype(np.float32)
+    for fn in (F.max_pool2d, F.avg_pool2d, F.sum_pool2d):
+        with pytest.raises(ValueError, match="output width position 1 has no input element"):
+            fn(narrow, (4, 4), stride=(1, 3), padding=(1, 6, 4, 6), dilation=2)
+    with pytest.raises(ValueError, match="output width position 1 has no input element"):
+        F.max_pool2d_backward(narrow, np.zeros((2, 1, 2, 2), np.float32), (4, 4), stride=(1, 3),
+                              padding=(1, 6, 4, 6), dilation=2)
     with pytest.raises(ValueError, match="kernel height 5 is larger than the input height 4"):
         F.avg_pool2d(x, 5)
     with pytest.raises(ValueError, match="stride must be >= 1, got 0"):
@@ -395,3 +405,42 @@ def test_outputs_placed_aliased_strided_and_stale(rng):
     # zero-size
     assert F.max_pool2d(np.zeros((0, 3, 4, 4), np.float32), 2).shape == (0, 3, 2, 2)
     assert F.zero_pad2d(np.zeros((2, 0, 4, 4), np.float32), 1).shape == (2, 0, 6, 6)
+
+
+def test_random_geometries(rng):
+    # a sweep over geometries no hand-written case thought of (one found dilated windows that
+    # miss the input entirely: now refused)
+    done = 0
+    while done < 40:
+        dtype = (np.float32, np.float64)[rng.integers(2)]
+        N, C, H, W = (int(v) for v in rng.integers(1, [3, 4, 12, 12]))
+        k = tuple(int(v) for v in rng.integers(1, 5, 2))
+        s = tuple(int(v) for v in rng.integers(1, 4, 2))
+        d = tuple(int(v) for v in rng.integers(1, 3, 2))
+        ek = ((k[0] - 1) * d[0] + 1, (k[1] - 1) * d[1] + 1)
+        p = tuple(int(rng.integers(0, ek[i // 2])) for i in range(4))
+        x = rng.standard_normal((N, C, H, W)).astype(dtype)
+        try:
+            F.max_pool2d(x, k, s, p, d)
+        except ValueError:
+            continue                    # too large a kernel, or an empty window: refused
+        done += 1
+        for kind in ("max", "avg", "avg_inc", "sum", "pnorm"):
+            base, inc = kind.replace("_inc", ""), kind == "avg_inc"
+            kw = dict(stride=s, padding=p, dilation=d)
+            ref, _ = ref_pool(x, base, k, s, p, d, inc, 2.5)
+            g = rng.standard_normal(ref.shape).astype(dtype)
+            if base == "max":
+                y, gx = F.max_pool2d(x, k, **kw), F.max_pool2d_backward(x, g, k, **kw)
+            elif base == "avg":
+                y = F.avg_pool2d(x, k, include_padding=inc, **kw)
+                gx = F.avg_pool2d_backward(x, g, k, include_padding=inc, **kw)
+            elif base == "sum":
+                y, gx = F.sum_pool2d(x, k, **kw), F.sum_pool2d_backward(x, g, k, **kw)
+            else:
+                y = F.pnorm_pool2d(x, 2.5, k, **kw)
+                gx = F.pnorm_pool2d_backward(x, g, 2.5, k, **kw)
+            np.testing.assert_allclose(np.asarray(y), ref, **_tol(dtype))
+            np.testing.assert_allclose(np.asarray(gx),
+                                       ref_pool_backward(x, g, base, k, s, p, d, inc, 2.5),
+                                       **_tol(dtype))

@@ -138,8 +138,10 @@ def test_switched_off_workspace():
     b = ndws.workspace("OFF_python", conf)
     a.toggle_workspace_use(False)
     b.toggle_workspace_use(False)
-    _arena._run_loop(a, 3, [100])
-    _python_loop(b, 3, [100])
+    # two blocks per step: the second must not be the first one released early (each step
+    # checks that what it wrote is still there)
+    _arena._run_loop(a, 3, [100, 100])
+    _python_loop(b, 3, [100, 100])
     assert _stats(a) == _stats(b)
 
 

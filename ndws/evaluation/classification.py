@@ -119,6 +119,10 @@ class Evaluation:
     0.75
     """
 
+    #: DL4J's ``Evaluation.Metric`` (what `score_for_metric` and early stopping's
+    #: ClassificationScoreCalculator take)
+    Metric = Metric
+
     def __init__(self, num_classes: int | None = None, labels: Sequence[str] | None = None,
                  top_n: int = 1, binary_decision_threshold: float | None = None,
                  cost_array: Any = None, binary_positive_class: int | None = 1) -> None:

@@ -1,12 +1,14 @@
 """Networks with every temporary in workspaces (docs/networks.md): `MultiLayerConfiguration`,
-`MultiLayerNetwork`, the layers (`DenseLayer`, `OutputLayer`, ..., and `Layer` for custom ones),
+`MultiLayerNetwork`, `ComputationGraph` and its configuration and vertices (`graph`,
+docs/graphs.md), the layers (`DenseLayer`, `OutputLayer`, ..., and `Layer` for custom ones),
 the updaters and schedules, `ArrayType` and `LayerWorkspaceMgr` (which workspace each array a
 layer makes goes to), `listeners`; and `functional` (``import ndws.nn.functional as F``), the
 native activation, loss and updater kernels they are built on."""
-from ndws.nn import functional, listeners
+from ndws.nn import functional, graph, listeners
 from ndws.nn.conf import BackpropType, MultiLayerConfiguration
 from ndws.nn.inputs import CNN2DFormat, ConvolutionMode, InputType, PoolingType, RNNFormat
 from ndws.nn.network import MultiLayerNetwork
+from ndws.nn.graph import *  # noqa: F401,F403  (the graph and its vertices, graph.__all__)
 from ndws.nn.layers import (
     LSTM,
     Activation,
@@ -23,6 +25,8 @@ from ndws.nn.layers import (
     DropoutLayer,
     EmbeddingLayer,
     EmbeddingSequenceLayer,
+    FrozenLayer,
+    FrozenLayerWithBackprop,
     GlobalPoolingLayer,
     GravesLSTM,
     LastTimeStep,
@@ -69,16 +73,21 @@ from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspacesClosea
 
 __all__ = ["Activation", "ActivationLayer", "AdaGrad", "Adam", "AdamW", "ArrayType",
            "BackpropType", "BatchNormalization", "Bidirectional", "CNN2DFormat", "CnnLossLayer",
-           "CnnToFeedForwardPreProcessor", "CnnToRnnPreProcessor", "Convolution1DLayer",
-           "ConvolutionLayer", "ConvolutionMode", "Cropping2D", "CycleSchedule",
-           "Deconvolution2D", "DenseLayer", "DepthwiseConvolution2D", "DropoutLayer",
-           "EmbeddingLayer", "EmbeddingSequenceLayer", "ExponentialSchedule",
-           "FeedForwardToCnnPreProcessor", "FeedForwardToRnnPreProcessor", "GlobalPoolingLayer",
-           "GravesLSTM", "InputPreProcessor", "InputType", "LSTM", "LastTimeStep", "Layer",
-           "LayerWorkspaceMgr", "LossFunction", "LossLayer", "MaskState", "MaskZeroLayer",
+           "CnnToFeedForwardPreProcessor", "CnnToRnnPreProcessor", "ComputationGraph",
+           "ComputationGraphConfiguration", "Convolution1DLayer", "ConvolutionLayer",
+           "ConvolutionMode", "Cropping2D", "CycleSchedule", "Deconvolution2D", "DenseLayer",
+           "DepthwiseConvolution2D", "DropoutLayer", "DuplicateToTimeSeriesVertex",
+           "ElementWiseVertex", "EmbeddingLayer", "EmbeddingSequenceLayer", "ExponentialSchedule",
+           "FeedForwardToCnnPreProcessor", "FeedForwardToRnnPreProcessor", "FrozenLayer",
+           "FrozenLayerWithBackprop", "GlobalPoolingLayer", "GraphBuilder", "GraphVertex",
+           "GravesLSTM", "InputPreProcessor", "InputType", "L2NormalizeVertex", "L2Vertex",
+           "LSTM", "LastTimeStep", "LastTimeStepVertex", "Layer", "LayerWorkspaceMgr",
+           "LossFunction", "LossLayer", "MaskState", "MaskZeroLayer", "MergeVertex",
            "MultiLayerConfiguration", "MultiLayerNetwork", "Nesterovs", "OutputLayer",
-           "PoolingType", "RNNFormat", "RmsProp", "RnnLossLayer", "RnnOutputLayer",
-           "RnnToCnnPreProcessor", "RnnToFeedForwardPreProcessor", "Schedule", "ScheduleType",
-           "SeparableConvolution2D", "Sgd", "SimpleRnn", "StepSchedule", "Subsampling1DLayer",
-           "SubsamplingLayer", "Updater", "Upsampling2D", "WeightInit", "WorkspacesCloseable",
-           "ZeroPaddingLayer", "functional", "listeners"]
+           "PoolingType", "PreprocessorVertex", "RNNFormat", "ReshapeVertex",
+           "ReverseTimeSeriesVertex", "RmsProp", "RnnLossLayer", "RnnOutputLayer",
+           "RnnToCnnPreProcessor", "RnnToFeedForwardPreProcessor", "ScaleVertex", "Schedule",
+           "ScheduleType", "SeparableConvolution2D", "Sgd", "ShiftVertex", "SimpleRnn",
+           "StackVertex", "StepSchedule", "Subsampling1DLayer", "SubsamplingLayer",
+           "SubsetVertex", "UnstackVertex", "Updater", "Upsampling2D", "WeightInit",
+           "WorkspacesCloseable", "ZeroPaddingLayer", "functional", "graph", "listeners"]

@@ -193,10 +193,18 @@ cdef inline floating_t _drtanh(floating_t v) noexcept nogil:
 cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g) noexcept nogil:
     # g * f'(v); f'(NaN) is NaN for every activation but identity
     cdef floating_t s, t, d
-    if code == ACT_RELU or code == ACT_LEAKY_RELU or code == ACT_THRESHOLDEDRELU:
+    if code == ACT_RELU or code == ACT_THRESHOLDEDRELU:
+        # the comparison's value itself (0 or 1), not a branch on it: where gcc does not
+        # vectorise the loop, a branch on the data's sign mispredicted every other element of
+        # random data (relu_backward of 524,288 float32: 13.9 ms against 0.56 ms for
+        # all-positive data, one thread); NaN keeps its own, predictable, branch
+        d = <floating_t>(v > (a if code == ACT_THRESHOLDEDRELU else 0))
+        if v != v:
+            d = v
+    elif code == ACT_LEAKY_RELU:
         # plain selects (no nested branches), so gcc vectorises them
-        d = a if code == ACT_LEAKY_RELU else 0
-        if v > (a if code == ACT_THRESHOLDEDRELU else 0):
+        d = a
+        if v > 0:
             d = 1
         if v != v:
             d = v

@@ -29,7 +29,11 @@ MAX_BYTES = 1 << 48
 
 
 def where(layer: Any) -> str:
-    """``layers[i] (Class)``: how every error names a layer."""
+    """``layers[i] (Class)``: how every error names a layer (a graph's vertices say
+    ``vertices["name"] (Class)``, their ``_where``)."""
+    named = getattr(layer, "_where", None)
+    if named is not None:
+        return named
     return f"layers[{layer.index}] ({type(layer).__name__})"
 
 

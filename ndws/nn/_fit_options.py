@@ -10,7 +10,8 @@ import ndws
 from ndws._core import NDArray
 from ndws.data.dataset import DataSet
 
-__all__ = ["Validation", "check_seed", "labels_array", "shuffled"]
+__all__ = ["Validation", "check_seed", "labels_array", "shuffled", "shuffled_order",
+           "reiterable"]
 
 # the rows of (features, labels) validation arrays scored per forward pass: bounds the
 # temporaries of a large held-out set
@@ -39,11 +40,16 @@ def labels_array(labels: Any, name: str) -> NDArray:
     return ndws.from_numpy(np.ascontiguousarray(arr))
 
 
+def shuffled_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """Epoch `epoch`'s order of `n` rows: a permutation drawn from ``(seed, 2, epoch)`` (2: a
+    stream of its own, apart from the weights' ``seed`` and the dropout's ``(seed, 1)``), so
+    it depends on nothing but the seed and the epoch counter (both network types)."""
+    return np.random.default_rng([seed, 2, epoch]).permutation(n)
+
+
 def shuffled(x: NDArray, y: NDArray, seed: int, epoch: int) -> tuple[NDArray, NDArray]:
-    """The rows of `x` and `y` in epoch `epoch`'s order: a permutation drawn from
-    ``(seed, 2, epoch)`` (2: a stream of its own, apart from the weights' ``seed`` and the
-    dropout's ``(seed, 1)``), so it depends on nothing but the seed and the epoch counter."""
-    order = np.random.default_rng([seed, 2, epoch]).permutation(x.shape[0])
+    """The rows of `x` and `y` in epoch `epoch`'s order (`shuffled_order`)."""
+    order = shuffled_order(x.shape[0], seed, epoch)
     return (ndws.from_numpy(np.asarray(x)[order]), ndws.from_numpy(np.asarray(y)[order]))
 
 
@@ -76,16 +82,8 @@ class Validation:
             if not any(ds.features.shape[0] for ds in data):
                 raise ValueError("validation_data: no examples")
             self._source = list(data)
-        elif isinstance(data, (str, bytes)) or not hasattr(data, "__iter__"):
-            raise TypeError(f"validation_data: expected (features, labels) arrays, a DataSet "
-                            f"or an iterable of DataSets, got {type(data).__name__}")
-        elif (iter(data) is data and not callable(getattr(data, "reset", None))) or (
-                callable(getattr(data, "reset_supported", None)) and not data.reset_supported()):
-            raise TypeError(f"validation_data: a {type(data).__name__} can be read only once, "
-                            f"but the held-out data is scored after every epoch: pass a list "
-                            f"of DataSets, (features, labels) arrays or a DataSetIterator")
         else:
-            self._source = data
+            self._source = reiterable(data, "DataSets")
 
     def __call__(self) -> tuple[float, float | None]:
         net = self._net
@@ -114,6 +112,21 @@ class Validation:
         if rows == 0:
             raise ValueError("validation_data: no examples")
         return total / rows, (right / counted if classifier and counted else None)
+
+
+def reiterable(data: Any, what: str = "DataSets", where: str = "validation_data") -> Any:
+    """`data`, an iterable of `what` read once per epoch, if it can be read again (a list, an
+    iterator that resets); a TypeError naming `where` otherwise (not iterable, or readable only
+    once: a generator, an iterator without a working reset)."""
+    if isinstance(data, (str, bytes)) or not hasattr(data, "__iter__"):
+        raise TypeError(f"{where}: expected (features, labels) arrays, a DataSet "
+                        f"or an iterable of {what}, got {type(data).__name__}")
+    if (iter(data) is data and not callable(getattr(data, "reset", None))) or (
+            callable(getattr(data, "reset_supported", None)) and not data.reset_supported()):
+        raise TypeError(f"{where}: a {type(data).__name__} can be read only once, "
+                        f"but the held-out data is scored after every epoch: pass a list "
+                        f"of {what}, (features, labels) arrays or a DataSetIterator")
+    return data
 
 
 def _check_item(i: int, ds: Any) -> None:

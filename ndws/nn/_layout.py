@@ -1,6 +1,6 @@
-"""The workspaces of a `MultiLayerNetwork`: DL4J's names and configurations (docs/networks.md,
-"The workspace modes"), shared by the network, which enters them, and the memory report, which
-plans their sizes."""
+"""The workspaces of a `MultiLayerNetwork` and a `ComputationGraph`: DL4J's names and
+configurations (docs/networks.md, "The workspace modes"; docs/graphs.md, "Workspaces"), shared
+by the networks, which enter them, and the memory reports, which plan their sizes."""
 from __future__ import annotations
 
 from ndws.workspace import LearningPolicy, SpillPolicy, WorkspaceConfiguration
@@ -18,8 +18,16 @@ WS_LISTENER = "WS_LISTENER"          # NONE mode: what listeners see, for the ca
 WS_RNN_LOOP_WORKING_MEM = "WS_RNN_LOOP_WORKING_MEM"
 
 
-def workspace_configs(n_layers: int) -> dict[str, WorkspaceConfiguration]:
-    # DL4J's configurations of its network workspaces
+def layer_act(k: int) -> str:
+    """The name of a graph's k-th pooled activation (inference) or epsilon (training)
+    workspace, DL4J's ``"WS_LAYER_ACT_" + k``."""
+    return f"WS_LAYER_ACT_{k}"
+
+
+def workspace_configs(n_layers: int, act_names: tuple = WS_LAYER_ACT
+                      ) -> dict[str, WorkspaceConfiguration]:
+    # DL4J's configurations of its network workspaces: `n_layers` counts the layers of a
+    # MultiLayerNetwork, the vertices of a graph (whose pooled workspaces are `act_names`)
     over_time = dict(overallocation_limit=0.02, policy_learning=LearningPolicy.OVER_TIME,
                      policy_spill=SpillPolicy.REALLOCATE)
     all_act = WorkspaceConfiguration(overallocation_limit=0.05,
@@ -29,10 +37,8 @@ def workspace_configs(n_layers: int) -> dict[str, WorkspaceConfiguration]:
         WS_LAYER_WORKING_MEM: WorkspaceConfiguration(
             cycles_before_initialization=2 * n_layers, **over_time),
         WS_ALL_LAYERS_ACT: all_act,
-        WS_LAYER_ACT[0]: WorkspaceConfiguration(cycles_before_initialization=n_layers,
-                                                **over_time),
-        WS_LAYER_ACT[1]: WorkspaceConfiguration(cycles_before_initialization=n_layers,
-                                                **over_time),
+        **{name: WorkspaceConfiguration(cycles_before_initialization=n_layers, **over_time)
+           for name in act_names},
         WS_SINGLE: all_act,
         WS_INFERENCE: all_act,
         # DL4J's WS_RNN_LOOP_WORKING_MEM_CONFIG: as WS_ALL_LAYERS_ACT (every step's cycle is

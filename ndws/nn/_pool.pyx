@@ -13,9 +13,7 @@ first largest value (NaN wins: it propagates); AVG divides by the taps inside th
 ``include_padding`` (then by kh*kw, DL4J's ``avgPoolIncludePadInDivisor``); PNORM is
 ``(sum |x|^p)^(1/p)``; SUM adds.
 """
-cimport cython
 from libc.math cimport fabs, pow, sqrt, isnan
-from libc.string cimport memset
 cimport numpy as cnp
 
 import numpy as np
@@ -25,7 +23,7 @@ from ndws._dispatch cimport float_arg, shape_of, arrays_overlap, new_result, dis
 from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t, int32_t
 from ndws.nn._activations cimport copy_into
-from ndws.nn._conv cimport (Geom, parse_pair, parse_padding, parse_format, window_output,
+from ndws.nn._conv cimport (Geom, _imin, _cdiv, parse_pair, parse_padding, parse_format,
                             window_geom, arg4, logical, format_shape, out_array, place)
 from ndws._core import from_numpy as _from_numpy
 
@@ -38,14 +36,6 @@ cdef enum:
     P_AVG = 1
     P_SUM = 2
     P_PNORM = 3
-
-
-cdef inline intp_t _imin(intp_t a, intp_t b) noexcept nogil:
-    return a if a < b else b
-
-
-cdef inline intp_t _cdiv(intp_t x, intp_t q) noexcept nogil:
-    return (x + q - 1) // q
 
 
 # ------------------------------------------------------------------------------------------------
@@ -205,6 +195,19 @@ cdef int _run(PoolJob* j, intp_t nbytes) except -1:
     return 0
 
 
+cdef int _nonempty(intp_t O, intp_t S, intp_t P, intp_t D, intp_t K, intp_t size, str name,
+                   const Geom* g, str op) except -1:
+    cdef intp_t o, first, last
+    for o in range(O):
+        _taps(g, o, S, P, D, K, size, &first, &last)
+        if first == last:
+            raise ValueError(f"{op}: output {name} position {o} has no input element in its "
+                             f"window (kernel {(g.KH, g.KW)}, stride {(g.SH, g.SW)}, padding "
+                             f"{(g.PT, g.PB, g.PL, g.PR)}, dilation {(g.DH, g.DW)}, input "
+                             f"{g.H}x{g.W}): reduce the padding or the dilation")
+    return 0
+
+
 cdef int _pool_geom(PoolJob* j, NDArray X, bint nhwc, object kernel_size, object stride,
                     object padding, object dilation, str op) except -1:
     cdef intp_t dims[4]
@@ -216,11 +219,10 @@ cdef int _pool_geom(PoolJob* j, NDArray X, bint nhwc, object kernel_size, object
     parse_pair(kernel_size, op, "kernel_size", 1, two)
     g.KH, g.KW = two[0], two[1]
     window_geom(g, kernel_size if stride is None else stride, padding, dilation, op)
-    # every window must hold at least one input element (a window wholly in the padding has no
-    # maximum and no average): padding below the effective kernel on each side
-    if max(g.PT, g.PB) >= g.EKH or max(g.PL, g.PR) >= g.EKW:
-        raise ValueError(f"{op}: padding {(g.PT, g.PB, g.PL, g.PR)} must be smaller than the "
-                         f"effective kernel {(g.EKH, g.EKW)} on each side")
+    # Every window must hold at least one input element: a window wholly in the padding (or,
+    # dilated, wholly in the gaps around a narrow input) has no maximum and no average.
+    _nonempty(g.OH, g.SH, g.PT, g.DH, g.KH, g.H, "height", g, op)
+    _nonempty(g.OW, g.SW, g.PL, g.DW, g.KW, g.W, "width", g, op)
     j.x = X._data
     j.f64 = X._itemsize == 8
     j.idx = NULL

@@ -39,7 +39,11 @@ from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
 
-__all__ = ["MultiLayerConfiguration", "BackpropType"]
+__all__ = ["MultiLayerConfiguration", "BackpropType", "DEFAULT_TBPTT_LENGTH",
+           "JsonConfiguration", "SETTINGS", "network_settings", "settings_dict",
+           "settings_kwargs", "layer_defaults",
+           "parse_backprop_type", "tbptt_length", "tbptt_settings", "check_tbptt",
+           "TBPTT", "tbptt_dict"]
 
 
 class BackpropType(enum.Enum):
@@ -65,7 +69,130 @@ def _mode(value: Any, name: str) -> WorkspaceMode:
                   "(or an ndws.WorkspaceMode)")
 
 
-class MultiLayerConfiguration:
+#: the network-wide settings of both configurations (MultiLayerConfiguration and
+#: ndws.nn.graph.ComputationGraphConfiguration), in the order to_dict writes them
+SETTINGS = ("seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
+            "weight_decay", "bias_init", "training_workspace_mode", "inference_workspace_mode",
+            "dtype", "convolution_mode")
+
+
+def network_settings(owner: str, seed: int | None = None, updater: Updater | None = None,
+                     activation: Any = None, weight_init: Any = None,
+                     dropout: float | None = None, l1: float | None = None,
+                     l2: float | None = None, weight_decay: float | None = None,
+                     bias_init: float | None = None,
+                     training_workspace_mode: Any = WorkspaceMode.ENABLED,
+                     inference_workspace_mode: Any = WorkspaceMode.ENABLED,
+                     dtype: Any = "float32", convolution_mode: Any = None) -> dict:
+    """The network-wide settings checked, with DL4J's defaults filled in: a dict of SETTINGS
+    (a random seed drawn when none is given). Errors name the setting; `owner` the
+    configuration."""
+    if seed is None:
+        seed = secrets.randbits(63)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+            or not 0 <= seed < 1 << 63:
+        raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r:.40}")
+    if updater is None:
+        updater = Sgd(1e-3)
+    if not isinstance(updater, Updater):
+        raise FieldTypeError(f"updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
+                             f"{type(updater).__name__}")
+    dt = _DTYPES.get(str(np.dtype(dtype)) if _is_dtype(dtype) else None)
+    if dt is None:
+        raise ValueError(f"dtype: expected float32 or float64, got {dtype!r:.40}")
+    return {
+        "seed": int(seed), "updater": updater,
+        "activation": Activation.parse(activation or Activation.SIGMOID, "activation"),
+        "weight_init": WeightInit.parse(weight_init or WeightInit.XAVIER, "weight_init"),
+        "dropout": _nonneg(owner, "dropout", dropout, 1.0, open_lo=True),
+        "l1": _nonneg(owner, "l1", l1), "l2": _nonneg(owner, "l2", l2),
+        "weight_decay": _nonneg(owner, "weight_decay", weight_decay),
+        "bias_init": _finite(owner, "bias_init", bias_init),
+        "training_workspace_mode": _mode(training_workspace_mode, "training_workspace_mode"),
+        "inference_workspace_mode": _mode(inference_workspace_mode, "inference_workspace_mode"),
+        "dtype": dt,
+        "convolution_mode": ConvolutionMode.parse(
+            ConvolutionMode.TRUNCATE if convolution_mode is None else convolution_mode,
+            "convolution_mode")}
+
+
+def settings_dict(conf: Any) -> dict:
+    """`conf`'s network-wide settings as JSON-ready data (convolution_mode only when it is not
+    the default, so a configuration without convolutions keeps the JSON it always had)."""
+    out = {"seed": conf.seed, "updater": conf.updater.to_dict(),
+           "activation": conf.activation.name, "weight_init": conf.weight_init.name,
+           "dropout": conf.dropout, "l1": conf.l1, "l2": conf.l2,
+           "weight_decay": conf.weight_decay, "bias_init": conf.bias_init,
+           "training_workspace_mode": conf.training_workspace_mode.name,
+           "inference_workspace_mode": conf.inference_workspace_mode.name,
+           "dtype": conf.dtype.name}
+    if conf.convolution_mode is not ConvolutionMode.TRUNCATE:
+        out["convolution_mode"] = conf.convolution_mode.name
+    return out
+
+
+def settings_kwargs(data: dict) -> dict:
+    """The network-wide settings of `settings_dict`'s data as keyword arguments (the updater
+    rebuilt)."""
+    kwargs = {k: data[k] for k in SETTINGS if k in data}
+    if isinstance(kwargs.get("updater"), dict):
+        kwargs["updater"] = Updater.from_dict(kwargs["updater"])
+    return kwargs
+
+
+def layer_defaults(conf: Any) -> dict:
+    """The settings a layer that leaves them unset takes from `conf`."""
+    return {"activation": conf.activation, "weight_init": conf.weight_init,
+            "dropout": conf.dropout, "l1": conf.l1, "l2": conf.l2,
+            "weight_decay": conf.weight_decay, "bias_init": conf.bias_init,
+            "convolution_mode": conf.convolution_mode}
+
+
+class JsonConfiguration:
+    """What a frozen configuration of a network is as JSON: `to_json` writes its `to_dict`,
+    `from_json` rebuilds an equal one through `from_dict`; two are equal when their dicts
+    are."""
+
+    __slots__ = ()
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """`to_dict` as JSON text; `from_json` rebuilds an equal configuration."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Any:
+        """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"configuration: not JSON text ({exc})") from None
+        return cls.from_dict(data)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, type(self)) and other.to_dict() == self.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    #: what to_dict writes as "format", and the version from_dict reads
+    _format = ""
+    _version = 1
+
+    @classmethod
+    def _checked(cls, data: Any, known: set) -> dict:
+        # from_dict's `data`: this configuration's format and version, no field but `known`
+        if not isinstance(data, dict) or data.get("format") != cls._format:
+            raise ValueError(f"configuration: expected a dict with format {cls._format!r}, got "
+                             f"{data!r:.80}")
+        if data.get("version") != cls._version:
+            raise ValueError(f"configuration: unsupported version {data.get('version')!r} "
+                             f"(this ndws reads version {cls._version})")
+        unknown = set(data) - known - {"format", "version"}
+        if unknown:
+            raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
+        return data
+
+
+class MultiLayerConfiguration(JsonConfiguration):
     """A stack of layers and the network-wide settings.
 
     Parameters
@@ -110,6 +237,7 @@ class MultiLayerConfiguration:
         does not fit its activation.
     """
 
+    _format, _version = _FORMAT, _VERSION
     __slots__ = ("layers", "seed", "updater", "activation", "weight_init", "dropout", "l1", "l2",
                  "weight_decay", "bias_init", "training_workspace_mode",
                  "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
@@ -141,59 +269,24 @@ class MultiLayerConfiguration:
                 raise FieldTypeError(f"layers[{i}]: expected an ndws.nn layer (DenseLayer, "
                                 f"OutputLayer, ... or a Layer subclass), got "
                                 f"{type(layer).__name__}")
-        if seed is None:
-            seed = secrets.randbits(63)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
-                or not 0 <= seed < 1 << 63:
-            raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r:.40}")
-        if updater is None:
-            updater = Sgd(1e-3)
-        if not isinstance(updater, Updater):
-            raise FieldTypeError(f"updater: expected an ndws.nn updater (Sgd, Adam, ...), got "
-                            f"{type(updater).__name__}")
-        dt = _DTYPES.get(str(np.dtype(dtype)) if _is_dtype(dtype) else None)
-        if dt is None:
-            raise ValueError(f"dtype: expected float32 or float64, got {dtype!r:.40}")
+        settings = network_settings(
+            "MultiLayerConfiguration", seed, updater, activation, weight_init, dropout, l1, l2,
+            weight_decay, bias_init, training_workspace_mode, inference_workspace_mode, dtype,
+            convolution_mode)
         set_(self, "layers", tuple(layer.clone() for layer in layers))
-        set_(self, "seed", int(seed))
-        set_(self, "updater", updater)
-        set_(self, "activation", Activation.parse(activation or Activation.SIGMOID,
-                                                  "activation"))
-        set_(self, "weight_init", WeightInit.parse(weight_init or WeightInit.XAVIER,
-                                                   "weight_init"))
-        set_(self, "dropout", _nonneg("MultiLayerConfiguration", "dropout", dropout, 1.0,
-                                      open_lo=True))
-        set_(self, "l1", _nonneg("MultiLayerConfiguration", "l1", l1))
-        set_(self, "l2", _nonneg("MultiLayerConfiguration", "l2", l2))
-        set_(self, "weight_decay", _nonneg("MultiLayerConfiguration", "weight_decay",
-                                           weight_decay))
-        set_(self, "bias_init", _finite("MultiLayerConfiguration", "bias_init", bias_init))
-        set_(self, "training_workspace_mode", _mode(training_workspace_mode,
-                                                    "training_workspace_mode"))
-        set_(self, "inference_workspace_mode", _mode(inference_workspace_mode,
-                                                     "inference_workspace_mode"))
-        set_(self, "dtype", dt)
-        set_(self, "convolution_mode", ConvolutionMode.parse(
-            ConvolutionMode.TRUNCATE if convolution_mode is None else convolution_mode,
-            "convolution_mode"))
+        for k, v in settings.items():
+            set_(self, k, v)
         if input_type is not None and not isinstance(input_type, InputType):
             raise FieldTypeError(f"input_type: expected an ndws.nn.InputType (e.g. "
                                  f"InputType.convolutional_flat(28, 28, 1)), got "
                                  f"{type(input_type).__name__}")
         set_(self, "input_type", input_type)
         set_(self, "input_preprocessors", _preprocessors(input_preprocessors, len(layers)))
-        set_(self, "backprop_type", member(BackpropType, backprop_type,
-                                           "backprop_type: unknown BackpropType",
-                                           "(or an ndws.nn.BackpropType)"))
-        set_(self, "tbptt_fwd_length", _length("tbptt_fwd_length", tbptt_fwd_length))
-        set_(self, "tbptt_back_length", _length("tbptt_back_length", tbptt_back_length))
-        if self.tbptt_back_length > self.tbptt_fwd_length:
-            raise ValueError(f"tbptt_back_length: {self.tbptt_back_length} is longer than "
-                             f"tbptt_fwd_length {self.tbptt_fwd_length} (a segment's errors "
-                             f"cannot flow back through more steps than it has)")
+        for k, v in tbptt_settings(backprop_type, tbptt_fwd_length, tbptt_back_length).items():
+            set_(self, k, v)
         resolved, pres = self._resolve()
         if self.backprop_type is BackpropType.TRUNCATED_BPTT:
-            _check_tbptt(resolved)
+            check_tbptt(enumerate(resolved))
         set_(self, "resolved_layers", resolved)
         #: the preprocessor of each layer (given or inserted), None where there is none
         set_(self, "resolved_preprocessors", pres)
@@ -205,10 +298,7 @@ class MultiLayerConfiguration:
         # type and n_in, and passes on its output type. Without input_type, rows as wide as
         # the first layer's n_in (DL4J infers that type the same way). `network_input`: walk
         # with that type instead (a time series of a given length, for a memory plan)
-        defaults = {"activation": self.activation, "weight_init": self.weight_init,
-                    "dropout": self.dropout, "l1": self.l1, "l2": self.l2,
-                    "weight_decay": self.weight_decay, "bias_init": self.bias_init,
-                    "convolution_mode": self.convolution_mode}
+        defaults = layer_defaults(self)
         out, pres = [], []
         t = self.input_type
         if t is None and 0 not in self.input_preprocessors:
@@ -247,6 +337,14 @@ class MultiLayerConfiguration:
             f"its input{after}" if i == 0 else f"the output of layers[{i - 1}]{after}")
         return f"{where} does not match the {what} {expected} of {source} ({t!r})"
 
+    def _param_owners(self) -> list:
+        # (where, layer) of every layer, in the order of the flat parameters
+        return [(f"layers[{i}]", layer) for i, layer in enumerate(self.resolved_layers)]
+
+    def _state_layers(self) -> dict:
+        # what a saved file names each layer's carried state by: str(index) -> (index, layer)
+        return {str(i): (i, layer) for i, layer in enumerate(self.resolved_layers)}
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"MultiLayerConfiguration is frozen: build a new one instead of "
                              f"setting {name}")
@@ -255,58 +353,28 @@ class MultiLayerConfiguration:
 
     def to_dict(self) -> dict:
         """The configuration as JSON-ready data (the layers as given, before defaults)."""
-        out = {"format": _FORMAT, "version": _VERSION, "seed": self.seed,
-                "updater": self.updater.to_dict(), "activation": self.activation.name,
-                "weight_init": self.weight_init.name, "dropout": self.dropout, "l1": self.l1,
-                "l2": self.l2, "weight_decay": self.weight_decay, "bias_init": self.bias_init,
-                "training_workspace_mode": self.training_workspace_mode.name,
-                "inference_workspace_mode": self.inference_workspace_mode.name,
-                "dtype": self.dtype.name, "layers": [layer.to_dict() for layer in self.layers]}
+        out = {"format": _FORMAT, "version": _VERSION, **settings_dict(self),
+               "layers": [layer.to_dict() for layer in self.layers]}
         # written only when set, so a stack of dense layers keeps the JSON it always had
-        if self.convolution_mode is not ConvolutionMode.TRUNCATE:
-            out["convolution_mode"] = self.convolution_mode.name
         if self.input_type is not None:
             out["input_type"] = self.input_type.to_dict()
         if self.input_preprocessors:
             out["input_preprocessors"] = {str(i): p.to_dict()
                                           for i, p in sorted(self.input_preprocessors.items())}
-        if self.backprop_type is not BackpropType.STANDARD:
-            out["backprop_type"] = self.backprop_type.name
-        for name in ("tbptt_fwd_length", "tbptt_back_length"):
-            if getattr(self, name) != DEFAULT_TBPTT_LENGTH:
-                out[name] = getattr(self, name)
+        out.update(tbptt_dict(self))
         return out
-
-    def to_json(self, indent: int | None = 2) -> str:
-        """`to_dict` as JSON text; `from_json` rebuilds an equal configuration."""
-        return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
     def from_dict(cls, data: Any) -> "MultiLayerConfiguration":
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise ValueError(f"configuration: expected a dict with format {_FORMAT!r}, got "
-                             f"{data!r:.80}")
-        if data.get("version") != _VERSION:
-            raise ValueError(f"configuration: unsupported version {data.get('version')!r} "
-                             f"(this ndws reads version {_VERSION})")
-        known = {"format", "version", "layers", "seed", "updater", "activation", "weight_init",
-                 "dropout", "l1", "l2", "weight_decay", "bias_init", "training_workspace_mode",
-                 "inference_workspace_mode", "dtype", "convolution_mode", "input_type",
-                 "input_preprocessors", "backprop_type", "tbptt_fwd_length",
-                 "tbptt_back_length"}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"configuration: unknown fields {sorted(unknown)}")
+        cls._checked(data, {"layers", "input_type", "input_preprocessors", *TBPTT, *SETTINGS})
         layers = data.get("layers")
         if not isinstance(layers, list):
             raise ValueError(f"configuration.layers: expected a list, got {layers!r:.40}")
-        kwargs = {k: v for k, v in data.items() if k not in ("format", "version", "layers")}
-        if isinstance(kwargs.get("updater"), dict):
-            kwargs["updater"] = Updater.from_dict(kwargs["updater"])
-        if "input_type" in kwargs:
-            kwargs["input_type"] = InputType.from_dict(kwargs["input_type"])
-        if "input_preprocessors" in kwargs:
-            given = kwargs["input_preprocessors"]
+        kwargs = {**settings_kwargs(data), **{k: data[k] for k in TBPTT if k in data}}
+        if "input_type" in data:
+            kwargs["input_type"] = InputType.from_dict(data["input_type"])
+        if "input_preprocessors" in data:
+            given = data["input_preprocessors"]
             if not isinstance(given, dict):
                 raise ValueError(f"configuration.input_preprocessors: expected a dict, got "
                                  f"{given!r:.40}")
@@ -328,27 +396,22 @@ class MultiLayerConfiguration:
                 raise type(exc)(f"layers[{i}]: {exc}") from None
         return cls(built, **kwargs)
 
-    @classmethod
-    def from_json(cls, text: str | bytes) -> "MultiLayerConfiguration":
-        """Rebuild a configuration from `to_json`'s text (ValueError for anything else)."""
-        try:
-            data = json.loads(text)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ValueError(f"configuration: not JSON text ({exc})") from None
-        return cls.from_dict(data)
-
-    def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, MultiLayerConfiguration)
-                and other.to_dict() == self.to_dict())
-
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return (f"MultiLayerConfiguration({len(self.layers)} layers, seed={self.seed}, "
                 f"updater={self.updater!r}, dtype={self.dtype.name})")
 
 
-def _length(name: str, value: Any) -> int:
+def parse_backprop_type(value: Any) -> BackpropType:
+    """A BackpropType from a member, its name in any case or DL4J's name
+    (``"TruncatedBPTT"``); ValueError naming backprop_type otherwise."""
+    if isinstance(value, str):
+        value = {t.value.lower(): t for t in BackpropType}.get(value.lower(), value)
+    return member(BackpropType, value, "backprop_type: unknown BackpropType",
+                  "(or an ndws.nn.BackpropType)")
+
+
+def tbptt_length(name: str, value: Any) -> int:
+    """A truncated-BPTT length: an int in [1, 2**31] (TypeError / ValueError naming `name`)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise FieldTypeError(f"{name}: expected an int >= 1, got {type(value).__name__} "
                              f"{value!r:.40}")
@@ -357,15 +420,45 @@ def _length(name: str, value: Any) -> int:
     return int(value)
 
 
-def _check_tbptt(layers: tuple) -> None:
-    # DL4J's validateTbpttConfig: layers that need the whole sequence at once; Bidirectional
-    # too (DL4J refuses it only when the first segment runs)
-    for i, layer in enumerate(layers):
+#: the truncated-BPTT settings of both configurations
+TBPTT = ("backprop_type", "tbptt_fwd_length", "tbptt_back_length")
+
+
+def tbptt_dict(conf: Any) -> dict:
+    """`conf`'s truncated-BPTT settings as JSON-ready data, each only when it is not the
+    default (so a network without them keeps the JSON it always had)."""
+    out: dict[str, Any] = {}
+    if conf.backprop_type is not BackpropType.STANDARD:
+        out["backprop_type"] = conf.backprop_type.name
+    for name in ("tbptt_fwd_length", "tbptt_back_length"):
+        if getattr(conf, name) != DEFAULT_TBPTT_LENGTH:
+            out[name] = getattr(conf, name)
+    return out
+
+
+def tbptt_settings(backprop_type: Any, tbptt_fwd_length: Any, tbptt_back_length: Any) -> dict:
+    """backprop_type, tbptt_fwd_length and tbptt_back_length checked (both configurations),
+    the back length no longer than the forward one."""
+    out = {"backprop_type": parse_backprop_type(backprop_type),
+           "tbptt_fwd_length": tbptt_length("tbptt_fwd_length", tbptt_fwd_length),
+           "tbptt_back_length": tbptt_length("tbptt_back_length", tbptt_back_length)}
+    if out["tbptt_back_length"] > out["tbptt_fwd_length"]:
+        raise ValueError(f"tbptt_back_length: {out['tbptt_back_length']} is longer than "
+                         f"tbptt_fwd_length {out['tbptt_fwd_length']} (a segment's errors "
+                         f"cannot flow back through more steps than it has)")
+    return out
+
+
+def check_tbptt(layers: Any) -> None:
+    """DL4J's validateTbpttConfig over `layers`, (where, layer) pairs: layers that need the
+    whole sequence at once; Bidirectional too (DL4J refuses it only when the first segment
+    runs)."""
+    for where, layer in layers:
         if isinstance(layer, (LastTimeStep, GlobalPoolingLayer, Bidirectional)):
             raise ValueError(f"Invalid network configuration detected: Truncated "
                              f"backpropagation through time (TBPTT) cannot be used with layer "
-                             f"{i} of type {type(layer).__name__}: TBPTT is incompatible with "
-                             f"this layer type (which needs the whole sequence at once). "
+                             f"{where} of type {type(layer).__name__}: TBPTT is incompatible "
+                             f"with this layer type (which needs the whole sequence at once). "
                              f"Use BackpropType.STANDARD, or a layer that works step by step")
 
 

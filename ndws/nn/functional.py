@@ -7,9 +7,9 @@ depthwise convolutions, `im2col` / `col2im`, pooling, zero padding, cropping and
 with DL4J's size helpers, and the recurrent time loops (`lstm_forward` / `lstm_backward`,
 `simple_rnn_forward` / `simple_rnn_backward`: whole sequences in compiled code). Every
 function is a compiled function of `ndws.nn._act_entries`, `_losses`, `_updaters`, `_linear`,
-`_conv`, `_pool` or `_rnn_entries` (the dense layer, the convolutions and the time loops run on
-`ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a small array costs
-a few hundred nanoseconds.
+`_conv`, `_conv2d`, `_depthwise`, `_pool` or `_rnn_entries` (the dense layer, the convolutions
+and the time loops run on `ndws._linalg`'s GEMM kernels), with no Python layer in between: a
+call on a small array costs a few hundred nanoseconds.
 
 Conventions
 -----------
@@ -77,18 +77,19 @@ from ndws.nn._act_entries import (
 from ndws.nn._activations import ACTIVATIONS
 from ndws.nn._conv import (
     col2im,
-    conv2d,
-    conv2d_backward,
-    conv2d_scratch_bytes,
     conv_output_size,
-    conv_transpose2d,
-    conv_transpose2d_backward,
     conv_transpose_output_size,
-    depthwise_conv2d,
-    depthwise_conv2d_backward,
     im2col,
     same_padding,
 )
+from ndws.nn._conv2d import (
+    conv2d,
+    conv2d_backward,
+    conv2d_scratch_bytes,
+    conv_transpose2d,
+    conv_transpose2d_backward,
+)
+from ndws.nn._depthwise import depthwise_conv2d, depthwise_conv2d_backward
 from ndws.nn._linear import linear
 from ndws.nn._rnn_entries import (
     lstm_backward,

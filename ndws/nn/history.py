@@ -48,7 +48,12 @@ class History:
     validation_scores : list of float
         With ``fit(..., validation_data=...)``: each epoch's score on the held-out data (the
         mean loss over its rows, plus the regularisation terms, as ``score(ds)``), computed
-        after the epoch's last iteration. Empty without validation data.
+        after the epoch's last iteration. Empty without validation data. Under
+        `ndws.nn.earlystopping.EarlyStoppingTrainer`: the score calculator's score of each
+        evaluated epoch.
+    validation_epochs : list of int
+        The epoch (as in `epochs`) of each validation score: every epoch with
+        ``validation_data``, every ``evaluate_every_n_epochs``-th under early stopping.
     validation_accuracy : list of float
         With validation data for a classifier (an output of more than one column): each
         epoch's fraction of held-out rows whose largest output is the labelled class. Empty
@@ -68,6 +73,7 @@ class History:
         self.samples_per_second: list[float] = []
         self.validation_scores: list[float] = []
         self.validation_accuracy: list[float] = []
+        self.validation_epochs: list[int] = []
         self._epoch_last: list[int | None] = []     # each epoch's last iteration (plot)
         self._t0 = 0.0
         self._first = 0
@@ -102,6 +108,7 @@ class History:
 
     def _validation(self, score: float, accuracy: float | None) -> None:
         self.validation_scores.append(score)
+        self.validation_epochs.append(self.epochs[-1])
         if accuracy is not None:
             self.validation_accuracy.append(accuracy)
 
@@ -140,8 +147,9 @@ class History:
         ends = [(i, s) for i, s in zip(self._epoch_last, self.epoch_scores) if i is not None]
         if ends:
             ax.plot([i for i, _ in ends], [s for _, s in ends], "o-", label="epoch mean")
-        held = [(i, s) for i, s in zip(self._epoch_last, self.validation_scores)
-                if i is not None]
+        last = dict(zip(self.epochs, self._epoch_last))
+        held = [(last[e], s) for e, s in zip(self.validation_epochs, self.validation_scores)
+                if last.get(e) is not None]
         if held:
             ax.plot([i for i, _ in held], [s for _, s in held], "s--",
                     label="validation score")
@@ -311,7 +319,7 @@ class _Epoch:
     History's record and the fit's progress bar over its batches, a ``RuntimeWarning`` the
     first time the score is NaN or infinite, and at its end (unless it raised) the epoch's
     record closed, the validation (`validate`, a callable returning the held-out score and
-    accuracy, or None), each network's epoch counter advanced and ``on_epoch_end``.
+    accuracy, or None for an epoch it does not evaluate; or no callable), each network's epoch counter advanced and ``on_epoch_end``.
 
     Give every network of the fit as `nets` (the model first)."""
 
@@ -357,8 +365,9 @@ class _Epoch:
             return False
         try:
             history._end_epoch()
-            if self._validate is not None:
-                score, accuracy = self._validate()
+            result = self._validate() if self._validate is not None else None
+            if result is not None:
+                score, accuracy = result
                 history._validation(score, accuracy)
                 if self._bar is not None:
                     shown = {"val_score": f"{score:.4g}"}

@@ -27,7 +27,8 @@ import numpy as np
 
 from ndws.nn.updaters import FieldTypeError
 
-__all__ = ["InputType", "CNN2DFormat", "RNNFormat", "ConvolutionMode", "PoolingType", "member"]
+__all__ = ["InputType", "CNN2DFormat", "RNNFormat", "ConvolutionMode", "PoolingType", "member",
+           "one_example", "check_input_shape", "config_dict", "field_json", "registered"]
 
 
 def member(cls: type, value: Any, unknown: str, hint: str = "") -> Any:
@@ -39,6 +40,42 @@ def member(cls: type, value: Any, unknown: str, hint: str = "") -> Any:
         return cls[value.upper()]
     raise ValueError(f"{unknown} {value!r:.40}; expected one of "
                      f"{', '.join(cls.__members__)}{' ' + hint if hint else ''}")
+
+
+def config_dict(obj: Any, key: str) -> dict:
+    """{"@class": key, field: value, ...} of a layer, preprocessor or vertex `obj` (its
+    ``fields``), JSON-ready (`field_json`)."""
+    return {"@class": key, **{f: field_json(getattr(obj, f)) for f in obj.fields}}
+
+
+def field_json(value: Any) -> Any:
+    """A configuration field as JSON-ready data: an enum member by name, an object with
+    `to_dict` (an updater, a preprocessor) as its dict, a tuple as a list."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def registered(registry: dict, data: Any, what: str, unknown: str) -> tuple[type, dict]:
+    """The class and keyword arguments a `to_dict` output describes: a dict whose "@class"
+    names a class of `registry` (only classes already imported: a configuration never imports
+    code) and whose other entries are fields of that class; ValueError naming `what` (a layer,
+    a preprocessor, a vertex) otherwise."""
+    if not isinstance(data, dict) or not isinstance(data.get("@class"), str):
+        raise ValueError(f"{what}: expected a dict with an '@class' entry, got {data!r:.60}")
+    cls = registry.get(data["@class"])
+    if cls is None:
+        raise ValueError(f"{what}: {unknown} {data['@class']!r} (a custom {what}'s module must "
+                         f"be imported before its configuration is loaded)")
+    kwargs = {k: v for k, v in data.items() if k != "@class"}
+    extra = set(kwargs) - set(cls.fields)
+    if extra:
+        raise ValueError(f"{cls.__name__}: unknown fields {sorted(extra)}")
+    return cls, kwargs
 
 
 class _Parsed(enum.Enum):
@@ -284,3 +321,53 @@ class InputType:
             return make(**kwargs)
         except TypeError as exc:
             raise ValueError(f"input_type: {exc}") from None
+
+
+def one_example(shape: tuple, t: Any) -> bool:
+    """Whether input of `shape` is one example of input type `t` (no batch axis)."""
+    if t is None or t.kind == "FF":
+        return len(shape) == 1
+    return t.is_example(shape)
+
+
+def check_input_shape(shape: tuple, t: Any, where: str, features: str, name: str,
+                      allow_row: bool = False, reader: Any = None) -> None:
+    """A network's input of `shape` against its input type `t` (`allow_row`: one example
+    without the batch axis too): a ValueError naming the argument (`name`), what reads it
+    (`where`, e.g. ``layers[0] (DenseLayer)``; `features` for rows, e.g. ``layers[0].n_in``)
+    and the shape it expects, with the likely mistake (NHWC data into an NCHW network, one
+    image without its batch axis). `reader`: the layer reading it, whose ``accepts_input``
+    may take other shapes (EmbeddingSequenceLayer's (n, time) indices)."""
+    accepts = getattr(reader, "accepts_input", None)
+    if accepts is not None and (accepts(shape) or (allow_row and accepts((1,) + shape))):
+        return
+    if t is not None and t.kind == "RNN" and len(shape) == 3:
+        steps = shape[2] if t.data_format.name == "NCW" else shape[1]
+        if steps == 0 and t.is_example(shape[1:]):
+            raise ValueError(f"{name}: a time series of 0 steps (shape {shape}): there is "
+                             f"nothing to compute")
+    if t is None or t.kind == "FF":
+        if len(shape) != 2 and not (allow_row and len(shape) == 1):
+            expected = ("one example (n_features,) or a batch (n_samples, n_features)"
+                        if allow_row else "a 2-d array (n_samples, n_features)")
+            raise ValueError(f"{name}: expected {expected}, got shape {shape}")
+        if t is not None and shape[-1] != t.size:
+            raise ValueError(f"{name}: expected {t.size} features ({features}), got "
+                             f"{shape[-1]}")
+        return
+    if t.is_example(shape[1:]) or (allow_row and t.is_example(shape)):
+        return
+    msg = (f"{name}: expected a {len(t.shape()) + 1}-d array {t.describe_shape()} for {where}, "
+           f"the network's input type {t!r}; got shape {shape}")
+    if t.kind == "CNN" and len(shape) == 4:
+        other = (shape[1:] == (t.height, t.width, t.channels) if t.data_format.name == "NCHW"
+                 else shape[1:] == (t.channels, t.height, t.width))
+        if other:
+            have = "NHWC (channels last)" if t.data_format.name == "NCHW" else "NCHW"
+            axes = "(0, 3, 1, 2)" if t.data_format.name == "NCHW" else "(0, 2, 3, 1)"
+            msg += (f": the data is {have} and the network {t.data_format.name} (transpose it "
+                    f"with x.transpose{axes}, or configure InputType.convolutional(..., "
+                    f"data_format='{'NHWC' if t.data_format.name == 'NCHW' else 'NCHW'}'))")
+    if one_example(shape, t):
+        msg += ": one example without its batch dimension? (x[None] adds it)"
+    raise ValueError(msg)

@@ -41,10 +41,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ndws._fileio import output_directory
 from ndws.nn.history import write_above_bar
 
 __all__ = ["TrainingListener", "ScoreIterationListener", "PerformanceListener",
-           "CollectScoresListener", "CheckpointListener", "EvaluativeListener"]
+           "CollectScoresListener", "CheckpointListener", "EvaluativeListener",
+           "TensorBoardListener"]
 
 log = logging.getLogger("ndws")
 
@@ -267,13 +269,8 @@ class CheckpointListener(TrainingListener):
                  every_n_epochs: int | None = None, keep_last: int | None = None,
                  save_updater: bool = True, *, printer: Any = None):
         owner = "CheckpointListener"
-        if not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(f"CheckpointListener.directory: expected a path, got "
-                            f"{type(directory).__name__}")
-        directory = os.fspath(directory)
-        if not isinstance(directory, str) or not directory:
-            raise ValueError(f"CheckpointListener.directory: expected a folder name, got "
-                             f"{directory!r:.60}")
+        if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+            output_directory("CheckpointListener.directory", directory)   # says why
         if every_n_iterations is None and every_n_epochs is None:
             raise ValueError("CheckpointListener: give every_n_iterations or every_n_epochs")
         self.every_n_iterations = (None if every_n_iterations is None else
@@ -295,15 +292,7 @@ class CheckpointListener(TrainingListener):
         self.save_updater = _flag(owner, "save_updater", save_updater)
         self.printer = _printer(owner, printer)
         # last, once every argument is known good: nothing is created for a refused listener
-        if os.path.exists(directory) and not os.path.isdir(directory):
-            raise NotADirectoryError(f"CheckpointListener.directory: {directory!r} exists and "
-                                     f"is not a directory")
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            raise type(exc)(exc.errno, f"CheckpointListener.directory: cannot create "
-                                       f"{directory!r}: {exc.strerror}") from None
-        self.directory = directory
+        self.directory = output_directory("CheckpointListener.directory", directory)
         self.saved: list[str] = []
 
     def _save(self, model: Any) -> None:
@@ -368,3 +357,7 @@ class EvaluativeListener(TrainingListener):
     def on_epoch_end(self, model):
         if self.invocation == "epoch_end" and model.epoch % self.frequency == 0:
             self._run(model)
+
+
+# in a module of its own (its writer is an optional extra); defined on TrainingListener above
+from ndws.nn._tensorboard import TensorBoardListener  # noqa: E402

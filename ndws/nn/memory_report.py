@@ -22,7 +22,7 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_L
 from ndws.nn.workspace_mgr import ArrayType
 from ndws.workspace import WorkspaceMode
 
-__all__ = ["MemoryReport"]
+__all__ = ["MemoryReport", "plan", "layer_uses", "uses_of", "merge"]
 
 _KEPT = (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.UPDATER_WORKING_MEM,
          ArrayType.FF_CACHE)
@@ -84,11 +84,17 @@ def layer_uses(net: Any, batch: int, training: bool, itemsize: int,
     the network runs a preprocessor inside its layer's scopes. None for a layer (or
     preprocessor) that does not declare its use. `length`: the time steps of a network whose
     input is a time series of varying length (its layers then see that length)."""
-    out = []
     layers, pres = net.layers, net._preprocessors
     if length is not None:
         layers, pres = net._layers_for_length(length)
-    for layer, pre in zip(layers, pres):
+    return uses_of(list(zip(layers, pres)), batch, training, itemsize)
+
+
+def uses_of(pairs: list, batch: int, training: bool, itemsize: int) -> list:
+    """Per (layer or vertex, preprocessor or None) of `pairs`, the arrays one pass makes,
+    the preprocessor's first (it runs inside its layer's scopes); None where undeclared."""
+    out = []
+    for layer, pre in pairs:
         use = _checks.memory_use(layer, batch, training, itemsize)
         if pre is not None and use is not None:
             pre_use = pre.memory_use(batch, training, itemsize)
@@ -106,7 +112,7 @@ def merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
 
 
 class MemoryReport:
-    """What `MultiLayerNetwork.memory_report(batch_size)` returns.
+    """What `MultiLayerNetwork.memory_report(batch_size)` (and `ComputationGraph`'s) returns.
 
     Attributes
     ----------
@@ -114,8 +120,9 @@ class MemoryReport:
     sequence_length : int or None
         The time steps planned for (a network of time series of varying length).
     layers : list of dict
-        Per layer: index, type, and its bytes per `ArrayType` in training and in inference
-        (None for a layer that does not declare its use).
+        Per layer (a graph: per vertex, with its name, in topological order): index, type,
+        and its bytes per `ArrayType` in training and in inference (None for a layer that does
+        not declare its use).
     parameter_bytes : int
         Parameters, gradients and updater state (the flat buffers, outside every workspace).
     """
@@ -134,14 +141,14 @@ class MemoryReport:
         itemsize = net.conf.dtype.itemsize
         self._uses = {}
         for training in (True, False):
-            self._uses[training] = layer_uses(net, batch_size, training, itemsize,
-                                              self.sequence_length)
+            self._uses[training] = net._memory_uses(batch_size, training, itemsize,
+                                                    self.sequence_length)
+        self._plan = net._memory_plan
         self.complete = all(u is not None for uses in self._uses.values() for u in uses)
         state = sum(a.shape[0] for _, _, _, s in net._segments for a in s)
         self.parameter_bytes = (2 * net.num_params() + state) * itemsize
         self.layers = []
-        for i, layer in enumerate(net.layers):
-            row: dict[str, Any] = {"index": i, "type": type(layer).__name__}
+        for i, row in enumerate(net._memory_rows()):
             for training, key in ((True, "training"), (False, "inference")):
                 use = self._uses[training][i]
                 if use is None:
@@ -161,7 +168,7 @@ class MemoryReport:
         if not self.complete:
             return None
         resolved = self._modes[mode][0 if training else 1]
-        return plan(self._uses[training], resolved, training)
+        return self._plan(self._uses[training], resolved, training)
 
     def workspaces(self, mode: WorkspaceMode) -> dict[str, int] | None:
         """Workspace name -> bytes for training and inference together in `mode` (a workspace
@@ -182,11 +189,14 @@ class MemoryReport:
                  else f", sequences of {self.sequence_length} steps")
         lines = [f"Memory report, batch size {self.batch_size}{steps} (bytes)",
                  f"parameters + gradients + updater state: {self.parameter_bytes:,}"]
-        lines.append(f"{'#':>3}  {'layer':<20}{'training':>12}{'inference':>12}")
-        for row in self.layers:
+        whats = [row["type"] if "name" not in row else f"{row['name']} ({row['type']})"
+                 for row in self.layers]
+        width = max([20] + [len(w) + 1 for w in whats])
+        lines.append(f"{'#':>3}  {'layer':<{width}}{'training':>12}{'inference':>12}")
+        for row, what in zip(self.layers, whats):
             cells = ["?" if row[k] is None else f"{sum(row[k].values()):,}"
                      for k in ("training", "inference")]
-            lines.append(f"{row['index']:>3}  {row['type']:<20}{cells[0]:>12}{cells[1]:>12}")
+            lines.append(f"{row['index']:>3}  {what:<{width}}{cells[0]:>12}{cells[1]:>12}")
         for mode in WorkspaceMode:
             if not self.complete:
                 lines.append(f"{mode.name}: unknown (a layer does not declare its memory use)")

@@ -27,9 +27,7 @@ True
 from __future__ import annotations
 
 import contextlib
-import math
-import threading
-import time
+import itertools
 import traceback
 from typing import Any, Iterable
 
@@ -41,26 +39,24 @@ from ndws._core import NDArray
 from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.conf import MultiLayerConfiguration
+from ndws.nn.inputs import check_input_shape, one_example as _one_example
 from ndws.evaluation._evaluate import batches, check_evaluations, count
 from ndws.nn import _checks
 from ndws.nn._fit_options import Validation, check_seed, labels_array, shuffled
-from ndws.nn.history import History, _Epoch, _Progress
-from ndws.nn._busy import FORWARD, FREE, STATE, TRAIN, WRITE, Busy, Exclusive
+from ndws.nn.history import History, _Progress
+from ndws.nn._busy import FORWARD, STATE, TRAIN
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
-from ndws.nn.layers.embedding import EmbeddingSequenceLayer
-from ndws.nn.listeners import TrainingListener
-from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_ACT, WS_LAYER_WORKING_MEM,
-                             WS_LISTENER, WS_OUTPUT_MEM, WS_RNN_LOOP_WORKING_MEM, WS_SINGLE,
-                             workspace_configs)
-from ndws.nn.conf import BackpropType
+from ndws.nn._model import (_IN_FORWARD, Model, _Abandoned, batch_count as _length,
+                            count as _count, fit_options, input_array)
+from ndws.nn._layout import WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM, workspace_configs
+from ndws.nn.conf import SETTINGS, BackpropType
+from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.inputs import InputType
 from ndws.nn.preprocessors import (FeedForwardToRnnPreProcessor, MaskState,
                                    RnnToFeedForwardPreProcessor)
 from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
-from ndws.nn.memory_report import (MemoryReport, layer_uses as _layer_uses, merge as _merge,
-                                   plan as _plan)
-from ndws.nn.serialization import load_network, save_network
+from ndws.nn.memory_report import MemoryReport, layer_uses as _layer_uses, plan as _plan
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
 
@@ -69,14 +65,12 @@ __all__ = ["MultiLayerNetwork"]
 _memory_manager = ndws.get_memory_manager()
 
 # what a nested call is refused inside of (ndws.nn._busy)
-_IN_FORWARD = "a forward pass"
-_IN_TRAINING = "the forward and backward pass of a training iteration"
 
 # the training layouts of the compiled iteration (ENABLED is resolved to SEPARATE before)
 _PLAN_MODES = {WorkspaceMode.NONE: MODE_NONE, WorkspaceMode.SINGLE: MODE_SINGLE,
                WorkspaceMode.SEPARATE: MODE_SEPARATE}
 
-class MultiLayerNetwork:
+class MultiLayerNetwork(Model):
     """A feed-forward network of `conf`'s layers.
 
     Parameters
@@ -89,31 +83,13 @@ class MultiLayerNetwork:
     listener may call back is in docs/networks.md, "Threads, listeners and snapshots".
     """
 
+    _kind = "MultiLayerNetwork"
+    _conf_class = MultiLayerConfiguration
+    _layer_hook = True
+
     def __init__(self, conf: MultiLayerConfiguration):
-        if not isinstance(conf, MultiLayerConfiguration):
-            raise TypeError(f"conf: expected an ndws.nn.MultiLayerConfiguration, got "
-                            f"{type(conf).__name__}")
-        self.conf = conf
+        self._init_state(conf)
         self.layers: list[Layer] = []
-        self._iteration = 0
-        self._epoch = 0
-        self._score = float("nan")
-        self._busy = Busy()
-        self._params: NDArray | None = None
-        self._listeners: list[TrainingListener] = []
-        # ndws.parallel's workers train in the wrapper's workspace mode (DL4J's
-        # ParallelWrapper workspaceMode) without changing the configuration
-        self._workspace_override: WorkspaceMode | None = None
-        # ndws.parallel.MPITrainer: called as hook(i) in the backward pass right after layer
-        # i's gradients are in the flat buffer, to start their allreduce while the layers
-        # below still backpropagate (docs/distributed.md); None: no call
-        self._after_layer_gradients: Any = None
-        #: milliseconds the last fit iteration waited for its batch (DL4J's lastEtlTime)
-        self.last_etl_time = 0.0
-        #: examples in the last fit iteration's batch
-        self.last_batch_size = 0
-        #: the History of the running (or last) fit, for listeners (Keras' model.history)
-        self.history: History | None = None
 
     # -- building -------------------------------------------------------------------------------
 
@@ -123,65 +99,27 @@ class MultiLayerNetwork:
         with self._exclusive("init", TRAIN, writes=True):
             self._build(params, share=False)
 
-    def _build(self, params: Any, share: bool, sample: bool = True) -> None:
+    def _build(self, params: Any, share: bool, sample: bool = True, adopt: bool = False
+               ) -> None:
         # share=True: an inference-only network (ndws.parallel's serving replicas) whose
         # parameters are views of `params` itself, a detached flat array laid out as this
-        # configuration's; no gradients, no updater state, nothing copied or initialised
+        # configuration's; no gradients, no updater state, nothing copied or initialised.
+        # adopt=True: the same parameters, but a network that trains them in place
+        # (TransferLearningHelper's unfrozen layers, on the tail of the original's buffer)
         conf = self.conf
         layers = [layer.clone() for layer in conf.resolved_layers]
         tbptt = conf.backprop_type is BackpropType.TRUNCATED_BPTT
+        stop = _backward_stop(layers)
         for i, layer in enumerate(layers):
             layer.index = i
-            layer.input_gradient_needed = i > 0
+            # an epsilon only for a layer above one that trains (the first layer's input
+            # gradient, and a frozen bottom's, nothing reads)
+            layer.input_gradient_needed = i > stop
             if tbptt and hasattr(layer, "back_length"):
                 # truncated BPTT: the errors of a segment flow back through its last
                 # tbptt_back_length steps (docs/recurrent.md)
                 layer.back_length = conf.tbptt_back_length
-        dt = conf.dtype
-        layout = _layout(layers, dt.itemsize)
-        total = layout[-1][3] + layout[-1][4] if layout else 0
-        if params is not None:
-            _check_flat(params, total)      # before anything of the network is replaced
-        if share:
-            if not isinstance(params, NDArray) or params.dtype != dt or params.is_attached():
-                raise ValueError(f"params: a shared parameter array must be a detached "
-                                 f"ndws.NDArray of {dt}")
-            flat_p, flat_g = params, None
-        else:
-            flat_p = ndws.zeros(total, dt, detached=True)
-            flat_g = ndws.zeros(total, dt, detached=True)
-        for layer, name, shape, off, size in layout:
-            order = layer.param_order(name)
-            layer.params[name] = _param_view(flat_p, off, size, shape, order)
-            if flat_g is not None:
-                layer.grads[name] = _param_view(flat_g, off, size, shape, order)
-        if params is None and sample:
-            # from the seed; given parameters are copied in below instead (sampling them
-            # first would only cost: a replica for ndws.parallel is built per fit; clone
-            # copies them in at an iteration boundary)
-            rng = np.random.default_rng(conf.seed)
-            for layer in layers:
-                views = dict(layer.params)
-                layer.init_params(rng)
-                _checks.params_kept(layer, views)
-        # one updater segment per run of layers sharing an updater: [start, end) of the buffers
-        segments = []
-        for layer, name, shape, off, size in layout if not share else ():
-            if not layer.trainable(name):
-                continue                      # e.g. running statistics: no updater state
-            upd = layer.updater or conf.updater
-            if segments and segments[-1][0] == upd and segments[-1][2] == off:
-                segments[-1][2] = off + size
-            else:
-                segments.append([upd, off, off + size])
-        self._segments = [(u, s, e, [ndws.zeros(e - s, dt, detached=True)
-                                     for _ in range(u.n_state)]) for u, s, e in segments]
-        # DL4J's WeightDecay: the weights' [start, end) in the flat buffers
-        self._decayed = [(layer, off, off + size) for layer, name, shape, off, size in layout
-                         if name in layer.weight_keys and layer.weight_decay]
-        self._dropout_rng = np.random.default_rng([conf.seed, 1])
-        for layer in layers:
-            layer._rng = self._dropout_rng
+        flat = self._lay_out(layers, params, share, sample, adopt)
         self.layers = layers
         # each layer's preprocessor (the configuration's, cloned: one may keep what a pass
         # needs for its backward, like a layer)
@@ -192,83 +130,17 @@ class MultiLayerNetwork:
         # ndws._checks)
         self._out_shapes = [_declared_shape(layer) for layer in layers]
         self._checked = [_checks.user_code(layer) for layer in layers]
-        self._params, self._grads = flat_p, flat_g
-        self._layout = layout
+        # the backward pass runs from the output layer down to this layer (the lowest that
+        # trains): below it nothing needs a gradient or an epsilon (frozen layers)
+        self._backward_stop = stop
         self._configs = workspace_configs(len(layers))
-        self._managers: dict = {}
-        self._presized: dict = {}
         # the compiled training iteration, where it applies (an inference replica never trains)
         self._dense_plan = (None if share or any(self._preprocessors)
                             else _dense_plan(layers, self._configs))
-        self._segment_views: tuple = (None, None, [])
         # rnn_time_step's one-step path: (batch, input width, run), built at the first call
         # of a batch size
         self._step_plan: tuple | None = None
-        if params is not None and not share:
-            flat_p.assign(_check_flat(params, total))
-
-    def _check_init(self) -> None:
-        if self._params is None:
-            raise RuntimeError("MultiLayerNetwork: call init() first")
-
-    def _exclusive(self, op: str, kind: int = FORWARD, writes: bool = False) -> Exclusive:
-        # one network serves one thread at a time: a second caller fails at once, by name; its
-        # owner may call back from a listener what is safe where it is (ndws.nn._busy). `op`:
-        # a method of MultiLayerNetwork, or another class's "Class" or "Class.method"
-        return Exclusive(self._busy, op if op[:1].isupper() else "MultiLayerNetwork." + op,
-                         kind, writes)
-
-    # -- parameters -----------------------------------------------------------------------------
-
-    def params(self) -> NDArray:
-        """The flat parameter array: the network's own, detached, and live (layers' weights
-        are views of it, and fit updates it in place). From another thread while the network
-        trains its values change under the reader, and a copy of it may mix two iterations;
-        `clone()` copies the network at an iteration boundary instead."""
-        self._check_init()
-        return self._params
-
-    def num_params(self) -> int:
-        self._check_init()
-        return int(self._params.shape[0])
-
-    def set_params(self, params: Any) -> None:
-        """Copy `params` (a flat array of num_params() values) into the network's parameters.
-        Refused (RuntimeError) while another thread uses the network, and from a listener
-        inside a training iteration (iteration_done and the epoch hooks may call it)."""
-        self._check_init()
-        src = _check_flat(params, self.num_params())
-        with self._exclusive("set_params", WRITE, writes=True):
-            self._params.assign(src)
-
-    def _copy_params_into(self, out: NDArray, op: str) -> None:
-        # ndws.parallel's snapshots: the parameters into `out` (detached, num_params()
-        # values), at an iteration boundary: never a copy torn by a fit in another thread
-        self._check_init()
-        params = self._params
-        self._busy.snapshot(op, lambda: out.assign(params))
-
-    @property
-    def iteration(self) -> int:
-        """Training iterations done so far (DL4J's iteration count; the next one's number)."""
-        return self._iteration
-
-    @iteration.setter
-    def iteration(self, value: int) -> None:
-        value = _counter("iteration", value)
-        with self._exclusive("iteration", FREE):
-            self._iteration = value
-
-    @property
-    def epoch(self) -> int:
-        """Epochs done so far (DL4J's epoch count)."""
-        return self._epoch
-
-    @epoch.setter
-    def epoch(self, value: int) -> None:
-        value = _counter("epoch", value)
-        with self._exclusive("epoch", FREE):
-            self._epoch = value
+        self._adopt(flat)
 
     def get_layer(self, index: int) -> Layer:
         self._check_init()
@@ -380,46 +252,9 @@ class MultiLayerNetwork:
         return x, labels, mask, fmask
 
     def _check_features_mask(self, x: NDArray, fmask: NDArray) -> NDArray:
-        # DL4J's features mask: (n, time) for a time series, (n,) or (n, 1) per example for
-        # rows; anything else named with the shape it should have
-        t = self.conf._network_input
-        n = x.shape[0]
-        if x.ndim == 3:
-            steps = x.shape[2] if t is None or t.data_format is None or \
-                t.data_format.name == "NCW" else x.shape[1]
-            expected = (n, steps)
-        elif x.ndim == 2 and t is not None and t.kind == "RNN":
-            expected = tuple(x.shape)             # EmbeddingSequenceLayer's (n, time)
-        else:
-            expected = (n,)
-            if fmask.ndim == 2 and fmask.shape == (n, 1):
-                fmask = fmask.reshape(n)
-        if tuple(fmask.shape) != expected:
-            raise ValueError(f"features_mask: expected shape {expected} "
-                             f"({'(n_samples, time)' if len(expected) == 2 else 'one per example'}"
-                             f") for features of shape {tuple(x.shape)}, got "
-                             f"{tuple(fmask.shape)}")
-        if fmask.dtype.kind not in "biuf":
-            raise TypeError(f"features_mask: expected numbers (0 masks a step), got dtype "
-                            f"{fmask.dtype}")
-        _finite_mask("features_mask", fmask)
-        return fmask
+        return check_features_mask(x, fmask, self.conf._network_input, "features_mask")
 
     # -- workspace managers ---------------------------------------------------------------------
-
-    @staticmethod
-    def _resolve(mode: WorkspaceMode, training: bool) -> WorkspaceMode:
-        # ENABLED: the recommended layout for the phase
-        if mode is WorkspaceMode.ENABLED:
-            return WorkspaceMode.SEPARATE if training else WorkspaceMode.SINGLE
-        return mode
-
-    def _train_mode(self) -> WorkspaceMode:
-        mode = self._workspace_override
-        return self._resolve(self.conf.training_workspace_mode if mode is None else mode, True)
-
-    def _inference_mode(self) -> WorkspaceMode:
-        return self._resolve(self.conf.inference_workspace_mode, False)
 
     def memory_report(self, batch_size: int, sequence_length: int | None = None
                       ) -> MemoryReport:
@@ -430,9 +265,24 @@ class MultiLayerNetwork:
         self._check_init()
         return MemoryReport(self, batch_size, sequence_length)
 
+    def _memory_uses(self, batch: int, training: bool, itemsize: int,
+                     length: int | None = None) -> list:
+        return _layer_uses(self, batch, training, itemsize, length)
+
+    _memory_plan = staticmethod(_plan)
+
+    def _memory_rows(self) -> list:
+        return [{"index": i, "type": type(layer).__name__} for i, layer in enumerate(self.layers)]
+
     def _variable_length(self) -> bool:
         t = self.conf._network_input
         return t is not None and t.kind == "RNN" and t.time_series_length is None
+
+    def _plan_length(self, x: NDArray) -> int | None:
+        # the time steps a memory plan is for: a batch's, for a time series of varying length
+        if self._variable_length() and x.ndim == 3:
+            return x.shape[self._time_axis(self.conf._network_input)]
+        return None
 
     def _layers_for_length(self, length: int) -> tuple:
         # the layers and preprocessors as they would be resolved for time series of `length`
@@ -448,99 +298,13 @@ class MultiLayerNetwork:
                 other.back_length = mine.back_length
         return layers, pres
 
-    def _presize(self, x: NDArray) -> None:
-        # before a thread's first pass with this batch size (and number of time steps, for a
-        # time series of varying length): create the workspaces at the size the plan says for
-        # training and inference, so even the first pass does not spill (they go on learning
-        # as configured); a custom layer without memory_use leaves them to learn. A longer
-        # batch later makes them spill once and grow (SpillPolicy.REALLOCATE): the next such
-        # batch fits
-        batch = x.shape[0]
-        length = None
-        if self._variable_length() and x.ndim == 3:
-            length = x.shape[self._time_axis(self.conf._network_input)]
-            if length == 0:
-                return
-        # once per batch size: the workspaces exist then, and a new length only changes how
-        # much they need (planning every length of a varying one would cost a walk of the
-        # configuration per batch)
-        done = self._presized.setdefault(threading.get_ident(), set())
-        if batch in done:
-            return
-        done.add(batch)
-        size = self.conf.dtype.itemsize
-        plans = []
-        for mode, training in ((self._train_mode(), True), (self._inference_mode(), False)):
-            uses = _layer_uses(self, batch, training, size, length)
-            if any(u is None for u in uses):
-                return
-            plans.append(_plan(uses, mode, training))
-        wsm = get_workspace_manager()
-        for name, nbytes in _merge(*plans).items():
-            if nbytes and not wsm.check_if_workspace_exists(name):
-                wsm.create_new_workspace(self._configs[name].replace(initial_size=nbytes), name)
-
     def _manager(self, mode: WorkspaceMode, training: bool, role: str = "") -> LayerWorkspaceMgr:
         # built once per (mode, phase, role) and kept: only the ping-pong mappings change
         key = (mode, training, role)
         mgr = self._managers.get(key)
         if mgr is None:
-            mgr = self._managers[key] = self._build_manager(mode, training)
+            mgr = self._managers[key] = self._build_manager(mode, training, WS_LAYER_ACT[0])
         return mgr
-
-    def _build_manager(self, mode: WorkspaceMode, training: bool) -> LayerWorkspaceMgr:
-        c = self._configs
-        if mode is WorkspaceMode.NONE:
-            return LayerWorkspaceMgr.no_workspaces()
-        b = LayerWorkspaceMgr.builder()
-        # a recurrent layer's time step: a cycle of its own workspace per step, opened and
-        # closed by the compiled loop (DL4J's WS_RNN_LOOP_WORKING_MEM, in every mode: the
-        # iteration's one workspace of SINGLE cannot start a cycle per step)
-        for t in (ArrayType.RNN_FF_LOOP_WORKING_MEM, ArrayType.RNN_BP_LOOP_WORKING_MEM):
-            b.with_(t, WS_RNN_LOOP_WORKING_MEM, c[WS_RNN_LOOP_WORKING_MEM])
-        if mode is WorkspaceMode.SINGLE:
-            name = WS_SINGLE if training else WS_INFERENCE
-            return b.default_workspace(name, c[name]).build()
-        if training:
-            for t in (ArrayType.ACTIVATIONS, ArrayType.INPUT, ArrayType.UPDATER_WORKING_MEM,
-                      ArrayType.FF_CACHE):
-                b.with_(t, WS_ALL_LAYERS_ACT, c[WS_ALL_LAYERS_ACT])
-            b.with_(ArrayType.ACTIVATION_GRAD, WS_LAYER_ACT[0], c[WS_LAYER_ACT[0]])
-        else:
-            # inference: the activations ping-pong; what a layer keeps for a backward pass that
-            # will not come (output(train=True): dropout masks, pre-activations) is working
-            # memory of that layer's pass
-            b.with_(ArrayType.ACTIVATIONS, WS_LAYER_ACT[0], c[WS_LAYER_ACT[0]])
-        return b.default_workspace(WS_LAYER_WORKING_MEM, c[WS_LAYER_WORKING_MEM]).build()
-
-    @staticmethod
-    def _check_location(layer: Any, t: ArrayType, array: Any, mgr: LayerWorkspaceMgr,
-                        op: str, who: str = "") -> None:
-        # what a layer (or preprocessor: `who` names it) returns must live where its ArrayType
-        # says (the classic mistake: an activation left in the layer's working memory, gone
-        # when that scope closes)
-        who = who or f"layers[{layer.index}] ({type(layer).__name__})"
-        if not isinstance(array, NDArray):
-            raise TypeError(f"{who}.{op} returned {type(array).__name__}, expected an "
-                            f"ndws.NDArray")
-        if array.workspace_id == mgr._names.get(t):
-            return                     # the common case: where it belongs (or both detached)
-        try:
-            mgr.validate_array_location(t, array, False, False)
-        except ndws.WorkspaceError as exc:
-            raise ndws.WorkspaceError(
-                f"{who}.{op}: array ({t}) workspace "
-                f"validation failed - array is defined in incorrect workspace: {exc}. Make it "
-                f"with mgr.create({t}, ...) or move it there with mgr.leverage_to({t}, array) "
-                f"before returning it", "location", array.workspace_id) from None
-
-    @staticmethod
-    def _scope(mgr: LayerWorkspaceMgr, mode: WorkspaceMode, t: ArrayType) -> Any:
-        # a per-layer scope: none in SINGLE mode, whose one workspace is entered once per
-        # iteration (entering it again would start a new cycle under the layers' feet)
-        if mode is WorkspaceMode.SINGLE:
-            return contextlib.nullcontext()
-        return mgr.notify_scope_entered(t)
 
     def _preprocess(self, i: int, a: NDArray, mgr: LayerWorkspaceMgr, backward: bool
                     ) -> NDArray:
@@ -548,14 +312,8 @@ class MultiLayerNetwork:
         # layer's scopes; its result is a view of its argument (living as long) or an array of
         # the type's workspace
         pre = self._preprocessors[i]
-        if backward:
-            out, t, op = pre.backprop(a, mgr), ArrayType.ACTIVATION_GRAD, "backprop"
-        else:
-            out, t, op = pre.pre_process(a, mgr), ArrayType.ACTIVATIONS, "pre_process"
-        if out is not a and (not isinstance(out, NDArray) or out.workspace_id != a.workspace_id):
-            self._check_location(None, t, out, mgr, op,
-                                 f"input_preprocessors[{i}] ({type(pre).__name__})")
-        return out
+        return self._run_preprocessor(pre, a, mgr, backward,
+                                      f"input_preprocessors[{i}] ({type(pre).__name__})")
 
     def _begin_pass(self, rows: int, fmask: Any) -> tuple | None:
         # what a pass's layers get besides their input: the preprocessors the batch's examples
@@ -606,25 +364,10 @@ class MultiLayerNetwork:
         return a, False
 
     def _as_input(self, x: Any, name: str = "x", allow_row: bool = False) -> NDArray:
-        dt = self.conf.dtype
-        if isinstance(x, NDArray):
-            a = x
-        else:
-            try:
-                arr = np.asarray(x)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"{name}: expected an array of numbers, got "
-                                f"{type(x).__name__}") from exc
-            if arr.dtype.kind not in "biuf":
-                raise TypeError(f"{name}: expected an array of numbers, got dtype {arr.dtype}")
-            if arr.dtype != dt or not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr, dtype=dt)
-            a = ndws.from_numpy(arr)
-        _check_input_shape(tuple(a.shape), self.conf._network_input, self.layers[0], name,
-                           allow_row)
-        if a.dtype != dt:
-            with scope_out_of_workspaces():
-                a = a.astype(dt)
+        a = input_array(x, self.conf.dtype, name)
+        check_input_shape(tuple(a.shape), self.conf._network_input,
+                          f"layers[0] ({type(self.layers[0]).__name__})", "layers[0].n_in", name,
+                          allow_row, self.layers[0])
         return a
 
     def output(self, x: Any, train: bool = False, output_workspace: Any = None, *,
@@ -777,14 +520,12 @@ class MultiLayerNetwork:
         if t is None or t.kind != "RNN":
             raise ValueError(f"rnn_time_step: the network's input is not a time series (its "
                              f"input type is {t!r}); use output()")
-        a = x if isinstance(x, NDArray) else np.asarray(x) if not isinstance(x, np.ndarray) \
-            else x
-        one_step = getattr(a, "ndim", 0) == 2 and not isinstance(
-            self.layers[0], EmbeddingSequenceLayer)
-        if one_step:
-            a = a.reshape((a.shape[0], a.shape[1], 1) if t.data_format.name == "NCW"
-                          else (a.shape[0], 1, a.shape[1]))
+        a, one_step = self._one_step_series(x, t, self.layers[0])
         return self._as_input(a), one_step
+
+    def _state_layers(self) -> dict:
+        # what a saved file names each layer's carried state by (the configuration's keys)
+        return {str(i): (i, layer) for i, layer in enumerate(self.layers)}
 
     def _recurrent(self, layer_index: Any, op: str) -> Any:
         self._check_init()
@@ -794,49 +535,7 @@ class MultiLayerNetwork:
         if not 0 <= layer_index < len(self.layers):
             raise ValueError(f"{op}: layer_index {layer_index} is not a layer index (0 to "
                              f"{len(self.layers) - 1})")
-        layer = self.layers[layer_index]
-        if not hasattr(layer, "rnn_get_previous_state"):
-            raise ValueError(f"{op}: layers[{layer_index}] ({type(layer).__name__}) is not a "
-                             f"recurrent layer (it keeps no state)")
-        return layer
-
-    def rnn_get_previous_state(self, layer_index: int) -> dict[str, NDArray]:
-        """Copies of the state layer `layer_index` carries between `rnn_time_step` calls:
-        {"prevAct": (n, n_out)} (and "prevMem", the cell, for an LSTM); empty when none."""
-        layer = self._recurrent(layer_index, "rnn_get_previous_state")
-        with self._exclusive("rnn_get_previous_state", STATE):
-            return layer.rnn_get_previous_state()
-
-    def rnn_set_previous_state(self, layer_index: int, state: dict) -> None:
-        """Set the state layer `layer_index` starts the next `rnn_time_step` from (arrays of
-        (n, n_out) under the keys `rnn_get_previous_state` gives; copied)."""
-        layer = self._recurrent(layer_index, "rnn_set_previous_state")
-        with self._exclusive("rnn_set_previous_state", STATE):
-            layer.rnn_set_previous_state(state)
-
-    def rnn_clear_previous_state(self) -> None:
-        """Forget every recurrent layer's carried state (of `rnn_time_step` and truncated
-        BPTT)."""
-        self._check_init()
-        with self._exclusive("rnn_clear_previous_state", STATE):
-            self._clear_rnn_state()
-
-    def _clear_rnn_state(self) -> None:
-        for layer in self.layers:
-            if hasattr(layer, "rnn_clear_previous_state"):
-                layer.rnn_clear_previous_state()
-
-    def _check_output_workspace(self, output_workspace: Any) -> None:
-        if output_workspace is None:
-            return
-        if not isinstance(output_workspace, ndws.Workspace):
-            raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
-                            f"{type(output_workspace).__name__}")
-        if not output_workspace.is_scope_active:
-            raise ndws.WorkspaceError(
-                f"output_workspace: workspace [{output_workspace.id}] is not open; open it "
-                f"before calling output (closing it stays the caller's job)", "closed",
-                output_workspace.id)
+        return self._recurrent_layer(self.layers[layer_index], f"layers[{layer_index}]", op)
 
     def _forward_detached(self, a: NDArray, training: bool, mode: WorkspaceMode,
                           output_ws: Any, keep_all: bool = False, fmask: Any = None,
@@ -850,7 +549,7 @@ class MultiLayerNetwork:
         if a.workspace_id is not None:
             mgr.set_no_leverage_override(a.workspace_id)     # never copy the caller's input
         if not keep_all:
-            self._presize(a)
+            self._presize(a.shape[0], self._plan_length(a))
         outs: list[NDArray] = []
         n = len(self.layers)
         rows, dt = a.shape[0], self.conf.dtype
@@ -924,11 +623,7 @@ class MultiLayerNetwork:
             generator.
         """
         self._check_init()
-        epochs = _count("epochs", epochs)
-        if progress is not None and not isinstance(progress, bool):
-            raise TypeError(f"progress: expected True, False or None, got {progress!r:.40}")
-        if not isinstance(shuffle, (bool, np.bool_)):
-            raise TypeError(f"shuffle: expected True or False, got {shuffle!r:.40}")
+        epochs = fit_options(epochs, progress, shuffle)
         _refuse_no_examples("fit", data, labels)     # before an epoch starts or a hook fires
         if labels is not None:
             if batch_size is not None:
@@ -947,7 +642,22 @@ class MultiLayerNetwork:
                 raise ValueError("seed: only with shuffle=True (it seeds the order of the rows)")
             seed = check_seed(seed)
         validate = None if validation_data is None else Validation(self, validation_data)
+        return self._fit_loop(data, labels, batch_size, epochs, progress, shuffle, seed,
+                              validate)
+
+    def _fit_loop(self, data: Any, labels: Any, batch_size: Any, epochs: int | None,
+                  progress: bool | None, shuffle: bool = False, seed: int | None = None,
+                  validate: Any = None, stop: Any = None) -> History:
+        # fit's epochs, also driven by the tools around the training loop
+        # (ndws.nn.earlystopping): `epochs` None runs until `stop` says so; `stop()` (None:
+        # never) is asked after each batch (True abandons the epoch there: no end record, no
+        # validation, no on_epoch_end, as DL4J's early stopping does) and after each epoch;
+        # `validate` is the epoch's held-out score (_Epoch)
         history = History(epochs)
+        if stop is not None:
+            # the driver's stop test answers a non-finite score (early stopping ends the run
+            # on it, saying so): no warning as well
+            history._warned = True
         with self._exclusive("fit", TRAIN):
             wrapper = None
             if (labels is None and not isinstance(data, (DataSet, AsyncDataSetIterator))
@@ -957,12 +667,16 @@ class MultiLayerNetwork:
                 # (queue 2); the time fit waits for a batch is the ETL time
                 wrapper = data = AsyncDataSetIterator(data, queue_size=2)
             try:
-                for _ in range(epochs):
+                for _ in (range(epochs) if epochs is not None else itertools.count()):
                     x, y = data, labels
                     if shuffle:
                         x, y = shuffled(data, labels, self.conf.seed if seed is None else seed,
                                         self._epoch)
-                    self._fit_epoch(x, y, batch_size, progress, history, validate)
+                    self._fit_epoch(x, y, batch_size, progress, history, validate, stop)
+                    if stop is not None and stop():
+                        break
+            except _Abandoned:
+                pass                           # stop() ended the fit inside an epoch
             finally:
                 history._close()
                 if wrapper is not None:
@@ -977,22 +691,6 @@ class MultiLayerNetwork:
             raise ValueError(f"labels: {y.shape[0] if y.ndim else 'no'} rows for "
                              f"{x.shape[0]} examples")
         return x, y
-
-    def _fit_epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
-                   history: History, validate: Any = None) -> None:
-        with _Epoch(self, self._listeners, history, _length(data, labels, batch_size),
-                    progress, validate=validate) as epoch:
-            batches = iter(self._batches(data, labels, batch_size))
-            while True:
-                waited = time.perf_counter()
-                ds = next(batches, None)
-                if ds is None:
-                    break
-                self.last_etl_time = (time.perf_counter() - waited) * 1000.0
-                self._fit_batch(ds, lambda: epoch.iteration(self._iteration - 1, self._score,
-                                                            self.last_batch_size))
-        if labels is None and hasattr(data, "reset") and callable(data.reset):
-            data.reset()
 
     def _batches(self, data: Any, labels: Any, batch_size: Any) -> Iterable[DataSet]:
         if labels is not None:
@@ -1032,16 +730,6 @@ class MultiLayerNetwork:
                              f"layer (OutputLayer or LossLayer)")
         return layer
 
-    def _fit_batch(self, ds: DataSet, on_iteration: Any = None) -> None:
-        # one iteration on the batch, or with truncated BPTT one per segment of it;
-        # on_iteration() after each (the epoch's record and progress bar)
-        if self.conf.backprop_type is BackpropType.TRUNCATED_BPTT:
-            self._fit_tbptt(ds, on_iteration)
-            return
-        self._fit_step(ds, None)
-        if on_iteration is not None:
-            on_iteration()
-
     def _fit_tbptt(self, ds: DataSet, on_iteration: Any) -> None:
         # DL4J's doTruncatedBPTT: segments of tbptt_fwd_length steps of the features, labels
         # and masks (views), one update each, the recurrent layers' state carried from one
@@ -1080,58 +768,6 @@ class MultiLayerNetwork:
         finally:
             self._clear_rnn_state()
 
-    @staticmethod
-    def _time_axis(t: Any) -> int:
-        # the time axis of a time series of type t (NCW when not known)
-        return 1 if t is not None and t.data_format is not None and \
-            t.data_format.name == "NWC" else 2
-
-    def _fit_step(self, ds: DataSet, state: str | None) -> None:
-        # from the forward pass to the update the iteration writes the parameters: copies for
-        # other threads wait for its end (ndws.nn._busy); a raise leaves it to fit's exit
-        self._busy.begin()
-        score = self._gradient_and_score(ds, self._train_mode(), state)
-        self._score = score
-        self.last_batch_size = int(ds.features.shape[0])
-        for listener in self._listeners:
-            listener.on_gradient_calculation(self)
-        self._update(0, int(self._params.shape[0]))
-        done = self._iteration
-        self._iteration += 1
-        self._busy.end()                   # the boundary: iteration_done may copy or save
-        for listener in self._listeners:
-            listener.iteration_done(self, done, self._epoch)
-        # DL4J asks the memory manager once per iteration; it collects only when its occasional
-        # GC is configured (off by default), so fit never triggers a collection on its own
-        _memory_manager.invoke_gc_occasionally()
-
-    def _update(self, lo: int, hi: int) -> None:
-        # The update of the flat range [lo, hi) from the gradients: one fused kernel call per
-        # updater segment's part of it (detached memory: no workspace needs to be open), then
-        # DL4J's WeightDecay (applyLR: W -= lr * coefficient * W after the update, in place).
-        # Both are element-wise, so threads may update disjoint ranges at once (ndws.parallel).
-        it, ep = self._iteration, self._epoch
-        params, grads = self._params, self._grads
-        p_key, g_key, views = self._segment_views
-        if p_key is not params or g_key is not grads:
-            # each whole segment's views, made once (fit updates whole segments every
-            # iteration); remade if a flat buffer is replaced (ndws.parallel's replicas)
-            views = [(params[s:e], grads[s:e]) for _, s, e, _ in self._segments]
-            self._segment_views = (params, grads, views)
-        for (upd, s, e, state), (p, g) in zip(self._segments, views):
-            a, b = max(s, lo), min(e, hi)
-            if (a, b) == (s, e):
-                upd.apply(p, g, state, it, ep)
-            elif a < b:
-                upd.apply(params[a:b], grads[a:b], [st[a - s:b - s] for st in state], it, ep)
-        for layer, s, e in self._decayed:
-            a, b = max(s, lo), min(e, hi)
-            if a < b:
-                upd = layer.updater or self.conf.updater
-                w = self._params[a:b]
-                ndws.multiply(w, 1.0 - upd.learning_rate_at(it, ep) * layer.weight_decay,
-                              out=w)
-
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward and backward on `ds` without updating (DL4J's
         ``computeGradientAndScore``): the gradients are left in `gradient()`; returns the score
@@ -1143,11 +779,6 @@ class MultiLayerNetwork:
         with self._exclusive("compute_gradient_and_score", TRAIN, writes=True):
             self._score = self._gradient_and_score(ds, self._train_mode())
             return self._score
-
-    def gradient(self) -> NDArray:
-        """The flat gradient array of the last backward pass (layers' gradients are views)."""
-        self._check_init()
-        return self._grads
 
     def _compiled(self, ds: DataSet) -> DensePlan | None:
         # The compiled iteration (ndws.nn._iteration) when it does exactly what the general path
@@ -1176,25 +807,18 @@ class MultiLayerNetwork:
         mgr = self._manager(mode, True)
         if x.workspace_id is not None:
             mgr.set_no_leverage_override(x.workspace_id)
-        self._presize(x)
+        self._presize(x.shape[0], self._plan_length(x))
         plan = self._compiled(ds) if state is None else None
-        busy, around = self._busy, self._busy.inside
-        # on_forward_pass and the layers run inside the pass, on either path (ndws.nn._busy)
-        busy.inside = _IN_TRAINING
-        try:
+
+        def run() -> float:
             if plan is not None:
                 forward = ((lambda acts: self._notify_forward(acts, mode))
                            if self._listeners and self._forward_listeners() else None)
                 # + 0.0: the general path's regularization sum (no l1/l2 here)
-                score = plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
-                                 forward) + 0.0
-            else:
-                score = self._general_pass(x, labels, mask, out_layer, mgr, mode, fmask, state)
-        finally:
-            busy.inside = around
-        for listener in self._listeners:
-            listener.on_backward_pass(self)
-        return score
+                return plan.run(_PLAN_MODES[mode], x, labels, self._after_layer_gradients,
+                                forward) + 0.0
+            return self._general_pass(x, labels, mask, out_layer, mgr, mode, fmask, state)
+        return self._training_pass(run)
 
     def _general_pass(self, x: NDArray, labels: NDArray, mask: Any, out_layer: Layer,
                       mgr: LayerWorkspaceMgr, mode: WorkspaceMode, fmask: Any = None,
@@ -1226,7 +850,8 @@ class MultiLayerNetwork:
                     # backward; in SEPARATE mode the epsilons ping-pong between two workspaces,
                     # each closed once the layer below has read it
                     eps = None
-                    for i in range(n - 1, -1, -1):
+                    stop = self._backward_stop
+                    for i in range(n - 1, stop - 1, -1):
                         layer = self.layers[i]
                         if mode is WorkspaceMode.SEPARATE:
                             name = WS_LAYER_ACT[i % 2]
@@ -1242,7 +867,7 @@ class MultiLayerNetwork:
                                 grads, eps = _checks.backprop_result(
                                     layer, layer.backprop_gradient(eps, mgr))
                             _checks.gradients(layer, grads, self._checked[i])
-                            if i > 0:
+                            if i > stop:
                                 if self._checked[i]:
                                     _checks.returned(layer, op, eps, shapes[i], dt)
                                 self._check_location(layer, ArrayType.ACTIVATION_GRAD, eps,
@@ -1257,6 +882,11 @@ class MultiLayerNetwork:
                             open_eps.pop(0).close()
                     while open_eps:
                         open_eps.pop().close()
+                    if self._after_layer_gradients is not None:
+                        for i in range(stop - 1, -1, -1):
+                            # no backward pass below `stop`: those gradients are final as
+                            # they are (zero: nothing trains there)
+                            self._after_layer_gradients(i)
                     # in the iteration's scope, so its temporaries are the iteration's
                     reg = self._regularization()
             finally:
@@ -1264,43 +894,6 @@ class MultiLayerNetwork:
                     open_eps.pop().close()
                 self._clear()
         return score + reg
-
-    def _forward_listeners(self) -> list:
-        # the listeners that look at the activations (overriding on_forward_pass): for the
-        # others the forward pass keeps no list and, compiled, computes no probabilities
-        return [l for l in self._listeners
-                if type(l).on_forward_pass is not TrainingListener.on_forward_pass]
-
-    def _notify_forward(self, acts: list, mode: WorkspaceMode) -> None:
-        # Listeners get the activations valid for the call only. In a workspace mode they are
-        # the iteration's own arrays (stale once it ends); with no workspace they would be
-        # detached and live on, so a listener that looks at them gets copies in a workspace
-        # closed right after the call.
-        listening = self._forward_listeners()
-        if not listening:
-            return
-        if mode is not WorkspaceMode.NONE:
-            # the iteration's open workspace: a listener that starts a new cycle of it (by
-            # training a network in this thread: the same names) takes the activations the
-            # backward pass is about to read; say so, by name, instead of an outdated array
-            name = WS_SINGLE if mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT
-            ws = get_workspace_manager().get_workspace_for_current_thread(self._configs[name],
-                                                                          name)
-            generation = ws.generation
-            for listener in listening:
-                listener.on_forward_pass(self, acts)
-                if ws.generation != generation:
-                    raise ndws.WorkspaceError(
-                        f"{type(listener).__name__}.on_forward_pass started a new cycle of "
-                        f"workspace [{name}] while this network's training iteration had it "
-                        f"open (e.g. by training a network in this thread): the activations "
-                        f"its backward pass reads are gone. Do such work in iteration_done, "
-                        f"after the iteration's workspaces are closed", "outdated", name)
-            return
-        with ndws.workspace(WS_LISTENER):
-            copies = [a.dup() for a in acts]
-            for listener in listening:
-                listener.on_forward_pass(self, copies)
 
     def summary(self, batch_size: int | None = None) -> str:
         """A table of the layers: index, type, n_in, n_out, parameters, activation (and loss);
@@ -1317,9 +910,16 @@ class MultiLayerNetwork:
                                               f"infer B ({batch_size})"))]
         for layer, t in zip(self.layers, types):
             n = sum(int(np.prod(s)) for s in layer.param_shapes().values())
-            act = layer.activation.value if layer.activation is not None else "-"
+            name = type(layer).__name__
+            if isinstance(layer, FrozenLayer):
+                # what is frozen, and its activation
+                name = f"{name}({type(layer.layer).__name__})"
+                act_of = layer.layer.activation
+            else:
+                act_of = layer.activation
+            act = act_of.value if act_of is not None else "-"
             loss = getattr(layer, "loss_function", None)
-            row = ((str(layer.index), type(layer).__name__, str(layer.n_in or "-"),
+            row = ((str(layer.index), name, str(layer.n_in or "-"),
                     str(layer.output_width() or "-"))
                    + (("x".join("T" if d == -1 else str(d) for d in t.shape())
                        if t is not None else "-",) if shapes
@@ -1339,18 +939,6 @@ class MultiLayerNetwork:
                      f"workspace modes: training {self.conf.training_workspace_mode.name}, "
                      f"inference {self.conf.inference_workspace_mode.name}")
         return "\n".join(lines)
-
-    # -- listeners ----------------------------------------------------------------------------
-
-    def set_listeners(self, *listeners: TrainingListener) -> None:
-        """Replace the listeners (hooks in docs/networks.md, "Listeners")."""
-        self._listeners = _listener_list(listeners)
-
-    def add_listeners(self, *listeners: TrainingListener) -> None:
-        self._listeners = self._listeners + _listener_list(listeners)
-
-    def get_listeners(self) -> list[TrainingListener]:
-        return list(self._listeners)
 
     # -- evaluation -----------------------------------------------------------------------------
 
@@ -1485,81 +1073,32 @@ class MultiLayerNetwork:
         return self.do_evaluation(data, RegressionEvaluation(), labels=labels,
                                   batch_size=batch_size, progress=progress)
 
-    # -- saving -------------------------------------------------------------------------------
-
-    def save(self, path: Any, save_updater: bool = True, save_rnn_state: bool = False) -> None:
-        """Save to `path`: a zip of the configuration, the parameters, the updater state (with
-        `save_updater`) and the training counters and random state (docs/networks.md); with
-        `save_rnn_state`, the state the recurrent layers carry between `rnn_time_step` calls
-        (a checkpoint leaves it out: it belongs to a stream, not to the model)."""
-        self._check_init()
-        with self._exclusive("save", STATE):
-            save_network(self, path, save_updater, save_rnn_state)
-
-    @classmethod
-    def load(cls, path: Any, load_updater: bool = True) -> "MultiLayerNetwork":
-        """A network saved by `save`; with the updater state it resumes training exactly."""
-        return load_network(cls, path, load_updater)
-
-    def _updater_state_flat(self) -> np.ndarray:
-        parts = [a.numpy() for _, _, _, state in self._segments for a in state]
-        return np.concatenate(parts) if parts else np.zeros(0, self.conf.dtype)
-
-    def _set_updater_state_flat(self, flat: np.ndarray, where: str) -> None:
-        sizes = [a.shape[0] for _, _, _, state in self._segments for a in state]
-        if flat.shape != (sum(sizes),) or flat.dtype != self.conf.dtype:
-            raise ValueError(f"{where} holds {flat.dtype} {flat.shape}, the configuration's "
-                             f"updaters need {self.conf.dtype} ({sum(sizes)},)")
-        off = 0
-        for _, _, _, state in self._segments:
-            for a in state:
-                a.assign(flat[off:off + a.shape[0]])
-                off += a.shape[0]
-
     # -- misc -----------------------------------------------------------------------------------
 
-    def clone(self) -> "MultiLayerNetwork":
-        """A new network with the same configuration and a copy of the parameters and updater
-        state (counters included). From another thread while this network trains, the copy is
-        taken at the next iteration boundary (the caller waits for it); from a listener, at
-        iteration_done or an epoch hook (inside an iteration: RuntimeError)."""
+    def to_computation_graph(self) -> Any:
+        """This network as an `ndws.nn.ComputationGraph` (DL4J's ``toComputationGraph``): input
+        ``"in"``, the layers as vertices ``"0"``, ``"1"``, ... in a chain with the same
+        preprocessors, the same parameter vector, updater state, counters and dropout state, so
+        both train on to the same bits."""
+        from ndws.nn.graph import ComputationGraph, ComputationGraphConfiguration
         self._check_init()
-        other = MultiLayerNetwork(self.conf)
-        other._build(None, share=False, sample=False)   # built first: the copy is all we wait for
-
-        def copy() -> None:
-            other._params.assign(self._params)
-            for (_, _, _, mine), (_, _, _, theirs) in zip(self._segments, other._segments):
-                for a, b in zip(mine, theirs):
-                    b.assign(a)
-            other._iteration, other._epoch = self._iteration, self._epoch
-
-        self._busy.snapshot("MultiLayerNetwork.clone", copy)
-        return other
-
-    def _replica(self, share: str, stream: int) -> "MultiLayerNetwork":
-        """Another thread's copy of this network (ndws.parallel's workers), its dropout drawn
-        from its own stream. `share`: "none" copies everything (as clone); "trainable" makes
-        the parameters the updater changes this network's own views (one shared parameter set:
-        running statistics stay the replica's, as the forward pass writes them); "all" gives an
-        inference-only network on this network's flat parameter array itself (no copy, no
-        gradients, no updater state: nothing may train it)."""
-        if share == "all":
-            other = MultiLayerNetwork(self.conf)
-            other._build(self._params, share=True)
-        elif share in ("none", "trainable"):
-            other = self.clone()
-            if share == "trainable":
-                for mine, theirs in zip(self.layers, other.layers):
-                    for name, view in mine.params.items():
-                        if mine.trainable(name):
-                            theirs.params[name] = view
-        else:
-            raise ValueError(f"share: expected 'none', 'trainable' or 'all', got {share!r}")
-        other._dropout_rng = np.random.default_rng([self.conf.seed, 1, stream])
-        for layer in other.layers:
-            layer._rng = other._dropout_rng
-        return other
+        conf = self.conf
+        b = ComputationGraphConfiguration.builder(**{k: getattr(conf, k) for k in SETTINGS})
+        b.backprop_type(conf.backprop_type).tbptt_fwd_length(conf.tbptt_fwd_length)
+        b.tbptt_back_length(conf.tbptt_back_length)
+        b.add_inputs("in")
+        for i, layer in enumerate(conf.layers):
+            b.add_layer(str(i), layer, "in" if i == 0 else str(i - 1),
+                        preprocessor=conf.input_preprocessors.get(i))
+        b.set_outputs(str(len(conf.layers) - 1))
+        if conf._network_input is not None:
+            b.set_input_types(conf._network_input)
+        graph = ComputationGraph(b.build())
+        with self._exclusive("to_computation_graph", STATE):
+            graph.init(self._params)
+            graph._copy_state_from(self)
+            graph._dropout_rng.bit_generator.state = self._dropout_rng.bit_generator.state
+        return graph
 
     def __repr__(self) -> str:
         state = f"{self.num_params()} params" if self._params is not None else "not initialised"
@@ -1588,13 +1127,48 @@ def _dense_plan(layers: list, configs: dict) -> DensePlan | None:
     return DensePlan(layers, acts, keeps, configs)
 
 
-def _param_view(flat: NDArray, off: int, size: int, shape: tuple, order: str) -> NDArray:
-    # a parameter's view of the flat buffer: row-major, or column-major ("F": DL4J's order of
-    # the recurrent and embedding weights)
-    part = flat[off:off + size]
-    if order == "F":
-        return part.reshape(tuple(reversed(shape))).transpose()
-    return part.reshape(shape)
+def check_features_mask(x: NDArray, fmask: NDArray, t: Any, name: str) -> NDArray:
+    """DL4J's features mask `fmask` (named `name`) of input `x` of type `t`: (n, time) for a
+    time series, (n,) or (n, 1) per example for rows (returned as (n,)); anything else named
+    with the shape it should have, non-numbers and NaN or inf refused (both network types)."""
+    n = x.shape[0]
+    if x.ndim == 3:
+        steps = x.shape[2] if t is None or t.data_format is None or \
+            t.data_format.name == "NCW" else x.shape[1]
+        expected = (n, steps)
+    elif x.ndim == 2 and t is not None and t.kind == "RNN":
+        expected = tuple(x.shape)             # EmbeddingSequenceLayer's (n, time)
+    else:
+        expected = (n,)
+        if fmask.ndim == 2 and fmask.shape == (n, 1):
+            fmask = fmask.reshape(n)
+    if tuple(fmask.shape) != expected:
+        raise ValueError(f"{name}: expected shape {expected} "
+                         f"({'(n_samples, time)' if len(expected) == 2 else 'one per example'}"
+                         f") for features of shape {tuple(x.shape)}, got "
+                         f"{tuple(fmask.shape)}")
+    if fmask.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected numbers (0 masks a step), got dtype "
+                        f"{fmask.dtype}")
+    _finite_mask(name, fmask)
+    return fmask
+
+
+def _backward_stop(layers: list) -> int:
+    # The lowest layer the backward pass must reach: the lowest with a parameter the updater
+    # trains (the output layer when none has: the score and its gradient come from it). A
+    # FrozenLayer above it would hand it no epsilon: refused, naming both.
+    n = len(layers)
+    stop = next((i for i, layer in enumerate(layers)
+                 if any(layer.trainable(name) for name in layer.param_shapes())), n - 1)
+    for i in range(stop + 1, n):
+        layer = layers[i]
+        if isinstance(layer, FrozenLayer) and not layer._with_backprop:
+            raise ValueError(f"layers[{i}] (FrozenLayer) passes no gradient down, but "
+                             f"layers[{stop}] ({type(layers[stop]).__name__}) below it trains: "
+                             f"wrap layers[{i}] in FrozenLayerWithBackprop, or freeze the "
+                             f"layers below it too")
+    return min(stop, n - 1)
 
 
 def _finite_mask(name: str, mask: NDArray) -> None:
@@ -1621,18 +1195,6 @@ def _mask_steps(mask: Any, start: int, end: int) -> Any:
     return mask[:, :, start:end]
 
 
-def _layout(layers: list, itemsize: int) -> list:
-    # each parameter's place in the flat buffers, in layer order: (layer, name, shape, start,
-    # size), from the layers' checked shapes (a negative size would overlap the next one)
-    layout, total = [], 0
-    for layer in layers:
-        for name, shape in _checks.param_shapes(layer, itemsize).items():
-            size = math.prod(shape)
-            layout.append((layer, name, shape, total, size))
-            total += size
-    return layout
-
-
 def _channels_first(a: Any, ndim: int) -> Any:
     # a channels-last array of rank `ndim` as channels-first (a view); others as they are
     if a is None or a.ndim != ndim:
@@ -1647,90 +1209,6 @@ def _declared_shape(layer: Layer) -> tuple:
     if t is None:
         return (layer.output_width(),)
     return tuple(None if d == -1 else d for d in t.shape())
-
-
-def _one_example(shape: tuple, t: Any) -> bool:
-    """Whether input of `shape` is one example of input type `t` (no batch axis)."""
-    if t is None or t.kind == "FF":
-        return len(shape) == 1
-    return t.is_example(shape)
-
-
-def _check_input_shape(shape: tuple, t: Any, first: Layer, name: str,
-                       allow_row: bool = False) -> None:
-    # the network's input against its input type (`allow_row`: one example without the batch
-    # axis too): a ValueError naming the first layer and the shape it expects (and the likely
-    # mistake: NHWC data into an NCHW network, one image without its batch axis)
-    accepts = getattr(first, "accepts_input", None)
-    if accepts is not None and (accepts(shape) or (allow_row and accepts((1,) + shape))):
-        return                            # e.g. EmbeddingSequenceLayer's (n, time) indices
-    if t is not None and t.kind == "RNN" and len(shape) == 3:
-        steps = shape[2] if t.data_format.name == "NCW" else shape[1]
-        if steps == 0 and t.is_example(shape[1:]):
-            raise ValueError(f"{name}: a time series of 0 steps (shape {shape}): there is "
-                             f"nothing to compute")
-    if t is None or t.kind == "FF":
-        if len(shape) != 2 and not (allow_row and len(shape) == 1):
-            expected = ("one example (n_features,) or a batch (n_samples, n_features)"
-                        if allow_row else "a 2-d array (n_samples, n_features)")
-            raise ValueError(f"{name}: expected {expected}, got shape {shape}")
-        if t is not None and shape[-1] != t.size:
-            raise ValueError(f"{name}: expected {t.size} features (layers[0].n_in), got "
-                             f"{shape[-1]}")
-        return
-    if t.is_example(shape[1:]) or (allow_row and t.is_example(shape)):
-        return
-    where = f"layers[0] ({type(first).__name__})"
-    msg = (f"{name}: expected a {len(t.shape()) + 1}-d array {t.describe_shape()} for {where}, "
-           f"the network's input type {t!r}; got shape {shape}")
-    if t.kind == "CNN" and len(shape) == 4:
-        other = (shape[1:] == (t.height, t.width, t.channels) if t.data_format.name == "NCHW"
-                 else shape[1:] == (t.channels, t.height, t.width))
-        if other:
-            have = "NHWC (channels last)" if t.data_format.name == "NCHW" else "NCHW"
-            axes = "(0, 3, 1, 2)" if t.data_format.name == "NCHW" else "(0, 2, 3, 1)"
-            msg += (f": the data is {have} and the network {t.data_format.name} (transpose it "
-                    f"with x.transpose{axes}, or configure InputType.convolutional(..., "
-                    f"data_format='{'NHWC' if t.data_format.name == 'NCHW' else 'NCHW'}'))")
-    if _one_example(shape, t):
-        msg += ": one example without its batch dimension? (x[None] adds it)"
-    raise ValueError(msg)
-
-
-def _count(name: str, value: Any, low: int = 1) -> int:
-    # an int argument >= low, a NumPy integer too but never a bool (fit's epochs and
-    # batch_size in every trainer, the counters)
-    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
-            or value < low):
-        raise ValueError(f"{name}: expected an int >= {low}, got {value!r:.40}")
-    return int(value)
-
-
-def _counter(name: str, value: Any) -> int:
-    return _count(name, value, 0)
-
-
-def _listener_list(listeners: tuple) -> list:
-    for i, listener in enumerate(listeners):
-        if not isinstance(listener, TrainingListener):
-            raise TypeError(f"listeners[{i}]: expected an ndws.nn.listeners.TrainingListener, got "
-                            f"{type(listener).__name__}")
-    return list(listeners)
-
-
-def _length(data: Any, labels: Any, batch_size: Any) -> int | None:
-    # the number of batches of an epoch, when it can be known without consuming anything
-    if labels is not None:
-        n = len(data)
-        bs = (int(batch_size) if isinstance(batch_size, (int, np.integer))
-              and not isinstance(batch_size, bool) and batch_size > 0 else n)
-        return -(-n // bs) if bs else None
-    if isinstance(data, DataSet):
-        return 1
-    try:
-        return len(data)
-    except TypeError:
-        return None
 
 
 def _refuse_no_examples(op: str, data: Any, labels: Any = None) -> None:
@@ -1759,14 +1237,3 @@ def _refuse_labels_for_batches(data: Any) -> None:
 def _is_features(data: Any) -> bool:
     # a features array (what fit cuts into batches with its labels), not a source of batches
     return isinstance(data, (NDArray, np.ndarray))
-
-
-def _check_flat(params: Any, total: int) -> Any:
-    # a flat parameter array for a network of `total` parameters, or the reason it is not one
-    src = params if isinstance(params, NDArray) else np.asarray(params)
-    if src.shape != (total,):
-        raise ValueError(f"params: expected shape ({total},), got {tuple(src.shape)}")
-    if src.dtype.kind != "f":
-        raise TypeError(f"params: expected a float array, got dtype {src.dtype}")
-    return src
-

@@ -33,7 +33,7 @@ import enum
 from typing import Any, ClassVar
 
 from ndws._core import NDArray
-from ndws.nn.inputs import CNN2DFormat, InputType, RNNFormat, _dimension
+from ndws.nn.inputs import CNN2DFormat, InputType, RNNFormat, _dimension, config_dict, registered
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["InputPreProcessor", "CnnToFeedForwardPreProcessor", "FeedForwardToCnnPreProcessor",
@@ -106,27 +106,12 @@ class InputPreProcessor:
     # -- configuration --------------------------------------------------------------------------
 
     def to_dict(self) -> dict:
-        out: dict[str, Any] = {"@class": _class_key(type(self))}
-        for f in self.fields:
-            v = getattr(self, f)
-            out[f] = v.name if isinstance(v, enum.Enum) else v
-        return out
+        return config_dict(self, _class_key(type(self)))
 
     @staticmethod
     def from_dict(data: Any) -> "InputPreProcessor":
         """Rebuild a preprocessor from `to_dict`'s output (only classes already imported)."""
-        if not isinstance(data, dict) or not isinstance(data.get("@class"), str):
-            raise ValueError(f"preprocessor: expected a dict with an '@class' entry, got "
-                             f"{data!r:.60}")
-        cls = _PREPROCESSORS.get(data["@class"])
-        if cls is None:
-            raise ValueError(f"preprocessor: unknown class {data['@class']!r} (a custom "
-                             f"preprocessor's module must be imported before its configuration "
-                             f"is loaded)")
-        kwargs = {k: v for k, v in data.items() if k != "@class"}
-        unknown = set(kwargs) - set(cls.fields)
-        if unknown:
-            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+        cls, kwargs = registered(_PREPROCESSORS, data, "preprocessor", "unknown class")
         return cls(**kwargs)
 
     def clone(self) -> "InputPreProcessor":

@@ -4,8 +4,10 @@ the dropout generator's state (JSON); on request, the state the recurrent layers
 ``rnn_time_step`` calls (one ``.npy`` per layer and key). Loading runs no code: no pickle, no
 import by name.
 
-`MultiLayerNetwork.save` / `MultiLayerNetwork.load` are the entry points; a network loaded with
-its updater continues training exactly as the uninterrupted one would, bit for bit.
+`MultiLayerNetwork.save` / `MultiLayerNetwork.load` (and `ComputationGraph`'s, the same format)
+are the entry points; a network loaded with its updater continues training exactly as the
+uninterrupted one would, bit for bit. The configuration's "format" says which type of network a
+file holds: loading it as the other type is refused with that type's name.
 """
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from ndws._fileio import Archive
-from ndws.nn.conf import MultiLayerConfiguration
 
 __all__ = ["save_network", "load_network"]
 
@@ -31,6 +32,9 @@ TRAINING_STATE = "training_state.json"
 #: the carried state of recurrent layer i under key k: RNN_STATE + f"{i}/{k}.npy"
 RNN_STATE = "rnn_state/"
 FORMAT_VERSION = 1
+#: the network type each configuration format belongs to
+_NETWORKS = {"ndws.MultiLayerConfiguration": "MultiLayerNetwork",
+             "ndws.ComputationGraphConfiguration": "ComputationGraph"}
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -60,10 +64,10 @@ def save_network(net: Any, path: Any, save_updater: bool = True,
     if save_updater:
         entries[UPDATER_STATE] = _npy_bytes(net._updater_state_flat())
     if save_rnn_state:
-        for layer in net.layers:
+        for owner, (_, layer) in net._state_layers().items():
             if _keeps_state(layer):
                 for key, value in layer.rnn_get_previous_state().items():
-                    entries[f"{RNN_STATE}{layer.index}/{key}.npy"] = _npy_bytes(value.numpy())
+                    entries[f"{RNN_STATE}{owner}/{key}.npy"] = _npy_bytes(value.numpy())
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".ndws-save-", suffix=".zip", dir=directory)
     try:
@@ -140,15 +144,15 @@ def _pcg64_state(s: Any) -> dict:
     return s
 
 
-def _sizes(conf: MultiLayerConfiguration) -> tuple[int, int]:
-    """The configuration's parameter count and updater-state length, from its layers' shapes
-    alone (in Python ints: no array is made, nothing can overflow)."""
+def _sizes(conf: Any) -> tuple[int, int]:
+    """The configuration's parameter count and updater-state length, from its layers' (and
+    vertices') shapes alone (in Python ints: no array is made, nothing can overflow)."""
     n_params = n_state = 0
-    for i, layer in enumerate(conf.resolved_layers):
+    for where, layer in conf._param_owners():
         for name, shape in layer.param_shapes().items():
             if not isinstance(shape, tuple) or not all(
                     type(d) is int and d >= 0 for d in shape):
-                raise ValueError(f"layers[{i}]: parameter {name!r} has shape {shape!r:.40}, "
+                raise ValueError(f"{where}: parameter {name!r} has shape {shape!r:.40}, "
                                  f"not a tuple of sizes")
             size = 1
             for d in shape:
@@ -173,16 +177,18 @@ def _keeps_state(layer: Any) -> bool:
     return hasattr(layer, "state_keys") and not hasattr(layer, "fwd")
 
 
-def _rnn_state_headers(z: Archive, conf: MultiLayerConfiguration) -> dict:
+def _rnn_state_headers(z: Archive, conf: Any) -> dict:
     # the .npy headers of the saved carried state, checked against the configuration: a
-    # recurrent layer's keys, its dtype, (n, n_out) with one n for all (nothing read yet)
-    headers: dict[int, dict] = {}
+    # recurrent layer's keys, its dtype, (n, n_out) with one n for all (nothing read yet).
+    # Entries are rnn_state/<owner>/<key>.npy, <owner> a layer index of a MultiLayerNetwork,
+    # a vertex name of a ComputationGraph (conf._state_layers())
+    headers: dict[Any, dict] = {}
     rows = None
-    layers = conf.resolved_layers
+    owners = conf._state_layers()
     for name in sorted(n for n in z.names if n.startswith(RNN_STATE)):
-        index, _, file = name[len(RNN_STATE):].partition("/")
+        owner, _, file = name[len(RNN_STATE):].rpartition("/")
         key = file[:-4] if file.endswith(".npy") else ""
-        layer = layers[int(index)] if index.isdigit() and int(index) < len(layers) else None
+        index, layer = owners.get(owner, (None, None))
         if layer is None or not _keeps_state(layer) or key not in layer.state_keys:
             raise z.error(name, "names no state of a recurrent layer of the configuration")
         header = z.npy_header(name, "f")
@@ -193,7 +199,8 @@ def _rnn_state_headers(z: Archive, conf: MultiLayerConfiguration) -> dict:
                                 f"{conf.dtype} (n_samples, {layer.n_out}) with one n_samples for "
                                 f"every layer")
         rows = n
-        headers.setdefault(int(index), {})[key] = (name, header)
+        headers.setdefault(index, {})[key] = (name, header)
+    layers = {index: layer for index, layer in owners.values()}
     for index, keys in headers.items():
         if set(keys) != set(layers[index].state_keys):
             raise z.error(RNN_STATE, f"layer {index}'s state needs "
@@ -222,8 +229,12 @@ def load_network(cls: type, path: Any, load_updater: bool = True) -> Any:
         for required in (CONFIGURATION, COEFFICIENTS, TRAINING_STATE):
             z.require(required)
         data = z.read_json(CONFIGURATION, MAX_CONFIGURATION_BYTES)
+        held = _NETWORKS.get(data.get("format")) if isinstance(data, dict) else None
+        if held is not None and held != cls._kind:
+            raise z.error(CONFIGURATION, f"holds a {held}, not a {cls._kind}: load it with "
+                                         f"{held}.load")
         try:
-            conf = MultiLayerConfiguration.from_dict(data)
+            conf = cls._conf_class.from_dict(data)
             n_params, n_state = _sizes(conf)
         except (TypeError, ValueError, RecursionError) as exc:
             raise z.error(CONFIGURATION, str(exc)) from None

@@ -1,5 +1,7 @@
-"""`ParallelInference`: one `MultiLayerNetwork` served to many calling threads (DL4J's
-``ParallelInference``), its requests merged into batches (docs/parallel.md).
+"""`ParallelInference`: one `MultiLayerNetwork` or `ComputationGraph` served to many calling
+threads (DL4J's ``ParallelInference``), its requests merged into batches (docs/parallel.md).
+A graph's request is one array per input; requests are merged input by input (DL4J's
+"horizontal" batching of multi-input requests) and each caller gets its rows of every output.
 
 The served network is a snapshot: its parameters are copied once into one read-only flat
 array that every replica's layers view (no copy per worker), so the caller may go on training
@@ -32,6 +34,7 @@ import numpy as np
 
 import ndws
 from ndws._core import NDArray
+from ndws.nn._model import numbers
 from ndws.parallel.modes import (Builder, InferenceMode, LoadBalanceMode, Stoppable,
                                  check_model, option_enum, option_int)
 
@@ -137,7 +140,7 @@ class ParallelInference(Stoppable):
 
     Parameters
     ----------
-    model : MultiLayerNetwork
+    model : MultiLayerNetwork or ComputationGraph
         Initialised. Its parameters are copied once into a read-only snapshot that every
         replica shares; later training of `model` is not seen until `update_model`.
     inference_mode : InferenceMode or str
@@ -186,6 +189,10 @@ class ParallelInference(Stoppable):
         self._load_balance = option_enum(LoadBalanceMode, load_balance_mode,
                                          "load_balance_mode")
         self._dtype = model.conf.dtype
+        self._graph = hasattr(model.conf, "network_inputs")
+        # each input's type (None: rows of any width), in the order requests give them
+        self._input_types = ([model.conf.vertex_types.get(n) for n in model.conf.network_inputs]
+                             if self._graph else [model.conf._network_input])
         self._replicas = self._snapshot(model, "ParallelInference")
         self._lock = threading.Lock()              # the queue and the closed flag
         self._queue: collections.deque = collections.deque()   # batches no worker has taken
@@ -246,10 +253,9 @@ class ParallelInference(Stoppable):
     def _snapshot(self, model: Any, op: str) -> list:
         # one read-only copy of the parameters (detached), viewed by every replica's layers,
         # taken at an iteration boundary of the model (waiting for one while it trains)
-        from ndws.nn.network import MultiLayerNetwork
         params = ndws.empty(model.num_params(), self._dtype, detached=True)
         model._copy_params_into(params, op)
-        root = MultiLayerNetwork(model.conf)
+        root = type(model)(model.conf)
         root._build(params, share=True)
         return [root] + [root._replica("all", stream=i) for i in range(1, self._workers)]
 
@@ -264,45 +270,40 @@ class ParallelInference(Stoppable):
         if model.conf.dtype != self._dtype:
             raise ValueError(f"model: dtype {model.conf.dtype} differs from the served "
                              f"model's {self._dtype}")
+        served = type(self._replicas[0])
+        if type(model) is not served or (self._graph and (
+                model.conf.network_inputs, model.conf.network_outputs) != (
+                self._replicas[0].conf.network_inputs, self._replicas[0].conf.network_outputs)):
+            raise ValueError(f"model: a {type(model).__name__} cannot replace the served "
+                             f"{served.__name__}" + (" of other inputs or outputs"
+                                                     if type(model) is served else "")
+                             + " (the requests' arrays and answers would change meaning)")
         # one reference swap: atomic for readers
         self._replicas = self._snapshot(model, "ParallelInference.update_model")
 
     # -- requests -----------------------------------------------------------------------------
 
-    def _request(self, x: Any, blocking: bool) -> _Request:
-        # the caller's input as a C-contiguous array of the model's dtype (an NDArray's memory
-        # is read in place by a blocking call, whose caller cannot close its workspace while it
-        # waits; a submitted one is copied, as the caller goes on)
-        if isinstance(x, NDArray):
-            arr = np.asarray(x) if blocking or not x.is_attached() else x.numpy()
-        else:
-            try:
-                arr = np.asarray(x)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"x: expected an array of numbers, got {type(x).__name__}"
-                                ) from exc
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"x: expected an array of numbers, got dtype {arr.dtype}")
-        # one example has the shape of the served network's input type (a row, an image)
-        t = self._replicas[0].conf._network_input
-        if t is None or t.kind == "FF":
-            vector = arr.ndim == 1
-            if arr.ndim not in (1, 2):
-                raise ValueError(f"x: expected one example (n_features,) or a batch "
-                                 f"(n_samples, n_features), got shape {arr.shape}")
-        elif t.is_example(arr.shape):
-            vector = True
-        elif arr.ndim and t.is_example(arr.shape[1:]):
-            vector = False
-        else:
-            raise ValueError(f"x: expected one example {t.shape()} or a batch "
-                             f"{t.describe_shape()} ({t!r}), got shape {arr.shape}")
-        if vector:
-            arr = arr.reshape((1,) + arr.shape)
-        if arr.shape[0] == 0:
-            raise ValueError("x: no examples (shape has 0 rows)")
-        if arr.dtype != self._dtype or not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr, dtype=self._dtype)
+    def _request(self, inputs: tuple, blocking: bool) -> _Request:
+        # the caller's inputs, one per input of the served network, each as a C-contiguous
+        # array of the model's dtype (an NDArray's memory is read in place by a blocking call,
+        # whose caller cannot close its workspace while it waits; a submitted one is copied,
+        # as the caller goes on), all with one example or the same number of rows
+        types = self._input_types
+        if len(inputs) != len(types):
+            raise ValueError(f"x: the served network has {len(types)} input"
+                             f"{'s' if len(types) != 1 else ''}, got {len(inputs)} array"
+                             f"{'s' if len(inputs) != 1 else ''}")
+        arrays, vectors = [], set()
+        for k, (x, t) in enumerate(zip(inputs, types)):
+            name = "x" if len(types) == 1 else f"x[{k}]"
+            arr, vector = self._one_input(x, t, name, blocking)
+            arrays.append(arr)
+            vectors.add(vector)
+        if len(vectors) > 1 or len({a.shape[0] for a in arrays}) > 1:
+            raise ValueError("x: the inputs hold different numbers of examples: "
+                             + ", ".join(str(a.shape[0]) for a in arrays)
+                             + (" (and some one example without its batch axis)"
+                                if len(vectors) > 1 else ""))
         if blocking:
             local = self._local
             req = getattr(local, "request", None)
@@ -314,14 +315,45 @@ class ParallelInference(Stoppable):
         else:
             req = _Request()
             req.future = Future()
-        req.x, req.rows, req.key, req.vector = arr, arr.shape[0], arr.shape[1:], vector
+        req.x, req.rows, req.vector = tuple(arrays), arrays[0].shape[0], vectors.pop()
+        req.key = tuple(a.shape[1:] for a in arrays)
         return req
 
-    def output(self, x: Any) -> NDArray:
+    def _one_input(self, x: Any, t: Any, name: str, blocking: bool) -> tuple:
+        # one input as (C-contiguous array of the model's dtype with a batch axis, whether it
+        # was one example), against its input type `t`
+        if isinstance(x, NDArray):
+            arr = numbers(x if blocking or not x.is_attached() else x.numpy(), name)
+        else:
+            arr = numbers(x, name)
+        # one example has the shape of the input's type (a row, an image)
+        if t is None or t.kind == "FF":
+            vector = arr.ndim == 1
+            if arr.ndim not in (1, 2):
+                raise ValueError(f"{name}: expected one example (n_features,) or a batch "
+                                 f"(n_samples, n_features), got shape {arr.shape}")
+        elif t.is_example(arr.shape):
+            vector = True
+        elif arr.ndim and t.is_example(arr.shape[1:]):
+            vector = False
+        else:
+            raise ValueError(f"{name}: expected one example {t.shape()} or a batch "
+                             f"{t.describe_shape()} ({t!r}), got shape {arr.shape}")
+        if vector:
+            arr = arr.reshape((1,) + arr.shape)
+        if arr.shape[0] == 0:
+            raise ValueError(f"{name}: no examples (shape has 0 rows)")
+        if arr.dtype != self._dtype or not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr, dtype=self._dtype)
+        return arr, vector
+
+    def output(self, *x: Any) -> Any:
         """The network's output for `x` (one example, ``(n_features,)``, or a batch,
         ``(n_samples, n_features)``; for a network of images, one image or a batch of them):
-        a detached array the caller may keep. Safe to call from
-        many threads at once; a failed forward pass raises its error in every caller of it."""
+        a detached array the caller may keep. A `ComputationGraph` takes one array per input
+        (in `add_inputs` order, all with the same number of examples) and answers a list, one
+        array per output. Safe to call from many threads at once; a failed forward pass raises
+        its error in every caller of it."""
         req = self._request(x, True)
         if self._mode is InferenceMode.INPLACE:
             try:
@@ -345,7 +377,7 @@ class ParallelInference(Stoppable):
             raise error
         return result
 
-    def submit(self, x: Any) -> Future:
+    def submit(self, *x: Any) -> Future:
         """Like `output`, without waiting: a ``concurrent.futures.Future`` of the result
         (``asyncio.wrap_future`` makes it awaitable). A future cancelled before a worker takes
         its batch is dropped from the batch."""
@@ -423,15 +455,21 @@ class ParallelInference(Stoppable):
         rows = sum(r.rows for r in reqs)
         try:
             if len(reqs) == 1:
-                x = reqs[0].x
+                xs = reqs[0].x
             else:
-                x = self._stage(staging, batch.key, rows)
-                np.concatenate([r.x for r in reqs], out=x)
-            out = net.output(x)
+                # input by input: each caller's rows of input k copied into the staging
+                # array of input k
+                xs = []
+                for k, key in enumerate(batch.key):
+                    x = self._stage(staging, (k, key), rows)
+                    np.concatenate([r.x[k] for r in reqs], out=x)
+                    xs.append(x)
+            outs = self._forward(net, xs)
             results, start = [], 0
             for r in reqs:
                 end = start + r.rows
-                results.append(out[start] if r.vector else out[start:end])
+                mine = [o[start] if r.vector else o[start:end] for o in outs]
+                results.append(mine if self._graph else mine[0])
                 start = end
         except BaseException as exc:  # noqa: B036 - every caller of the batch gets the error
             self._finish(reqs, None, exc)
@@ -454,28 +492,36 @@ class ParallelInference(Stoppable):
         self._relay.post(waiting)
 
     def _stage(self, staging: dict, key: tuple, rows: int) -> np.ndarray:
-        # the worker's array the batch's rows are copied into, one per feature shape, grown
-        # to the largest batch seen (so steady state allocates nothing)
+        # the worker's array the batch's rows are copied into, one per (input, feature shape),
+        # grown to the largest batch seen (so steady state allocates nothing)
         buf = staging.get(key)
         if buf is None or buf.shape[0] < rows:
-            buf = staging[key] = np.empty((max(rows, self._batch_limit),) + key, self._dtype)
+            buf = staging[key] = np.empty((max(rows, self._batch_limit),) + key[1],
+                                          self._dtype)
         return buf[:rows]
 
-    def _inplace(self, req: _Request) -> NDArray:
-        x = req.x
+    def _forward(self, net: Any, xs: Any) -> list:
+        # the served network's outputs for its inputs `xs`, as a list
+        if self._graph:
+            return net.output(*xs)
+        return [net.output(xs[0])]
+
+    def _inplace(self, req: _Request) -> Any:
+        xs = req.x
         if self._load_balance is LoadBalanceMode.ROUND_ROBIN:
             i = next(self._turn) % self._workers
             with self._slots[i]:
                 self._check_open()
-                out = self._replicas[i].output(x)
+                outs = self._forward(self._replicas[i], xs)
         else:
             i = self._free.get()
             try:
                 self._check_open()
-                out = self._replicas[i].output(x)
+                outs = self._forward(self._replicas[i], xs)
             finally:
                 self._free.put(i)
-        return out[0] if req.vector else out
+        outs = [o[0] if req.vector else o for o in outs]
+        return outs if self._graph else outs[0]
 
     # -- ending -------------------------------------------------------------------------------
 

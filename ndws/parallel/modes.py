@@ -71,11 +71,12 @@ def option_bool(value: Any, name: str) -> bool:
 
 
 def check_model(model: Any, owner: str) -> Any:
-    """An initialised MultiLayerNetwork, else TypeError / ValueError saying so."""
-    from ndws.nn.network import MultiLayerNetwork
-    if not isinstance(model, MultiLayerNetwork):
-        raise TypeError(f"{owner}: model must be an ndws.nn.MultiLayerNetwork, got "
-                        f"{type(model).__name__}")
+    """An initialised MultiLayerNetwork or ComputationGraph, else TypeError / ValueError
+    saying so."""
+    from ndws.nn._model import Model
+    if not isinstance(model, Model):
+        raise TypeError(f"{owner}: model must be an ndws.nn.MultiLayerNetwork or "
+                        f"ComputationGraph, got {type(model).__name__}")
     if model._params is None:
         raise ValueError(f"{owner}: model is not initialised; call model.init() first")
     return model

@@ -40,13 +40,12 @@ from ndws.data.async_iterators import AsyncDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.history import History, _Epoch
-from ndws.nn.network import _count, _length
+from ndws.nn._model import batch_count as _length, count as _count
 from ndws.parallel.modes import TrainingMode, check_model, option_bool, option_enum, option_int
 
 __all__ = ["MPITrainer", "mpi_available"]
 
 log = logging.getLogger("ndws")
-_memory_manager = ndws.get_memory_manager()
 
 INSTALL_HINT = ("pip install 'ndws[mpi]' (mpi4py and the mpich wheel from PyPI; no system MPI "
                 "needed)")
@@ -459,7 +458,7 @@ class MPITrainer:
         if self._rank:
             rng = np.random.default_rng([net.conf.seed, 1, self._rank, net.iteration])
             net._dropout_rng = rng
-            for layer in net.layers:
+            for layer in net._owners():
                 layer._rng = rng
 
     def _plan_buckets(self) -> None:
@@ -467,16 +466,17 @@ class MPITrainer:
         down, each closed once it holds `bucket_bytes` (the rest in the last one), each with
         the layer whose gradients complete it (its lowest)."""
         net = self.model
-        spans: dict[int, list[int]] = {}
-        for layer, _, _, start, size in net._layout:
-            span = spans.setdefault(layer.index, [start, start])
-            span[1] = start + size
         itemsize = net.conf.dtype.itemsize
         total = net.num_params()
         buckets: list[tuple[int, int, int]] = []
-        if not self._overlap or self._shm is not None:
+        if not self._overlap or self._shm is not None or not net._layer_hook:
+            # (a ComputationGraph's backward pass calls no per-layer hook: one bucket)
             buckets = [(0, 0, total)] if total else []
         else:
+            spans: dict[int, list[int]] = {}
+            for layer, _, _, start, size in net._layout:
+                span = spans.setdefault(layer.index, [start, start])
+                span[1] = start + size
             lo = hi = None
             for i in sorted(spans, reverse=True):
                 s, e = spans[i]
@@ -661,7 +661,7 @@ class MPITrainer:
         self._t_step = time.perf_counter()
         self._ch.seconds = 0.0
         self._events = []
-        rows = 0 if ds is None else int(ds.features.shape[0])
+        rows = 0 if ds is None else ds.num_examples()     # a MultiDataSet too
         self._rows = rows
         self._weight = 1.0
         self._info = np.array([rows, ds is not None, rows > 0, self._trained or rows > 0],
@@ -679,7 +679,7 @@ class MPITrainer:
         if self._rows:
             # backprop; with overlap the hook weights and starts each bucket as soon as its
             # layers are done
-            score = net._gradient_and_score(ds, net._train_mode())
+            score = net._compute_step(ds)
         if self._info_request is not None:
             self._finish_info()
         if self._info[1] == 0:
@@ -727,8 +727,7 @@ class MPITrainer:
         ch.wait(score_request, "the allreduce of the step's score")
         net._score = float(scores[0])
         net.last_batch_size = self._total_rows
-        for listener in net._listeners:
-            listener.on_gradient_calculation(net)      # the combined gradient
+        net._gradient_done()                               # the combined gradient
         net._update(0, net.num_params())
         if self._frozen:
             self._average_frozen()
@@ -750,13 +749,10 @@ class MPITrainer:
 
     def _end_step(self) -> tuple:
         net = self.model
-        done = net._iteration
-        net._iteration += 1
+        done = net._count_iteration()
         net._busy.end()                                    # the boundary
         net.last_comm_time = self._ch.seconds * 1000.0     # PerformanceListener shows it
-        for listener in net._listeners:
-            listener.iteration_done(net, done, net._epoch)
-        _memory_manager.invoke_gc_occasionally()
+        net._iteration_done(done)
         return done, net._score, net.last_batch_size
 
     def _averaging_step(self, ds: DataSet | None) -> tuple | None:
@@ -765,10 +761,8 @@ class MPITrainer:
         score = 0.0
         if self._rows:
             # this rank's own step, with its own updater, while the counts travel
-            score = net._gradient_and_score(ds, net._train_mode())
-            net.last_batch_size = self._rows
-            for listener in net._listeners:
-                listener.on_gradient_calculation(net)
+            score = net._compute_step(ds)
+            net._gradient_done()
             net._update(0, net.num_params())
             self._trained = True
         self._finish_info()

@@ -33,7 +33,7 @@ from ndws.data.dataset import DataSet
 from ndws.nn.history import History, _Epoch
 from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.listeners import TrainingListener
-from ndws.nn.network import _count, _length
+from ndws.nn._model import batch_count as _length, count as _count
 from ndws.parallel._sync import SpinBarrier
 from ndws.parallel.modes import (Builder, Stoppable, TrainingMode, check_model,
                                  option_bool, option_enum, option_int)
@@ -279,12 +279,12 @@ class ParallelWrapper(Stoppable):
         """Replace the listeners. Each worker calls them for its own network (a replica's
         iterations too); those with ``root_worker_only`` (CheckpointListener,
         EvaluativeListener) only for worker 0's, the user's model."""
-        from ndws.nn.network import _listener_list
+        from ndws.nn._model import listener_list as _listener_list
         self._check_open()
         self._listeners = _listener_list(listeners)
 
     def add_listeners(self, *listeners: TrainingListener) -> None:
-        from ndws.nn.network import _listener_list
+        from ndws.nn._model import listener_list as _listener_list
         self._check_open()
         self._listeners = self._listeners + _listener_list(listeners)
 
@@ -509,12 +509,9 @@ class ParallelWrapper(Stoppable):
             # statistics) to the round's second barrier (every worker's slice)
             root._busy.begin()
         if item is not _IDLE:
-            score = net._gradient_and_score(item, net._train_mode())
-            net._score = score
-            net.last_batch_size = run.rows[i] = int(item.features.shape[0])
-            run.scores[i] = score
-            for listener in net._listeners:
-                listener.on_gradient_calculation(net)
+            run.scores[i] = net._compute_step(item)        # the step's two halves: the
+            run.rows[i] = net.last_batch_size              # network's own (nn._model)
+            net._gradient_done()
         else:
             run.rows[i] = 0
         run.barrier.wait()
@@ -543,15 +540,13 @@ class ParallelWrapper(Stoppable):
                 if a < b:
                     _mean_into_all([net_k._params for net_k in run.nets], fed, a, b)
         run.barrier.wait()
-        done = net._iteration
-        net._iteration += 1
+        done = net._count_iteration()
         if i == 0:
             root._busy.end()
             root._score = sum(s * r for s, r in zip(run.scores, rows) if r) / total
             root.last_batch_size = total
             self._record(run, done, root._score, total)
-        for listener in net._listeners:
-            listener.iteration_done(net, done, net._epoch)
+        net._iteration_done(done)
 
     @staticmethod
     def _record(run: _Run, iteration: int, score: float, rows: int) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import ndws
 from ndws._core import NDArray, _np_view
 from ndws.nn import functional as F
-from ndws.nn.inputs import InputType, member
+from ndws.nn.inputs import InputType, config_dict, member, registered
 from ndws.nn.preprocessors import (CnnToFeedForwardPreProcessor, MaskState,
                                    RnnToFeedForwardPreProcessor)
 from ndws.nn.updaters import FieldTypeError, Updater, real_field
@@ -247,30 +247,13 @@ class Layer:
 
     def to_dict(self) -> dict:
         """The layer's configuration: {"@class": class name, field: value} (JSON-ready)."""
-        out: dict[str, Any] = {"@class": _class_key(type(self))}
-        for f in self.fields:
-            v = getattr(self, f)
-            if isinstance(v, enum.Enum):
-                v = v.name
-            elif isinstance(v, Updater):
-                v = v.to_dict()
-            out[f] = v
-        return out
+        return config_dict(self, _class_key(type(self)))
 
     @staticmethod
     def from_dict(data: dict) -> "Layer":
         """Rebuild a layer from `to_dict`'s output. Only classes already defined (imported) are
         known: a configuration never imports code."""
-        if not isinstance(data, dict) or not isinstance(data.get("@class"), str):
-            raise ValueError(f"layer: expected a dict with an '@class' entry, got {data!r:.60}")
-        cls = _LAYERS.get(data["@class"])
-        if cls is None:
-            raise ValueError(f"layer: unknown layer class {data['@class']!r} (a custom layer's "
-                             f"module must be imported before its configuration is loaded)")
-        kwargs = {k: v for k, v in data.items() if k != "@class"}
-        unknown = set(kwargs) - set(cls.fields)
-        if unknown:
-            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+        cls, kwargs = registered(_LAYERS, data, "layer", "unknown layer class")
         if isinstance(kwargs.get("updater"), dict):
             kwargs["updater"] = Updater.from_dict(kwargs["updater"])
         return cls(**kwargs)

@@ -29,14 +29,19 @@ from ndws.nn.layers.recurrent import BaseRecurrentLayer, check_sequence
 from ndws.nn.preprocessors import sequence_view, time_major
 from ndws.nn.workspace_mgr import ArrayType
 
-__all__ = ["Bidirectional", "LastTimeStep", "MaskZeroLayer"]
+__all__ = ["Bidirectional", "FrozenLayer", "FrozenLayerWithBackprop", "LastTimeStep",
+           "MaskZeroLayer"]
 
 
-def _wrapped(owner: str, layer: Any) -> Layer:
-    # a layer to wrap: a recurrent layer or a wrapper of one (a dict: its configuration)
+def _wrapped(owner: str, layer: Any, recurrent: bool) -> Layer:
+    # a layer to wrap (a dict: its configuration): with `recurrent`, a recurrent layer or a
+    # wrapper of one
     if isinstance(layer, dict):
         layer = Layer.from_dict(layer)
-    if not isinstance(layer, (BaseRecurrentLayer, _Wrapper)):
+    if not isinstance(layer, Layer):
+        raise FieldTypeError(f"{owner}.layer: expected an ndws.nn layer, got "
+                             f"{type(layer).__name__}")
+    if recurrent and not isinstance(layer, (BaseRecurrentLayer, _RecurrentWrapper)):
         raise FieldTypeError(f"{owner}.layer: Cannot wrap a non-recurrent layer: config must "
                              f"be a recurrent layer (LSTM, GravesLSTM, SimpleRnn) or a wrapper "
                              f"of one. Got class: {type(layer).__name__}")
@@ -48,10 +53,12 @@ class _Wrapper(Layer):
     # index and defaults resolved with this layer's
 
     fields = ("layer", "name")
+    #: whether only recurrent layers (or wrappers of them) may be wrapped
+    _recurrent_only = True
 
     def __init__(self, layer: Any, *, name: str | None = None):
         super().__init__(name=name)
-        self.layer = _wrapped(type(self).__name__, layer)
+        self.layer = _wrapped(type(self).__name__, layer, self._recurrent_only)
         self.n_in, self.n_out = self.layer.n_in, self.layer.n_out
 
     def to_dict(self):
@@ -84,14 +91,6 @@ class _Wrapper(Layer):
 
     def output_type(self, input_type):
         return self.layer.output_type(input_type)
-
-    @property
-    def data_format(self) -> RNNFormat:
-        return self.layer.data_format
-
-    @property
-    def state_keys(self) -> tuple:
-        return self.layer.state_keys
 
     # -- the wrapped layer's parameters are this layer's ----------------------------------------
 
@@ -132,6 +131,29 @@ class _Wrapper(Layer):
         super().clear()
         self.layer.clear()
 
+    def activate(self, x, training, mgr):
+        self._link()
+        return self.layer.activate(x, training, mgr)
+
+    def backprop_gradient(self, epsilon, mgr):
+        return self.layer.backprop_gradient(epsilon, mgr)
+
+    def feed_forward_mask(self, mask, state, mgr):
+        return self.layer.feed_forward_mask(mask, state, mgr)
+
+
+class _RecurrentWrapper(_Wrapper):
+    # a wrapper of a recurrent layer: its data format and the state it carries are the wrapped
+    # layer's
+
+    @property
+    def data_format(self) -> RNNFormat:
+        return self.layer.data_format
+
+    @property
+    def state_keys(self) -> tuple:
+        return self.layer.state_keys
+
     # -- state: the wrapped layer's ---------------------------------------------------------------
 
     @property
@@ -155,22 +177,12 @@ class _Wrapper(Layer):
     def set_mask(self, mask):
         self.layer.set_mask(mask)
 
-    def activate(self, x, training, mgr):
-        self._link()
-        return self.layer.activate(x, training, mgr)
-
     def activate_with_state(self, x, training, mgr, mode):
         self._link()
         return self.layer.activate_with_state(x, training, mgr, mode)
 
-    def backprop_gradient(self, epsilon, mgr):
-        return self.layer.backprop_gradient(epsilon, mgr)
 
-    def feed_forward_mask(self, mask, state, mgr):
-        return self.layer.feed_forward_mask(mask, state, mgr)
-
-
-class LastTimeStep(_Wrapper):
+class LastTimeStep(_RecurrentWrapper):
     """The last time step of a recurrent layer's output (DL4J's ``LastTimeStep``): (n, n_out)
     rows, the output at step time-1, or with a features mask each example's last unmasked step
     (the wrapped layer then runs masked too); an example masked out entirely is an error naming
@@ -248,7 +260,7 @@ class LastTimeStep(_Wrapper):
         return self.layer.backprop_gradient(sequence_view(full, self.layer.data_format), mgr)
 
 
-class MaskZeroLayer(_Wrapper):
+class MaskZeroLayer(_RecurrentWrapper):
     """A recurrent layer masked where its input is padding (DL4J's ``MaskZeroLayer``): a step
     whose features all equal `masking_value` is masked (the mask is the wrapped layer's, and
     goes no further).
@@ -307,7 +319,7 @@ class MaskZeroLayer(_Wrapper):
         return self.layer.activate_with_state(x, training, mgr, mode)
 
 
-class Bidirectional(_Wrapper):
+class Bidirectional(_RecurrentWrapper):
     """A recurrent layer run forwards and, as a copy with its own parameters, backwards over
     each sequence (the whole length reversed), the two outputs combined step by step (DL4J's
     ``Bidirectional``).
@@ -511,3 +523,113 @@ class Bidirectional(_Wrapper):
             return grads, None
         ndws.add(dxf, self._reverse(dxb, fmt), out=dxf)
         return grads, dxf
+
+
+#: what a frozen recurrent layer answers for the layer it wraps (the state it carries for
+#: rnn_time_step and truncated BPTT, read and set as the layer's own)
+_STATE_ATTRIBUTES = frozenset(("data_format", "state_keys", "rnn_get_previous_state",
+                               "rnn_set_previous_state", "rnn_clear_previous_state",
+                               "set_mask"))
+
+
+class FrozenLayer(_Wrapper):
+    """A layer whose parameters never change (DL4J's ``FrozenLayer``): the updater has no state
+    for them and never touches them, whatever it is and whatever l1, l2 or weight decay say
+    (they add nothing to the score either), and the layer runs as at inference (no dropout;
+    a BatchNormalization uses and keeps its running statistics). It passes no gradient down:
+    the network skips its backward pass, and that of every layer below it, so freezing the
+    lower layers of a network makes a training step cheaper (docs/training-tools.md). A
+    trainable layer below a FrozenLayer is refused when the network is built: wrap the frozen
+    one in `FrozenLayerWithBackprop` instead.
+
+    Parameters
+    ----------
+    layer : Layer
+        Any layer but an output layer (the score comes from it: something must train).
+
+    `TransferLearning.Builder.set_feature_extractor` wraps the layers it freezes; the wrapper is
+    part of the configuration, so a saved network loads frozen.
+    """
+
+    _recurrent_only = False
+    _with_backprop = False
+
+    def __init__(self, layer: Any, *, name: str | None = None):
+        if isinstance(layer, FrozenLayer) or (isinstance(layer, dict)
+                                              and layer.get("@class") in _FROZEN_NAMES):
+            layer = layer.layer if isinstance(layer, FrozenLayer) else layer["layer"]
+        super().__init__(layer, name=name)
+        if hasattr(self.layer, "compute_score_and_gradient"):
+            raise ValueError(f"{type(self).__name__}.layer: {type(self.layer).__name__} is an "
+                             f"output layer, and the network's score comes from it: it cannot "
+                             f"be frozen (freeze the layers below it)")
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for what the class does not define: a recurrent layer's state
+        inner = self.__dict__.get("layer")
+        if name in _STATE_ATTRIBUTES and inner is not None:
+            return getattr(inner, name)
+        if name == "activate_with_state" and hasattr(inner, "activate_with_state"):
+            return self._activate_with_state
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def output_width(self):
+        return self.layer.output_width()
+
+    def trainable(self, name):
+        return False
+
+    @property
+    def weight_keys(self) -> tuple:
+        return ()
+
+    def regularization_score(self):
+        return 0.0
+
+    def memory_use(self, batch, training, itemsize):
+        self._link()
+        return self.layer.memory_use(batch, training and self._with_backprop, itemsize)
+
+    def activate(self, x, training, mgr):
+        self._link()
+        self.layer._rng = None
+        return self.layer.activate(x, training and self._with_backprop, mgr)
+
+    def _activate_with_state(self, x, training, mgr, mode):
+        self._link()
+        self.layer._rng = None
+        return self.layer.activate_with_state(x, training and self._with_backprop, mgr, mode)
+
+    def backprop_gradient(self, epsilon, mgr):
+        # not called by a network (nothing below a FrozenLayer trains); no gradient either way
+        return {}, None
+
+
+class FrozenLayerWithBackprop(FrozenLayer):
+    """A frozen layer that still passes the gradient to the layers below it (DL4J's
+    ``FrozenLayerWithBackprop``): its parameters never change, as `FrozenLayer`'s, but its
+    forward pass keeps what the backward pass needs and the backward pass computes dL/d(input)
+    (when a trainable layer below needs it). A layer whose training pass writes parameters
+    (BatchNormalization's running statistics) cannot be wrapped: its input gradient in
+    inference mode is not what its backward pass computes; use FrozenLayer."""
+
+    _with_backprop = True
+
+    def resolved(self, defaults, input_type, where, index=-1):
+        other = super().resolved(defaults, input_type, where, index)
+        inner = other.layer
+        fixed = [n for n in inner.param_shapes() if not inner.trainable(n)]
+        if fixed:
+            raise ValueError(f"{where}: FrozenLayerWithBackprop cannot wrap a "
+                             f"{type(inner).__name__}: its training pass changes its "
+                             f"parameters {fixed}; wrap it in FrozenLayer (inference mode)")
+        return other
+
+    def backprop_gradient(self, epsilon, mgr):
+        # the wrapped layer's backward pass for its input gradient; its parameter gradients
+        # land in the network's gradient buffer, which no updater reads for this layer
+        _, eps = self.layer.backprop_gradient(epsilon, mgr)
+        return {}, eps
+
+
+_FROZEN_NAMES = ("FrozenLayer", "FrozenLayerWithBackprop")

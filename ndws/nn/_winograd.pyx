@@ -1,31 +1,38 @@
-# Winograd F(2x2, 3x3) for stride-1, undilated 3x3 convolutions (included by ndws/nn/_conv.pyx).
-#
-# Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (2016): a 2x2 block of
-# outputs from a 4x4 input patch d and a 3x3 kernel g is Y = A^T [ (G g G^T) . (B^T d B) ] A,
-# with 16 multiplications instead of 36. Summed over input channels, the 16 elementwise products
-# become 16 GEMMs, one per position xi of the 4x4 transform:
-#
-#   M[xi][o][t] = sum_c U[xi][o][c] * V[xi][c][t],   U = G g G^T (weights), V = B^T d B (tiles)
-#
-# run on the same indirect micro-kernel as the direct convolution (MR output channels x NR
-# tiles). A task (output rows of one image, as in the direct driver) copies its padded input
-# rows, and for each panel of NR tiles transforms the input (V for all channels, packed per xi
-# as the micro-kernel's B), then for each A panel of MR output channels runs the 16 GEMMs into
-# 16 tiles in L1 and transforms them back (A^T M A, bias, activation) straight into Y.
-#
-# The transforms only add, subtract and halve (exact), so the rounding differs from the direct
-# convolution's by a small factor: each output is a sum of 16 products of transformed values,
-# themselves sums of up to 4 inputs and 9 weights (float32: relative errors around 1e-6 of
-# sum |x||w| instead of 1e-7; docs/kernels.md).
-#
-# Work: 2.25x fewer multiplications; the transforms cost about 2 + 1.5 adds per input and output
-# value per channel. Measured on the 2-core Zen 4 against the direct driver: see docs/kernels.md.
+"""Winograd F(2x2, 3x3) for stride-1, undilated 3x3 convolutions (ndws.nn._conv2d's forward
+choice for them; docs/kernels.md, "Which algorithm, per shape").
+
+Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (2016): a 2x2 block of
+outputs from a 4x4 input patch d and a 3x3 kernel g is Y = A^T [ (G g G^T) . (B^T d B) ] A,
+with 16 multiplications instead of 36. Summed over input channels, the 16 elementwise products
+become 16 GEMMs, one per position xi of the 4x4 transform:
+
+  M[xi][o][t] = sum_c U[xi][o][c] * V[xi][c][t],   U = G g G^T (weights), V = B^T d B (tiles)
+
+run on the same indirect micro-kernel as the direct convolution (MR output channels x NR
+tiles). A task (output rows of one image, as in the direct driver) copies its padded input
+rows, and for each panel of NR tiles transforms the input (V for all channels, packed per xi
+as the micro-kernel's B), then for each A panel of MR output channels runs the 16 GEMMs into
+16 tiles in L1 and transforms them back (A^T M A, bias, activation) straight into Y.
+
+The transforms only add, subtract and halve (exact), so the rounding differs from the direct
+convolution's by a small factor: each output is a sum of 16 products of transformed values,
+themselves sums of up to 4 inputs and 9 weights (float32: relative errors around 1e-6 of
+sum |x||w| instead of 1e-7; docs/kernels.md).
+
+Work: 2.25x fewer multiplications; the transforms cost about 2 + 1.5 adds per input and output
+value per channel. Measured on the 2-core Zen 4 against the direct driver: see docs/kernels.md.
+"""
+
+from libc.string cimport memset
+
+from ndws._gemm_types cimport GemmTable
+from ndws._threads cimport pool_run, ndws_claim
+from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
+from ndws.nn._activations cimport ACT_IDENTITY, act_tile_f32, act_tile_f64
+from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _ukr
 
 cdef enum:
     WINO_TASK_BYTES = 1 << 20       # a task's padded rows stay within this
-
-
-# (WinoPlan, the plan of a call, is declared in _conv.pyx beside FwdPlan)
 
 
 cdef bint _wino_ok(const Geom* g, intp_t MR) noexcept nogil:
@@ -62,21 +69,6 @@ cdef void _wino_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WinoPlan*
                       + _rup(P.m_elems * item, ALIGN))
 
 
-ctypedef struct WinoJob:
-    Geom g
-    WinoPlan p
-    const GemmTable* T
-    int f64, act
-    double alpha
-    const char* x
-    intp_t xs[4]
-    char* y
-    intp_t ys[4]
-    const char* bias
-    intp_t bs
-    const char* U                   # 16 x nap panels of C x MR
-    char* thr
-    long long next_task, next_slot
 
 
 cdef void _wino_weights(const floating_t* w, const intp_t* ws, const Geom* g, intp_t MR,

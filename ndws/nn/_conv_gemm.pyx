@@ -1,0 +1,810 @@
+"""The dense convolution's passes on the GEMM build's indirect micro-kernel, without the GIL:
+the forward drivers (direct, packed and 1x1 "positions" panels), the weight gradient and the
+col2im input gradient. ndws.nn._conv2d chooses among them per shape and runs them.
+
+No im2col buffer (docs/kernels.md, "Convolutions"): the GEMM's register tile (the
+per-instruction-set micro-kernel of ndws._gemm_<isa>, MR output channels x NR output positions)
+reads the input where it lies, through a table of one offset per tap: for a stride-1
+convolution over a zero-padded copy of an image, tap (c, kh, kw) of NR consecutive output
+positions is NR consecutive floats of the copy when the positions are counted on the padded
+width (the "virtual" columns past the output width are computed and dropped). Strided
+convolutions, and shapes where the dropped columns would cost more than a copy, pack each panel
+of NR real positions instead (an im2col of 32 columns at a time, in L1). Weights are packed once
+per call. Every output element is one fma chain over all taps, computed by one micro-kernel
+call, whichever thread runs it: results do not depend on the thread count.
+"""
+
+from libc.string cimport memcpy, memset
+
+from ndws._gemm_types cimport GemmTable
+from ndws._threads cimport pool_run, ndws_claim
+from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
+from ndws.nn._activations cimport ACT_IDENTITY, act_tile_f32, act_tile_f64
+from ndws.nn._conv cimport Geom, ALIGN, TILE_MAX, _rup, _cdiv, _imin, _imax, _take, _ukr
+
+cdef extern from *:
+    void __builtin_prefetch(const void* p) noexcept nogil
+
+# ------------------------------------------------------------------------------------------------
+# Shared nogil pieces: the padded copy of an image, weight packing, bias and activation
+
+cdef void _pad_copy(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, intp_t W,
+                    intp_t row0, intp_t rows, intp_t col0, intp_t Ws, intp_t ps, intp_t Hmax,
+                    floating_t* dst, intp_t total) noexcept nogil:
+    """dst[c*ps + i*Ws + j] := x[c, row0 + i, col0 + j] (0 outside the image) for i < rows,
+    j < Ws; rows rows..Hmax of each plane and everything past the last plane up to `total`
+    elements are zeroed (a direct panel's tail reads there, and feeds only dropped columns)."""
+    cdef intp_t lo = _imin(Ws, _imax(0, -col0)), hi = _imax(lo, _imin(Ws, W - col0))
+    cdef intp_t c, i, ih, j, sw = xs[3]
+    cdef floating_t* d
+    cdef const floating_t* s
+    for c in range(C):
+        for i in range(rows):
+            d = dst + c * ps + i * Ws
+            ih = row0 + i
+            if ih < 0 or ih >= H or hi == lo:
+                memset(d, 0, Ws * sizeof(floating_t))
+                continue
+            if lo:
+                memset(d, 0, lo * sizeof(floating_t))
+            s = xn + c * xs[1] + ih * xs[2] + (col0 + lo) * sw
+            if sw == 1:
+                memcpy(d + lo, s, (hi - lo) * sizeof(floating_t))
+            else:
+                for j in range(hi - lo):
+                    d[lo + j] = s[j * sw]
+            if hi < Ws:
+                memset(d + hi, 0, (Ws - hi) * sizeof(floating_t))
+        if rows < Hmax:
+            memset(dst + c * ps + rows * Ws, 0, (Hmax - rows) * Ws * sizeof(floating_t))
+    if total > C * ps:
+        memset(dst + C * ps, 0, (total - C * ps) * sizeof(floating_t))
+
+
+cdef void _pack_w(const floating_t* w, const intp_t* ws, intp_t CO, intp_t CI, intp_t KH,
+                  intp_t KW, intp_t MR, floating_t* Ap) noexcept nogil:
+    """A panels of the weights: panel q holds output channels q*MR .. q*MR + MR - 1 (zeros
+    past CO), tap-major: Ap[q*K*MR + p*MR + r] = w[q*MR + r, c, i, j], p = (c*KH + i)*KW + j.
+    `ws` are the element strides of w's logical (out, in, kh, kw) axes, any sign: the input
+    gradient packs the flipped, transposed kernel through negative strides."""
+    cdef intp_t K = CI * KH * KW, q, p, r, co, c, i, j
+    cdef floating_t* dst
+    for q in range(_cdiv(CO, MR)):
+        dst = Ap + q * K * MR
+        p = 0
+        for c in range(CI):
+            for i in range(KH):
+                for j in range(KW):
+                    for r in range(MR):
+                        co = q * MR + r
+                        dst[p * MR + r] = w[co * ws[0] + c * ws[1] + i * ws[2] + j * ws[3]] \
+                            if co < CO else 0
+                    p += 1
+
+cdef inline void _tile_bias_act(floating_t* tile, intp_t rv, intp_t NR, const char* bias,
+                                intp_t bs, intp_t co0, int act, double alpha) noexcept nogil:
+    # bias of each tile row (an output channel) and the activation, on the whole tile while it
+    # is in L1 (dropped columns included: cheaper than skipping them)
+    cdef intp_t r, jj
+    cdef floating_t bv
+    if bias != NULL:
+        for r in range(rv):
+            bv = (<const floating_t*>bias)[(co0 + r) * bs]
+            for jj in range(NR):
+                tile[r * NR + jj] += bv
+    if act != ACT_IDENTITY:
+        if floating_t is float32_t:
+            act_tile_f32(act, <float32_t>alpha, tile, rv, NR, NR, 1)
+        else:
+            act_tile_f64(act, alpha, tile, rv, NR, NR, 1)
+
+# ------------------------------------------------------------------------------------------------
+# Forward: Y[n, co, oh, ow] = f(b[co] + sum_{c, i, j} W[co, c, i, j] * X[n, c, oh*SH - PT + i*DH,
+# ow*SW - PL + j*DW]). The output is cut into tasks of R output rows of one image (a split that
+# depends on the shape only); a thread copies its task's input rows, zero-padded, into its own
+# scratch (or reads x in place when no padding is needed) and sweeps panels of NR output
+# positions, each through every A panel of MR output channels.
+
+
+
+cdef void _fwd_plan(const Geom* g, intp_t MR, intp_t NR, intp_t KC, intp_t item, FwdPlan* P
+                    ) noexcept nogil:
+    cdef double waste, pack
+    cdef intp_t rcap
+    P.MR = MR
+    P.NR = NR
+    P.K = g.C * g.KH * g.KW
+    P.nap = _cdiv(g.CO, MR)
+    # K blocks of equal size (the GEMM's KC at most): a block of B (kc x NR values) stays in L1
+    # while every A panel passes over it; each output tile is summed block after block
+    P.nkb = _imax(1, _cdiv(P.K, KC))
+    P.kc = _cdiv(P.K, P.nkb)
+    P.Ws = (g.OW - 1) * g.SW + g.EKW
+    # Direct panels compute Ws - OW dropped columns per row; packing costs a copy of each
+    # tap's NR values per panel, against the micro-kernel's nap * NR/VLEN fmas on them
+    # (about 10 cycles for 16 * nap: measured, docs/kernels.md).
+    P.mode = FWD_PACKED
+    if g.SH == 1 and g.SW == 1:
+        waste = <double>(P.Ws - g.OW) / P.Ws
+        pack = 10.0 / (16.0 * P.nap)
+        if waste <= pack:
+            P.mode = FWD_DIRECT
+    if (g.KH == 1 and g.KW == 1 and g.SH == 1 and g.SW == 1 and g.PT == 0 and g.PB == 0
+            and g.PL == 0 and g.PR == 0):
+        # A 1x1 convolution is a GEMM per image: computed with positions as the tile's MR rows
+        # and channels as its NR columns when that pads less (1x1 256->64 on 14x14: 196
+        # positions fill 7 panels of 32 (12.5% padding) but 25 rows of 8 (2%))
+        if (<double>_rup(g.OH * g.OW, MR) * _rup(g.CO, NR)
+                < <double>_rup(g.OH * g.OW, NR) * _rup(g.CO, MR)):
+            P.mode = FWD_POS
+            P.nap = _cdiv(g.CO, NR)
+    # Whole images per task when the batch has at least 8, else each image in slices so that
+    # there are about 8 tasks; and no task's padded rows beyond TASK_BYTES.
+    P.R = g.OH if g.N >= 8 else _cdiv(g.OH, _cdiv(8, g.N))
+    if g.C > 0:
+        rcap = (TASK_BYTES // (g.C * P.Ws * item) - g.EKH) // g.SH + 1
+        P.R = _imax(1, _imin(P.R, rcap))
+    P.tpi = _cdiv(g.OH, P.R)
+    P.ntasks = g.N * P.tpi
+    P.Hs = (P.R - 1) * g.SH + g.EKH
+    P.ps = P.Hs * P.Ws
+    # slack past the last plane: the last direct panel reads up to NR + Ws values beyond
+    P.pad_elems = g.C * P.ps + NR + P.Ws
+    P.panel_elems = P.kc * NR if P.mode != FWD_POS else P.K * MR
+    if P.mode == FWD_POS:
+        P.pad_elems = 0                 # x is read in place
+    # packed weights: nap panels of K x MR (FWD_POS: of K x NR), two offset tables
+    P.shared_bytes = (_rup(P.nap * P.K * (NR if P.mode == FWD_POS else MR) * item, ALIGN)
+                      + 2 * _rup(P.K * 8, ALIGN))
+    # per thread: padded rows, a packed panel block, and the tiles of one panel's A panels
+    P.thread_bytes = (_rup(P.pad_elems * item, ALIGN) + _rup(P.panel_elems * item, ALIGN)
+                      + _rup(P.nap * MR * NR * item, ALIGN))
+
+
+
+
+cdef void _pack_panel(const FwdJob* j, const floating_t* buf, intp_t q0, intp_t nq,
+                      intp_t pc, intp_t kc, floating_t* panel) noexcept nogil:
+    """panel[p*NR + jj] := the padded input under tap pc + p (p < kc) for real output position
+    q0 + jj of the task (an im2col of one panel's K block), zeros past the task's nq
+    positions."""
+    cdef const Geom* g = &j.g
+    cdef intp_t NR = j.p.NR, cnt = _imin(NR, nq - q0), ns = 0, jj = 0, q, rr, cc, run
+    cdef intp_t p, k, i, SW = g.SW
+    cdef intp_t soff[64]
+    cdef intp_t sj[64]
+    cdef intp_t sl[64]
+    cdef floating_t* d
+    cdef floating_t* dd
+    cdef const floating_t* s0
+    cdef const floating_t* s
+    # the panel's runs of positions along one output row
+    while jj < cnt:
+        q = q0 + jj
+        rr = q // g.OW
+        cc = q - rr * g.OW
+        run = _imin(g.OW - cc, cnt - jj)
+        soff[ns] = rr * g.SH * j.p.Ws + cc * SW
+        sj[ns] = jj
+        sl[ns] = run
+        ns += 1
+        jj += run
+    for p in range(kc):
+        d = panel + p * NR
+        s0 = buf + j.boff_pad[pc + p]
+        for k in range(ns):
+            s = s0 + soff[k]
+            dd = d + sj[k]
+            if SW == 1:
+                for i in range(sl[k]):
+                    dd[i] = s[i]
+            else:
+                for i in range(sl[k]):
+                    dd[i] = s[i * SW]
+        for i in range(cnt, NR):
+            d[i] = 0
+
+
+cdef void _fwd_store(const FwdJob* j, floating_t* tile, intp_t n, intp_t co0, intp_t q0,
+                     intp_t ws, intp_t oh0, intp_t lim, bint direct) noexcept nogil:
+    """Bias and activation on a finished MR x NR tile, then its valid columns into Y: direct
+    panels count positions on the padded width ws (columns >= OW are dropped) over lim rows;
+    packed panels count real positions, lim of them."""
+    cdef const Geom* g = &j.g
+    cdef intp_t NR = j.p.NR, rv = _imin(j.p.MR, g.CO - co0), r, jj, q, rr, cc, run, i
+    cdef intp_t y1 = j.ys[1], y3 = j.ys[3]
+    cdef floating_t* yn = <floating_t*>j.y + n * j.ys[0] + co0 * y1
+    cdef floating_t* d
+    cdef floating_t* s
+    cdef floating_t bv
+    # Without an activation the bias is added as the valid columns are copied out: the same
+    # one rounding as adding it in the tile, without a pass over the whole tile (LeNet's conv1
+    # forward, 8 x 32 tiles over K = 25 taps: that pass was a quarter of its instructions)
+    cdef bint fused = j.bias != NULL and j.act == ACT_IDENTITY
+    if not fused:
+        _tile_bias_act(tile, rv, NR, j.bias, j.bs, co0, j.act, j.alpha)
+    jj = 0
+    while jj < NR:
+        q = q0 + jj
+        if direct:
+            rr = q // ws
+            cc = q - rr * ws
+            if rr >= lim:
+                break
+            if cc >= g.OW:
+                jj += ws - cc
+                continue
+            run = _imin(g.OW - cc, NR - jj)
+        else:
+            if q >= lim:
+                break
+            rr = q // g.OW
+            cc = q - rr * g.OW
+            run = _imin(_imin(g.OW - cc, NR - jj), lim - q)
+        for r in range(rv):
+            d = yn + r * y1 + (oh0 + rr) * j.ys[2] + cc * y3
+            s = tile + r * NR + jj
+            if fused:
+                bv = (<const floating_t*>j.bias)[(co0 + r) * j.bs]
+                if y3 == 1:
+                    for i in range(run):
+                        d[i] = s[i] + bv
+                else:
+                    for i in range(run):
+                        d[i * y3] = s[i] + bv
+            elif y3 == 1:
+                for i in range(run):
+                    d[i] = s[i]
+            else:
+                for i in range(run):
+                    d[i * y3] = s[i]
+        jj += run
+
+
+cdef void _fwd_task_pos(FwdJob* j, floating_t* apanel, floating_t* tiles, intp_t t
+                        ) noexcept nogil:
+    # 1x1 stride 1 without padding: per panel of MR output positions (rows of the task, flat),
+    # C (MR positions x NR channels) = X^T (positions x c_in) @ W^T (c_in x NR channels): the
+    # positions' values read where they lie (MR consecutive positions are xs3 apart in every
+    # channel when a row is xs2 = W*xs3 after the one before), the weights packed once
+    cdef const Geom* g = &j.g
+    cdef const FwdPlan* P = &j.p
+    cdef intp_t n = t // P.tpi, oh0 = (t % P.tpi) * P.R
+    cdef intp_t rows = _imin(g.OH, oh0 + P.R) - oh0, npos = rows * g.OW
+    cdef intp_t K = P.K, MR = P.MR, NR = P.NR, p0, cnt, cb, kb, pc, kc, r, c, q, oh, ow, jj
+    cdef intp_t rv, cv, ars
+    cdef const floating_t* xn = <const floating_t*>j.x + n * j.xs[0]
+    cdef const floating_t* Bw = <const floating_t*>j.Ap
+    cdef const floating_t* A
+    cdef const intp_t* aoff
+    cdef const floating_t* bias = <const floating_t*>j.bias
+    cdef floating_t* tile
+    cdef floating_t* yn = <floating_t*>j.y + n * j.ys[0]
+    cdef floating_t* d
+    cdef floating_t bv
+    cdef bint flat = j.xs[2] == g.W * j.xs[3] and j.ys[2] == g.OW * j.ys[3]
+    p0 = 0
+    while p0 < npos:
+        cnt = _imin(MR, npos - p0)
+        if flat and cnt == MR:
+            A = xn + (oh0 * g.W + p0) * j.xs[3]
+            aoff = j.boff_x                     # c * xs1
+            ars = j.xs[3]
+            # the panels after next, one cache line further in every channel: each k step of
+            # this panel reads a new line from L3 otherwise (1x1 256->64 on 14x14, batch 32,
+            # minimum per image: 94 -> 77-85 us)
+            if npos - p0 > 2 * MR:
+                for c in range(K):
+                    __builtin_prefetch(A + aoff[c] + 2 * MR * ars)
+        else:
+            # a short last panel (or rows that are not one run): its values packed, zeros after
+            for c in range(K):
+                for r in range(MR):
+                    if r < cnt:
+                        q = oh0 * g.OW + p0 + r
+                        oh = q // g.OW
+                        apanel[c * MR + r] = xn[c * j.xs[1] + oh * j.xs[2]
+                                                + (q - oh * g.OW) * j.xs[3]]
+                    else:
+                        apanel[c * MR + r] = 0
+            A = apanel
+            aoff = NULL
+            ars = 1
+        for cb in range(P.nap):
+            tile = tiles + cb * MR * NR
+            for kb in range(P.nkb):
+                pc = kb * P.kc
+                kc = _imin(P.kc, K - pc)
+                if aoff != NULL:
+                    _ukr(j.T, kc, A, aoff + pc, ars, Bw + (cb * K + pc) * NR, NULL, tile, NR,
+                         kb > 0)
+                else:
+                    _ukr(j.T, kc, A + pc * MR, NULL, 1, Bw + (cb * K + pc) * NR, NULL, tile,
+                         NR, kb > 0)
+            # bias per column (channel), activation, then each channel's cnt positions
+            cv = _imin(NR, g.CO - cb * NR)
+            if bias != NULL:
+                for jj in range(cv):
+                    bv = bias[(cb * NR + jj) * j.bs]
+                    for r in range(cnt):
+                        tile[r * NR + jj] += bv
+            if j.act != ACT_IDENTITY:
+                if floating_t is float32_t:
+                    act_tile_f32(j.act, <float32_t>j.alpha, tile, cnt, NR, NR, 1)
+                else:
+                    act_tile_f64(j.act, j.alpha, tile, cnt, NR, NR, 1)
+            for jj in range(cv):
+                d = yn + (cb * NR + jj) * j.ys[1]
+                if flat:
+                    d = d + (oh0 * g.OW + p0) * j.ys[3]
+                    for r in range(cnt):
+                        d[r * j.ys[3]] = tile[r * NR + jj]
+                else:
+                    for r in range(cnt):
+                        q = oh0 * g.OW + p0 + r
+                        oh = q // g.OW
+                        d[oh * j.ys[2] + (q - oh * g.OW) * j.ys[3]] = tile[r * NR + jj]
+        p0 += MR
+
+
+cdef void _fwd_task(FwdJob* j, floating_t* buf, floating_t* panel, floating_t* tiles, intp_t t
+                    ) noexcept nogil:
+    cdef const Geom* g = &j.g
+    cdef const FwdPlan* P = &j.p
+    cdef intp_t n = t // P.tpi, oh0 = (t % P.tpi) * P.R
+    cdef intp_t rows = _imin(g.OH, oh0 + P.R) - oh0
+    cdef intp_t K = P.K, MR = P.MR, NR = P.NR, ws = P.Ws, nq, q0, ap, kb, pc, kc
+    cdef const floating_t* xn = <const floating_t*>j.x + n * j.xs[0]
+    cdef const floating_t* A = <const floating_t*>j.Ap
+    cdef const floating_t* src = NULL
+    cdef const intp_t* boff = j.boff_pad
+    cdef bint direct = P.mode == FWD_DIRECT
+    if direct and j.boff_x != NULL:
+        src = xn + oh0 * j.xs[2]
+        if <const char*>(src + j.boff_x_max + _rup(rows * g.W, NR)) > j.x_hi:
+            src = NULL          # the last panel would read past x (its last image): copy
+        else:
+            boff = j.boff_x
+            ws = g.W
+    if src == NULL:
+        _pad_copy(xn, j.xs, g.C, g.H, g.W, oh0 * g.SH - g.PT, (rows - 1) * g.SH + g.EKH,
+                  -g.PL, P.Ws, P.ps, P.Hs, buf, P.pad_elems)
+        src = buf
+    # direct panels: NR positions counted on the padded width ws; packed: NR real positions
+    nq = rows * ws if direct else rows * g.OW
+    q0 = 0
+    while q0 < nq:
+        for kb in range(P.nkb):
+            pc = kb * P.kc
+            kc = _imin(P.kc, K - pc)
+            # The block of B goes into an aligned, contiguous panel: in L1 for every A panel and
+            # streamed in order (read in place, the NR-value runs of a direct panel straddle
+            # cache lines and defeat the prefetcher: 19% L1 misses against 7.6% packed, 1x1
+            # 256->64 in callgrind). A direct block is packed by the first A panel's pass.
+            ap = 0
+            if direct:
+                _ukr(j.T, kc, A + pc * MR, NULL, 1, src + q0, boff + pc, tiles, NR, kb > 0,
+                     panel)
+                ap = 1
+            else:
+                _pack_panel(j, src, q0, nq, pc, kc, panel)
+            while ap < P.nap:
+                _ukr(j.T, kc, A + ap * K * MR + pc * MR, NULL, 1, panel, NULL,
+                     tiles + ap * MR * NR, NR, kb > 0)
+                ap += 1
+        for ap in range(P.nap):
+            _fwd_store(j, tiles + ap * MR * NR, n, ap * MR, q0, ws if direct else g.OW, oh0,
+                       rows if direct else nq, direct)
+        q0 += NR
+
+
+cdef void _fwd_worker(void* ctx) noexcept nogil:
+    # the caller and each helper that joins: its own slot of the scratch, then tasks until none
+    # is left (pool_run admits at most the helpers asked for, so slots never run out)
+    cdef FwdJob* j = <FwdJob*>ctx
+    cdef char* mine = j.thr + ndws_claim(&j.next_slot) * j.p.thread_bytes
+    cdef intp_t item = 8 if j.f64 else 4
+    cdef char* panel = mine + _rup(j.p.pad_elems * item, ALIGN)
+    cdef char* tiles = panel + _rup(j.p.panel_elems * item, ALIGN)
+    cdef long long t
+    while True:
+        t = ndws_claim(&j.next_task)
+        if t >= j.p.ntasks:
+            return
+        if j.p.mode == FWD_POS:
+            if j.f64:
+                _fwd_task_pos(j, <float64_t*>panel, <float64_t*>tiles, t)
+            else:
+                _fwd_task_pos(j, <float32_t*>panel, <float32_t*>tiles, t)
+        elif j.f64:
+            _fwd_task(j, <float64_t*>mine, <float64_t*>panel, <float64_t*>tiles, t)
+        else:
+            _fwd_task(j, <float32_t*>mine, <float32_t*>panel, <float32_t*>tiles, t)
+
+
+cdef void _fwd_prepare(FwdJob* j, const char* w, const intp_t* wst, char* shared
+                       ) noexcept nogil:
+    """Carve the shared scratch (packed weights, the two offset tables), pack the weights
+    (logical (out, in, kh, kw) strides wst), fill the tables; j.thr = the per-thread parts."""
+    cdef const Geom* g = &j.g
+    cdef FwdPlan* P = &j.p
+    cdef char* cur = shared
+    cdef intp_t item = 8 if j.f64 else 4, c, i, jj, p = 0
+    cdef char* Ap = _take(&cur, P.nap * P.K * (P.NR if P.mode == FWD_POS else P.MR) * item)
+    cdef intp_t* bp = <intp_t*>_take(&cur, P.K * 8)
+    cdef intp_t* bx = <intp_t*>_take(&cur, P.K * 8)
+    cdef bint direct_x = (P.mode == FWD_DIRECT and g.PT == 0 and g.PB == 0 and g.PL == 0
+                          and g.PR == 0 and j.xs[3] == 1 and j.xs[2] == g.W and j.xs[1] > 0)
+    j.thr = cur
+    j.Ap = Ap
+    # weights in panels of MR output channels (as A), or of NR (as B, FWD_POS): the same layout
+    # with the panel height as the parameter
+    if j.f64:
+        _pack_w(<const float64_t*>w, wst, g.CO, g.C, g.KH, g.KW,
+                P.NR if P.mode == FWD_POS else P.MR, <float64_t*>Ap)
+    else:
+        _pack_w(<const float32_t*>w, wst, g.CO, g.C, g.KH, g.KW,
+                P.NR if P.mode == FWD_POS else P.MR, <float32_t*>Ap)
+    j.boff_x_max = 0
+    for c in range(g.C):
+        for i in range(g.KH):
+            for jj in range(g.KW):
+                bp[p] = c * P.ps + i * g.DH * P.Ws + jj * g.DW
+                bx[p] = c * j.xs[1] + i * g.DH * j.xs[2] + jj * g.DW
+                if bx[p] > j.boff_x_max:
+                    j.boff_x_max = bx[p]
+                p += 1
+    j.boff_pad = bp
+    j.boff_x = bx if direct_x or P.mode == FWD_POS else NULL
+
+
+cdef void _fwd_run(FwdJob* j, int nt) noexcept nogil:
+    j.next_task = 0
+    j.next_slot = 0
+    if nt <= 1 or j.p.ntasks <= 1:
+        _fwd_worker(j)
+    else:
+        pool_run(_fwd_worker, j, <int>_imin(nt, j.p.ntasks) - 1)
+
+# ------------------------------------------------------------------------------------------------
+# Weight gradient: dW[co, c, i, j] = sum_{n, oh, ow} dY[n, co, oh, ow] * X[n, c, oh*SH - PT +
+# i*DH, ow*SW - PL + j*DW]. A GEMM whose reduction runs over output positions: C tiles are MR
+# taps x NR output channels; A is the padded input read in place (the MR taps of a tile are MR
+# channels at one (i, j), or MR consecutive kernel columns of one channel when there are few
+# channels: either way a fixed stride apart, so one offset per position addresses them), B is
+# dY transposed into panels of NR channels. Images go in chunks: phase 1 copies the chunk's
+# images and packs its dY (in parallel), phase 2 adds the chunk's products to every tile (tiles
+# in parallel). Each tile sums its chunks in order and each chunk in position order, so the
+# reduction over the batch does not depend on the thread count.
+
+
+
+cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) noexcept nogil:
+    W.MR = MR
+    W.NR = NR
+    # tap groups: MR channels at one kernel position, or MR kernel columns of one channel,
+    # whichever computes fewer padding rows
+    W.kwmode = g.C * _rup(g.KW, MR) < g.KW * _rup(g.C, MR)
+    if W.kwmode:
+        W.CIp = g.C
+        W.KWr = _rup(g.KW, MR)
+        W.nkwb = W.KWr // MR
+        W.ncblk = 0
+        W.ngroups = g.C * g.KH * W.nkwb
+        W.Ws = (g.OW - 1) * g.SW + (W.KWr - 1) * g.DW + 1
+    else:
+        W.CIp = _rup(g.C, MR)
+        W.KWr = g.KW
+        W.nkwb = 0
+        W.ncblk = W.CIp // MR
+        W.ngroups = g.KH * g.KW * W.ncblk
+        W.Ws = (g.OW - 1) * g.SW + g.EKW
+    W.Hs = (g.OH - 1) * g.SH + g.EKH
+    W.ps = W.Hs * W.Ws
+    W.img = W.CIp * W.ps
+    W.P = g.OH * g.OW
+    W.Bc = _imax(1, _imin(g.N, _imin(_cdiv(CHUNK_POSITIONS, W.P),
+                                      CHUNK_BYTES // _imax(1, W.img * item))))
+    W.COp = _rup(g.CO, NR)
+    W.ncb = W.COp // NR
+    W.shared_bytes = (_rup(W.Bc * W.img * item, ALIGN) + _rup(W.COp * W.Bc * W.P * item, ALIGN)
+                      + _rup(W.Bc * W.P * 8, ALIGN)
+                      + _rup(W.ngroups * MR * W.COp * item, ALIGN))
+
+
+
+cdef void _wg_phase1(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
+    cdef const Geom* g = &j.g
+    cdef const WgPlan* W = &j.w
+    cdef intp_t b, co, cb, q, oh, ow, jj, NR = W.NR, P = W.P, kc = j.nb * W.P
+    cdef const floating_t* dyn
+    cdef floating_t* dst
+    if t < j.nb:
+        _pad_copy(<const floating_t*>j.x + (j.n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
+                  W.Hs, -g.PL, W.Ws, W.ps, W.Hs, <floating_t*>j.pad + t * W.img, g.C * W.ps)
+        return
+    cb = t - j.nb
+    dst = <floating_t*>j.Bt + cb * (W.Bc * P) * NR
+    for jj in range(NR):
+        co = cb * NR + jj
+        if co >= g.CO:
+            for q in range(kc):
+                dst[q * NR + jj] = 0
+            continue
+        q = 0
+        for b in range(j.nb):
+            dyn = <const floating_t*>j.dy + (j.n0 + b) * j.ds[0] + co * j.ds[1]
+            for oh in range(g.OH):
+                for ow in range(g.OW):
+                    dst[q * NR + jj] = dyn[oh * j.ds[2] + ow * j.ds[3]]
+                    q += 1
+
+
+cdef void _wg_phase2(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
+    cdef const Geom* g = &j.g
+    cdef const WgPlan* W = &j.w
+    cdef intp_t grp = t // W.ncb, cb = t % W.ncb, tap, ars, i, jj, c
+    cdef const floating_t* A
+    if W.kwmode:
+        # grp = (c*KH + i)*nkwb + kwb: MR consecutive kernel columns of channel c, row i
+        c = grp // (g.KH * W.nkwb)
+        i = (grp // W.nkwb) % g.KH
+        jj = (grp % W.nkwb) * W.MR
+        tap = c * W.ps + i * g.DH * W.Ws + jj * g.DW
+        ars = g.DW
+    else:
+        # grp = (i*KW + jj)*ncblk + cblk: MR consecutive channels at kernel position (i, jj)
+        i = grp // (g.KW * W.ncblk)
+        jj = (grp // W.ncblk) % g.KW
+        c = (grp % W.ncblk) * W.MR
+        tap = c * W.ps + i * g.DH * W.Ws + jj * g.DW
+        ars = W.ps
+    A = <const floating_t*>j.pad + tap
+    _ukr(j.T, j.nb * W.P, A, j.posoff, ars,
+         <const floating_t*>j.Bt + cb * (W.Bc * W.P) * W.NR, NULL,
+         <floating_t*>j.acc + grp * W.MR * W.COp + cb * W.NR, W.COp, 0 if j.first else 1)
+
+
+cdef void _wg_worker(void* ctx) noexcept nogil:
+    # tasks of j.phase (1: copy images, pack dY; 2: the products) until none is left
+    cdef WgJob* j = <WgJob*>ctx
+    cdef long long t
+    while True:
+        t = ndws_claim(&j.next)
+        if t >= j.ntasks:
+            return
+        if j.phase == 1:
+            if j.f64:
+                _wg_phase1(j, t, <float64_t>0)
+            else:
+                _wg_phase1(j, t, <float32_t>0)
+        elif j.f64:
+            _wg_phase2(j, t, <float64_t>0)
+        else:
+            _wg_phase2(j, t, <float32_t>0)
+
+
+cdef void _run_phase(WgJob* j, int phase, intp_t ntasks, int nt) noexcept nogil:
+    j.phase = phase
+    j.ntasks = ntasks
+    j.next = 0
+    if nt <= 1 or ntasks <= 1:
+        _wg_worker(j)
+    else:
+        pool_run(_wg_worker, j, <int>_imin(nt, ntasks) - 1)
+
+
+cdef void _wg_scatter(const WgJob* j, char* dw, const intp_t* dws, floating_t dummy
+                      ) noexcept nogil:
+    # dW[co, c, i, jj] from the accumulator rows of the tap groups
+    cdef const Geom* g = &j.g
+    cdef const WgPlan* W = &j.w
+    cdef intp_t co, c, i, jj, row
+    cdef const floating_t* acc = <const floating_t*>j.acc
+    cdef floating_t* out = <floating_t*>dw
+    for c in range(g.C):
+        for i in range(g.KH):
+            for jj in range(g.KW):
+                if W.kwmode:
+                    row = ((c * g.KH + i) * W.nkwb + jj // W.MR) * W.MR + jj % W.MR
+                else:
+                    row = ((i * g.KW + jj) * W.ncblk + c // W.MR) * W.MR + c % W.MR
+                for co in range(g.CO):
+                    out[co * dws[0] + c * dws[1] + i * dws[2] + jj * dws[3]] = \
+                        acc[row * W.COp + co]
+
+
+cdef void _wg_run(WgJob* j, char* shared, char* dw, const intp_t* dws, int nt) noexcept nogil:
+    cdef const Geom* g = &j.g
+    cdef const WgPlan* W = &j.w
+    cdef char* cur = shared
+    cdef intp_t item = 8 if j.f64 else 4, b, q, oh, ow
+    j.pad = _take(&cur, W.Bc * W.img * item)
+    j.Bt = _take(&cur, W.COp * W.Bc * W.P * item)
+    j.posoff = <intp_t*>_take(&cur, W.Bc * W.P * 8)
+    j.acc = _take(&cur, W.ngroups * W.MR * W.COp * item)
+    # padding planes (channels C..CIp) stay zero: the copies only write the real channels
+    memset(j.pad, 0, W.Bc * W.img * item)
+    q = 0
+    for b in range(W.Bc):
+        for oh in range(g.OH):
+            for ow in range(g.OW):
+                j.posoff[q] = b * W.img + oh * g.SH * W.Ws + ow * g.SW
+                q += 1
+    if g.N == 0:
+        memset(j.acc, 0, W.ngroups * W.MR * W.COp * item)
+    j.first = True
+    j.n0 = 0
+    while j.n0 < g.N:
+        j.nb = _imin(W.Bc, g.N - j.n0)
+        _run_phase(j, 1, j.nb + W.ncb, nt)
+        _run_phase(j, 2, W.ngroups * W.ncb, nt)
+        j.first = False
+        j.n0 += j.nb
+    if j.f64:
+        _wg_scatter(j, dw, dws, <float64_t>0)
+    else:
+        _wg_scatter(j, dw, dws, <float32_t>0)
+
+# ------------------------------------------------------------------------------------------------
+# Input gradient by col2im (strided convolutions, and few input channels): per image, panels
+# of NR output positions of dY (packed) times the transposed weights (taps as rows, packed once)
+# give MR taps x NR positions of the column matrix, scattered onto dX at once. An image is one
+# task: its dX elements receive their contributions in a fixed order. (Stride-1 convolutions
+# with enough channels run the forward driver on the flipped kernel instead.)
+
+
+
+cdef void _dx_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, intp_t* shared,
+                   intp_t* thread) noexcept nogil:
+    cdef intp_t K = g.C * g.KH * g.KW
+    shared[0] = _rup(_cdiv(K, MR) * g.CO * MR * item, ALIGN)
+    thread[0] = _rup(g.CO * NR * item, ALIGN)
+
+
+cdef void _pack_wt(const floating_t* w, const intp_t* ws, intp_t CO, intp_t CI, intp_t KH,
+                   intp_t KW, intp_t MR, floating_t* At) noexcept nogil:
+    cdef intp_t K = CI * KH * KW, tp, co, r, tap, c, i, jj
+    for tp in range(_cdiv(K, MR)):
+        for co in range(CO):
+            for r in range(MR):
+                tap = tp * MR + r
+                if tap >= K:
+                    At[(tp * CO + co) * MR + r] = 0
+                    continue
+                c = tap // (KH * KW)
+                i = (tap // KW) % KH
+                jj = tap % KW
+                At[(tp * CO + co) * MR + r] = w[co * ws[0] + c * ws[1] + i * ws[2] + jj * ws[3]]
+
+
+cdef void _dx_task(DxJob* j, floating_t* Bp, intp_t n) noexcept nogil:
+    cdef const Geom* g = &j.g
+    cdef intp_t MR = j.MR, NR = j.NR, npos = g.OH * g.OW, p0, cnt, co, jj, tp, r, rv, tap
+    cdef intp_t c, i, kj, q, oh, ow, run, ih, iw0, lo, hi, k, h, w, nr, u
+    cdef const floating_t* dyn = <const floating_t*>j.dy + n * j.ds[0]
+    cdef floating_t* dxn = <floating_t*>j.dx + n * j.xs[0]
+    cdef const floating_t* At = <const floating_t*>j.At
+    cdef const floating_t* dyc
+    cdef floating_t* row
+    cdef floating_t* s
+    cdef floating_t tile[TILE_MAX]
+    cdef intp_t doff[64]            # dY offset of each panel position
+    cdef intp_t roh[64]             # the panel's runs along one output row: row, first column,
+    cdef intp_t row_[64]            # first panel position, length
+    cdef intp_t rj[64]
+    cdef intp_t rl[64]
+    cdef intp_t x3 = j.xs[3], SW = g.SW
+    for c in range(g.C):
+        for h in range(g.H):
+            row = dxn + c * j.xs[1] + h * j.xs[2]
+            if x3 == 1:
+                memset(row, 0, g.W * sizeof(floating_t))
+            else:
+                for w in range(g.W):
+                    row[w * x3] = 0
+    p0 = 0
+    while p0 < npos:
+        cnt = _imin(NR, npos - p0)
+        nr = 0
+        jj = 0
+        while jj < cnt:
+            q = p0 + jj
+            oh = q // g.OW
+            ow = q - oh * g.OW
+            run = _imin(g.OW - ow, cnt - jj)
+            roh[nr], row_[nr], rj[nr], rl[nr] = oh, ow, jj, run
+            for u in range(run):
+                doff[jj + u] = oh * j.ds[2] + (ow + u) * j.ds[3]
+            nr += 1
+            jj += run
+        for co in range(g.CO):
+            dyc = dyn + co * j.ds[1]
+            for jj in range(cnt):
+                Bp[co * NR + jj] = dyc[doff[jj]]
+            for jj in range(cnt, NR):
+                Bp[co * NR + jj] = 0
+        for tp in range(j.ntp):
+            _ukr(j.T, g.CO, At + tp * g.CO * MR, NULL, 1, Bp, NULL, tile, NR, 0)
+            rv = _imin(MR, j.K - tp * MR)
+            for r in range(rv):
+                tap = tp * MR + r
+                c = tap // (g.KH * g.KW)
+                i = (tap // g.KW) % g.KH
+                kj = tap % g.KW
+                for u in range(nr):
+                    ih = roh[u] * g.SH - g.PT + i * g.DH
+                    if ih < 0 or ih >= g.H:
+                        continue
+                    iw0 = row_[u] * SW - g.PL + kj * g.DW
+                    row = dxn + c * j.xs[1] + ih * j.xs[2]
+                    s = tile + r * NR + rj[u]
+                    if SW == 1 and x3 == 1:
+                        # ow + k lands inside the row while 0 <= iw0 + k < W (no division)
+                        lo = 0 if iw0 >= 0 else -iw0
+                        hi = _imin(rl[u], g.W - iw0)
+                        for k in range(lo, hi):
+                            row[iw0 + k] += s[k]
+                    else:
+                        # ... while 0 <= iw0 + k*SW < W
+                        lo = 0 if iw0 >= 0 else _cdiv(-iw0, SW)
+                        hi = _imin(rl[u], _cdiv(g.W - iw0, SW)) if g.W > iw0 else 0
+                        for k in range(lo, hi):
+                            row[(iw0 + k * SW) * x3] += s[k]
+        p0 += NR
+    if j.bias != NULL or j.act != ACT_IDENTITY:
+        for c in range(g.C):
+            for h in range(g.H):
+                row = dxn + c * j.xs[1] + h * j.xs[2]
+                if x3 == 1:
+                    _tile_bias_act(row, 1, g.W, j.bias, j.bs, c, j.act, j.alpha)
+                else:
+                    for w in range(g.W):
+                        _tile_bias_act(row + w * x3, 1, 1, j.bias, j.bs, c, j.act, j.alpha)
+
+
+cdef void _dx_worker(void* ctx) noexcept nogil:
+    cdef DxJob* j = <DxJob*>ctx
+    cdef char* mine = j.thr + ndws_claim(&j.next_slot) * j.thread_bytes
+    cdef long long t
+    while True:
+        t = ndws_claim(&j.next_task)
+        if t >= j.g.N:
+            return
+        if j.f64:
+            _dx_task(j, <float64_t*>mine, t)
+        else:
+            _dx_task(j, <float32_t*>mine, t)
+
+
+cdef void _dx_run(DxJob* j, const char* w, const intp_t* wst, char* shared, int nt
+                  ) noexcept nogil:
+    cdef intp_t item = 8 if j.f64 else 4, sh, th
+    cdef const Geom* g = &j.g
+    _dx_plan(g, j.MR, j.NR, item, &sh, &th)
+    j.K = g.C * g.KH * g.KW
+    j.ntp = _cdiv(j.K, j.MR)
+    j.At = shared
+    j.thr = shared + sh
+    j.thread_bytes = th
+    if j.f64:
+        _pack_wt(<const float64_t*>w, wst, g.CO, g.C, g.KH, g.KW, j.MR, <float64_t*>shared)
+    else:
+        _pack_wt(<const float32_t*>w, wst, g.CO, g.C, g.KH, g.KW, j.MR, <float32_t*>shared)
+    j.next_task = 0
+    j.next_slot = 0
+    if nt <= 1 or g.N <= 1:
+        _dx_worker(j)
+    else:
+        pool_run(_dx_worker, j, <int>_imin(nt, g.N) - 1)
+
+# ------------------------------------------------------------------------------------------------
+# The register tile of this CPU's GEMM build (GIL held)
+
+cdef int _tile_of(const GemmTable* T, bint f64, intp_t* MR, intp_t* NR) except -1:
+    MR[0] = T.mr_f64 if f64 else T.mr_f32
+    NR[0] = T.nr_f64 if f64 else T.nr_f32
+    if MR[0] * NR[0] > TILE_MAX or NR[0] > 64:
+        raise RuntimeError(f"the GEMM build's register tile {MR[0]}x{NR[0]} is larger than "
+                           f"the convolutions' tile buffer")
+    return 0

@@ -1,0 +1,184 @@
+"""A ComputationGraph in ndws.parallel: ParallelWrapper (both training modes) and MPITrainer on
+one process train a graph to the same bits as the network it came from, through the same
+compute and apply halves of a step; ParallelInference serves a two-input graph, merging
+requests input by input, and refuses what does not fit its inputs."""
+import threading
+
+import numpy as np
+import pytest
+
+import ndws
+from ndws.data import DataSet, MultiDataSet
+from ndws.nn import (LSTM, Adam, ComputationGraph, ComputationGraphConfiguration, DenseLayer,
+                     InputType, LastTimeStepVertex, MultiLayerConfiguration, MultiLayerNetwork,
+                     OutputLayer)
+from ndws.nn.listeners import TrainingListener
+from ndws.parallel import ParallelInference, ParallelWrapper
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    yield
+    ndws.destroy_all_workspaces_for_current_thread()
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    return (rng.random((64, 6), dtype=np.float32),
+            np.eye(3, dtype=np.float32)[rng.integers(0, 3, 64)])
+
+
+def mln(seed=1):
+    net = MultiLayerNetwork(MultiLayerConfiguration(
+        [DenseLayer(n_in=6, n_out=16, activation="tanh", dropout=0.9),
+         OutputLayer(n_out=3, activation="softmax")], seed=seed, updater=Adam(1e-2)))
+    net.init()
+    return net
+
+
+class Steps(TrainingListener):
+    def __init__(self):
+        self.calls = []
+
+    def on_gradient_calculation(self, model):
+        self.calls.append(("gradient", model.iteration))
+
+    def iteration_done(self, model, iteration, epoch):
+        self.calls.append(("done", iteration))
+
+
+@pytest.mark.parametrize("mode", ["SHARED_GRADIENTS", "AVERAGING"])
+def test_parallel_wrapper_trains_a_graph_as_the_network_it_came_from(mode, data):
+    x, y = data
+    net, g = mln(), mln().to_computation_graph()
+    heard = Steps()
+    g.set_listeners(heard)
+    with ParallelWrapper(net, workers=2, training_mode=mode) as pw:
+        pw.fit(x, y, batch_size=8, epochs=2, progress=False)
+    with ParallelWrapper(g, workers=2, training_mode=mode) as pw:
+        pw.fit([x], [y], batch_size=8, epochs=2, progress=False)
+    np.testing.assert_array_equal(g.params().numpy(), net.params().numpy())
+    assert (g.iteration, g.epoch) == (net.iteration, net.epoch)
+    assert g.score() == net.score()
+    assert heard.calls[0] == ("gradient", 0) and ("done", 0) in heard.calls
+    assert heard.calls.index(("gradient", 0)) < heard.calls.index(("done", 0))
+    # an iterator of MultiDataSets too
+    with ParallelWrapper(g, workers=2, training_mode=mode) as pw:
+        pw.fit([MultiDataSet([x[i:i + 8]], [y[i:i + 8]]) for i in range(0, 64, 8)],
+               progress=False)
+    with ParallelWrapper(net, workers=2, training_mode=mode) as pw:
+        pw.fit([DataSet(x[i:i + 8], y[i:i + 8]) for i in range(0, 64, 8)], progress=False)
+    np.testing.assert_array_equal(g.params().numpy(), net.params().numpy())
+
+
+def test_mpi_trainer_on_one_process_trains_a_graph_exactly_as_fit(data):
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+    from ndws.parallel import MPITrainer
+    x, y = data
+    for mode in ("SHARED_GRADIENTS", "AVERAGING"):
+        oracle = mln().to_computation_graph()
+        oracle.fit([x], [y], batch_size=8, epochs=2)
+        g = mln().to_computation_graph()
+        with MPITrainer(g, MPI.COMM_SELF, training_mode=mode) as trainer:
+            trainer.fit([MultiDataSet([x[i:i + 8]], [y[i:i + 8]]) for i in range(0, 64, 8)],
+                        epochs=2)
+        np.testing.assert_array_equal(g.params().numpy(), oracle.params().numpy())
+        assert (g.iteration, g.epoch) == (oracle.iteration, oracle.epoch) == (16, 2)
+
+
+def two_input():
+    conf = (ComputationGraphConfiguration.builder(seed=3, updater=Adam(1e-2))
+            .add_inputs("seq", "side")
+            .add_layer("lstm", LSTM(n_out=6, activation="tanh"), "seq")
+            .add_vertex("last", LastTimeStepVertex("seq"), "lstm")
+            .add_layer("dense", DenseLayer(n_out=4, activation="relu"), "side")
+            .add_layer("out", OutputLayer(n_out=2, activation="softmax"), "last", "dense")
+            .add_layer("aux", OutputLayer(n_out=3, activation="softmax"), "dense")
+            .set_outputs("out", "aux")
+            .set_input_types(InputType.recurrent(3, 5), InputType.feed_forward(4))
+            .build())
+    g = ComputationGraph(conf)
+    g.init()
+    return g
+
+
+@pytest.mark.parametrize("mode", ["BATCHED", "SEQUENTIAL", "INPLACE"])
+def test_parallel_inference_serves_a_two_input_graph_input_by_input(mode):
+    rng = np.random.default_rng(1)
+    g = two_input()
+    seq = rng.standard_normal((12, 3, 5)).astype(np.float32)
+    side = rng.standard_normal((12, 4)).astype(np.float32)
+    want = [o.numpy() for o in g.output(seq, side)]
+    cuts = [(0, 1), (1, 4), (4, 5), (5, 12)]
+    results = {}
+    with ParallelInference(g, inference_mode=mode, workers=2) as pi:
+        first = pi.submit(seq[:1], side[:1])
+        futures = [pi.submit(seq[a:b], side[a:b]) for a, b in cuts[1:]]
+        results[cuts[0]] = first.result(10)
+        for (a, b), f in zip(cuts[1:], futures):
+            results[(a, b)] = f.result(10)
+        one = pi.output(seq[3], side[3])                 # one example, no batch axis
+    for (a, b), outs in results.items():
+        assert isinstance(outs, list) and len(outs) == 2
+        for o, w in zip(outs, want):
+            assert not o.is_attached()
+            np.testing.assert_allclose(o.numpy(), w[a:b], rtol=1e-5, atol=1e-6)
+    assert [o.shape for o in one] == [(2,), (3,)]
+    np.testing.assert_allclose(one[0].numpy(), want[0][3], rtol=1e-5, atol=1e-6)
+
+
+def test_parallel_inference_refuses_what_does_not_fit_the_graph():
+    g = two_input()
+    seq = np.zeros((2, 3, 5), np.float32)
+    side = np.zeros((2, 4), np.float32)
+    with ParallelInference(g) as pi:
+        with pytest.raises(ValueError, match="the served network has 2 inputs, got 1 array"):
+            pi.output(seq)
+        with pytest.raises(ValueError, match="different numbers of examples: 2, 3"):
+            pi.output(seq, np.zeros((3, 4), np.float32))
+        with pytest.raises(ValueError, match=r"x\[1\]: expected one example \(n_features,\)"):
+            pi.output(seq, np.zeros((2, 4, 1), np.float32))
+        with pytest.raises(ValueError, match=r"x\[0\]: expected one example"):
+            pi.output(side, side)                          # inputs in the wrong order
+        with pytest.raises(TypeError, match=r"x\[1\]: expected an array of numbers"):
+            pi.output(seq, np.array(["a", "b"]))
+        with pytest.raises(ValueError, match="a MultiLayerNetwork cannot replace the served "
+                                             "ComputationGraph"):
+            pi.update_model(mln())
+        with pytest.raises(ValueError, match="of other inputs or outputs"):
+            pi.update_model(mln().to_computation_graph())
+        out = pi.output(seq, side)                         # still serving
+    assert [o.shape for o in out] == [(2, 2), (2, 3)]
+
+
+@pytest.mark.parametrize("mode, fewest, most", [("BATCHED", 1, 2), ("SEQUENTIAL", 4, 4)])
+def test_batched_requests_of_a_graph_share_forward_passes(mode, fewest, most, monkeypatch):
+    # one worker, its first pass held until every request is queued: BATCHED merges the
+    # waiting ones input by input into one pass (at most two passes in all), while SEQUENTIAL
+    # runs each request alone
+    rng = np.random.default_rng(2)
+    g = two_input()
+    seq = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    side = rng.standard_normal((4, 4)).astype(np.float32)
+    want = [o.numpy() for o in g.output(seq, side)]
+    passes = []
+    real = ParallelInference._forward
+
+    gate = threading.Event()
+
+    def counted(self, net, xs):
+        gate.wait(10)                    # the first pass waits until every request is queued
+        passes.append(xs[0].shape[0])
+        return real(self, net, xs)
+    monkeypatch.setattr(ParallelInference, "_forward", counted)
+    with ParallelInference(g, inference_mode=mode, workers=1) as pi:
+        first = pi.submit(seq[:1], side[:1])
+        rest = [pi.submit(seq[k:k + 1], side[k:k + 1]) for k in range(1, 4)]
+        gate.set()
+        outs = [first.result(10)] + [f.result(10) for f in rest]
+    assert fewest <= len(passes) <= most and sum(passes) == 4
+    for k, o in enumerate(outs):
+        for got, w in zip(o, want):
+            np.testing.assert_allclose(got.numpy(), w[k:k + 1], rtol=1e-5, atol=1e-6)
