@@ -356,23 +356,6 @@ def test_evaluations_count_only_unmasked_steps(rng):
 
 # -- variable-length sequences through the async prefetcher -----------------------------------------
 
-class _Lengths(ndws.data.iterators.DataSetIterator):
-    """Padded batches of sequences whose lengths change batch to batch, with both masks."""
-
-    def __init__(self, batches):
-        self.batches, self.pos = batches, 0
-
-    def has_next(self):
-        return self.pos < len(self.batches)
-
-    def _next(self):
-        self.pos += 1
-        return DataSet(*self.batches[self.pos - 1])
-
-    def _reset(self):
-        self.pos = 0
-
-
 def _variable_batches(rng, n=12):
     out = []
     for k in range(n):
@@ -391,12 +374,12 @@ def test_variable_lengths_through_the_async_prefetcher_train_as_the_batches_do(m
     # reads the batches and both masks from it: the parameters are bit for bit those of
     # fitting the same batches handed over directly; a batch kept after the prefetcher closed
     # raises when the network is given it, before anything moves
-    from ndws.data import AsyncDataSetIterator
-    batches = _variable_batches(rng)
+    from ndws.data import AsyncDataSetIterator, ListDataSetIterator
+    batches = [DataSet(*b) for b in _variable_batches(rng)]
     direct = net_of(char_like(mode))
-    direct.fit([DataSet(*b) for b in batches], epochs=2)
+    direct.fit(batches, epochs=2)
     prefetched = net_of(char_like(mode))
-    with AsyncDataSetIterator(_Lengths(batches), queue_size=2) as it:
+    with AsyncDataSetIterator(ListDataSetIterator(batches), queue_size=2) as it:
         prefetched.fit(it, epochs=2)
         it.reset()
         kept = it.next()
