@@ -332,7 +332,7 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws.nn._iteration": ["ndws/_tls.h"],
            "ndws.nn._activations": ["ndws/_vmath.h", "ndws/nn/_act_loops.h"],
            "ndws.nn._losses": ["ndws/_vmath.h"],
-           "ndws.nn._rnn": ["ndws/_tls.h", "ndws/_vmath.h", "ndws/nn/_act_loops.h",
+           "ndws.nn._rnn": ["ndws/_tls.h", "ndws/_vmath.h",
                             "ndws/nn/_rnn_cell.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
            "ndws.nn._depthwise": ["ndws/nn/_dw_loops.h"]}
@@ -362,7 +362,7 @@ EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("nd
               extension("ndws.nn._conv"), extension("ndws.nn._winograd"),
               extension("ndws.nn._conv_gemm"), extension("ndws.nn._conv2d"),
               extension("ndws.nn._depthwise"), extension("ndws.nn._pool"),
-              extension("ndws.nn._rnn"),
+              extension("ndws.nn._rnn"), extension("ndws.nn._rnn_entries"),
               extension("ndws.nn._iteration"),
               extension("ndws.evaluation._counting"), extension("ndws.evaluation._roc_kernels"),
               extension("ndws.evaluation._regression_kernels"),

@@ -12,11 +12,11 @@ import pytest
 import ndws
 import ndws.nn.functional as F
 from ndws.nn import (_act_entries, _activations, _conv, _conv2d, _depthwise, _linear, _losses,
-                     _pool, _rnn, _updaters)
+                     _pool, _rnn, _rnn_entries, _updaters)
 
 #: the compiled modules behind ndws.nn.functional (their doctests run, their stubs are complete)
 KERNEL_MODULES = (_activations, _act_entries, _linear, _losses, _updaters, _conv, _conv2d,
-                  _depthwise, _pool, _rnn)
+                  _depthwise, _pool, _rnn, _rnn_entries)
 
 DTYPES = [np.float32, np.float64]
 SIZES = [1, 7, 65, 257]

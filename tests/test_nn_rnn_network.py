@@ -352,3 +352,42 @@ def test_evaluations_count_only_unmasked_steps(rng):
     alone = ROCMultiClass()
     alone.eval(rows_true, rows_pred)
     assert roc.calculate_average_auc() == alone.calculate_average_auc()
+
+
+# -- variable-length sequences through the async prefetcher -----------------------------------------
+
+def _variable_batches(rng, n=12):
+    out = []
+    for k in range(n):
+        steps = int(rng.integers(2, 30)) if k != 5 else 60      # a late, much longer batch
+        x, y = data(rng, n=4, steps=steps)
+        fmask = np.ones((4, steps), np.float32)
+        for i in range(4):
+            fmask[i, int(rng.integers(1, steps + 1)):] = 0
+        out.append((x, y, fmask, fmask.copy()))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["SEPARATE", "ENABLED"])
+def test_variable_lengths_through_the_async_prefetcher_train_as_the_batches_do(mode, rng):
+    # the prefetcher's ring adapts to the lengths (one longer batch grows it) and the network
+    # reads the batches and both masks from it: the parameters are bit for bit those of
+    # fitting the same batches handed over directly; a batch kept after the prefetcher closed
+    # raises when the network is given it, before anything moves
+    from ndws.data import AsyncDataSetIterator, ListDataSetIterator
+    batches = [DataSet(*b) for b in _variable_batches(rng)]
+    direct = net_of(char_like(mode))
+    direct.fit(batches, epochs=2)
+    prefetched = net_of(char_like(mode))
+    with AsyncDataSetIterator(ListDataSetIterator(batches), queue_size=2) as it:
+        prefetched.fit(it, epochs=2)
+        it.reset()
+        kept = it.next()
+        # the ring remembers the long batch: it starts large enough for it
+        assert it.workspace.initial_block_size > 4 * 4 * 60 * 4
+    assert kept.features.stale == "destroyed"                       # the ring went with it
+    before = prefetched.params().numpy().copy()
+    with pytest.raises(ndws.WorkspaceError, match="destroyed"):
+        prefetched.fit(kept)
+    np.testing.assert_array_equal(prefetched.params().numpy(), before)       # nothing moved
+    np.testing.assert_array_equal(prefetched.params().numpy(), direct.params().numpy())

@@ -423,34 +423,65 @@ def test_one_and_two_threads_are_bit_identical(kind, dtype, rng):
     assert results[0] == results[1]
 
 
+def _cell_isas():
+    from ndws.nn import _rnn
+    return _rnn._cell_isas()
+
+
+def _run_cell_path(fused, isa, kind, p, act, gact, mask, gy, state):
+    # forward with a cache, inference (no cache) and backward on one path, as bytes
+    from ndws.nn import _rnn
+    T, B, n = gy.shape[2], gy.shape[0], gy.shape[1]
+    previous, previous_isa = _rnn._use_fused_cells(fused), _rnn._use_cell_isa(isa)
+    try:
+        cache = np.empty(F.lstm_cache_shape(T, B, n, activation=act, gate_activation=gact),
+                         gy.dtype)
+        fwd = _forward(kind, p, act=act, gact=gact, mask=mask, cache=cache, state=state)
+        inference = _forward(kind, p, act=act, gact=gact, mask=mask, state=state)
+        bwd = F.lstm_backward(p["x"], p["W"], p["RW"], cache, gy,
+                              p["h0"] if state else None, p["c0"] if state else None, mask,
+                              activation=act, gate_activation=gact,
+                              peepholes=kind == "graves")
+    finally:
+        _rnn._use_fused_cells(previous)
+        _rnn._use_cell_isa(previous_isa)
+    return [a.numpy().tobytes() for a in fwd + inference + bwd] + [cache.tobytes()]
+
+
+@pytest.mark.parametrize("isa", _cell_isas())
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kind", ["lstm", "graves"])
-def test_the_fused_cell_gives_the_bits_of_the_general_path(kind, dtype, rng):
+def test_the_fused_cell_gives_the_bits_of_the_general_path(kind, dtype, isa, rng):
     # identity / sigmoid / tanh run the per-instruction-set cell of _rnn_cell.h, every other
-    # activation the general path: for the same activations both must agree bit for bit
-    from ndws.nn import _rnn
+    # activation the general path: for the same activations both must agree bit for bit, with
+    # every clone this CPU runs (n = 19: full vectors and a tail in both precisions), masks of
+    # 0, 1 and a scale, saturating inputs, with and without an initial state
     B, T, n = 5, 7, 19
     p = _problem(rng, kind, B=B, nin=6, n=n, T=T, dtype=dtype)
-    mask = (rng.random((B, T)) > 0.3).astype(dtype)
+    p["x"][0, :, 2] *= 40                           # deep in every activation's saturation
     gy = rng.standard_normal((B, n, T)).astype(dtype)
-    for act, gact in [("tanh", "sigmoid"), ("sigmoid", "tanh"), ("identity", "sigmoid"),
-                      ("tanh", "identity")]:
-        runs = []
-        for fused in (True, False):
-            previous = _rnn._use_fused_cells(fused)
-            try:
-                cache = np.empty(F.lstm_cache_shape(T, B, n, activation=act,
-                                                    gate_activation=gact), dtype)
-                fwd = _forward(kind, p, act=act, gact=gact, mask=mask, cache=cache)
-                inference = _forward(kind, p, act=act, gact=gact, mask=mask)
-                bwd = F.lstm_backward(p["x"], p["W"], p["RW"], cache, gy, p["h0"], p["c0"],
-                                      mask, activation=act, gate_activation=gact,
-                                      peepholes=kind == "graves")
-            finally:
-                _rnn._use_fused_cells(previous)
-            runs.append([a.numpy().tobytes() for a in fwd + inference + bwd]
-                        + [cache.tobytes()])
-        assert runs[0] == runs[1], (act, gact)
+    masks = [None, (rng.random((B, T)) > 0.3).astype(dtype)]
+    masks[1][1, 3] = 0.5
+    codes = ["identity", "sigmoid", "tanh"]
+    for act in codes:
+        for gact in codes:
+            for i, mask in enumerate(masks):
+                state = i == 0
+                fused = _run_cell_path(True, isa, kind, p, act, gact, mask, gy, state)
+                general = _run_cell_path(False, isa, kind, p, act, gact, mask, gy, state)
+                assert fused == general, (act, gact, i)
+
+
+def test_the_cell_clones_are_chosen_and_refused_by_name():
+    from ndws.nn import _rnn
+    isas = _rnn._cell_isas()
+    assert isas[-1] == "baseline" and set(isas) <= {"avx512", "avx2", "baseline"}
+    before = _rnn._use_cell_isa("baseline")
+    assert before == isas[0]                        # the best this CPU runs, by default
+    with pytest.raises(ValueError, match=r"isa: expected one of .*baseline, got 'sse9'"):
+        _rnn._use_cell_isa("sse9")
+    assert _rnn._use_cell_isa(None) == "baseline"   # the refusal changed nothing
+    assert _rnn._use_cell_isa(None) == isas[0]
 
 
 def test_the_cache_is_read_not_written_by_the_backward(rng):
@@ -733,8 +764,9 @@ def test_public_surface():
                  "simple_rnn_scratch_bytes"):
         assert name in F.__all__ and getattr(F, name).__doc__
     import pathlib
-    stub = (pathlib.Path(F.__file__).parent / "_rnn.pyi").read_text()
-    assert all(f"def {name}(" in stub for name in F.lstm_forward.__module__ and [
+    assert F.lstm_forward.__module__ == "ndws.nn._rnn_entries"
+    stub = (pathlib.Path(F.__file__).parent / "_rnn_entries.pyi").read_text()
+    assert all(f"def {name}(" in stub for name in [
         "lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
         "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
         "simple_rnn_scratch_bytes"])
@@ -742,6 +774,6 @@ def test_public_surface():
 
 def test_docstring_examples():
     import doctest
-    from ndws.nn import _rnn
-    failures, tried = doctest.testmod(_rnn, optionflags=doctest.ELLIPSIS)
+    from ndws.nn import _rnn_entries
+    failures, tried = doctest.testmod(_rnn_entries, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0

@@ -13,3 +13,27 @@ cdef Py_ssize_t lstm_cache_width(Py_ssize_t n, bint with_z) noexcept nogil
 cdef Py_ssize_t simple_rnn_cache_width(Py_ssize_t n, bint with_z) noexcept nogil
 # Whether an activation code (ndws.nn._activations' ACT_*) needs its input for its derivative.
 cdef bint needs_input(int code) noexcept nogil
+
+# The time loops' entries for ndws.nn._rnn_entries (the public functions, whose docstrings
+# describe the arguments): `kind` K_LSTM (GravesLSTM with peep) or K_SIMPLE; errors name `op`.
+cdef enum:
+    K_LSTM = 0
+    K_SIMPLE = 1
+cdef tuple rnn_forward(int kind, object x, object W, object RW, object b, object h0, object c0,
+                       object mask, object activation, object gate_activation, bint peep,
+                       object data_format, object out, object h_out, object c_out, object cache,
+                       object loop_workspace, object scratch, str op)
+cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, object grad_output,
+                        object h0, object c0, object mask, object grad_h, object grad_c,
+                        object activation, object gate_activation, bint peep, object data_format,
+                        object back_length, bint need_input, object grad_input, object grad_W,
+                        object grad_RW, object grad_b, object grad_h0, object grad_c0,
+                        object loop_workspace, object scratch, str op)
+# Bytes of scratch one call needs at most (the *_scratch_bytes functions' answer).
+cdef Py_ssize_t rnn_scratch_bytes(int kind, object batch, object n_in, object n_out, object time,
+                                  object dtype, bint backward, bint peep, bint cache, bint mask,
+                                  bint loop, object back_length, str op) except -1
+# A size argument: an int in [lo, 2**48), else TypeError / ValueError naming `role`.
+cdef Py_ssize_t size_arg(object v, str op, str role, Py_ssize_t lo) except -1
+# Whether the cache holds the pre-activations (see lstm_cache_width) for these activations.
+cdef bint with_z(object activation, object gate_activation, str op) except -1

@@ -1,7 +1,8 @@
 /* One example's LSTM cell for one step, forward and backward, as one pass over its units, for
  * the activations whose derivatives come from their outputs (identity, sigmoid, tanh: every
- * LSTM DL4J users configure), in C so that the compiler builds it once per instruction set and
- * picks one at load time (target_clones, as nn/_act_loops.h). ndws/nn/_rnn.pyx's per-example
+ * LSTM DL4J users configure), in C so that the compiler builds it once per instruction set
+ * (AVX-512, AVX2, the x86-64 baseline); the best this CPU runs is chosen at import, and tests
+ * switch to each of the others (ndws_cell_use, below). ndws/nn/_rnn.pyx's per-example
  * passes run these; other activations take its general path, which applies the activations
  * block by block through the activations' tile API.
  *
@@ -14,7 +15,7 @@
 #define NDWS_RNN_CELL_H
 
 #include <stddef.h>
-#include "_act_loops.h"
+#include "_vmath.h"
 
 /* No two arguments overlap (the callers' buffers are distinct): without saying so, the
    compiler's run-time overlap checks for the loop's dozen arrays exceed its limit and it does
@@ -129,22 +130,23 @@ ndws_lstm_bwd_##SFX##_##ACT##GACT##PEEP(NDWS_BWD_ARGS(T)) {                     
         else ndws_lstm_bwd_##SFX##_##ACT##GACT##0(n, G, At, cp, dh, dc, peep, D, dcp);        \
         break;
 
-#define NDWS_LSTM_CELL(SFX, T, SIG, TANH)                                                     \
+/* The nine cases of one precision, and the switch over them built once per instruction set
+   (ISA: the attributes of the clone, ISFX: its suffix). */
+#define NDWS_LSTM_CASES(SFX, T, SIG, TANH)                                                    \
 NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 0, 0) NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 0, 1)               \
 NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 0, 2) NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 1, 0)               \
 NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 1, 1) NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 1, 2)               \
 NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 2, 0) NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 2, 1)               \
-NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 2, 2)                                                       \
-NDWS_ISA_CLONES                                                                               \
-static void ndws_lstm_fwd_##SFX(int act, int gact, NDWS_FWD_ARGS(T)) {                        \
+NDWS_LSTM_PAIR(SFX, T, SIG, TANH, 2, 2)
+#define NDWS_LSTM_SWITCH(SFX, T, ISA, ISFX)                                                   \
+ISA static void ndws_lstm_fwd_##SFX##_##ISFX(int act, int gact, NDWS_FWD_ARGS(T)) {           \
     switch (act * 3 + gact) {                                                                 \
     NDWS_FWD_CASE(SFX, 0, 0) NDWS_FWD_CASE(SFX, 0, 1) NDWS_FWD_CASE(SFX, 0, 2)                \
     NDWS_FWD_CASE(SFX, 1, 0) NDWS_FWD_CASE(SFX, 1, 1) NDWS_FWD_CASE(SFX, 1, 2)                \
     NDWS_FWD_CASE(SFX, 2, 0) NDWS_FWD_CASE(SFX, 2, 1) NDWS_FWD_CASE(SFX, 2, 2)                \
     }                                                                                         \
 }                                                                                             \
-NDWS_ISA_CLONES                                                                               \
-static void ndws_lstm_bwd_##SFX(int act, int gact, NDWS_BWD_ARGS(T)) {                        \
+ISA static void ndws_lstm_bwd_##SFX##_##ISFX(int act, int gact, NDWS_BWD_ARGS(T)) {           \
     switch (act * 3 + gact) {                                                                 \
     NDWS_BWD_CASE(SFX, 0, 0) NDWS_BWD_CASE(SFX, 0, 1) NDWS_BWD_CASE(SFX, 0, 2)                \
     NDWS_BWD_CASE(SFX, 1, 0) NDWS_BWD_CASE(SFX, 1, 1) NDWS_BWD_CASE(SFX, 1, 2)                \
@@ -152,7 +154,86 @@ static void ndws_lstm_bwd_##SFX(int act, int gact, NDWS_BWD_ARGS(T)) {          
     }                                                                                         \
 }
 
-NDWS_LSTM_CELL(f32, float, ndws_sigmoidf1, ndws_tanhf1)
-NDWS_LSTM_CELL(f64, double, ndws_sigmoid1, ndws_tanh1)
+NDWS_LSTM_CASES(f32, float, ndws_sigmoidf1, ndws_tanhf1)
+NDWS_LSTM_CASES(f64, double, ndws_sigmoid1, ndws_tanh1)
+
+/* One clone per instruction set, chosen once at import (the best this CPU runs) and switchable
+   by the tests (ndws_cell_use), so that every clone this CPU runs is checked against the
+   general path; each compiles without contraction (no fused multiply-add: the general path's
+   roundings). As target_clones, but with a choice a test can make. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define NDWS_CELL_MULTI 1
+#define NDWS_CELL_AVX512 __attribute__((target("avx512f"), optimize("fp-contract=off")))
+#define NDWS_CELL_AVX2 __attribute__((target("avx2"), optimize("fp-contract=off")))
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#define NDWS_CELL_BASE __attribute__((optimize("fp-contract=off")))
+#else
+#define NDWS_CELL_BASE
+#endif
+
+#ifdef NDWS_CELL_MULTI
+NDWS_LSTM_SWITCH(f32, float, NDWS_CELL_AVX512, avx512)
+NDWS_LSTM_SWITCH(f64, double, NDWS_CELL_AVX512, avx512)
+NDWS_LSTM_SWITCH(f32, float, NDWS_CELL_AVX2, avx2)
+NDWS_LSTM_SWITCH(f64, double, NDWS_CELL_AVX2, avx2)
+#endif
+NDWS_LSTM_SWITCH(f32, float, NDWS_CELL_BASE, baseline)
+NDWS_LSTM_SWITCH(f64, double, NDWS_CELL_BASE, baseline)
+
+typedef struct {
+    const char* isa;
+    void (*fwd_f32)(int, int, NDWS_FWD_ARGS(float));
+    void (*fwd_f64)(int, int, NDWS_FWD_ARGS(double));
+    void (*bwd_f32)(int, int, NDWS_BWD_ARGS(float));
+    void (*bwd_f64)(int, int, NDWS_BWD_ARGS(double));
+} ndws_cell_table;
+
+#define NDWS_CELL_ROW(ISFX) {#ISFX, ndws_lstm_fwd_f32_##ISFX, ndws_lstm_fwd_f64_##ISFX,            \
+                             ndws_lstm_bwd_f32_##ISFX, ndws_lstm_bwd_f64_##ISFX}
+/* best first */
+static const ndws_cell_table ndws_cell_tables[] = {
+#ifdef NDWS_CELL_MULTI
+    NDWS_CELL_ROW(avx512), NDWS_CELL_ROW(avx2),
+#endif
+    NDWS_CELL_ROW(baseline)};
+#define NDWS_CELL_N ((int)(sizeof(ndws_cell_tables) / sizeof(ndws_cell_tables[0])))
+static const ndws_cell_table* ndws_cell = &ndws_cell_tables[NDWS_CELL_N - 1];
+
+/* Whether this CPU runs clone i (0 .. NDWS_CELL_N - 1) */
+static int ndws_cell_runs(int i) {
+    if (i < 0 || i >= NDWS_CELL_N)
+        return 0;
+#ifdef NDWS_CELL_MULTI
+    __builtin_cpu_init();
+    if (i == 0)
+        return __builtin_cpu_supports("avx512f");
+    if (i == 1)
+        return __builtin_cpu_supports("avx2");
+#endif
+    return 1;
+}
+static int ndws_cell_count(void) { return NDWS_CELL_N; }
+static const char* ndws_cell_name(int i) { return ndws_cell_tables[i].isa; }
+static const char* ndws_cell_isa(void) { return ndws_cell->isa; }
+/* Use clone i (the caller checked ndws_cell_runs(i)); -1: the best this CPU runs */
+static void ndws_cell_use(int i) {
+    if (i < 0)
+        for (i = 0; !ndws_cell_runs(i); i++) {}
+    ndws_cell = &ndws_cell_tables[i];
+}
+
+static inline void ndws_lstm_fwd_f32(int act, int gact, NDWS_FWD_ARGS(float)) {
+    ndws_cell->fwd_f32(act, gact, n, P, S, bias, peep, c, hb, G, Ct, At, m);
+}
+static inline void ndws_lstm_fwd_f64(int act, int gact, NDWS_FWD_ARGS(double)) {
+    ndws_cell->fwd_f64(act, gact, n, P, S, bias, peep, c, hb, G, Ct, At, m);
+}
+static inline void ndws_lstm_bwd_f32(int act, int gact, NDWS_BWD_ARGS(float)) {
+    ndws_cell->bwd_f32(act, gact, n, G, At, cp, dh, dc, peep, D, dcp);
+}
+static inline void ndws_lstm_bwd_f64(int act, int gact, NDWS_BWD_ARGS(double)) {
+    ndws_cell->bwd_f64(act, gact, n, G, At, cp, dh, dc, peep, D, dcp);
+}
 
 #endif /* NDWS_RNN_CELL_H */

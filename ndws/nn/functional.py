@@ -7,9 +7,9 @@ depthwise convolutions, `im2col` / `col2im`, pooling, zero padding, cropping and
 with DL4J's size helpers, and the recurrent time loops (`lstm_forward` / `lstm_backward`,
 `simple_rnn_forward` / `simple_rnn_backward`: whole sequences in compiled code). Every
 function is a compiled function of `ndws.nn._act_entries`, `_losses`, `_updaters`, `_linear`,
-`_conv`, `_conv2d`, `_depthwise`, `_pool` or `_rnn` (the dense layer, the convolutions and the
-time loops run on `ndws._linalg`'s GEMM kernels), with no Python layer in between: a call on a
-small array costs a few hundred nanoseconds.
+`_conv`, `_conv2d`, `_depthwise`, `_pool` or `_rnn_entries` (the dense layer, the convolutions
+and the time loops run on `ndws._linalg`'s GEMM kernels), with no Python layer in between: a
+call on a small array costs a few hundred nanoseconds.
 
 Conventions
 -----------
@@ -91,7 +91,7 @@ from ndws.nn._conv2d import (
 )
 from ndws.nn._depthwise import depthwise_conv2d, depthwise_conv2d_backward
 from ndws.nn._linear import linear
-from ndws.nn._rnn import (
+from ndws.nn._rnn_entries import (
     lstm_backward,
     lstm_cache_shape,
     lstm_forward,
