@@ -47,7 +47,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -57,7 +56,7 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import neighbour_main, settle, spread  # noqa: E402
+from bench_gemm import neighbour_main, run_worker, settle, spread  # noqa: E402
 
 B, N_IN, N, T = 64, 512, 512, 100
 TARGET = 1.0
@@ -366,24 +365,7 @@ def worker(threads, quick):
 
 
 def run(threads, quick, noisy):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(threads)]
-    if quick:
-        cmd.append("--quick")
-    neighbour = None
-    if noisy:
-        neighbour = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--neighbour"])
-    try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    finally:
-        if neighbour is not None:
-            neighbour.kill()
-            neighbour.wait()
-    if res.returncode != 0:
-        sys.stderr.write(res.stderr)
-        raise SystemExit(f"worker with {threads} thread(s) failed")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return run_worker(__file__, threads, quick, noisy)
 
 
 def _targets(row, nd, th, fl):
