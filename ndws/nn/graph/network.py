@@ -899,12 +899,14 @@ class ComputationGraph(Model):
             raise ValueError("shuffle: only with features and labels arrays (a MultiDataSet or "
                              "an iterator brings its own order)")
         validate = None if validation_data is None else _Validation(self, validation_data)
-        arrays = None
         if labels is not None:
-            if shuffle:                                  # (checked by _array_batches)
-                arrays = (list(data) if isinstance(data, (list, tuple)) else [data],
-                          list(labels) if isinstance(labels, (list, tuple)) else [labels])
-            data = self._array_batches(data, labels, batch_size)
+            batches = self._array_batches(data, labels, batch_size)   # checks them all
+            if shuffle:
+                # the arrays, cut into this epoch's order per epoch (_epoch_data)
+                data = (list(data) if isinstance(data, (list, tuple)) else [data],
+                        list(labels) if isinstance(labels, (list, tuple)) else [labels])
+            else:
+                data = batches
         elif batch_size is not None:
             raise ValueError("batch_size: only with features and labels arrays (a MultiDataSet "
                              "or an iterator brings its own batches)")
@@ -916,31 +918,30 @@ class ComputationGraph(Model):
         elif not hasattr(data, "__iter__") or isinstance(data, (NDArray, np.ndarray)):
             raise TypeError(f"data: expected a MultiDataSet, a DataSet, an iterable of them, or "
                             f"features arrays with labels, got {type(data).__name__}")
-        history = History(epochs)
-        with self._exclusive("fit", TRAIN):
-            wrapper = None
-            if (callable(getattr(data, "async_supported", None)) and data.async_supported()
-                    and not isinstance(data, (AsyncDataSetIterator, AsyncMultiDataSetIterator))):
-                # DL4J's fit: an async-capable iterator is prefetched on a producer thread
-                kind = (AsyncMultiDataSetIterator if isinstance(data, MultiDataSetIterator)
-                        else AsyncDataSetIterator if isinstance(data, DataSetIterator) else None)
-                if kind is not None:
-                    wrapper = data = kind(data, queue_size=2)
-            try:
-                for _ in range(epochs):
-                    if arrays is not None:
-                        # the rows in this epoch's order (MultiLayerNetwork.fit's draw)
-                        xs, ys = arrays
-                        order = shuffled_order(xs[0].shape[0], self.conf.seed if seed is None
-                                               else seed, self._epoch)
-                        data = self._array_batches([_rows(x, order) for x in xs],
-                                                   [_rows(y, order) for y in ys], batch_size)
-                    self._fit_epoch(data, None, None, progress, history, validate)
-            finally:
-                history._close()
-                if wrapper is not None:
-                    wrapper.shutdown()
-        return history
+        return self._fit_loop(data, None, batch_size if shuffle else None, epochs, progress,
+                              shuffle, seed, validate)
+
+    def _prefetch(self, data: Any, labels: Any) -> Any:
+        # DL4J's fit: an async-capable iterator is prefetched on a producer thread
+        if (callable(getattr(data, "async_supported", None)) and data.async_supported()
+                and not isinstance(data, (AsyncDataSetIterator, AsyncMultiDataSetIterator))):
+            kind = (AsyncMultiDataSetIterator if isinstance(data, MultiDataSetIterator)
+                    else AsyncDataSetIterator if isinstance(data, DataSetIterator) else None)
+            if kind is not None:
+                return kind(data, queue_size=2)
+        return None
+
+    def _epoch_data(self, data: Any, labels: Any, batch_size: Any, shuffle: bool,
+                    seed: int | None) -> tuple:
+        if not shuffle:
+            return data, labels, batch_size
+        # the rows in this epoch's order (MultiLayerNetwork.fit's draw), the same permutation
+        # for every input and output
+        xs, ys = data
+        order = shuffled_order(xs[0].shape[0], self.conf.seed if seed is None else seed,
+                               self._epoch)
+        return self._array_batches([_rows(x, order) for x in xs], [_rows(y, order) for y in ys],
+                                   batch_size), None, None
 
     def _array_batches(self, data: Any, labels: Any, batch_size: Any) -> list:
         # (fit's arrays, batch_size checked here: it is None or the rows of each batch)
