@@ -62,6 +62,7 @@ from ndws.nn.graph.memory import graph_plan
 from ndws.nn.history import History, _Progress
 from ndws.nn.inputs import InputType, check_input_shape
 from ndws.nn.layers.base import Layer
+from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.memory_report import MemoryReport, uses_of
 from ndws.nn.network import (_PLAN_MODES, _declared_shape, _dense_plan, _finite_mask,
                               _mask_steps, _steps, check_features_mask)
@@ -186,6 +187,12 @@ class ComputationGraph(Model):
             if node.kind == _INPUT:
                 continue
             upstream = any(nodes[i].wants_grad for i in node.ins)
+            if upstream and isinstance(node.obj, FrozenLayer) and not node.obj._with_backprop:
+                # it would hand the trainable vertices it reads no epsilon (as a network's)
+                below = next(nodes[i].name for i in node.ins if nodes[i].wants_grad)
+                raise ValueError(f"{node.where} passes no gradient down, but \"{below}\" "
+                                 f"below it trains: wrap it in FrozenLayerWithBackprop, or "
+                                 f"freeze the vertices below it too")
             has_params = any(node.obj.trainable(k) for k in node.obj.param_shapes())
             node.wants_grad = has_params or upstream
             node.backprop = node.wants_grad or node.output >= 0
