@@ -554,29 +554,32 @@ class AsyncMultiDataSetIterator(_AsyncBase, MultiDataSetIterator):
 
 
 # --------------------------------------------------------------------------------------------
-# how the trainers' fit reads an iterator (MultiLayerNetwork, ParallelWrapper, MPITrainer)
+# how the trainers' fit reads an iterator (both network types, ParallelWrapper, MPITrainer)
 
-def _prefetch_for_fit(data: Any, labels: Any, queue_size: int) -> AsyncDataSetIterator | None:
-    """The `AsyncDataSetIterator` a trainer's ``fit`` reads `data` through, or None to read
-    `data` on the trainer's own thread (docs/data.md, "Prefetch in fit").
+def _prefetch_for_fit(data: Any, labels: Any, queue_size: int) -> Any:
+    """The `AsyncDataSetIterator` (`AsyncMultiDataSetIterator` for a `MultiDataSetIterator`)
+    a trainer's ``fit`` reads `data` through, or None to read `data` on the trainer's own
+    thread (docs/data.md, "Prefetch in fit").
 
     Prefetching pays only where ``next()`` has loading to hide, so only a `DataSetIterator`
-    whose ``async_supported()`` is True is prefetched: never arrays, a DataSet, a list, an
-    in-memory iterator (they say False), or an object that is not a `DataSetIterator` (it
-    could not take back what an interrupted fit had read ahead).
+    or `MultiDataSetIterator` whose ``async_supported()`` is True is prefetched: never arrays,
+    a DataSet, a list, an in-memory iterator (they say False), or an object that is not one of
+    them (it could not take back what an interrupted fit had read ahead).
 
     The first epoch starts as a ``for`` loop over `data` would start it (a used iterator that
     can reset is reset), so the epoch fit reads does not depend on prefetching. An iterator
     with nothing left to read is not prefetched.
     """
-    if (labels is not None or queue_size < 1 or not isinstance(data, DataSetIterator)
-            or not data.async_supported()):
+    multi = isinstance(data, MultiDataSetIterator)
+    if (labels is not None or queue_size < 1
+            or not (multi or isinstance(data, DataSetIterator)) or not data.async_supported()):
         return None
     if data._started and data.reset_supported():
         data.reset()
     if not data.has_next():
         return None
-    return AsyncDataSetIterator(data, queue_size=queue_size)
+    return (AsyncMultiDataSetIterator if multi else AsyncDataSetIterator)(
+        data, queue_size=queue_size)
 
 
 def _end_of_epoch(data: Any, labels: Any) -> None:

@@ -12,6 +12,7 @@ kernel call per run.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import threading
 import time
@@ -24,7 +25,7 @@ from ndws._core import NDArray
 from ndws.data.async_iterators import _end_of_epoch
 from ndws.data.dataset import DataSet
 from ndws.nn import _checks
-from ndws.nn._busy import FORWARD, FREE, STATE, WRITE, Busy, Exclusive
+from ndws.nn._busy import FORWARD, FREE, STATE, TRAIN, WRITE, Busy, Exclusive
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_WORKING_MEM,
                              WS_LISTENER, WS_RNN_LOOP_WORKING_MEM, WS_SINGLE)
 from ndws.nn.conf import BackpropType
@@ -157,7 +158,7 @@ def listener_list(listeners: tuple) -> list:
 
 class _Abandoned(Exception):
     # raised out of an epoch whose fit a driver's `stop()` ended after a batch (caught by
-    # MultiLayerNetwork._fit_loop: ndws.nn.earlystopping)
+    # Model._fit_loop: ndws.nn.earlystopping)
     pass
 
 
@@ -490,6 +491,48 @@ class Model:
         for listener in self._listeners:
             listener.on_backward_pass(self)
         return score
+
+    def _fit_loop(self, data: Any, labels: Any, batch_size: Any, epochs: int | None,
+                  progress: bool | None, shuffle: bool = False, seed: int | None = None,
+                  validate: Any = None, stop: Any = None) -> History:
+        # fit's epochs (both network types, their fit's arguments checked), also driven by the
+        # tools around the training loop (ndws.nn.earlystopping): `epochs` None runs until
+        # `stop` says so; `stop()` (None: never) is asked after each batch (True abandons the
+        # epoch there: no end record, no validation, no on_epoch_end, as DL4J's early stopping
+        # does) and after each epoch; `validate` is the epoch's held-out score (_Epoch). Each
+        # network type says what an epoch reads (_epoch_data: its shuffled rows) and which
+        # iterator it prefetches (_prefetch)
+        history = History(epochs)
+        if stop is not None:
+            # the driver's stop test answers a non-finite score (early stopping ends the run
+            # on it, saying so): no warning as well
+            history._warned = True
+        with self._exclusive("fit", TRAIN):
+            wrapper = self._prefetch(data, labels)
+            if wrapper is not None:
+                data = wrapper
+            try:
+                for _ in (range(epochs) if epochs is not None else itertools.count()):
+                    x, y, size = self._epoch_data(data, labels, batch_size, shuffle, seed)
+                    self._fit_epoch(x, y, size, progress, history, validate, stop)
+                    if stop is not None and stop():
+                        break
+            except _Abandoned:
+                pass                           # stop() ended the fit inside an epoch
+            finally:
+                history._close()
+                if wrapper is not None:
+                    wrapper.shutdown()
+        return history
+
+    def _prefetch(self, data: Any, labels: Any) -> Any:
+        # the asynchronous iterator fit reads `data` through (shut down at fit's end), or None
+        return None
+
+    def _epoch_data(self, data: Any, labels: Any, batch_size: Any, shuffle: bool,
+                    seed: int | None) -> tuple:
+        # what an epoch reads: (data, labels, batch_size) for _fit_epoch
+        return data, labels, batch_size
 
     def _fit_epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
                    history: History, validate: Any = None, stop: Any = None) -> None:

@@ -27,7 +27,6 @@ True
 from __future__ import annotations
 
 import contextlib
-import itertools
 import traceback
 from typing import Any, Iterable
 
@@ -47,7 +46,7 @@ from ndws.nn.history import History, _Progress
 from ndws.nn._busy import FORWARD, STATE, TRAIN
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
-from ndws.nn._model import (_IN_FORWARD, Model, _Abandoned, batch_count as _length,
+from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length,
                             count as _count, fit_options, input_array)
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM,
                              activation_workspace, epsilon_workspace, workspace_configs)
@@ -646,42 +645,18 @@ class MultiLayerNetwork(Model):
         return self._fit_loop(data, labels, batch_size, epochs, progress, shuffle, seed,
                               validate)
 
-    def _fit_loop(self, data: Any, labels: Any, batch_size: Any, epochs: int | None,
-                  progress: bool | None, shuffle: bool = False, seed: int | None = None,
-                  validate: Any = None, stop: Any = None) -> History:
-        # fit's epochs, also driven by the tools around the training loop
-        # (ndws.nn.earlystopping): `epochs` None runs until `stop` says so; `stop()` (None:
-        # never) is asked after each batch (True abandons the epoch there: no end record, no
-        # validation, no on_epoch_end, as DL4J's early stopping does) and after each epoch;
-        # `validate` is the epoch's held-out score (_Epoch)
-        history = History(epochs)
-        if stop is not None:
-            # the driver's stop test answers a non-finite score (early stopping ends the run
-            # on it, saying so): no warning as well
-            history._warned = True
-        with self._exclusive("fit", TRAIN):
-            # DL4J's fit: an iterator with loading to hide is prefetched on a producer thread
-            # (queue 2); the time fit waits for a batch is the ETL time (docs/data.md,
-            # "Prefetch in fit")
-            wrapper = _prefetch_for_fit(data, labels, queue_size=2)
-            if wrapper is not None:
-                data = wrapper
-            try:
-                for _ in (range(epochs) if epochs is not None else itertools.count()):
-                    x, y = data, labels
-                    if shuffle:
-                        x, y = shuffled(data, labels, self.conf.seed if seed is None else seed,
-                                        self._epoch)
-                    self._fit_epoch(x, y, batch_size, progress, history, validate, stop)
-                    if stop is not None and stop():
-                        break
-            except _Abandoned:
-                pass                           # stop() ended the fit inside an epoch
-            finally:
-                history._close()
-                if wrapper is not None:
-                    wrapper.shutdown()
-        return history
+    def _prefetch(self, data: Any, labels: Any) -> Any:
+        # DL4J's fit: an iterator with loading to hide is prefetched on a producer thread
+        # (queue 2); the time fit waits for a batch is the ETL time (docs/data.md, "Prefetch
+        # in fit")
+        return _prefetch_for_fit(data, labels, queue_size=2)
+
+    def _epoch_data(self, data: Any, labels: Any, batch_size: Any, shuffle: bool,
+                    seed: int | None) -> tuple:
+        if shuffle:
+            data, labels = shuffled(data, labels, self.conf.seed if seed is None else seed,
+                                    self._epoch)
+        return data, labels, batch_size
 
     def _fit_arrays(self, data: Any, labels: Any) -> tuple[NDArray, NDArray]:
         _refuse_labels_for_batches(data)

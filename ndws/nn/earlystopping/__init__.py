@@ -22,7 +22,7 @@ Examples
 ('EpochTerminationCondition', 5, [0, 1, 2, 3, 4])
 """
 from ndws.nn.earlystopping.saver import (EarlyStoppingModelSaver, InMemoryModelSaver,
-                                         LocalFileModelSaver)
+                                         LocalFileGraphSaver, LocalFileModelSaver)
 from ndws.nn.earlystopping.scorecalc import (ClassificationScoreCalculator,
                                              DataSetLossCalculator, RegressionScoreCalculator,
                                              ROCScoreCalculator, ScoreCalculator)
@@ -34,16 +34,18 @@ from ndws.nn.earlystopping.termination import (BestScoreEpochTerminationConditio
                                                MaxScoreIterationTerminationCondition,
                                                MaxTimeIterationTerminationCondition,
                                                ScoreImprovementEpochTerminationCondition)
-from ndws.nn.earlystopping.trainer import (EarlyStoppingConfiguration, EarlyStoppingListener,
+from ndws.nn.earlystopping.trainer import (BaseEarlyStoppingTrainer, EarlyStoppingConfiguration,
+                                           EarlyStoppingGraphTrainer, EarlyStoppingListener,
                                            EarlyStoppingResult, EarlyStoppingTrainer,
                                            TerminationReason)
 
-__all__ = ["BestScoreEpochTerminationCondition", "ClassificationScoreCalculator",
-           "DataSetLossCalculator", "EarlyStoppingConfiguration", "EarlyStoppingListener",
-           "EarlyStoppingModelSaver", "EarlyStoppingResult", "EarlyStoppingTrainer",
-           "EpochTerminationCondition", "InMemoryModelSaver",
-           "InvalidScoreIterationTerminationCondition", "IterationTerminationCondition",
-           "LocalFileModelSaver", "MaxEpochsTerminationCondition",
+__all__ = ["BaseEarlyStoppingTrainer", "BestScoreEpochTerminationCondition",
+           "ClassificationScoreCalculator", "DataSetLossCalculator", "EarlyStoppingConfiguration",
+           "EarlyStoppingGraphTrainer", "EarlyStoppingListener", "EarlyStoppingModelSaver",
+           "EarlyStoppingResult", "EarlyStoppingTrainer", "EpochTerminationCondition",
+           "InMemoryModelSaver", "InvalidScoreIterationTerminationCondition",
+           "IterationTerminationCondition", "LocalFileGraphSaver", "LocalFileModelSaver",
+           "MaxEpochsTerminationCondition",
            "MaxScoreIterationTerminationCondition", "MaxTimeIterationTerminationCondition",
            "ROCScoreCalculator", "RegressionScoreCalculator", "ScoreCalculator",
            "ScoreImprovementEpochTerminationCondition", "TerminationReason"]

@@ -13,7 +13,8 @@ from typing import Any
 
 from ndws._fileio import output_directory
 
-__all__ = ["EarlyStoppingModelSaver", "InMemoryModelSaver", "LocalFileModelSaver"]
+__all__ = ["EarlyStoppingModelSaver", "InMemoryModelSaver", "LocalFileModelSaver",
+           "LocalFileGraphSaver"]
 
 
 class EarlyStoppingModelSaver:
@@ -94,11 +95,13 @@ class LocalFileModelSaver(EarlyStoppingModelSaver):
     def _load(self, path: str) -> Any:
         if not os.path.exists(path):
             return None
-        cls = self._cls
-        if cls is None:
-            from ndws.nn.network import MultiLayerNetwork
-            cls = MultiLayerNetwork
-        return cls.load(path, self.save_updater)
+        return (self._cls or self._default_class()).load(path, self.save_updater)
+
+    @staticmethod
+    def _default_class() -> type:
+        # the network type of a directory no model was saved to in this run
+        from ndws.nn.network import MultiLayerNetwork
+        return MultiLayerNetwork
 
     def get_best_model(self):
         return self._load(self.best_model_path)
@@ -108,3 +111,16 @@ class LocalFileModelSaver(EarlyStoppingModelSaver):
 
     def __repr__(self) -> str:
         return f"LocalFileModelSaver({self.directory!r})"
+
+
+class LocalFileGraphSaver(LocalFileModelSaver):
+    """`LocalFileModelSaver` for a `ComputationGraph` (DL4J's ``LocalFileGraphSaver``): the same
+    files, and a directory of an earlier run reads as a ComputationGraph."""
+
+    @staticmethod
+    def _default_class() -> type:
+        from ndws.nn.graph import ComputationGraph
+        return ComputationGraph
+
+    def __repr__(self) -> str:
+        return f"LocalFileGraphSaver({self.directory!r})"

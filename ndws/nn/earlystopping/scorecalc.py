@@ -1,10 +1,12 @@
 """Score calculators of early stopping (DL4J's ``org.deeplearning4j.earlystopping.scorecalc``):
 the held-out score of a network after an epoch, and whether lower is better.
 
-Each takes the held-out data as `MultiLayerNetwork.do_evaluation` does (a DataSetIterator, a
-list of DataSets, a DataSet, or ``(features, labels)`` arrays), read once per evaluated epoch:
-a generator, which can be read only once, is refused. A calculator talks to the network only
-through ``score(ds)`` and ``do_evaluation(data, evaluation)``, which every network type has.
+Each takes the held-out data as the network's ``do_evaluation`` does (a DataSetIterator, a
+list of DataSets, a DataSet, or ``(features, labels)`` arrays; for a `ComputationGraph` also
+MultiDataSets, their iterators, and ``(features, labels)`` as lists of arrays, one per input and
+output), read once per evaluated epoch: a generator, which can be read only once, is refused. A
+calculator talks to the network only through ``score(ds)`` and ``do_evaluation(data,
+evaluation)``, which every network type has; a graph's evaluation counts its first output.
 
 Examples
 --------
@@ -18,7 +20,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ndws.data.dataset import DataSet
+from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.evaluation import (ROC, Evaluation, Metric, RegressionEvaluation, RegressionMetric,
                              ROCBinary, ROCMultiClass)
 from ndws.nn._fit_options import labels_array, reiterable
@@ -34,14 +36,37 @@ _CHUNK = 1024
 def _held_out(owner: str, data: Any) -> Any:
     # the held-out data as a re-iterable source of DataSets, or (features, labels) arrays
     where = f"{owner}.iterator"
-    if isinstance(data, DataSet):
+    if isinstance(data, (DataSet, MultiDataSet)):
         return [data]
-    if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], DataSet):
+    if (isinstance(data, tuple) and len(data) == 2
+            and not isinstance(data[0], (DataSet, MultiDataSet))):
         return data
     if isinstance(data, (str, bytes)) or not hasattr(data, "__iter__"):
         raise TypeError(f"{where}: expected a DataSetIterator, a list of DataSets, a DataSet or "
                         f"(features, labels) arrays, got {type(data).__name__}")
     return data if isinstance(data, list) else reiterable(data, where=where)
+
+
+def _chunks(owner: str, data: tuple) -> Any:
+    # (features, labels) arrays cut into batches of _CHUNK rows: DataSets, or MultiDataSets when
+    # the features and labels are lists (one array per input and output of a graph)
+    x, y = data
+    if isinstance(x, (list, tuple)) or isinstance(y, (list, tuple)):
+        xs = list(x) if isinstance(x, (list, tuple)) else [x]
+        ys = list(y) if isinstance(y, (list, tuple)) else [y]
+        if not xs:
+            raise ValueError(f"{owner}.iterator[0]: no features arrays")
+        ys = [labels_array(a, f"{owner}.iterator[1][{k}]") for k, a in enumerate(ys)]
+        n = len(xs[0])
+        return (MultiDataSet([a[s:s + _CHUNK] for a in xs], [a[s:s + _CHUNK] for a in ys])
+                for s in range(0, n, _CHUNK))
+    y = labels_array(y, f"{owner}.iterator[1]")
+    return (DataSet(x[s:s + _CHUNK], y[s:s + _CHUNK]) for s in range(0, len(x), _CHUNK))
+
+
+def _is_graph(net: Any) -> bool:
+    from ndws.nn.graph import ComputationGraph
+    return isinstance(net, ComputationGraph)
 
 
 class ScoreCalculator:
@@ -71,7 +96,10 @@ class _EvaluationCalculator(ScoreCalculator):
         ev = self._new_evaluation()
         data = self.iterator
         try:
-            if isinstance(data, tuple):
+            if isinstance(data, tuple) and _is_graph(net):
+                # a graph's evaluation reads batches, not (features, labels) arrays
+                net.do_evaluation(list(_chunks(type(self).__name__, data)), ev, progress=False)
+            elif isinstance(data, tuple):
                 net.do_evaluation(data[0], ev, labels=data[1], progress=False)
             else:
                 net.do_evaluation(data, ev, progress=False)
@@ -171,8 +199,8 @@ class RegressionScoreCalculator(_EvaluationCalculator):
 
 
 class DataSetLossCalculator(ScoreCalculator):
-    """The network's loss (with its regularisation terms, as ``score(ds)``) on the held-out
-    data: the mean over the examples with `average` (DL4J's sum of each batch's score times its
+    """The network's loss (with its regularisation terms, as ``score(ds)``; a graph's outputs'
+    losses summed) on the held-out data (DataSets, or MultiDataSets for a graph): the mean over the examples with `average` (DL4J's sum of each batch's score times its
     rows, over the examples), else that sum. Lower is better."""
 
     def __init__(self, iterator: Any, average: bool = True):
@@ -184,22 +212,17 @@ class DataSetLossCalculator(ScoreCalculator):
 
     def _batches(self) -> Any:
         data = self.iterator
-        if isinstance(data, tuple):
-            x, y = data
-            y = labels_array(y, "DataSetLossCalculator.iterator[1]")
-            return (DataSet(x[s:s + _CHUNK], y[s:s + _CHUNK])
-                    for s in range(0, len(x), _CHUNK))
-        return data
+        return _chunks("DataSetLossCalculator", data) if isinstance(data, tuple) else data
 
     def calculate_score(self, net):
         total, examples = 0.0, 0
         data = self.iterator
         try:
             for i, ds in enumerate(self._batches()):
-                if not isinstance(ds, DataSet):
+                if not isinstance(ds, (DataSet, MultiDataSet)):
                     raise TypeError(f"DataSetLossCalculator.iterator: item {i} is a "
-                                    f"{type(ds).__name__}, not a DataSet")
-                n = int(ds.features.shape[0])
+                                    f"{type(ds).__name__}, not a DataSet or a MultiDataSet")
+                n = ds.num_examples()
                 if n:
                     total += net.score(ds) * n
                     examples += n

@@ -10,10 +10,10 @@ the iteration conditions are asked with its score; a NaN or infinite score alway
 (`InvalidScoreIterationTerminationCondition`, configured or not), and so does a NaN or infinite
 held-out score.
 
-What the trainer needs from a network, and what a ComputationGraph's trainer needs too: its fit
-loop with a per-epoch score and a stop test (``_fit_loop``), ``score()`` (the last minibatch's),
-``clone()`` / ``save()`` / ``load()`` for the savers, and what the score calculators call
-(``score(ds)``, ``do_evaluation``).
+What a trainer needs from a network, which `MultiLayerNetwork` and `ComputationGraph` both have:
+the shared fit loop with a per-epoch score and a stop test (``Model._fit_loop``), ``score()``
+(the last minibatch's), ``clone()`` / ``save()`` / ``load()`` for the savers, and what the score
+calculators call (``score(ds)``, ``do_evaluation``).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ndws.data.dataset import DataSet
+from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.nn._fit_options import reiterable
 from ndws.nn.earlystopping.saver import EarlyStoppingModelSaver, InMemoryModelSaver
 from ndws.nn.earlystopping.scorecalc import ScoreCalculator
@@ -33,8 +33,9 @@ from ndws.nn.earlystopping.termination import (EpochTerminationCondition,
                                                IterationTerminationCondition,
                                                MaxEpochsTerminationCondition)
 
-__all__ = ["EarlyStoppingConfiguration", "EarlyStoppingListener", "EarlyStoppingResult",
-           "EarlyStoppingTrainer", "TerminationReason"]
+__all__ = ["BaseEarlyStoppingTrainer", "EarlyStoppingConfiguration", "EarlyStoppingGraphTrainer",
+           "EarlyStoppingListener", "EarlyStoppingResult", "EarlyStoppingTrainer",
+           "TerminationReason"]
 
 log = logging.getLogger("ndws")
 
@@ -260,34 +261,33 @@ class _Run:
         return False
 
 
-class EarlyStoppingTrainer:
-    """Trains `net` on `train_iterator` under `config` (DL4J's ``EarlyStoppingTrainer``).
+class BaseEarlyStoppingTrainer:
+    """What both trainers share (DL4J's ``BaseEarlyStoppingTrainer``): the checks of the
+    arguments, and `fit`, which drives the network's own fit loop (``Model._fit_loop``)."""
 
-    Parameters
-    ----------
-    config : EarlyStoppingConfiguration
-    net : MultiLayerNetwork
-        Initialised; it goes on training in place (the best model is the saver's copy).
-    train_iterator : DataSetIterator, list of DataSets or DataSet
-        Read once per epoch (a generator, read only once, is refused).
-    listener : EarlyStoppingListener, optional
-    """
+    #: the network class the trainer takes, and the training data it reads
+    _net_kind = "Model"
+    _data_kinds: tuple = (DataSet,)
+    _data_names = "a DataSetIterator, a list of DataSets or a DataSet"
+
+    @staticmethod
+    def _net_class() -> type:
+        raise NotImplementedError
 
     def __init__(self, config: EarlyStoppingConfiguration, net: Any, train_iterator: Any,
                  listener: EarlyStoppingListener | None = None):
-        from ndws.nn.network import MultiLayerNetwork
         if not isinstance(config, EarlyStoppingConfiguration):
             raise TypeError(f"config: expected an EarlyStoppingConfiguration, got "
                             f"{type(config).__name__}")
-        if not isinstance(net, MultiLayerNetwork):
-            raise TypeError(f"net: expected an ndws.nn.MultiLayerNetwork, got "
+        if not isinstance(net, self._net_class()):
+            raise TypeError(f"net: expected an ndws.nn.{self._net_kind}, got "
                             f"{type(net).__name__}")
         net._check_init()
-        if isinstance(train_iterator, DataSet):
+        if isinstance(train_iterator, self._data_kinds):
             train_iterator = [train_iterator]
         elif isinstance(train_iterator, (str, bytes)) or not hasattr(train_iterator, "__iter__"):
-            raise TypeError(f"train_iterator: expected a DataSetIterator, a list of DataSets or "
-                            f"a DataSet, got {type(train_iterator).__name__}")
+            raise TypeError(f"train_iterator: expected {self._data_names}, got "
+                            f"{type(train_iterator).__name__}")
         elif not isinstance(train_iterator, list):
             reiterable(train_iterator, where="train_iterator")
         if listener is not None and not isinstance(listener, EarlyStoppingListener):
@@ -337,3 +337,53 @@ class EarlyStoppingTrainer:
         if self.listener is not None:
             self.listener.on_completion(result)
         return result
+
+
+class EarlyStoppingTrainer(BaseEarlyStoppingTrainer):
+    """Trains `net` on `train_iterator` under `config` (DL4J's ``EarlyStoppingTrainer``).
+
+    Parameters
+    ----------
+    config : EarlyStoppingConfiguration
+    net : MultiLayerNetwork
+        Initialised; it goes on training in place (the best model is the saver's copy).
+    train_iterator : DataSetIterator, list of DataSets or DataSet
+        Read once per epoch (a generator, read only once, is refused).
+    listener : EarlyStoppingListener, optional
+    """
+
+    _net_kind = "MultiLayerNetwork"
+
+    @staticmethod
+    def _net_class() -> type:
+        from ndws.nn.network import MultiLayerNetwork
+        return MultiLayerNetwork
+
+
+class EarlyStoppingGraphTrainer(BaseEarlyStoppingTrainer):
+    """Trains a `ComputationGraph` on `train_iterator` under `config` (DL4J's
+    ``EarlyStoppingGraphTrainer``), as `EarlyStoppingTrainer` trains a network.
+
+    Parameters
+    ----------
+    config : EarlyStoppingConfiguration
+        Its score calculator reads MultiDataSets too (`DataSetLossCalculator`; the evaluation
+        calculators count the graph's first output).
+    net : ComputationGraph
+        Initialised; it goes on training in place.
+    train_iterator : MultiDataSetIterator, DataSetIterator, list of MultiDataSets or
+        DataSets, a MultiDataSet or a DataSet
+        Read once per epoch (a generator is refused); a DataSet needs a graph of one input
+        and one output.
+    listener : EarlyStoppingListener, optional
+    """
+
+    _net_kind = "ComputationGraph"
+    _data_kinds = (DataSet, MultiDataSet)
+    _data_names = ("a MultiDataSetIterator, a DataSetIterator, a list of MultiDataSets or "
+                   "DataSets, a MultiDataSet or a DataSet")
+
+    @staticmethod
+    def _net_class() -> type:
+        from ndws.nn.graph import ComputationGraph
+        return ComputationGraph

@@ -45,9 +45,8 @@ import numpy as np
 import ndws
 from ndws import _core
 from ndws._core import NDArray, _np_view
-from ndws.data.async_iterators import AsyncDataSetIterator, AsyncMultiDataSetIterator
+from ndws.data.async_iterators import _prefetch_for_fit
 from ndws.data.dataset import DataSet, MultiDataSet
-from ndws.data.iterators import DataSetIterator, MultiDataSetIterator
 from ndws.evaluation._evaluate import check_evaluations, count as count_batch
 from ndws.nn import _checks
 from ndws.nn._busy import FORWARD, TRAIN
@@ -62,6 +61,7 @@ from ndws.nn.graph.memory import graph_plan
 from ndws.nn.history import History, _Progress
 from ndws.nn.inputs import InputType, check_input_shape
 from ndws.nn.layers.base import Layer
+from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.memory_report import MemoryReport, uses_of
 from ndws.nn.network import (_PLAN_MODES, _declared_shape, _dense_plan, _finite_mask,
                               _mask_steps, _steps, check_features_mask)
@@ -186,6 +186,12 @@ class ComputationGraph(Model):
             if node.kind == _INPUT:
                 continue
             upstream = any(nodes[i].wants_grad for i in node.ins)
+            if upstream and isinstance(node.obj, FrozenLayer) and not node.obj._with_backprop:
+                # it would hand the trainable vertices it reads no epsilon (as a network's)
+                below = next(nodes[i].name for i in node.ins if nodes[i].wants_grad)
+                raise ValueError(f"{node.where} passes no gradient down, but \"{below}\" "
+                                 f"below it trains: wrap it in FrozenLayerWithBackprop, or "
+                                 f"freeze the vertices below it too")
             has_params = any(node.obj.trainable(k) for k in node.obj.param_shapes())
             node.wants_grad = has_params or upstream
             node.backprop = node.wants_grad or node.output >= 0
@@ -899,12 +905,14 @@ class ComputationGraph(Model):
             raise ValueError("shuffle: only with features and labels arrays (a MultiDataSet or "
                              "an iterator brings its own order)")
         validate = None if validation_data is None else _Validation(self, validation_data)
-        arrays = None
         if labels is not None:
-            if shuffle:                                  # (checked by _array_batches)
-                arrays = (list(data) if isinstance(data, (list, tuple)) else [data],
-                          list(labels) if isinstance(labels, (list, tuple)) else [labels])
-            data = self._array_batches(data, labels, batch_size)
+            batches = self._array_batches(data, labels, batch_size)   # checks them all
+            if shuffle:
+                # the arrays, cut into this epoch's order per epoch (_epoch_data)
+                data = (list(data) if isinstance(data, (list, tuple)) else [data],
+                        list(labels) if isinstance(labels, (list, tuple)) else [labels])
+            else:
+                data = batches
         elif batch_size is not None:
             raise ValueError("batch_size: only with features and labels arrays (a MultiDataSet "
                              "or an iterator brings its own batches)")
@@ -916,31 +924,25 @@ class ComputationGraph(Model):
         elif not hasattr(data, "__iter__") or isinstance(data, (NDArray, np.ndarray)):
             raise TypeError(f"data: expected a MultiDataSet, a DataSet, an iterable of them, or "
                             f"features arrays with labels, got {type(data).__name__}")
-        history = History(epochs)
-        with self._exclusive("fit", TRAIN):
-            wrapper = None
-            if (callable(getattr(data, "async_supported", None)) and data.async_supported()
-                    and not isinstance(data, (AsyncDataSetIterator, AsyncMultiDataSetIterator))):
-                # DL4J's fit: an async-capable iterator is prefetched on a producer thread
-                kind = (AsyncMultiDataSetIterator if isinstance(data, MultiDataSetIterator)
-                        else AsyncDataSetIterator if isinstance(data, DataSetIterator) else None)
-                if kind is not None:
-                    wrapper = data = kind(data, queue_size=2)
-            try:
-                for _ in range(epochs):
-                    if arrays is not None:
-                        # the rows in this epoch's order (MultiLayerNetwork.fit's draw)
-                        xs, ys = arrays
-                        order = shuffled_order(xs[0].shape[0], self.conf.seed if seed is None
-                                               else seed, self._epoch)
-                        data = self._array_batches([_rows(x, order) for x in xs],
-                                                   [_rows(y, order) for y in ys], batch_size)
-                    self._fit_epoch(data, None, None, progress, history, validate)
-            finally:
-                history._close()
-                if wrapper is not None:
-                    wrapper.shutdown()
-        return history
+        return self._fit_loop(data, None, batch_size if shuffle else None, epochs, progress,
+                              shuffle, seed, validate)
+
+    def _prefetch(self, data: Any, labels: Any) -> Any:
+        # as MultiLayerNetwork's: an iterator with loading to hide (a DataSetIterator or a
+        # MultiDataSetIterator) is prefetched on a producer thread (docs/data.md)
+        return _prefetch_for_fit(data, labels, queue_size=2)
+
+    def _epoch_data(self, data: Any, labels: Any, batch_size: Any, shuffle: bool,
+                    seed: int | None) -> tuple:
+        if not shuffle:
+            return data, labels, batch_size
+        # the rows in this epoch's order (MultiLayerNetwork.fit's draw), the same permutation
+        # for every input and output
+        xs, ys = data
+        order = shuffled_order(xs[0].shape[0], self.conf.seed if seed is None else seed,
+                               self._epoch)
+        return self._array_batches([_rows(x, order) for x in xs], [_rows(y, order) for y in ys],
+                                   batch_size), None, None
 
     def _array_batches(self, data: Any, labels: Any, batch_size: Any) -> list:
         # (fit's arrays, batch_size checked here: it is None or the rows of each batch)

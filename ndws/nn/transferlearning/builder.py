@@ -42,6 +42,15 @@ def is_output(layer: Layer) -> bool:
     return hasattr(layer, "compute_score_and_gradient")
 
 
+def n_out_checked(n_out: Any) -> int:
+    """n_out_replace's width, checked (both builders)."""
+    if isinstance(n_out, (bool, np.bool_)) or not isinstance(n_out, (int, np.integer)) \
+            or not 1 <= n_out <= 1 << 31:
+        raise ValueError(f"n_out_replace: n_out expected an int in [1, 2**31], got "
+                         f"{n_out!r:.40}")
+    return int(n_out)
+
+
 def changed(layer: Layer, **fields: Any) -> Layer:
     """A copy of `layer` (a configuration) with `fields` set."""
     kwargs = {f: getattr(layer, f) for f in layer.fields}
@@ -127,7 +136,8 @@ class FineTuneConfiguration:
 
 class TransferLearning:
     """DL4J's ``TransferLearning``: `TransferLearning.Builder(net)` edits a
-    `MultiLayerNetwork` into a new one (docs/training-tools.md).
+    `MultiLayerNetwork` into a new one, `TransferLearning.GraphBuilder(graph)` a
+    `ComputationGraph` (docs/training-tools.md).
 
     Examples
     --------
@@ -203,10 +213,7 @@ class TransferLearning:
             `weight_init`) and the next layer the matching n_in (initialised anew with
             `weight_init_next`, default `weight_init`)."""
             i = self._index("n_out_replace", layer)
-            if isinstance(n_out, (bool, np.bool_)) or not isinstance(n_out, (int, np.integer)) \
-                    or not 1 <= n_out <= 1 << 31:
-                raise ValueError(f"n_out_replace: n_out expected an int in [1, 2**31], got "
-                                 f"{n_out!r:.40}")
+            n_out = n_out_checked(n_out)
             scheme = WeightInit.parse(weight_init, "n_out_replace.weight_init")
             nxt = scheme if weight_init_next is None else WeightInit.parse(
                 weight_init_next, "n_out_replace.weight_init_next")
