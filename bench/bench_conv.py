@@ -61,7 +61,8 @@ for path in (ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench_gemm import load_average, neighbour_main, run_worker, settle, spread  # noqa: E402
+from bench_gemm import (harness_parser, load_average, run_role, run_worker, settle,  # noqa: E402
+                        spread)
 
 TARGET = 1.0
 
@@ -464,26 +465,16 @@ def net_report(threads, condition, out):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short run, noisier numbers")
-    ap.add_argument("--noisy", action="store_true",
-                    help="also measure with a busy neighbour process on the last CPU")
-    ap.add_argument("--threads", default="1,2", help="thread counts to run (default 1,2)")
+    ap = harness_parser(__doc__)
     ap.add_argument("--section", choices=("all", "conv", "net"), default="all",
                     help="the single convolutions, the networks' fit() iterations, or both")
     ap.add_argument("--breakdown", action="store_true",
                     help="networks: also each layer's time inside fit() and each kernel row "
                          "of the floor against torch's op")
     ap.add_argument("--json", help="also write the raw results to this file")
-    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--net-worker", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--neighbour", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.neighbour:
-        neighbour_main()
-        return
-    if args.worker:
-        worker(args.worker, args.quick)
+    if run_role(args, worker):
         return
     if args.net_worker:
         net_worker(args.net_worker, args.quick, args.breakdown)

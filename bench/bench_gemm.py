@@ -219,6 +219,30 @@ def load_average():
         return "unknown"
 
 
+def harness_parser(doc):
+    """The arguments every benchmark with a worker takes: --quick, --noisy, --threads, and the
+    hidden --worker THREADS / --neighbour roles `run_worker` starts it in."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer samples, noisier numbers")
+    ap.add_argument("--noisy", action="store_true",
+                    help="also measure with a busy neighbour process on the last CPU")
+    ap.add_argument("--threads", default="1,2", help="thread counts to run (default 1,2)")
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--neighbour", action="store_true", help=argparse.SUPPRESS)
+    return ap
+
+
+def run_role(args, worker):
+    """Play the role run_worker started this process in (True), or False in the driver."""
+    if args.neighbour:
+        neighbour_main()
+        return True
+    if args.worker:
+        worker(args.worker, args.quick)
+        return True
+    return False
+
+
 def run(threads, quick, noisy):
     return run_worker(__file__, threads, quick, noisy)
 
@@ -256,19 +280,9 @@ def report(threads, condition, out):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short run, noisier numbers")
-    ap.add_argument("--noisy", action="store_true",
-                    help="also measure with a busy neighbour process on the last CPU")
-    ap.add_argument("--threads", default="1,2", help="thread counts to run (default 1,2)")
-    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--neighbour", action="store_true", help=argparse.SUPPRESS)
+    ap = harness_parser(__doc__)
     args = ap.parse_args()
-    if args.neighbour:
-        neighbour_main()
-        return
-    if args.worker:
-        worker(args.worker, args.quick)
+    if run_role(args, worker):
         return
     print(f"# bench_gemm: {platform.machine()}, {os.cpu_count()} CPUs, python "
           f"{platform.python_version()}{' (quick)' if args.quick else ''}")

@@ -42,7 +42,6 @@ A miss is printed, never hidden (the exit status is 0).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -56,7 +55,7 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import neighbour_main, run_worker, settle, spread  # noqa: E402
+from bench_gemm import harness_parser, run_role, run_worker, settle, spread  # noqa: E402
 
 B, N_IN, N, T = 64, 512, 512, 100
 TARGET = 1.0
@@ -416,19 +415,9 @@ def report(threads, condition, out):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer samples, noisier numbers")
-    ap.add_argument("--noisy", action="store_true",
-                    help="also measure with a busy neighbour process on the last CPU")
-    ap.add_argument("--threads", default="1,2", help="thread counts to run (default 1,2)")
-    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--neighbour", action="store_true", help=argparse.SUPPRESS)
+    ap = harness_parser(__doc__)
     args = ap.parse_args()
-    if args.neighbour:
-        neighbour_main()
-        return
-    if args.worker:
-        worker(args.worker, args.quick)
+    if run_role(args, worker):
         return
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"# bench_rnn: {platform.machine()}, {os.cpu_count()} CPUs, python "
