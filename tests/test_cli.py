@@ -286,6 +286,43 @@ def test_train_early_stopping_and_tensorboard(tmp_path, capsys):
         history.validation_scores, rel=1e-6)
 
 
+def test_train_early_stopping_trains_the_resnet_graph():
+    # --model resnet is a ComputationGraph: EarlyStoppingGraphTrainer trains it, and the
+    # network it keeps is the best epoch's, a graph, not the last one
+    from ndws.__main__ import run_train
+    from ndws.nn import ComputationGraph
+    from ndws.nn.earlystopping import EarlyStoppingGraphTrainer, EarlyStoppingTrainer
+    used = []
+    real = EarlyStoppingGraphTrainer.fit
+
+    def spy(self, *args, **kwargs):
+        used.append(type(self))
+        return real(self, *args, **kwargs)
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(EarlyStoppingGraphTrainer, "fit", spy)
+        mp.setattr(EarlyStoppingTrainer, "fit", spy)
+        results = run_train(epochs=60, early_stopping=2, mode_epochs=2, progress=False,
+                            out=out, model="resnet", hidden=64)
+    assert used == [EarlyStoppingGraphTrainer]
+    text = out.getvalue()
+    history = results["history"]
+    epochs = len(history.epochs)
+    assert 3 <= epochs < 60                  # stopped by the patience, not the maximum
+    best = min(range(epochs), key=lambda e: history.validation_scores[e])
+    assert (f"early stopping: ScoreImprovementEpochTerminationCondition("
+            f"max_epochs_with_no_improvement=2, min_improvement=0.0) after {epochs} epochs; "
+            f"best epoch {best + 1} (held-out loss {history.validation_scores[best]:.4f})") in text
+    assert epochs == best + 3
+    for e in range(epochs):
+        assert f"held-out loss {history.validation_scores[e]:.4f} (" in text
+    assert "model resnet" in text and "Confusion Matrix" in text
+    # the accuracy and the evaluation are the best graph's, which is a graph
+    assert results["accuracy"] == pytest.approx(results["evaluation"].accuracy())
+    assert results["accuracy"] >= 0.9
+
+
 def test_train_tensorboard_refuses_a_file(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
