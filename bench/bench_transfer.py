@@ -13,6 +13,13 @@ either. The contenders run in interleaved rounds (so a neighbour that takes a co
 all alike); each figure is the median of all its iterations, each ratio against the whole
 network in the same run.
 
+The graph row: the residual ComputationGraph of ``ndws train --model resnet`` on 32x32x3
+images (bench_graph's ``resnet fit`` row: a 3x3 stem and three residual blocks of 16 channels,
+batch 32), whole against its stem and first block frozen
+(``GraphBuilder.set_feature_extractor("block0")``) and its stem and first two blocks frozen
+(``"block1"``). A graph's backward pass skips every frozen vertex, so only the frozen
+vertices' forward pass remains of them.
+
 Usage::
 
     python bench/bench_transfer.py              # 30 iterations each, 1 thread
@@ -36,6 +43,7 @@ for path in (ROOT, os.path.join(ROOT, "bench")):
         sys.path.insert(0, path)
 
 import bench_fit  # noqa: E402  (its interleaved timing)
+import bench_graph  # noqa: E402  (its residual graph)
 
 TARGET = 0.5
 BATCH = 64
@@ -88,19 +96,41 @@ def main(argv=None):
              "dense + head (convolutions frozen)": lambda: convs.fit(ds, progress=False),
              "head on featurised input (helper)": lambda: top.fit(featurized, progress=False)}
     n = 12 if args.quick else 30
-    # bench_fit's interleaved rounds (its warm-up, ROUNDS rounds of n / ROUNDS iterations each)
-    med = {name: us / 1e3 for name, us in bench_fit._interleaved_us(steps, n).items()}
-    base = med["whole network"]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"$ python bench/bench_transfer.py{' --quick' if args.quick else ''}")
+    print(f"$ python bench/bench_transfer.py{' --quick' if args.quick else ''}"
+          f"{f' --threads {args.threads}' if args.threads != 1 else ''}")
     print(f"LeNet (DL4J's), batch {BATCH}, Adam, l2; one training iteration, median of "
           f"{n}, {args.threads} thread(s) (load average {load:.1f})")
-    for name, ms in med.items():
-        print(f"  {name:<36}{ms:9.2f} ms  {ms / base:5.2f}x")
-    ratio = med["head only (layers 0-4 frozen)"] / base
+    med = _table(steps, n)
+    ratio = med["head only (layers 0-4 frozen)"] / med["whole network"]
     print(f"target: head only <= {TARGET}x the whole network: "
           f"{'met' if ratio <= TARGET else 'MISSED'} ({ratio:.2f}x)")
+
+    graph = bench_graph.resnet_graph()
+    xi = rng.standard_normal((bench_graph.RES_BATCH, 3, 32, 32)).astype(np.float32)
+    yi = np.eye(10, dtype=np.float32)[rng.integers(0, 10, bench_graph.RES_BATCH)]
+    images = DataSet(xi, yi)
+    stem0 = TransferLearning.GraphBuilder(graph).set_feature_extractor("block0").build()
+    stem01 = TransferLearning.GraphBuilder(graph).set_feature_extractor("block1").build()
+    steps = {"whole graph": lambda: graph.fit(images, progress=False),
+             "stem + block 0 frozen": lambda: stem0.fit(images, progress=False),
+             "stem + blocks 0-1 frozen": lambda: stem01.fit(images, progress=False)}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nresidual ComputationGraph (ndws train --model resnet's on 32x32x3 images, "
+          f"{bench_graph.WIDTH} channels), batch {bench_graph.RES_BATCH}, Adam; one training "
+          f"iteration, median of {n}, {args.threads} thread(s) (load average {load:.1f})")
+    _table(steps, n)
     return 0
+
+
+def _table(steps, n):
+    # bench_fit's interleaved rounds (its warm-up, ROUNDS rounds of n / ROUNDS iterations
+    # each); prints each contender's median and its ratio to the first; returns the medians
+    med = {name: us / 1e3 for name, us in bench_fit._interleaved_us(steps, n).items()}
+    base = next(iter(med.values()))
+    for name, ms in med.items():
+        print(f"  {name:<36}{ms:9.2f} ms  {ms / base:5.2f}x")
+    return med
 
 
 if __name__ == "__main__":

@@ -325,8 +325,10 @@ def _fit_early_stopping(net: Any, x: np.ndarray, y: np.ndarray, xt: np.ndarray,
     # train --early-stopping: at most `epochs` epochs, stopping after `patience` epochs
     # without a better held-out loss; returns (the best network, its History, the result)
     from ndws.data.iterators import ArrayDataSetIterator
+    from ndws.nn import ComputationGraph
     from ndws.nn.earlystopping import (DataSetLossCalculator, EarlyStoppingConfiguration,
-                                       EarlyStoppingTrainer, MaxEpochsTerminationCondition,
+                                       EarlyStoppingGraphTrainer, EarlyStoppingTrainer,
+                                       MaxEpochsTerminationCondition,
                                        ScoreImprovementEpochTerminationCondition)
     onehot = np.eye(10, dtype=np.float32)
     config = EarlyStoppingConfiguration(
@@ -335,7 +337,10 @@ def _fit_early_stopping(net: Any, x: np.ndarray, y: np.ndarray, xt: np.ndarray,
         score_calculator=DataSetLossCalculator(
             ArrayDataSetIterator(xt, onehot[yt], batch_size=max(len(xt), 1))))
     train = ArrayDataSetIterator(x, onehot[y], batch_size=batch_size, shuffle=True, seed=seed)
-    result = EarlyStoppingTrainer(config, net, train).fit(progress=progress)
+    # a graph (--model resnet) has its own trainer, as in DL4J; both read the same DataSets
+    trainer = (EarlyStoppingGraphTrainer if isinstance(net, ComputationGraph)
+               else EarlyStoppingTrainer)
+    result = trainer(config, net, train).fit(progress=progress)
     if result.error is not None:
         raise result.error
     print(f"\nearly stopping: {result.termination_details} after {result.total_epochs} "

@@ -257,6 +257,21 @@ def test_python_m_ndws_train_runs():
     assert "Workspace modes" in proc.stdout and proc.stderr == ""   # no bar off a terminal
 
 
+def _assert_stopped_by_patience(text, history, patience, max_epochs):
+    # the run stopped `patience` epochs past its best held-out loss, before `max_epochs`, and
+    # said so; each epoch's line shows its held-out loss
+    epochs = len(history.epochs)
+    assert patience + 1 <= epochs < max_epochs
+    best = min(range(epochs), key=lambda e: history.validation_scores[e])
+    assert (f"early stopping: ScoreImprovementEpochTerminationCondition("
+            f"max_epochs_with_no_improvement={patience}, min_improvement=0.0) after {epochs} "
+            f"epochs; best epoch {best + 1} (held-out loss "
+            f"{history.validation_scores[best]:.4f})") in text
+    assert epochs == best + 1 + patience
+    for e in range(epochs):
+        assert f"held-out loss {history.validation_scores[e]:.4f} (" in text
+
+
 def test_train_early_stopping_and_tensorboard(tmp_path, capsys):
     from ndws.__main__ import run_train
     out = io.StringIO()
@@ -265,15 +280,7 @@ def test_train_early_stopping_and_tensorboard(tmp_path, capsys):
                         tensorboard=str(board), hidden=32)
     text = out.getvalue()
     history = results["history"]
-    epochs = len(history.epochs)
-    assert 3 <= epochs < 40                  # stopped by the patience, not the maximum
-    best = min(range(epochs), key=lambda e: history.validation_scores[e])
-    assert (f"early stopping: ScoreImprovementEpochTerminationCondition("
-            f"max_epochs_with_no_improvement=2, min_improvement=0.0) after {epochs} epochs; "
-            f"best epoch {best + 1} (held-out loss {history.validation_scores[best]:.4f})") in text
-    assert epochs == best + 3
-    for e in range(epochs):                  # each epoch's line shows its held-out loss
-        assert f"held-out loss {history.validation_scores[e]:.4f} (" in text
+    _assert_stopped_by_patience(text, history, 2, 40)
     assert results["accuracy"] >= 0.9
     assert f"tensorboard --logdir {board}" in text
     files = [p.name for p in board.iterdir()]
@@ -284,6 +291,34 @@ def test_train_early_stopping_and_tensorboard(tmp_path, capsys):
     assert len(acc.Scalars("score")) == len(history.scores)
     assert [e.value for e in acc.Scalars("validation_score")] == pytest.approx(
         history.validation_scores, rel=1e-6)
+
+
+def test_train_early_stopping_trains_the_resnet_graph():
+    # --model resnet is a ComputationGraph: EarlyStoppingGraphTrainer trains it, and the
+    # network it keeps is the best epoch's, a graph, not the last one
+    from ndws.__main__ import run_train
+    from ndws.nn import ComputationGraph
+    from ndws.nn.earlystopping import EarlyStoppingGraphTrainer, EarlyStoppingTrainer
+    used = []
+    real = EarlyStoppingGraphTrainer.fit
+
+    def spy(self, *args, **kwargs):
+        used.append(type(self))
+        return real(self, *args, **kwargs)
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(EarlyStoppingGraphTrainer, "fit", spy)
+        mp.setattr(EarlyStoppingTrainer, "fit", spy)
+        results = run_train(epochs=60, early_stopping=2, mode_epochs=2, progress=False,
+                            out=out, model="resnet", hidden=64)
+    assert used == [EarlyStoppingGraphTrainer]
+    text = out.getvalue()
+    _assert_stopped_by_patience(text, results["history"], 2, 60)
+    assert "model resnet" in text and "Confusion Matrix" in text
+    # the accuracy and the evaluation are the best graph's, which is a graph
+    assert results["accuracy"] == pytest.approx(results["evaluation"].accuracy())
+    assert results["accuracy"] >= 0.9
 
 
 def test_train_tensorboard_refuses_a_file(tmp_path, capsys):
