@@ -97,17 +97,25 @@ def all_cases(quick):
 # ------------------------------------------------------------------------------------------------
 # Worker: one thread count, one interpreter
 
+def worker_threads(threads):
+    """Set ndws' thread count and PyTorch's (when it is installed) to `threads` in a worker;
+    returns the torch module, or None without PyTorch."""
+    import ndws
+    ndws.set_num_threads(threads)
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    return torch
+
+
 def worker(threads, quick):
     import numpy as np
 
     import ndws
     import ndws._linalg as la   # registers the native matmul (ndws.matmul goes through it)
-    try:
-        import torch
-        torch.set_num_threads(threads)
-    except ImportError:
-        torch = None
-    ndws.set_num_threads(threads)
+    torch = worker_threads(threads)
     rng = np.random.default_rng(0)
     budget = 0.04 if quick else 0.25       # seconds of timed calls per library and case
     min_samples = 5 if quick else 15

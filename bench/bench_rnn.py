@@ -55,7 +55,8 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import harness_parser, run_role, run_worker, settle, spread  # noqa: E402
+from bench_gemm import (harness_parser, run_role, run_worker, settle, spread,  # noqa: E402
+                        worker_threads)
 
 B, N_IN, N, T = 64, 512, 512, 100
 TARGET = 1.0
@@ -211,12 +212,7 @@ def worker(threads, quick):
     import ndws
     import ndws._linalg as la
     import ndws.nn.functional as F
-    try:
-        import torch
-        torch.set_num_threads(threads)
-    except ImportError:
-        torch = None
-    ndws.set_num_threads(threads)
+    torch = worker_threads(threads)
     rng = np.random.default_rng(0)
     f32 = np.float32
     # weights: PyTorch's LSTM when there is one (its initialisation), permuted into DL4J's
