@@ -182,3 +182,25 @@ def test_batched_requests_of_a_graph_share_forward_passes(mode, fewest, most, mo
     for k, o in enumerate(outs):
         for got, w in zip(o, want):
             np.testing.assert_allclose(got.numpy(), w[k:k + 1], rtol=1e-5, atol=1e-6)
+
+
+def test_parallel_wrapper_counts_a_graphs_epoch_in_rows_not_inputs(data, monkeypatch):
+    # fed one features array per input, an epoch of 64 rows at batch 8 is 8 batches, 4 rounds
+    # of 2 workers (it was counted from the number of inputs: 1 batch)
+    from ndws.nn import history
+    totals = []
+    init = history._Epoch.__init__
+
+    def spy(self, model, listeners, hist, total, *args, **kwargs):
+        totals.append(total)
+        init(self, model, listeners, hist, total, *args, **kwargs)
+
+    monkeypatch.setattr(history._Epoch, "__init__", spy)
+    x, y = data
+    net, g = mln(), mln().to_computation_graph()
+    with ParallelWrapper(net, workers=2) as pw:
+        pw.fit(x, y, batch_size=8, progress=False)
+    with ParallelWrapper(g, workers=2) as pw:
+        pw.fit([x], [y], batch_size=8, progress=False)
+    g.fit([x], [y], batch_size=8, progress=False)
+    assert totals == [4, 4, 8]

@@ -534,9 +534,14 @@ class Model:
         # what an epoch reads: (data, labels, batch_size) for _fit_epoch
         return data, labels, batch_size
 
+    def _epoch_length(self, data: Any, labels: Any, batch_size: Any) -> int | None:
+        # the batches of an epoch of fit's `data` (None: unknown), for progress bars and the
+        # trainers' rounds
+        return batch_count(data, labels, batch_size)
+
     def _fit_epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
                    history: History, validate: Any = None, stop: Any = None) -> None:
-        with _Epoch(self, self._listeners, history, batch_count(data, labels, batch_size),
+        with _Epoch(self, self._listeners, history, self._epoch_length(data, labels, batch_size),
                     progress, validate=validate) as epoch:
             batches = iter(self._batches(data, labels, batch_size))
             while True:

@@ -40,7 +40,7 @@ from ndws.data.async_iterators import _end_of_epoch, _prefetch_for_fit
 from ndws.data.dataset import DataSet
 from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.history import History, _Epoch
-from ndws.nn._model import batch_count as _length, count as _count
+from ndws.nn._model import count as _count
 from ndws.parallel.modes import TrainingMode, check_model, option_bool, option_enum, option_int
 
 __all__ = ["MPITrainer", "mpi_available"]
@@ -637,7 +637,7 @@ class MPITrainer:
     def _epoch(self, data: Any, labels: Any, batch_size: Any, progress: bool | None,
                history: History, shared: bool) -> None:
         net = self.model
-        with _Epoch(net, net._listeners, history, _length(data, labels, batch_size),
+        with _Epoch(net, net._listeners, history, net._epoch_length(data, labels, batch_size),
                     progress) as epoch:
             batches = iter(net._batches(data, labels, batch_size))
             while True:

@@ -32,7 +32,7 @@ from ndws.data.async_iterators import _end_of_epoch, _prefetch_for_fit
 from ndws.nn.history import History, _Epoch
 from ndws.nn._busy import FREE, TRAIN
 from ndws.nn.listeners import TrainingListener
-from ndws.nn._model import batch_count as _length, count as _count
+from ndws.nn._model import count as _count
 from ndws.parallel._sync import SpinBarrier
 from ndws.parallel.modes import (Builder, Stoppable, TrainingMode, check_model,
                                  option_bool, option_enum, option_int)
@@ -401,7 +401,7 @@ class ParallelWrapper(Stoppable):
                progress: bool | None) -> None:
         # the caller's part of an epoch: frame it, let the workers run it, wait for its end
         root = self.model
-        total = _length(data, labels, batch_size)
+        total = root._epoch_length(data, labels, batch_size)
         rounds = None if total is None else -(-total // self.workers)
         with _Epoch(root, self._listeners, run.history, rounds, progress, run.nets) as epoch:
             run.epoch = epoch

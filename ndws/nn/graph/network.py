@@ -944,6 +944,13 @@ class ComputationGraph(Model):
         return self._array_batches([_rows(x, order) for x in xs], [_rows(y, order) for y in ys],
                                    batch_size), None, None
 
+    def _epoch_length(self, data: Any, labels: Any, batch_size: Any) -> int | None:
+        # features arrays come one per input: the rows are the first one's (not the count of
+        # inputs)
+        if labels is not None and isinstance(data, (list, tuple)) and data:
+            data = data[0]
+        return super()._epoch_length(data, labels, batch_size)
+
     def _array_batches(self, data: Any, labels: Any, batch_size: Any) -> list:
         # (fit's arrays, batch_size checked here: it is None or the rows of each batch)
         # features (one array per input) and labels (one per output) cut into MultiDataSets
