@@ -251,6 +251,19 @@ def run_role(args, worker):
     return False
 
 
+def sweep(args, run, report):
+    """Run the worker at each of --threads, quiet and (with --noisy) beside a busy neighbour,
+    printing each run's table with `report`; returns the (passes, misses) summed."""
+    passes = misses = 0
+    for threads in [int(t) for t in args.threads.split(",")]:
+        for noisy in ((False, True) if args.noisy else (False,)):
+            p, m = report(threads, "busy neighbour" if noisy else "quiet",
+                          run(threads, args.quick, noisy))
+            passes += p
+            misses += m
+    return passes, misses
+
+
 def run(threads, quick, noisy):
     return run_worker(__file__, threads, quick, noisy)
 
@@ -294,13 +307,7 @@ def main():
         return
     print(f"# bench_gemm: {platform.machine()}, {os.cpu_count()} CPUs, python "
           f"{platform.python_version()}{' (quick)' if args.quick else ''}")
-    misses = passes = 0
-    for threads in [int(t) for t in args.threads.split(",")]:
-        for noisy in ((False, True) if args.noisy else (False,)):
-            p, m = report(threads, "busy neighbour" if noisy else "quiet",
-                          run(threads, args.quick, noisy))
-            passes += p
-            misses += m
+    passes, misses = sweep(args, run, report)
     print(f"\n# GFLOP/s medians (p10-p90: slowest to fastest decile of the samples); "
           f"target rows: {passes} PASS, {misses} MISS")
 

@@ -56,7 +56,7 @@ for p in (ROOT, HERE):
         sys.path.insert(0, p)
 
 from bench_gemm import (harness_parser, run_role, run_worker, settle, spread,  # noqa: E402
-                        worker_threads)
+                        sweep, worker_threads)
 
 B, N_IN, N, T = 64, 512, 512, 100
 TARGET = 1.0
@@ -419,13 +419,7 @@ def main():
     print(f"# bench_rnn: {platform.machine()}, {os.cpu_count()} CPUs, python "
           f"{platform.python_version()}, load average {load:.1f} at the start"
           f"{' (quick)' if args.quick else ''}")
-    passes = misses = 0
-    for threads in [int(t) for t in args.threads.split(",")]:
-        for noisy in ((False, True) if args.noisy else (False,)):
-            p, m = report(threads, "busy neighbour" if noisy else "quiet",
-                          run(threads, args.quick, noisy))
-            passes += p
-            misses += m
+    passes, misses = sweep(args, run, report)
     print(f"\n# medians of the samples (p10-p90: fastest to slowest decile); target rows: "
           f"{passes} PASS, {misses} MISS")
 
