@@ -197,6 +197,30 @@ def test_max_pool_of_windows_that_tile_the_plane(rng, dtype, k):
     np.testing.assert_allclose(out, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k, s", [(2, None), (3, 2), ((2, 3), 1), ((19, 21), None),
+                                  ((5, 17), (3, 4))])
+def test_avg_and_sum_of_whole_windows(rng, dtype, k, s):
+    # windows inside the plane, undilated (VGG's 2x2/2; global pooling's one window per plane,
+    # summed in 8 lanes when 16 or more wide: 21 and 17 leave a tail of 5 and 1): against NumPy,
+    # forward and backward into stale memory, and the same through a strided grad_output
+    x = rng.standard_normal((2, 3, 19, 23)).astype(dtype)
+    for base in ("avg", "sum"):
+        ref, _ = ref_pool(x, base, k, s, 0, 1, False, 2.0)
+        pool = F.avg_pool2d if base == "avg" else F.sum_pool2d
+        back = F.avg_pool2d_backward if base == "avg" else F.sum_pool2d_backward
+        y = np.asarray(pool(x, k, stride=s))
+        np.testing.assert_allclose(y, ref, **_tol(dtype))
+        g = rng.standard_normal(ref.shape).astype(dtype)
+        out = np.full(x.shape, 7.0, dtype)
+        back(x, g, k, stride=s, out=out)
+        want = ref_pool_backward(x, g, base, k, s, 0, 1, False, 2.0)
+        np.testing.assert_allclose(out, want, **_tol(dtype))
+        wide = np.zeros(g.shape[:3] + (2 * g.shape[3],), dtype)
+        wide[..., ::2] = g
+        np.testing.assert_array_equal(np.asarray(back(x, wide[..., ::2], k, stride=s)), out)
+
+
 def test_pnorm_of_a_zero_window_passes_no_gradient():
     x = np.zeros((1, 1, 2, 4), np.float64)
     x[0, 0, :, 2:] = [[3., 4.], [0., 0.]]

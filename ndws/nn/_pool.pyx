@@ -46,7 +46,7 @@ ctypedef struct PoolJob:
     Geom g
     int kind, f64
     bint include_pad, back
-    bint fast                    # MAX: `_max_plane_fwd` / `_max_plane_bwd_scatter`
+    bint fast                    # whole windows (MAX, AVG, SUM) or MAX backward by indices
     double p                     # PNORM's exponent
     const char* x
     intp_t xs[4]
@@ -78,11 +78,88 @@ cdef inline floating_t _pnorm_pow(floating_t v, double p) noexcept nogil:
 
 cdef inline bint _whole_windows(const PoolJob* j) noexcept nogil:
     # every window lies inside the input, undilated, along rows of unit stride (NCHW, or any
-    # layout whose width is its innermost axis): the taps need no clipping and no division
+    # layout whose width is its innermost axis): the taps need no clipping and no division.
+    # MAX, AVG and SUM have loops for such windows; PNORM's exponent costs more than the
+    # clipping, so it keeps the general loop.
     cdef const Geom* g = &j.g
-    return (j.kind == P_MAX and g.DH == 1 and g.DW == 1 and g.PT == 0 and g.PL == 0
+    return (j.kind != P_PNORM and g.DH == 1 and g.DW == 1 and g.PT == 0 and g.PL == 0
             and (g.OH - 1) * g.SH + g.KH <= g.H and (g.OW - 1) * g.SW + g.KW <= g.W
             and j.xs[3] == 1 and j.ys[3] == 1 and (j.idx == NULL or j.is_[3] == 1))
+
+
+cdef inline floating_t _window_sum(const floating_t* row, intp_t xs2, intp_t KH,
+                                   intp_t KW) noexcept nogil:
+    # the sum of a whole window. Wide windows (global pooling: one window per plane) are
+    # summed in 8 lanes, combined pairwise: a single accumulator waits on every add's latency
+    # (4 cycles), 8 hide it and let the compiler vectorize; narrow ones in the general loop's
+    # order. Either way a fixed order: the same bits whatever the thread count.
+    cdef floating_t acc = 0
+    cdef floating_t s[8]
+    cdef const floating_t* r
+    cdef intp_t i, k, l
+    if KW < 16:
+        for i in range(KH):
+            for k in range(KW):
+                acc += row[i * xs2 + k]
+        return acc
+    for l in range(8):
+        s[l] = 0
+    for i in range(KH):
+        r = row + i * xs2
+        k = 0
+        while k + 8 <= KW:
+            for l in range(8):
+                s[l] += r[k + l]
+            k += 8
+        while k < KW:
+            s[k & 7] += r[k]
+            k += 1
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+
+
+cdef void _sum_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc) noexcept nogil:
+    # AVG and SUM over whole windows (`_whole_windows`): every window holds KH*KW taps
+    cdef intp_t OH = j.g.OH, OW = j.g.OW, KH = j.g.KH, KW = j.g.KW, SH = j.g.SH, SW = j.g.SW
+    cdef intp_t xs2 = j.xs[2], ys2 = j.ys[2], oh, ow
+    cdef floating_t scale = <floating_t>1.0 / <floating_t>(KH * KW)
+    cdef bint avg = j.kind == P_AVG
+    cdef const floating_t* row
+    cdef floating_t acc
+    for oh in range(OH):
+        row = xc + oh * SH * xs2
+        for ow in range(OW):
+            acc = _window_sum(row + ow * SW, xs2, KH, KW)
+            yc[oh * ys2 + ow] = acc * scale if avg else acc
+
+
+cdef void _sum_plane_bwd(const PoolJob* j, const floating_t* gc, floating_t* dxc) noexcept nogil:
+    # AVG's and SUM's gradient over whole windows: the plane zeroed, then each output's
+    # (scaled) gradient added over its window, in the general loop's order (the same bits)
+    cdef intp_t OH = j.g.OH, OW = j.g.OW, KH = j.g.KH, KW = j.g.KW, SH = j.g.SH, SW = j.g.SW
+    cdef intp_t H = j.g.H, W = j.g.W, ys2 = j.ys[2], ys3 = j.ys[3]
+    cdef intp_t d2 = j.dxs[2], d3 = j.dxs[3], oh, ow, i, k, h
+    cdef floating_t scale = <floating_t>1.0 / <floating_t>(KH * KW)
+    cdef floating_t gv
+    cdef floating_t* r
+    if d3 == 1 and d2 == W:
+        memset(dxc, 0, <size_t>(H * W) * sizeof(floating_t))
+    else:
+        for h in range(H):
+            for k in range(W):
+                dxc[h * d2 + k * d3] = 0
+    for oh in range(OH):
+        for ow in range(OW):
+            gv = gc[oh * ys2 + ow * ys3]
+            if j.kind == P_AVG:
+                gv = gv * scale
+            for i in range(KH):
+                r = dxc + (oh * SH + i) * d2 + ow * SW * d3
+                if d3 == 1:
+                    for k in range(KW):
+                        r[k] += gv
+                else:
+                    for k in range(KW):
+                        r[k * d3] += gv
 
 
 cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
@@ -173,7 +250,12 @@ cdef void _pool_plane(const PoolJob* j, intp_t t, floating_t dummy) noexcept nog
     if j.idx != NULL:
         ic = <int32_t*>j.idx + n * j.is_[0] + c * j.is_[1]
     if j.fast:
-        if j.back:
+        if j.kind != P_MAX:
+            if j.back:
+                _sum_plane_bwd(j, yc, <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1])
+            else:
+                _sum_plane_fwd(j, xc, yc)
+        elif j.back:
             _max_plane_bwd_scatter(j, yc, <floating_t*>j.dx + n * j.dxs[0] + c * j.dxs[1], ic)
         else:
             _max_plane_fwd(j, xc, yc, ic)
@@ -275,8 +357,12 @@ cdef int _run(PoolJob* j, intp_t nbytes) except -1:
     cdef intp_t planes = j.g.N * j.g.C
     # backward: any MAX geometry with indices, into planes whose rows follow each other (the
     # indices were checked to lie in [0, H*W) before)
-    j.fast = (j.kind == P_MAX and j.idx != NULL and j.dxs[2] == j.g.W * j.dxs[3]
-              if j.back else _whole_windows(j))
+    # (AVG and SUM backward read no x: their windows need only be whole)
+    if j.back:
+        j.fast = ((j.kind == P_MAX and j.idx != NULL and j.dxs[2] == j.g.W * j.dxs[3])
+                  or ((j.kind == P_AVG or j.kind == P_SUM) and _whole_windows(j)))
+    else:
+        j.fast = _whole_windows(j)
     cdef double work = <double>j.g.N * j.g.C * j.g.OH * j.g.OW * j.g.KH * j.g.KW
     cdef int nt = <int>_imin(planes, threads_for(<Py_ssize_t>(work if work < 4e18 else 4e18),
                                                  GRAIN_NN_CHEAP))
