@@ -304,3 +304,30 @@ def test_helper_on_a_graph_refuses_hostile_input(rng):
         helper.unfrozen_mln()
     with pytest.raises(ValueError, match="the graph has 2 inputs \\(b, da\\), got 1 array"):
         helper.output_from_featurized(mds.features[0])
+
+
+def test_helper_holds_the_whole_graph_while_it_trains(rng):
+    # fit_featurized trains the whole graph's parameters: a training call of the whole graph
+    # nested in it (from a listener), or the other way round, is refused by name
+    from ndws.nn.listeners import TrainingListener
+    helper = TransferLearningHelper(_graph(), "da")
+    featurized = helper.featurize(_mds(rng))
+    seen = []
+
+    class Nested(TrainingListener):
+        def __init__(self, call):
+            self.call = call
+
+        def iteration_done(self, model, iteration, epoch):
+            with pytest.raises(RuntimeError, match="called from inside") as info:
+                self.call()
+            seen.append(str(info.value).split(":")[0])
+
+    helper.unfrozen_graph().set_listeners(
+        Nested(lambda: helper.network.fit(_mds(rng), progress=False)))
+    helper.fit_featurized(featurized, progress=False)
+    helper.unfrozen_graph().set_listeners()
+    helper.network.set_listeners(
+        Nested(lambda: helper.fit_featurized(featurized, progress=False)))
+    helper.network.fit(_mds(rng), progress=False)
+    assert seen == ["ComputationGraph.fit", "TransferLearningHelper.fit_featurized"]

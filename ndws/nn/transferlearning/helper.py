@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ndws.data.dataset import DataSet
+from ndws.nn._busy import TRAIN
 from ndws.nn.conf import MultiLayerConfiguration
 from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.transferlearning.builder import TransferLearning, settings
@@ -123,8 +124,11 @@ class TransferLearningHelper:
 
     def fit_featurized(self, data: Any, labels: Any = None, **fit_options: Any) -> Any:
         """Train the unfrozen layers on featurized data (what the unfrozen network's or
-        graph's `fit` takes, with its options); returns the History."""
-        return self._unfrozen.fit(data, labels, **fit_options)
+        graph's `fit` takes, with its options); returns the History. It trains `network`'s
+        parameters, so it holds `network` as its own training call would: from another
+        thread, or nested in a call of `network` (a listener), either is refused by name."""
+        with self.network._exclusive("TransferLearningHelper.fit_featurized", TRAIN):
+            return self._unfrozen.fit(data, labels, **fit_options)
 
     def output_from_featurized(self, *features: Any) -> Any:
         """The output for featurized input: a network's for one array; a graph's outputs (a
@@ -132,7 +136,8 @@ class TransferLearningHelper:
         if self._graph is None and len(features) != 1:
             raise TypeError(f"output_from_featurized: a network takes one features array, got "
                             f"{len(features)}")
-        return self._unfrozen.output(*features)
+        with self.network._exclusive("TransferLearningHelper.output_from_featurized"):
+            return self._unfrozen.output(*features)
 
     def unfrozen_mln(self) -> Any:
         """The network of the unfrozen layers (its parameters are views of `network`'s)."""
