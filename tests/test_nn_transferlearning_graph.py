@@ -331,3 +331,49 @@ def test_helper_holds_the_whole_graph_while_it_trains(rng):
         Nested(lambda: helper.fit_featurized(featurized, progress=False)))
     helper.network.fit(_mds(rng), progress=False)
     assert seen == ["ComputationGraph.fit", "TransferLearningHelper.fit_featurized"]
+
+
+def _chain(first, shape):
+    # in -> first -> (a pooling for images) -> dense -> softmax output, Sgd without
+    # regularisation: the unfrozen dense chain takes the compiled iteration
+    from ndws.nn import Sgd, SubsamplingLayer
+    b = (ComputationGraphConfiguration.builder(seed=3, updater=Sgd(0.1))
+         .add_inputs("in").add_layer("f", first, "in"))
+    if len(shape) == 3:
+        b.add_layer("p", SubsamplingLayer(kernel_size=2, stride=2), "f")
+    b.append_layer("d", DenseLayer(n_out=8, activation="tanh"))
+    b.append_layer("out", OutputLayer(n_out=3, activation="softmax"))
+    kind = InputType.convolutional(*shape) if len(shape) == 3 else InputType.feed_forward(*shape)
+    g = ComputationGraph(b.set_outputs("out").set_input_types(kind).build())
+    g.init()
+    return g
+
+
+@pytest.mark.parametrize("image", [False, True])
+def test_helper_on_a_chain_matches_the_frozen_graph(rng, image):
+    from ndws.nn import ConvolutionLayer
+    if image:
+        g, shape = _chain(ConvolutionLayer(n_out=4, kernel_size=(3, 3)), (8, 8, 1)), (1, 8, 8)
+    else:
+        g, shape = _chain(DenseLayer(n_out=8, activation="relu"), (5,)), (5,)
+    names = ("p",) if image else ("f",)
+    x = rng.standard_normal((32,) + shape).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 32)]
+    data = [DataSet(x[i:i + 8], y[i:i + 8]) for i in range(0, 32, 8)]
+    helper = TransferLearningHelper(g, *names)
+    twin = TransferLearning.GraphBuilder(g).set_feature_extractor(*names).build()
+    top = helper.unfrozen_graph()
+    # the unfrozen dense chain trains on the compiled iteration, the frozen graph on the
+    # vertex-by-vertex one: the same bits all the same; an image's boundary is flattened by
+    # the preprocessor the unfrozen graph inserts again
+    assert (top._dense_plan is not None) is not image and twin._dense_plan is None
+    if image:
+        assert type(top.conf.resolved_preprocessors["d"]).__name__ == \
+            "CnnToFeedForwardPreProcessor"
+    featurized = [helper.featurize(d) for d in data]
+    helper.fit_featurized(featurized, epochs=3, progress=False)
+    twin.fit(data, epochs=3, progress=False)
+    np.testing.assert_array_equal(helper.network.params().numpy(), twin.params().numpy())
+    np.testing.assert_array_equal(helper.network.output(x)[0].numpy(), helper
+                                  .output_from_featurized(helper.featurize(DataSet(x, y))
+                                                          .features[0])[0].numpy())
