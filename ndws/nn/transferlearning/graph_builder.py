@@ -22,7 +22,7 @@ from ndws.nn.layers.base import Layer, WeightInit
 from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.transferlearning.builder import FineTuneConfiguration, changed, n_out_checked
 
-__all__ = ["GraphBuilder", "frozen_first", "frozen_part", "is_frozen"]
+__all__ = ["GraphBuilder", "frozen_first", "frozen_part", "is_frozen", "kept_settings"]
 
 
 def frozen_part(vertex_inputs: dict, names: Any) -> set:
@@ -44,6 +44,13 @@ def is_frozen(obj: Any) -> bool:
     return isinstance(obj, FrozenLayer) and not obj._with_backprop
 
 
+def kept_settings(conf: Any) -> dict:
+    """Graph configuration `conf`'s network-wide and truncated-BPTT settings, as keyword
+    arguments of `ComputationGraphConfiguration` (for a configuration made from its parts)."""
+    return dict({k: getattr(conf, k) for k in SETTINGS}, backprop_type=conf.backprop_type,
+                tbptt_fwd_length=conf.tbptt_fwd_length, tbptt_back_length=conf.tbptt_back_length)
+
+
 def frozen_first(conf: Any) -> Any:
     """`conf` with its topological order changed so that the network inputs and the frozen
     part (every frozen layer and everything it reads) come first, the rest in its order: the
@@ -63,9 +70,7 @@ def frozen_first(conf: Any) -> Any:
         conf.network_inputs, conf.network_outputs,
         {n: (v, conf.vertex_inputs[n]) for n, v in conf.vertices.items()},
         input_types=conf.input_types, input_preprocessors=conf.input_preprocessors,
-        backprop_type=conf.backprop_type, tbptt_fwd_length=conf.tbptt_fwd_length,
-        tbptt_back_length=conf.tbptt_back_length, topological_order=order,
-        **{k: getattr(conf, k) for k in SETTINGS})
+        topological_order=order, **kept_settings(conf))
 
 
 class GraphBuilder:

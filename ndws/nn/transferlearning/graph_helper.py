@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from ndws.data.dataset import DataSet, MultiDataSet
-from ndws.nn.conf import SETTINGS
-from ndws.nn.transferlearning.graph_builder import GraphBuilder, frozen_part, is_frozen
+from ndws.nn.transferlearning.graph_builder import (GraphBuilder, frozen_part, is_frozen,
+                                                   kept_settings)
 
 __all__ = ["GraphParts"]
 
@@ -52,9 +52,7 @@ def _sub_conf(conf: Any, inputs: list, outputs: list, vertices: list, input_type
                           for n in vertices},
         input_types=input_types,
         input_preprocessors={n: p for n, p in pres.items() if n in vertices},
-        backprop_type=conf.backprop_type, tbptt_fwd_length=conf.tbptt_fwd_length,
-        tbptt_back_length=conf.tbptt_back_length, topological_order=list(inputs) + vertices,
-        **{k: getattr(conf, k) for k in SETTINGS})
+        topological_order=list(inputs) + vertices, **kept_settings(conf))
 
 
 class GraphParts:
