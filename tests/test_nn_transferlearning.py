@@ -206,6 +206,15 @@ def test_transfer_learning_helper(rng):
     # frozen_till freezes a copy; the given network is left as it is
     other = TransferLearningHelper(net, frozen_till=0)
     assert type(net.layers[0]) is DenseLayer and other.frozen_till == 0
+    assert TransferLearningHelper(net, 0).frozen_till == 0          # DL4J's (net, frozenTill)
+    with pytest.raises(TypeError, match="a MultiLayerNetwork takes one frozen_till, got 2"):
+        TransferLearningHelper(net, 0, 1)
+    with pytest.raises(TypeError, match="unfrozen_graph: this helper splits a "
+                                        "MultiLayerNetwork"):
+        other.unfrozen_graph()
+    with pytest.raises(TypeError, match="output_from_featurized: a network takes one features "
+                                        "array, got 2"):
+        other.output_from_featurized(featurized[0].features, featurized[0].features)
     with pytest.raises(ValueError, match="the network's first layer is not frozen"):
         TransferLearningHelper(net)
     with pytest.raises(TypeError, match="featurize: expected a DataSet"):

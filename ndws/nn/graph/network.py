@@ -144,7 +144,11 @@ class ComputationGraph(Model):
         with self._exclusive("init", TRAIN, writes=True):
             self._build(params, share=False)
 
-    def _build(self, params: Any, share: bool, sample: bool = True) -> None:
+    def _build(self, params: Any, share: bool, sample: bool = True, adopt: bool = False
+               ) -> None:
+        # share=True: an inference-only graph whose parameters are views of `params` (a
+        # detached flat array laid out as this configuration's); adopt=True: the same views,
+        # trained in place (TransferLearningHelper's frozen and unfrozen parts: Model._lay_out)
         conf = self.conf
         order = conf.topological_order
         position = {name: p for p, name in enumerate(order)}
@@ -197,7 +201,7 @@ class ComputationGraph(Model):
             node.backprop = node.wants_grad or node.output >= 0
             if node.kind == _LAYER:
                 node.obj.input_gradient_needed = upstream
-        flat = self._lay_out(owners, params, share, sample)
+        flat = self._lay_out(owners, params, share, sample, adopt)
         self.layers = layers
         self._nodes = nodes
         self._position = position

@@ -8,6 +8,10 @@ the outputs), so later edits see earlier ones, as in DL4J. `build` makes the new
 (through the graph's own `GraphBuilder`: the same checks and automatic merge vertices) and the
 new graph, copying the parameters of every kept vertex whose shape did not change; resized and
 added layers start from the new seed. Nothing mutable is shared with the original.
+
+The new graph runs its frozen part first (`frozen_first`): its topological order, and so its
+parameter layout, puts every frozen vertex before the trainable ones, keeping the original's
+order within each part.
 """
 from __future__ import annotations
 
@@ -18,7 +22,55 @@ from ndws.nn.layers.base import Layer, WeightInit
 from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.transferlearning.builder import FineTuneConfiguration, changed, n_out_checked
 
-__all__ = ["GraphBuilder"]
+__all__ = ["GraphBuilder", "frozen_first", "frozen_part", "is_frozen", "kept_settings"]
+
+
+def frozen_part(vertex_inputs: dict, names: Any) -> set:
+    """The vertices `names` and every vertex and network input they read from, directly or not
+    (`vertex_inputs`: each vertex's inputs; a name without an entry is a network input)."""
+    out: set = set()
+    todo = list(names)
+    while todo:
+        n = todo.pop()
+        if n not in out:
+            out.add(n)
+            todo.extend(vertex_inputs.get(n, ()))
+    return out
+
+
+def is_frozen(obj: Any) -> bool:
+    """Whether vertex `obj` is a frozen layer that passes no gradient down (a
+    FrozenLayerWithBackprop is not: the vertices below it may train)."""
+    return isinstance(obj, FrozenLayer) and not obj._with_backprop
+
+
+def kept_settings(conf: Any) -> dict:
+    """Graph configuration `conf`'s network-wide and truncated-BPTT settings, as keyword
+    arguments of `ComputationGraphConfiguration` (for a configuration made from its parts)."""
+    return dict({k: getattr(conf, k) for k in SETTINGS}, backprop_type=conf.backprop_type,
+                tbptt_fwd_length=conf.tbptt_fwd_length, tbptt_back_length=conf.tbptt_back_length)
+
+
+def frozen_first(conf: Any) -> Any:
+    """`conf` with its topological order changed so that the network inputs and the frozen
+    part (every frozen layer and everything it reads) come first, the rest in its order: the
+    frozen vertices' parameters then lead the flat buffer and the trainable ones are one span
+    after them (what TransferLearningHelper trains in place). `conf` itself when already so."""
+    from ndws.nn.graph import ComputationGraphConfiguration
+    frozen = frozen_part(conf.vertex_inputs, [n for n, v in conf.resolved_vertices.items()
+                                              if is_frozen(v)])
+    if not frozen:
+        return conf
+    head = set(conf.network_inputs) | frozen
+    order = ([n for n in conf.topological_order if n in head]
+             + [n for n in conf.topological_order if n not in head])
+    if tuple(order) == tuple(conf.topological_order):
+        return conf
+    return ComputationGraphConfiguration(
+        conf.network_inputs, conf.network_outputs,
+        {n: (v, conf.vertex_inputs[n]) for n, v in conf.vertices.items()},
+        input_types=conf.input_types, input_preprocessors=conf.input_preprocessors,
+        topological_order=order, **kept_settings(conf))
 
 
 class GraphBuilder:
@@ -65,13 +117,8 @@ class GraphBuilder:
         (`FrozenLayer`): their parameters never change and the backward pass skips them."""
         if not names:
             raise ValueError("set_feature_extractor: name at least one vertex")
-        todo = [self._vertex("set_feature_extractor", n) for n in names]
-        while todo:
-            n = todo.pop()
-            if n in self._frozen or n not in self._vertices:
-                continue                         # (a network input)
-            self._frozen.add(n)
-            todo.extend(self._inputs[n])
+        named = [self._vertex("set_feature_extractor", n) for n in names]
+        self._frozen |= {n for n in frozen_part(self._inputs, named) if n in self._vertices}
         return self
 
     def n_out_replace(self, name: str, n_out: int, weight_init: Any = "XAVIER",
@@ -215,7 +262,7 @@ class GraphBuilder:
             b.set_input_types(*conf.input_types)
         b.backprop_type(conf.backprop_type).tbptt_fwd_length(conf.tbptt_fwd_length)
         b.tbptt_back_length(conf.tbptt_back_length)
-        new = ComputationGraph(b.build())
+        new = ComputationGraph(frozen_first(b.build()))
         new.init()
         # the kept vertices' parameters, copied (the rest keep their fresh initialisation)
         old = {n.name: n.obj for n in graph._nodes if n.obj is not None}
