@@ -54,7 +54,8 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_OUTPUT_
                              workspace_configs)
 from ndws.nn._fit_options import (_correct, check_seed, labels_array, reiterable,
                                   shuffled_order)
-from ndws.nn._model import _IN_FORWARD, Model, count, fit_options, input_array
+from ndws.nn._model import (_IN_FORWARD, Model, count, fit_options, input_array,
+                            layer_step_runner, step_program)
 from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
 from ndws.nn.graph.memory import graph_plan
@@ -1060,9 +1061,18 @@ class ComputationGraph(Model):
         error; the outputs are detached, or in `output_workspace`."""
         self._check_init()
         with self._exclusive("rnn_time_step"):
+            if output_workspace is None:
+                run = self._one_step_path(inputs)
+                if run is not None:
+                    return run(*inputs)
             names = self.conf.network_inputs
             if len(inputs) != len(names):
                 self._as_inputs(list(inputs))      # says what is wrong
+            for i, x in enumerate(inputs):
+                if isinstance(x, NDArray):
+                    # a stale input is refused before the first recurrent layer has moved its
+                    # stored state (the pass would fail at the vertex reading it)
+                    _core.check(x, "rnn_time_step", f"inputs[{i}]")
             series = [self.conf.vertex_types.get(n) for n in names]
             if not any(t is not None and t.kind == "RNN" for t in series):
                 raise ValueError(f"rnn_time_step: no input of the graph is a time series (its "
@@ -1089,6 +1099,46 @@ class ComputationGraph(Model):
                         if out.shape[axis] == 1:
                             outs[k] = out[:, :, 0] if axis == 2 else out[:, 0, :]
             return outs
+
+    def _build_step_plan(self, batch: int) -> tuple | None:
+        # rnn_time_step's one-step path (Model._one_step_path): every vertex up to the last
+        # output in topological order (as the general path runs them), each a step runner on
+        # one step's rows: the layers' (behind their preprocessors), and the vertices' that are
+        # one on rows. Inputs of known types, rows or time series; outputs that the general
+        # path gives as rows (layers, vertices of rows)
+        conf, dt = self.conf, self.conf.dtype
+        names = conf.network_inputs
+        types = [conf.vertex_types.get(n) for n in names]
+        if (any(t is None or t.kind not in ("FF", "RNN") for t in types)
+                or not any(t.kind == "RNN" for t in types)):
+            return None
+        slot = {self._position[n]: k for k, n in enumerate(names)}
+        last = max(self._position[o] for o in conf.network_outputs)
+        steps, outputs = [], [None] * len(conf.network_outputs)
+        for node in self._nodes[:last + 1]:
+            if node.kind == _INPUT:
+                continue
+            if node.checked:
+                return None                  # user code: its own activate must run
+            if node.kind == _LAYER:
+                runner = layer_step_runner(node.obj, node.pre, batch, dt)
+            else:
+                runner = node.obj.step_runner(batch, dt)
+            if runner is None:
+                return None
+            slot[node.pos] = len(names) + len(steps)
+            steps.append((runner, [slot[i] for i in node.ins]))
+            if node.output >= 0:
+                if node.kind == _LAYER:
+                    width = node.obj.output_width()
+                else:
+                    t = conf.vertex_types.get(node.name)
+                    if t is None or t.kind != "FF":
+                        return None          # the general path gives a series of one step
+                    width = t.size
+                outputs[node.output] = (slot[node.pos], width)
+        return (tuple(t.size for t in types),
+                step_program(batch, dt, len(names), steps, outputs))
 
     # -- evaluation -----------------------------------------------------------------------------
 
