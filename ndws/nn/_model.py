@@ -213,8 +213,9 @@ class Model:
     #: the class name errors and busy messages use, and the configuration's class
     _kind = "Model"
     _conf_class: type = object
-    #: whether the backward pass calls _after_layer_gradients(i) after each layer i (layers
-    #: in decreasing index, each one's parameters one span of the flat buffers)
+    #: whether the backward pass calls _after_layer_gradients(i) for each owner i (an index of
+    #: _owners(): a layer, or a graph's vertex) right after its gradients are final, in the
+    #: order _backward_order() gives
     _layer_hook = False
 
     def _init_state(self, conf: Any) -> None:
@@ -445,6 +446,11 @@ class Model:
     def _owners(self) -> list:
         # every layer (and a graph's every vertex), in the order of the flat buffers
         return list(self.layers)
+
+    def _backward_order(self) -> list[int]:
+        # the owners (indices of _owners()) in the order the backward pass calls
+        # _after_layer_gradients for them: the layers from the output layer down
+        return list(range(len(self.layers) - 1, -1, -1))
 
     def _replica(self, share: str, stream: int) -> Any:
         """Another thread's copy of this network (ndws.parallel's workers), its dropout drawn

@@ -130,6 +130,7 @@ class ComputationGraph(Model):
 
     _kind = "ComputationGraph"
     _conf_class = ComputationGraphConfiguration
+    _layer_hook = True
 
     def __init__(self, conf: ComputationGraphConfiguration):
         self._init_state(conf)
@@ -259,6 +260,17 @@ class ComputationGraph(Model):
 
     def _owners(self) -> list:
         return [n.obj for n in self._nodes if n.obj is not None]
+
+    def _owner_indices(self) -> dict:
+        # each layer or vertex's position -> its index in _owners() (what the backward hook
+        # is called with, and the flat layout's order)
+        index = {id(owner): k for k, owner in enumerate(self._owners())}
+        return {n.pos: index[id(n.obj)] for n in self._nodes if n.obj is not None}
+
+    def _backward_order(self) -> list[int]:
+        # the backward pass finishes the vertices in reverse topological order (_general_pass)
+        index = self._owner_indices()
+        return [index[n.pos] for n in reversed(self._nodes) if n.obj is not None]
 
     def _state_layers(self) -> dict:
         # what a saved file names each layer's carried state by: its vertex name
@@ -814,6 +826,8 @@ class ComputationGraph(Model):
         separate = mode is WorkspaceMode.SEPARATE
         score = 0.0
         self._pass_inputs = {}
+        hook = self._after_layer_gradients
+        owner = self._owner_indices() if hook is not None else None
         with scope_out_of_workspaces():
             outer = (mgr.notify_scope_entered(_A) if mode is not WorkspaceMode.NONE
                      else contextlib.nullcontext())
@@ -855,6 +869,11 @@ class ComputationGraph(Model):
                                     eps[i] = e       # lives in this vertex's workspace, which
                                 else:                # closes no earlier than input i's step
                                     ndws.add(eps[i], e, out=eps[i])
+                        if hook is not None and node.obj is not None:
+                            # the vertex's gradients are final here: the vertices it reads come
+                            # later in this loop, and only its own backward pass writes them
+                            # (one not run leaves them as they are: nothing trains there)
+                            hook(owner[p])
                         for ws in closing.pop(p, ()):
                             ws.close()
                     # in the iteration's scope, so its temporaries are the iteration's
