@@ -292,6 +292,7 @@ def hostile(rng):
     nan[1, 2] = np.nan
     with ndws.workspace("GONE"):
         stale, stale_side = ndws.asarray(x), ndws.asarray(side)
+    held = ndws.from_numpy(np.concatenate([x, x], axis=1))
     wide = np.zeros((2, 6), np.float32)
     return {
         "wrong width": (np.zeros((2, 4), np.float32), side),
@@ -307,7 +308,9 @@ def hostile(rng):
         "closed workspace": (stale, side),
         "closed workspace side": (x, stale_side),        # read by a dense layer first
         "strided view": (wide[:, ::2], side),
+        "NDArray strided view": (ndws.from_numpy(wide)[:, ::2], side),
         "negative strides": (x[::-1, ::-1], side),
+        "NDArray negative strides": (held[::-1, ::-2], side),
         "rows differ": (x, side[:1]),
         "zero rows": (x[:0], side[:0]),
         "a list": (x.tolist(), side),
@@ -319,8 +322,9 @@ def hostile(rng):
 @pytest.mark.parametrize("case", ["wrong width", "side too wide", "float64", "int32",
                                   "object", "3-D", "4-D", "1-D", "NaN", "inf",
                                   "closed workspace", "closed workspace side", "strided view",
-                                  "negative strides", "rows differ", "zero rows", "a list",
-                                  "a string"])
+                                  "NDArray strided view", "negative strides",
+                                  "NDArray negative strides", "rows differ", "zero rows",
+                                  "a list", "a string"])
 def test_hostile_input_gets_the_general_paths_answer(kind, case, rng):
     fast, ref, names, call = networks()[kind]
     x0, side0 = step_data(rng, 2)
@@ -367,3 +371,35 @@ def test_a_plan_is_dropped_when_the_parameters_are_rebuilt(kind, rng):
     assert fast._step_plan is None
     ref.init(fast.params())
     same(outcome(lambda: call(fast, x, side)), outcome(lambda: call(ref, x, side)))
+
+
+@pytest.mark.parametrize("kind", ["graph", "network"])
+def test_a_series_of_a_fixed_length_is_refused_one_step_as_on_the_general_path(kind, rng):
+    # InputType.recurrent(3, 5): the general path's shape check refuses a step of one; the
+    # one-step path leaves it to it (no plan), and a series of the length is served
+    if kind == "graph":
+        b = (ComputationGraphConfiguration.builder(seed=1).add_inputs("seq", "side")
+             .add_layer("lstm", LSTM(n_out=4), "seq")
+             .add_vertex("last", LastTimeStepVertex("seq"), "lstm")
+             .add_layer("out", OutputLayer(n_out=2, activation="softmax"), "last", "side")
+             .set_outputs("out")
+             .set_input_types(InputType.recurrent(3, T), InputType.feed_forward(4)))
+        fast = build(b.build())
+        call = fast.rnn_time_step
+        where = r'inputs\[0\] \(input "seq"\)'
+    else:
+        fast = MultiLayerNetwork(MultiLayerConfiguration(
+            [LSTM(n_out=4), RnnOutputLayer(n_out=2, activation="softmax")],
+            input_type=InputType.recurrent(3, T), seed=1))
+        fast.init()
+        call = lambda s, d: fast.rnn_time_step(s)         # noqa: E731
+        where = r"x"
+    x, side = step_data(rng, 2)
+    with pytest.raises(ValueError, match=rf"^{where}: expected a 3-d array \(n_samples, size=3, "
+                                         rf"time={T}\) .* got shape \(2, 3, 1\)$"):
+        call(x, side)
+    assert fast._step_plan == (2, None, None)
+    assert not any(fast.rnn_get_previous_state(n) for n in (["lstm"] if kind == "graph"
+                                                              else [0]))
+    whole = series(rng, 2)
+    assert call(whole, side)[0].shape[0] == 2

@@ -41,7 +41,7 @@ from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_wo
 
 __all__ = ["Model", "flat_layout", "param_view", "check_flat", "count", "counter",
            "batch_count", "listener_list", "input_array", "numbers", "fit_options",
-           "layer_step_runner", "step_program"]
+           "layer_step_runner", "step_program", "steps_one_at_a_time"]
 
 _memory_manager = ndws.get_memory_manager()
 
@@ -111,6 +111,13 @@ def layer_step_runner(layer: Any, pre: Any, batch: int, dtype: Any) -> Any:
     return layer.step_runner(batch, dtype)
 
 
+def steps_one_at_a_time(t: Any) -> bool:
+    """Whether input type `t` is a time series that `rnn_time_step` may feed one step at a
+    time: its length not fixed (or fixed at 1). A series of a fixed length is refused one step
+    by the general path's shape check, which the one-step path leaves to it."""
+    return t is not None and t.kind == "RNN" and t.time_series_length in (None, 1)
+
+
 def step_program(batch: int, dtype: Any, n_inputs: int, steps: list, outputs: list) -> Any:
     """rnn_time_step's one-step path of a network as one function ``run(*inputs) -> list``,
     both network types: slot k < `n_inputs` holds input k as C-contiguous (batch, width)
@@ -129,7 +136,8 @@ def step_program(batch: int, dtype: Any, n_inputs: int, steps: list, outputs: li
         for x in xs:
             a = x if isinstance(x, NDArray) else data(np.ascontiguousarray(x))
             if not a.flags.c_contiguous:
-                a = a.detach()           # a strided view's rows, copied outside any workspace
+                with scope_out_of_workspaces():
+                    a = a.copy()         # a strided view's rows, copied outside any workspace
             slots.append(a)
         for runner, ins, width in program:
             args = [slots[i] for i in ins]

@@ -48,7 +48,7 @@ from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, Lo
                             OutputLayer)
 from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length,
                             count as _count, fit_options, input_array, layer_step_runner,
-                            step_program)
+                            step_program, steps_one_at_a_time)
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM,
                              activation_workspace, epsilon_workspace, workspace_configs)
 from ndws.nn.conf import SETTINGS, BackpropType
@@ -464,7 +464,7 @@ class MultiLayerNetwork(Model):
         # rnn_time_step's one-step path (Model._one_step_path): the layers' step runners in a
         # chain
         t = self.conf._network_input
-        if t is None or t.kind != "RNN" or self._checked_any():
+        if not steps_one_at_a_time(t) or self._checked_any():
             return None
         steps = []
         for i, (layer, pre) in enumerate(zip(self.layers, self._preprocessors)):

@@ -55,7 +55,7 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_OUTPUT_
 from ndws.nn._fit_options import (_correct, check_seed, labels_array, reiterable,
                                   shuffled_order)
 from ndws.nn._model import (_IN_FORWARD, Model, count, fit_options, input_array,
-                            layer_step_runner, step_program)
+                            layer_step_runner, step_program, steps_one_at_a_time)
 from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
 from ndws.nn.graph.memory import graph_plan
@@ -1123,13 +1123,14 @@ class ComputationGraph(Model):
         # rnn_time_step's one-step path (Model._one_step_path): every vertex up to the last
         # output in topological order (as the general path runs them), each a step runner on
         # one step's rows: the layers' (behind their preprocessors), and the vertices' that are
-        # one on rows. Inputs of known types, rows or time series; outputs that the general
-        # path gives as rows (layers, vertices of rows)
+        # one on rows. Inputs of known types, rows or time series of any length; outputs that
+        # the general path gives as rows (layers, vertices of rows)
         conf, dt = self.conf, self.conf.dtype
         names = conf.network_inputs
         types = [conf.vertex_types.get(n) for n in names]
         if (any(t is None or t.kind not in ("FF", "RNN") for t in types)
-                or not any(t.kind == "RNN" for t in types)):
+                or not any(t.kind == "RNN" for t in types)
+                or not all(steps_one_at_a_time(t) for t in types if t.kind == "RNN")):
             return None
         slot = {self._position[n]: k for k, n in enumerate(names)}
         last = max(self._position[o] for o in conf.network_outputs)
