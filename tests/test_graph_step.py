@@ -403,3 +403,35 @@ def test_a_series_of_a_fixed_length_is_refused_one_step_as_on_the_general_path(k
                                                               else [0]))
     whole = series(rng, 2)
     assert call(whole, side)[0].shape[0] == 2
+
+
+@pytest.mark.parametrize("call", ["output train", "fit", "rnn_time_step"])
+def test_a_stale_input_is_refused_before_any_vertex_moves_its_state(call, rng):
+    # the second input from a closed workspace: refused by name before the first vertex runs
+    # (the pass used to fail at the vertex reading it, after BatchNormalization had moved its
+    # running statistics and the LSTM its stored state)
+    from ndws.nn import BatchNormalization
+    g = build(ComputationGraphConfiguration.builder(seed=1)
+              .add_inputs("seq", "side")
+              .add_layer("lstm", LSTM(n_out=4), "seq")
+              .add_vertex("last", LastTimeStepVertex("seq"), "lstm")
+              .add_layer("bn", BatchNormalization(), "last")
+              .add_layer("out", OutputLayer(n_out=2, activation="softmax"), "bn", "side")
+              .set_outputs("out")
+              .set_input_types(InputType.recurrent(3), InputType.feed_forward(4)).build())
+    x, side = series(rng, 2), rng.standard_normal((2, 4)).astype(np.float32)
+    g.rnn_time_step(x[:, :, 0], side)
+    with ndws.workspace("GONE"):
+        stale = ndws.asarray(side)
+    params, state = g.params().numpy().copy(), states(g, ["lstm"])
+    y = np.eye(2, dtype=np.float32)[[0, 1]]
+    run = {"output train": lambda: g.output(x, stale, train=True),
+           "fit": lambda: g.fit([x, stale], [y], progress=False),
+           "rnn_time_step": lambda: g.rnn_time_step(x[:, :, 1], stale)}[call]
+    with pytest.raises(ndws.WorkspaceError, match=r'^Op \[input\] (inputs|data)\[1\] '
+                                                   r'\(input "side"\) argument uses leaked '
+                                                   r'workspace pointer from workspace \[GONE\]'):
+        run()
+    np.testing.assert_array_equal(g.params().numpy(), params)
+    same(states(g, ["lstm"]), state)
+    assert g.iteration == 0

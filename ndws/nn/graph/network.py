@@ -96,6 +96,14 @@ class _Node:
         self.where = ""
 
 
+def _refuse_stale(a: NDArray, label: str) -> None:
+    # an input from a closed workspace is refused before any vertex runs: a pass failing at
+    # the vertex that reads it would have moved what the vertices before it keep (running
+    # statistics, a recurrent layer's stored state)
+    if a.stale is not None:
+        _core.check(a, "input", label)
+
+
 def _pool(steps: Iterable[int], opens: dict) -> tuple[dict, int]:
     # DL4J's free list of workspace managers, run once on the graph's shape: at step p a
     # node of `opens` (p -> the step whose end closes it) takes the most recently freed slot
@@ -314,6 +322,7 @@ class ComputationGraph(Model):
         for i, (x, name) in enumerate(zip(xs, names)):
             label = f"{what}[{i}] (input \"{name}\")"
             a = input_array(x, self.conf.dtype, label)
+            _refuse_stale(a, label)
             t = self.conf.vertex_types.get(name)
             reader = self._nodes[self._nodes[self._position[name]].consumers[0]]
             check_input_shape(tuple(a.shape), t, reader.where, f"the input type of \"{name}\"",
@@ -1087,11 +1096,6 @@ class ComputationGraph(Model):
             names = self.conf.network_inputs
             if len(inputs) != len(names):
                 self._as_inputs(list(inputs))      # says what is wrong
-            for i, x in enumerate(inputs):
-                if isinstance(x, NDArray):
-                    # a stale input is refused before the first recurrent layer has moved its
-                    # stored state (the pass would fail at the vertex reading it)
-                    _core.check(x, "rnn_time_step", f"inputs[{i}]")
             series = [self.conf.vertex_types.get(n) for n in names]
             if not any(t is not None and t.kind == "RNN" for t in series):
                 raise ValueError(f"rnn_time_step: no input of the graph is a time series (its "
