@@ -325,3 +325,36 @@ def test_a_graph_in_one_bucket_and_in_many_trains_to_the_same_bits():
     assert [n for n, _ in results] == [4, 1, 2]
     for _, p in results[1:]:
         np.testing.assert_array_equal(p, results[0][1])
+
+
+def test_a_graph_with_a_frozen_branch_starts_every_bucket_as_fit_trains():
+    # a frozen layer's vertex runs no backward pass, yet the hook is called for it (its
+    # gradients are final as they are): its bucket starts, and the graph trains as fit does
+    from ndws.nn import ElementWiseVertex, FrozenLayer
+    comm, MPITrainer = _mpi()
+
+    def frozen():
+        conf = (ComputationGraphConfiguration.builder(seed=5, updater=Adam(1e-2), l2=1e-3)
+                .add_inputs("a", "b")
+                .add_layer("fa", FrozenLayer(DenseLayer(n_out=8, activation="tanh")), "a")
+                .add_layer("db", DenseLayer(n_out=8, activation="relu"), "b")
+                .add_vertex("sum", ElementWiseVertex("ADD"), "fa", "db")
+                .add_layer("out", OutputLayer(n_out=3, activation="softmax"), "sum")
+                .set_outputs("out")
+                .set_input_types(InputType.feed_forward(6), InputType.feed_forward(5))
+                .build())
+        g = ComputationGraph(conf)
+        g.init()
+        return g
+    oracle, g = frozen(), frozen()
+    oracle.fit(branch_batches(), epochs=2, progress=False)
+    with MPITrainer(g, comm, trace=True, bucket_bytes=0, shared_memory=False) as trainer:
+        trainer.fit(branch_batches(), epochs=2)
+        buckets = trainer.buckets()
+        events = [(kind, i) for _, kind, i in trainer.timeline()]
+    np.testing.assert_array_equal(g.params().numpy(), oracle.params().numpy())
+    names = [g._owner_name(g._owners()[i]) for i, _, _ in buckets]
+    assert names == ["out", "db", "fa"]
+    done = [i for kind, i in events if kind == "backprop done"]
+    assert done == g._backward_order() and len(done) == len(g._owners())
+    assert [i for kind, i in events if kind == "allreduce started"] == [0, 1, 2]
