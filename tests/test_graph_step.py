@@ -28,10 +28,10 @@ def build(conf):
     return g
 
 
-def two_input(seed=1):
+def two_input(seed=1, dtype="float32"):
     # bench/bench_graph.py's two-input graph, small: an LSTM over "seq" read at its last step,
     # a dense layer over "side", merged (the automatic out-merge) into a softmax
-    return build(ComputationGraphConfiguration.builder(seed=seed)
+    return build(ComputationGraphConfiguration.builder(seed=seed, dtype=dtype)
                  .add_inputs("seq", "side")
                  .add_layer("lstm", LSTM(n_out=6, activation="tanh"), "seq")
                  .add_vertex("last", LastTimeStepVertex("seq"), "lstm")
@@ -102,14 +102,20 @@ def inputs_of(g, seq, side):
 
 # -- the same bits as the general path, and output on the whole sequence --------------------------
 
-@pytest.mark.parametrize("make,fmt", [(two_input, "NCW"), (every_vertex, "NCW"),
-                                      (every_vertex, "NWC")],
-                         ids=["two-input", "every-vertex", "every-vertex-NWC"])
+@pytest.mark.parametrize("make,fmt", [(two_input, "NCW"), (two_input, "float64"),
+                                      (every_vertex, "NCW"), (every_vertex, "NWC")],
+                         ids=["two-input", "two-input-float64", "every-vertex",
+                              "every-vertex-NWC"])
 @pytest.mark.parametrize("n", [1, 3])
 def test_stepping_equals_the_general_path_and_the_whole_sequence(make, fmt, n, rng):
-    g = make(fmt=fmt) if make is every_vertex else make()
+    if make is two_input:
+        g = make(dtype="float64" if fmt == "float64" else "float32")
+        fmt = "NCW"
+    else:
+        g = make(fmt=fmt)
     ref = general(g)
-    x, side = series(rng, n, fmt), rng.standard_normal((n, 4)).astype(np.float32)
+    dt = g.conf.dtype
+    x, side = series(rng, n, fmt).astype(dt), rng.standard_normal((n, 4)).astype(dt)
     outs, refs = [], []
     for t in range(T):
         outs.append([o.numpy() for o in g.rnn_time_step(*inputs_of(g, step_of(x, t, fmt),
@@ -120,6 +126,7 @@ def test_stepping_equals_the_general_path_and_the_whole_sequence(make, fmt, n, r
         assert ref._step_plan is None
     for got, want in zip(outs, refs):
         assert [a.shape for a in got] == [b.shape for b in want]
+        assert all(a.dtype == dt for a in got)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
     # the state carried: the general path's, and each recurrent layer's last output
