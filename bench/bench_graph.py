@@ -22,6 +22,11 @@ Rows:
   step, merged with a dense layer over 10 side features; softmax 5) answering requests of one
   example from 32 threads: ParallelInference BATCHED against SEQUENTIAL, and PyTorch (the same
   model called from the 32 threads). Requests per second.
+* ``graph step``: the same two-input graph (its sequences of any length) answering
+  `rnn_time_step` of one step at batch 1 (the text-generation loop): its one-step path
+  against its general path (the same graph with the one-step path turned off) and against
+  PyTorch's equivalent step under inference_mode (nn.LSTMCell carrying its state, nn.Linear,
+  cat, softmax). Microseconds per step; no target (the ratios are printed).
 
 Each thread count runs in a fresh interpreter with OMP_NUM_THREADS and torch.set_num_threads
 equal; contenders take turns in rounds (bench_gemm's `settle` between them), figures are
@@ -91,7 +96,8 @@ def torch_resnet(torch):
     return Net()
 
 
-def two_input_graph(mode="ENABLED"):
+def two_input_graph(mode="ENABLED", steps=20):
+    # steps: the "seq" input's length (None: any, what rnn_time_step's one step needs)
     from ndws.nn import (LSTM, ComputationGraph, ComputationGraphConfiguration, DenseLayer,
                          InputType, LastTimeStepVertex, OutputLayer)
     conf = (ComputationGraphConfiguration.builder(seed=1, inference_workspace_mode=mode)
@@ -101,11 +107,25 @@ def two_input_graph(mode="ENABLED"):
             .add_layer("dense", DenseLayer(n_out=16, activation="relu"), "side")
             .add_layer("out", OutputLayer(n_out=5, activation="softmax"), "last", "dense")
             .set_outputs("out")
-            .set_input_types(InputType.recurrent(8, 20), InputType.feed_forward(10))
+            .set_input_types(InputType.recurrent(8, steps), InputType.feed_forward(10))
             .build())
     g = ComputationGraph(conf)
     g.init()
     return g
+
+
+def torch_two_input_step(torch):
+    # one step of torch_two_input's model at batch 1: the LSTM as a cell carrying its state
+    nn = torch.nn
+    cell, dense, out = nn.LSTMCell(8, 32), nn.Linear(10, 16), nn.Linear(48, 5)
+    state = [torch.zeros(1, 32), torch.zeros(1, 32)]
+
+    def step(seq, side):
+        with torch.inference_mode():
+            state[:] = cell(seq, tuple(state))
+            z = torch.cat([state[0], torch.relu(dense(side))], 1)
+            return torch.softmax(out(z), 1)
+    return step
 
 
 def torch_two_input(torch):
@@ -256,6 +276,21 @@ def worker(threads, quick):
             settle()
             samples.append(serve_rate(call, tseq, tside))
         serve["torch"] = statistics.median(samples)
+
+    # -- one step of the two-input graph at batch 1 (rnn_time_step) --
+    fast, slow = two_input_graph(steps=None), two_input_graph(steps=None)
+    slow._one_step_path = lambda xs: None          # the general path, every call
+    seq1 = rng.standard_normal((1, 8)).astype(np.float32)
+    side1 = rng.standard_normal((1, 10)).astype(np.float32)
+    np.testing.assert_array_equal(fast.rnn_time_step(seq1, side1)[0].numpy(),
+                                  slow.rnn_time_step(seq1, side1)[0].numpy())
+    contenders = {"one-step": lambda: fast.rnn_time_step(seq1, side1),
+                  "general": lambda: slow.rnn_time_step(seq1, side1)}
+    if torch is not None:
+        tstep = torch_two_input_step(torch)
+        tseq1, tside1 = torch.from_numpy(seq1), torch.from_numpy(side1)
+        contenders["torch"] = lambda: tstep(tseq1, tside1)
+    rows["graph step"] = timed(contenders, rounds, per_round * 100)
     info = {"threads": threads, "torch": None if torch is None else torch.__version__}
     print(json.dumps({"info": info, "rows": rows, "memory": memory, "serve": serve}))
 
@@ -300,6 +335,11 @@ def report(threads, condition, out):
         print(f"memory: SEPARATE holds {sep:,} B (plan {mem['plan']:,}), the minimal live set "
               f"is {live:,} B ({sep / live:.2f}x), SINGLE holds {single:,} B "
               f"({sep / single:.2f}x)  {'PASS' if ok else 'MISS'} (<= 1.2x live, < SINGLE)")
+    res = out["rows"]["graph step"]
+    base = res["one-step"]["ms"]
+    for name, r in res.items():
+        print(f"{'graph step':<12} {name:<10} {r['ms'] * 1e3:7.1f}us {r['spread'][0] * 1e3:6.1f}-"
+              f"{r['spread'][1] * 1e3:<6.1f}us {r['ms'] / base:8.2f}  (x the one-step path)")
     s = out["serve"]
     print(f"serve ({CLIENTS} threads x {REQUESTS} one-example requests): BATCHED "
           f"{s['BATCHED']:,.0f}/s, SEQUENTIAL {s['SEQUENTIAL']:,.0f}/s "

@@ -2,7 +2,9 @@
 one process train a graph to the same bits as the network it came from, through the same
 compute and apply halves of a step; ParallelInference serves a two-input graph, merging
 requests input by input, and refuses what does not fit its inputs."""
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,9 @@ from ndws.nn import (LSTM, Adam, ComputationGraph, ComputationGraphConfiguration
                      OutputLayer)
 from ndws.nn.listeners import TrainingListener
 from ndws.parallel import ParallelInference, ParallelWrapper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "mpi"))
+import common  # noqa: E402  (the MPI scenarios' graph of two branches)
 
 
 @pytest.fixture(autouse=True)
@@ -204,3 +209,152 @@ def test_parallel_wrapper_counts_a_graphs_epoch_in_rows_not_inputs(data, monkeyp
         pw.fit([x], [y], batch_size=8, progress=False)
     g.fit([x], [y], batch_size=8, progress=False)
     assert totals == [4, 4, 8]
+
+
+def branches():
+    # tests/mpi/common.py's graph of two branches (l2: off any compiled iteration)
+    return common.graph()
+
+
+def branch_batches():
+    return common.graph_batches(32, 0, 1)
+
+
+def test_the_graphs_backward_hook_sees_each_vertexs_final_gradients_in_order():
+    # called once per layer and vertex, in reverse topological order, each right after its
+    # gradients are final (the vertices it reads not yet reached)
+    g = branches()
+    batch = branch_batches()[0]
+    g.compute_gradient_and_score(batch)
+    final = g.gradient().numpy().copy()
+    owners = g._owners()
+    seen = []
+
+    def hook(i):
+        for name, grad in owners[i].grads.items():
+            start = next(s for o, n, _, s, _ in g._layout if o is owners[i] and n == name)
+            want = final[start:start + grad.size].reshape(grad.shape)
+            seen.append((i, name, np.array_equal(grad.numpy(), want)))
+        seen.append((i, None, True))
+    for owner in owners:
+        for grad in owner.grads.values():
+            grad.fill(np.nan)
+    g._after_layer_gradients = hook
+    g.compute_gradient_and_score(batch)
+    g._after_layer_gradients = None
+    assert [i for i, n, _ in seen if n is None] == g._backward_order() == \
+        list(range(len(owners) - 1, -1, -1))
+    names = [g._owner_name(owners[i]) for i, n, _ in seen if n is None]
+    assert names.index("out") < names.index("h") < names.index("sum") < names.index("da")
+    assert names.index("sum") < names.index("db")
+    assert all(ok for _, _, ok in seen)
+    assert sum(n is not None for _, n, _ in seen) == 8          # W and b of four layers
+
+
+def _mpi():
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+    from ndws.parallel import MPITrainer
+    return MPI.COMM_SELF, MPITrainer
+
+
+def test_mpi_trainer_starts_a_graphs_buckets_during_backprop():
+    comm, MPITrainer = _mpi()
+    g = branches()
+    oracle = branches()
+    oracle.fit(branch_batches(), epochs=2, progress=False)
+    with MPITrainer(g, comm, trace=True, bucket_bytes=0, shared_memory=False) as trainer:
+        trainer.fit(branch_batches(), epochs=2)
+        buckets = trainer.buckets()
+        events = [(kind, i) for _, kind, i in trainer.timeline()]
+    np.testing.assert_array_equal(g.params().numpy(), oracle.params().numpy())
+    # a bucket per layer (out, h, db, da: sum and out-merge have no parameters), each one
+    # contiguous, together the whole buffer
+    names = [g._owner_name(g._owners()[i]) for i, _, _ in buckets]
+    assert names == ["out", "h", "db", "da"]
+    assert buckets[0][2] == g.num_params() and buckets[-1][1] == 0
+    assert all(b[1] == a[2] for a, b in zip(buckets[1:], buckets))
+    # (on one process each allreduce is done at once: the tests between vertices find it)
+    events = [e for e in events if e[0] in ("backprop done", "allreduce started")]
+    starts = [j for j, e in enumerate(events) if e[0] == "allreduce started"]
+    done = [j for j, e in enumerate(events) if e[0] == "backprop done"]
+    assert len(starts) == 4 and len(done) == len(g._owners())
+    assert sum(j < done[-1] for j in starts) == 3          # three start before backprop ends
+    for k, (i, _, _) in enumerate(buckets):
+        # bucket k starts right after its vertex's backprop
+        assert events[starts[k] - 1] == ("backprop done", i)
+        assert events[starts[k]] == ("allreduce started", k)
+
+
+def test_buckets_follow_the_backward_order_when_the_layout_does_not():
+    # a backward order that is not the layout's reversed (da finished before db, whose
+    # parameters come after da's): the buckets, filled in that order, stay contiguous slices
+    # (one closes where the next vertex's parameters do not continue it), each triggered by
+    # the last of its vertices that order reaches
+    comm, MPITrainer = _mpi()
+    oracle = branches()
+    oracle.fit(branch_batches(), epochs=1, progress=False)
+    g = branches()
+    order = g._backward_order()
+    swapped = order[:-2] + order[:-3:-1]
+    assert swapped[-2:] == [0, 1]
+    g._backward_order = lambda: swapped
+    with MPITrainer(g, comm, bucket_bytes=1 << 30, shared_memory=False) as trainer:
+        trainer.fit(branch_batches(), epochs=1)
+        buckets = trainer.buckets()
+    np.testing.assert_array_equal(g.params().numpy(), oracle.params().numpy())
+    span = {}
+    for k, owner in enumerate(g._owners()):
+        starts = [(s, s + n) for o, _, _, s, n in g._layout if o is owner]
+        if starts:
+            span[k] = (starts[0][0], starts[-1][1])
+    names = [g._owner_name(g._owners()[i]) for i, _, _ in buckets]
+    assert names == ["h", "da", "db"]
+    assert buckets == [(3, span[3][0], g.num_params()), (0, 0, span[0][1]),
+                       (1, span[1][0], span[1][1])]
+
+
+def test_a_graph_in_one_bucket_and_in_many_trains_to_the_same_bits():
+    comm, MPITrainer = _mpi()
+    results = []
+    for size in (0, 1 << 30, 300):      # 300 B: out and h, then db and da
+        g = branches()
+        with MPITrainer(g, comm, bucket_bytes=size, shared_memory=False) as trainer:
+            trainer.fit(branch_batches(), epochs=2)
+            results.append((len(trainer.buckets()), g.params().numpy().copy()))
+    assert [n for n, _ in results] == [4, 1, 2]
+    for _, p in results[1:]:
+        np.testing.assert_array_equal(p, results[0][1])
+
+
+def test_a_graph_with_a_frozen_branch_starts_every_bucket_as_fit_trains():
+    # a frozen layer's vertex runs no backward pass, yet the hook is called for it (its
+    # gradients are final as they are): its bucket starts, and the graph trains as fit does
+    from ndws.nn import ElementWiseVertex, FrozenLayer
+    comm, MPITrainer = _mpi()
+
+    def frozen():
+        conf = (ComputationGraphConfiguration.builder(seed=5, updater=Adam(1e-2), l2=1e-3)
+                .add_inputs("a", "b")
+                .add_layer("fa", FrozenLayer(DenseLayer(n_out=8, activation="tanh")), "a")
+                .add_layer("db", DenseLayer(n_out=8, activation="relu"), "b")
+                .add_vertex("sum", ElementWiseVertex("ADD"), "fa", "db")
+                .add_layer("out", OutputLayer(n_out=3, activation="softmax"), "sum")
+                .set_outputs("out")
+                .set_input_types(InputType.feed_forward(6), InputType.feed_forward(5))
+                .build())
+        g = ComputationGraph(conf)
+        g.init()
+        return g
+    oracle, g = frozen(), frozen()
+    oracle.fit(branch_batches(), epochs=2, progress=False)
+    with MPITrainer(g, comm, trace=True, bucket_bytes=0, shared_memory=False) as trainer:
+        trainer.fit(branch_batches(), epochs=2)
+        buckets = trainer.buckets()
+        events = [(kind, i) for _, kind, i in trainer.timeline()]
+    np.testing.assert_array_equal(g.params().numpy(), oracle.params().numpy())
+    names = [g._owner_name(g._owners()[i]) for i, _, _ in buckets]
+    assert names == ["out", "db", "fa"]
+    done = [i for kind, i in events if kind == "backprop done"]
+    assert done == g._backward_order() and len(done) == len(g._owners())
+    assert [i for kind, i in events if kind == "allreduce started"] == [0, 1, 2]

@@ -327,6 +327,67 @@ def test_each_bucket_starts_before_the_layers_below_backpropagate(job):
         assert times == sorted(times)
 
 
+def _graph_oracle():
+    # the two-branch graph trained by one process on the global batches of 8
+    from ndws.data import MultiDataSet
+    a, b, y = common.graph_data(common.GRAPH_N)
+    g = common.graph()
+    g.fit([MultiDataSet([a[s:s + 8], b[s:s + 8]], [y[s:s + 8]])
+           for s in range(0, common.GRAPH_N, 8)], epochs=2, progress=False)
+    return g
+
+
+@needs_mpiexec
+def test_a_graphs_buckets_start_during_its_backward_pass(job):
+    # a bucket per vertex with parameters, in the order the backward pass finishes them
+    # (reverse topological: out, h, db, da), each started right after its vertex's backprop,
+    # before the vertices below have backpropagated
+    oracle = _graph_oracle()
+    spans = {}
+    for k, owner in enumerate(oracle._owners()):
+        for lay, _, _, start, size in oracle._layout:
+            if lay is owner:
+                lo, hi = spans.get(k, (start, start))
+                spans[k] = (min(lo, start), max(hi, start + size))
+    for r in both(job, "graph_per_vertex"):
+        order = r["backward_order"].tolist()
+        assert order == sorted(order, reverse=True)         # the layout's order, reversed
+        with_params = [i for i in order if i in spans and spans[i][1] > spans[i][0]]
+        assert [list(b) for b in r["buckets"]] == [[i, *spans[i]] for i in with_params]
+        events = [[kind, index] for _, kind, index in r["timeline"]]
+        started = [e for e in events if e[0] in ("backprop done", "allreduce started")]
+        expected = []
+        for i in order:
+            expected.append(["backprop done", i])
+            if i in with_params:
+                expected.append(["allreduce started", with_params.index(i)])
+        assert started == expected
+        last_backprop = max(j for j, e in enumerate(events) if e[0] == "backprop done")
+        assert sum(e[0] == "allreduce started" for e in events[:last_backprop]) == \
+            len(with_params) - 1
+        assert events[-1] == ["updated", 0]
+
+
+@needs_mpiexec
+def test_a_graph_trains_to_the_same_bits_in_buckets_as_in_one(job):
+    per, one = both(job, "graph_per_vertex"), both(job, "graph_one_bucket")
+    oracle = _graph_oracle()
+    for r in per + one:
+        np.testing.assert_array_equal(r["params"], per[0]["params"])
+        np.testing.assert_array_equal(r["updater"], per[0]["updater"])
+        np.testing.assert_array_equal(r["scores"], per[0]["scores"])
+    assert len(one[0]["buckets"]) == 1 and len(per[0]["buckets"]) == 4
+    np.testing.assert_allclose(per[0]["params"], oracle.params().numpy(), **TOL)
+    assert per[0]["counters"].tolist() == [oracle.iteration, 2]
+    # a network and its to_computation_graph(): the same buckets, the same bits
+    net, graph = both(job, "graph_form_network"), both(job, "graph_form_graph")
+    for r in net + graph:
+        np.testing.assert_array_equal(r["params"], net[0]["params"])
+        np.testing.assert_array_equal(r["updater"], net[0]["updater"])
+    assert graph[0]["buckets"] == net[0]["buckets"]
+    assert len(net[0]["buckets"]) == 3
+
+
 @needs_mpiexec
 def test_ranks_that_disagree_on_arguments_fail_together_and_change_nothing(job):
     r0, r1 = (r["results"] for r in both(job, "disagree"))

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 import ndws
+from ndws import _core
 from ndws._core import NDArray
 from ndws.data.async_iterators import _end_of_epoch
 from ndws.data.dataset import DataSet
@@ -33,12 +34,14 @@ from ndws.nn.layers.embedding import EmbeddingSequenceLayer
 from ndws.nn.history import History, _Epoch
 from ndws.nn.listeners import TrainingListener
 from ndws.nn.memory_report import merge
+from ndws.nn.preprocessors import FeedForwardToRnnPreProcessor, RnnToFeedForwardPreProcessor
 from ndws.nn.serialization import load_network, save_network
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
 
 __all__ = ["Model", "flat_layout", "param_view", "check_flat", "count", "counter",
-           "batch_count", "listener_list", "input_array", "numbers", "fit_options"]
+           "batch_count", "listener_list", "input_array", "numbers", "fit_options",
+           "layer_step_runner", "step_program", "steps_one_at_a_time"]
 
 _memory_manager = ndws.get_memory_manager()
 
@@ -95,6 +98,56 @@ def input_array(x: Any, dtype: Any, name: str) -> NDArray:
         with scope_out_of_workspaces():
             a = a.astype(dtype)
     return a
+
+
+def layer_step_runner(layer: Any, pre: Any, batch: int, dtype: Any) -> Any:
+    """`layer`'s step runner (`ndws.nn.Layer.step_runner`) behind its preprocessor `pre`, or
+    None (the general path): one step's rows are what RnnToFeedForwardPreProcessor and
+    FeedForwardToRnnPreProcessor make of them (a series of one step and its rows are the same
+    memory); any other preprocessor runs on the general path."""
+    if pre is not None and type(pre) not in (RnnToFeedForwardPreProcessor,
+                                             FeedForwardToRnnPreProcessor):
+        return None
+    return layer.step_runner(batch, dtype)
+
+
+def steps_one_at_a_time(t: Any) -> bool:
+    """Whether input type `t` is a time series that `rnn_time_step` may feed one step at a
+    time: its length not fixed (or fixed at 1). A series of a fixed length is refused one step
+    by the general path's shape check, which the one-step path leaves to it."""
+    return t is not None and t.kind == "RNN" and t.time_series_length in (None, 1)
+
+
+def step_program(batch: int, dtype: Any, n_inputs: int, steps: list, outputs: list) -> Any:
+    """rnn_time_step's one-step path of a network as one function ``run(*inputs) -> list``,
+    both network types: slot k < `n_inputs` holds input k as C-contiguous (batch, width)
+    rows; each of `steps`, ``(runner, slots)`` in order, calls ``runner(*rows_of_slots)`` and
+    fills the next slot with what it returns (its own buffer, reused at the next call); the
+    steps whose slots `outputs` lists, as ``(slot, width)``, write into new detached
+    (batch, width) arrays instead, returned in that order."""
+    written = {slot: width for slot, width in outputs}
+    program = [(runner, tuple(ins), written.get(n_inputs + k))
+               for k, (runner, ins) in enumerate(steps)]
+    order = [slot for slot, _ in outputs]
+    data, empty = ndws.from_numpy, ndws.empty
+
+    def run(*xs: Any) -> list:
+        slots = []
+        for x in xs:
+            a = x if isinstance(x, NDArray) else data(np.ascontiguousarray(x))
+            if not a.flags.c_contiguous:
+                with scope_out_of_workspaces():
+                    a = a.copy()         # a strided view's rows, copied outside any workspace
+            slots.append(a)
+        for runner, ins, width in program:
+            args = [slots[i] for i in ins]
+            if width is None:
+                slots.append(runner(*args))
+            else:
+                slots.append(runner(*args, out=empty((batch, width), dtype=dtype,
+                                                     detached=True)))
+        return [slots[k] for k in order]
+    return run
 
 
 def numbers(x: Any, name: str) -> np.ndarray:
@@ -168,8 +221,9 @@ class Model:
     #: the class name errors and busy messages use, and the configuration's class
     _kind = "Model"
     _conf_class: type = object
-    #: whether the backward pass calls _after_layer_gradients(i) after each layer i (layers
-    #: in decreasing index, each one's parameters one span of the flat buffers)
+    #: whether the backward pass calls _after_layer_gradients(i) for each owner i (an index of
+    #: _owners(): a layer, or a graph's vertex) right after its gradients are final, in the
+    #: order _backward_order() gives
     _layer_hook = False
 
     def _init_state(self, conf: Any) -> None:
@@ -261,6 +315,9 @@ class Model:
     def _adopt(self, flat: tuple) -> None:
         # the flat buffers of _lay_out become the network's: the last step of building it
         self._params, self._grads, self._layout = flat
+        # rnn_time_step's one-step path, (batch, input widths, run): built at the first call
+        # of a batch size, over these layers' views (_one_step_path)
+        self._step_plan: tuple | None = None
         self._managers: dict = {}
         self._presized: dict = {}
         self._segment_views: tuple = (None, None, [])
@@ -397,6 +454,11 @@ class Model:
     def _owners(self) -> list:
         # every layer (and a graph's every vertex), in the order of the flat buffers
         return list(self.layers)
+
+    def _backward_order(self) -> list[int]:
+        # the owners (indices of _owners()) in the order the backward pass calls
+        # _after_layer_gradients for them: the layers from the output layer down
+        return list(range(len(self.layers) - 1, -1, -1))
 
     def _replica(self, share: str, stream: int) -> Any:
         """Another thread's copy of this network (ndws.parallel's workers), its dropout drawn
@@ -708,6 +770,45 @@ class Model:
             raise ValueError(f"{op}: {where} ({type(layer).__name__}) is not a recurrent layer "
                              f"(it keeps no state)")
         return layer
+
+    def _one_step_path(self, xs: tuple) -> Any:
+        # rnn_time_step's path for one step of a batch of the last size (text generation:
+        # batch 1, one step at a time), both network types: the plan _build_step_plan made for
+        # the batch size (the layers' and vertices' step runners in order, the stored state
+        # read and written as on the general path, no workspace, no per-layer Python beyond
+        # the kernel call), built at the first call of a size. None (the general path, which
+        # says what is wrong with an input) for anything else: a network without such a plan,
+        # inputs other than valid 2-D arrays of the network's dtype, rows and widths, a debug
+        # mode
+        if _core._get_debug_mode() != 0 or not xs:
+            return None
+        dtype, rows = self.conf.dtype, None
+        for x in xs:
+            if not isinstance(x, (NDArray, np.ndarray)) or x.ndim != 2 or x.dtype != dtype:
+                return None
+            if isinstance(x, NDArray) and x.stale is not None:
+                return None               # from a closed workspace: the general path says so
+            if rows is None:
+                rows = x.shape[0]
+            elif x.shape[0] != rows:
+                return None
+        if not rows:
+            return None
+        plan = self._step_plan
+        if plan is None or plan[0] != rows:
+            # a refusal is kept too: what decides it (the layers, their preprocessors, user
+            # code) is fixed once the network is built
+            plan = self._step_plan = (rows,) + (self._build_step_plan(rows) or (None, None))
+        run = plan[2]
+        if run is None or len(xs) != len(plan[1]) or any(x.shape[1] != w
+                                                         for x, w in zip(xs, plan[1])):
+            return None
+        return run
+
+    def _build_step_plan(self, batch: int) -> tuple | None:
+        # (each input's width, run) of the one-step path for batches of `batch` rows (run:
+        # a step_program), or None when the network has none
+        return None
 
     @staticmethod
     def _one_step_series(x: Any, t: Any, reader: Any) -> tuple[Any, bool]:

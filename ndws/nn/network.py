@@ -47,14 +47,14 @@ from ndws.nn._busy import FORWARD, STATE, TRAIN
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length,
-                            count as _count, fit_options, input_array)
+                            count as _count, fit_options, input_array, layer_step_runner,
+                            step_program, steps_one_at_a_time)
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM,
                              activation_workspace, epsilon_workspace, workspace_configs)
 from ndws.nn.conf import SETTINGS, BackpropType
 from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.inputs import InputType
-from ndws.nn.preprocessors import (FeedForwardToRnnPreProcessor, MaskState,
-                                   RnnToFeedForwardPreProcessor)
+from ndws.nn.preprocessors import MaskState
 from ndws.nn._iteration import MODE_NONE, MODE_SEPARATE, MODE_SINGLE, DensePlan
 from ndws.nn.memory_report import MemoryReport, layer_uses as _layer_uses, plan as _plan
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
@@ -137,9 +137,6 @@ class MultiLayerNetwork(Model):
         # the compiled training iteration, where it applies (an inference replica never trains)
         self._dense_plan = (None if share or any(self._preprocessors)
                             else _dense_plan(layers, self._configs))
-        # rnn_time_step's one-step path: (batch, input width, run), built at the first call
-        # of a batch size
-        self._step_plan: tuple | None = None
         self._adopt(flat)
 
     def get_layer(self, index: int) -> Layer:
@@ -449,8 +446,8 @@ class MultiLayerNetwork(Model):
         (its backward direction needs the whole sequence)."""
         self._check_init()
         with self._exclusive("rnn_time_step"):
-            if output_workspace is None and (isinstance(x, np.ndarray) or isinstance(x, NDArray)):
-                run = self._one_step_path(x)
+            if output_workspace is None:
+                run = self._one_step_path((x,))
                 if run is not None:
                     return run(x)
             a, one_step = self._step_input(x)
@@ -463,52 +460,22 @@ class MultiLayerNetwork(Model):
                     out = out[:, :, 0] if axis == 2 else out[:, 0, :]
             return out
 
-    def _one_step_path(self, x: Any) -> Any:
-        # rnn_time_step's path for one step of a batch of the last size (text generation:
-        # batch 1, one step at a time): the layers' step runners chained on rows, the stored
-        # state read and written as on the general path, no workspace, no per-layer Python
-        # beyond the kernel call. None (the general path) for anything else: a first call, a
-        # new batch size, a layer or preprocessor without such a path, another dtype or
-        # shape, a debug mode, listeners of the forward pass
-        shape = x.shape
-        if len(shape) != 2 or _core._get_debug_mode() != 0:
-            return None
-        plan = self._step_plan
-        if plan is None or plan[0] != shape[0] or x.dtype != self.conf.dtype \
-                or shape[1] != plan[1]:
-            if plan is not None and plan[0] == shape[0]:
-                return None
-            plan = self._step_plan = self._build_step_plan(shape[0])
-            if plan is None:
-                return None
-        return plan[2]
-
     def _build_step_plan(self, batch: int) -> tuple | None:
+        # rnn_time_step's one-step path (Model._one_step_path): the layers' step runners in a
+        # chain
         t = self.conf._network_input
-        if t is None or t.kind != "RNN" or self._checked_any():
+        if not steps_one_at_a_time(t) or self._checked_any():
             return None
-        runners = []
-        for layer, pre in zip(self.layers, self._preprocessors):
-            if pre is not None and type(pre) not in (RnnToFeedForwardPreProcessor,
-                                                     FeedForwardToRnnPreProcessor):
-                return None                 # one step's rows are these two's views only
-            runner = layer.step_runner(batch, self.conf.dtype)
+        steps = []
+        for i, (layer, pre) in enumerate(zip(self.layers, self._preprocessors)):
+            runner = layer_step_runner(layer, pre, batch, self.conf.dtype)
             if runner is None:
                 return None
-            runners.append(runner)
-        last = runners[-1]
-        inner = runners[:-1]
-        width, dtype = self.layers[-1].output_width(), self.conf.dtype
-        data = ndws.from_numpy
-
-        def run(x: Any) -> NDArray:
-            a = x if isinstance(x, NDArray) else data(np.ascontiguousarray(x))
-            if not a.flags.c_contiguous:
-                a = a.copy()
-            for step in inner:
-                a = step(a)
-            return last(a, ndws.empty((batch, width), dtype=dtype, detached=True))
-        return (batch, t.size, run)
+            steps.append((runner, (i,)))
+        n = len(steps)
+        program = step_program(batch, self.conf.dtype, 1, steps,
+                               [(n, self.layers[-1].output_width())])
+        return (t.size,), lambda x: program(x)[0]
 
     def _checked_any(self) -> bool:
         # user code among the layers: its own activate must run (the general path)

@@ -462,33 +462,40 @@ class MPITrainer:
                 layer._rng = rng
 
     def _plan_buckets(self) -> None:
-        """The buckets of the flat gradient buffer: runs of whole layers from the last layer
-        down, each closed once it holds `bucket_bytes` (the rest in the last one), each with
-        the layer whose gradients complete it (its lowest)."""
+        """The buckets of the flat gradient buffer: runs of whole layers (a graph's layers and
+        vertices) in the order the backward pass finishes them, each closed once it holds
+        `bucket_bytes` (the rest in the last one), each with the owner whose gradients
+        complete it (the last one the backward pass reaches). A bucket is one contiguous
+        slice of the buffer (MPI reduces it in place): an owner whose parameters do not
+        continue the bucket being filled (a layout in another order than the backward pass)
+        starts a new one."""
         net = self.model
         itemsize = net.conf.dtype.itemsize
         total = net.num_params()
         buckets: list[tuple[int, int, int]] = []
         if not self._overlap or self._shm is not None or not net._layer_hook:
-            # (a ComputationGraph's backward pass calls no per-layer hook: one bucket)
             buckets = [(0, 0, total)] if total else []
         else:
+            index = {id(owner): k for k, owner in enumerate(net._owners())}
             spans: dict[int, list[int]] = {}
-            for layer, _, _, start, size in net._layout:
-                span = spans.setdefault(layer.index, [start, start])
+            for owner, _, _, start, size in net._layout:
+                span = spans.setdefault(index[id(owner)], [start, start])
                 span[1] = start + size
-            lo = hi = None
-            for i in sorted(spans, reverse=True):
-                s, e = spans[i]
+            lo = hi = last = None
+            for i in net._backward_order():
+                s, e = spans.get(i, (0, 0))
                 if e == s:
                     continue
+                if lo is not None and e != lo:
+                    buckets.append((last, lo, hi))
+                    lo = hi = None
                 hi = e if hi is None else hi
-                lo = s
+                lo, last = s, i
                 if (hi - lo) * itemsize >= self._bucket_bytes:
                     buckets.append((i, lo, hi))
                     lo = hi = None
             if lo is not None:
-                buckets.append((min(i for i, (s, e) in spans.items() if e > s), lo, hi))
+                buckets.append((last, lo, hi))
         grads = np.asarray(net._grads)          # zero-copy: MPI reads and writes the buffer
         self._buckets = buckets
         self._bucket_views = [grads[s:e] for _, s, e in buckets]
@@ -524,7 +531,8 @@ class MPITrainer:
         self._ch.seconds += time.perf_counter() - t0
 
     def _after_layer(self, i: int) -> None:
-        # the network calls this right after layer i's gradients are in the flat buffer
+        # the network calls this right after layer i's gradients are in the flat buffer (i: an
+        # index of its _owners(), a graph's layers and vertices in the layout's order)
         if self._trace:
             self._event("backprop done", i)
         if self._info_request is not None:
@@ -861,7 +869,8 @@ class MPITrainer:
 
     def buckets(self) -> list[tuple[int, int, int]]:
         """The gradient buckets of the last fit, in the order they are started: ``(the layer
-        whose gradients complete it, start, end)`` in the flat buffer."""
+        whose gradients complete it, start, end)`` in the flat buffer (a graph's layer or
+        vertex counted among all of them with parameters or not, in topological order)."""
         return list(self._buckets)
 
     # -- closing ----------------------------------------------------------------------------------

@@ -277,7 +277,33 @@ def stuck_rank(out):
     print(f"rank {rank} finished: not expected", flush=True)
 
 
-MAIN = [broadcast, shared, uneven, batchnorm, cnn, averaging, checkpoints, listeners, disagree]
+# -- a ComputationGraph: a bucket per vertex during its backward pass --------------------------
+
+def graph(out):
+    # the two-branch graph with a bucket per vertex (traced) and in one bucket; a
+    # MultiLayerNetwork and its to_computation_graph() with a bucket per layer
+    for variant, options in common.GRAPH_VARIANTS.items():
+        g = common.graph()
+        trainer = MPITrainer(g, trace=True, **options)
+        history = trainer.fit(common.graph_batches(common.GRAPH_N, rank, size), epochs=2)
+        save(out, f"graph_{variant}", **state(g), scores=history.scores,
+             buckets=trainer.buckets(), timeline=[list(e) for e in trainer.timeline()],
+             backward_order=g._backward_order())
+        trainer.close()
+    x, y = common.data(common.GRAPH_N)
+    options = common.GRAPH_VARIANTS["per_vertex"]
+    for form in ("network", "graph"):
+        net = common.network("adam", regularised=True)
+        model = net if form == "network" else net.to_computation_graph()
+        trainer = MPITrainer(model, **options)
+        it = ArrayDataSetIterator(x, y, common.BATCH)
+        trainer.fit(it.shard(rank, size), epochs=2)
+        save(out, f"graph_form_{form}", **state(model), buckets=trainer.buckets())
+        trainer.close()
+
+
+MAIN = [broadcast, shared, uneven, batchnorm, cnn, averaging, checkpoints, listeners, disagree,
+        graph]
 
 if __name__ == "__main__":
     ndws.set_num_threads(1)

@@ -70,3 +70,47 @@ def image_data(n):
     x = rng.random((n, 36), dtype=np.float32)
     y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
     return x, y
+
+
+#: the graph scenario's MPITrainer options: a bucket per vertex started during the backward
+#: pass, and all of them in one bucket (the buckets change when the sums happen, never what
+#: they are)
+GRAPH_VARIANTS = {"per_vertex": {"bucket_bytes": 0, "shared_memory": False},
+                  "one_bucket": {"bucket_bytes": 1 << 30, "shared_memory": False}}
+GRAPH_N = 40                        # global batches of 8
+
+
+def graph():
+    """A ComputationGraph of two branches: dense layers over inputs "a" (6) and "b" (5), added
+    (ElementWiseVertex), a dense layer over the sum, merged with branch "a" into the softmax;
+    the vertices in topological order: a, b, da, db, sum, h, out-merge, out."""
+    from ndws.nn import ComputationGraph, ComputationGraphConfiguration, ElementWiseVertex
+    conf = (ComputationGraphConfiguration.builder(seed=5, updater=Adam(1e-2), l2=1e-3)
+            .add_inputs("a", "b")
+            .add_layer("da", DenseLayer(n_out=8, activation="tanh"), "a")
+            .add_layer("db", DenseLayer(n_out=8, activation="relu"), "b")
+            .add_vertex("sum", ElementWiseVertex("ADD"), "da", "db")
+            .add_layer("h", DenseLayer(n_out=6, activation="tanh"), "sum")
+            .add_layer("out", OutputLayer(n_out=3, activation="softmax"), "h", "da")
+            .set_outputs("out")
+            .set_input_types(InputType.feed_forward(6), InputType.feed_forward(5))
+            .build())
+    g = ComputationGraph(conf)
+    g.init()
+    return g
+
+
+def graph_data(n):
+    rng = np.random.default_rng(200 + n)
+    return (rng.random((n, 6), dtype=np.float32), rng.random((n, 5), dtype=np.float32),
+            np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)])
+
+
+def graph_batches(n, rank, size):
+    """Rank `rank`'s MultiDataSets of `graph_data(n)`: rows [8k + 4 rank, 8k + 4 rank + 4) of
+    each global batch of 4 * size rows."""
+    from ndws.data import MultiDataSet
+    a, b, y = graph_data(n)
+    step = BATCH * size
+    return [MultiDataSet([a[s:s + BATCH], b[s:s + BATCH]], [y[s:s + BATCH]])
+            for s in range(BATCH * rank, n, step)]

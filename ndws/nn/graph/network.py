@@ -54,7 +54,8 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_OUTPUT_
                              workspace_configs)
 from ndws.nn._fit_options import (_correct, check_seed, labels_array, reiterable,
                                   shuffled_order)
-from ndws.nn._model import _IN_FORWARD, Model, count, fit_options, input_array
+from ndws.nn._model import (_IN_FORWARD, Model, count, fit_options, input_array,
+                            layer_step_runner, step_program, steps_one_at_a_time)
 from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
 from ndws.nn.graph.memory import graph_plan
@@ -95,6 +96,14 @@ class _Node:
         self.where = ""
 
 
+def _refuse_stale(a: NDArray, label: str) -> None:
+    # an input from a closed workspace is refused before any vertex runs: a pass failing at
+    # the vertex that reads it would have moved what the vertices before it keep (running
+    # statistics, a recurrent layer's stored state)
+    if a.stale is not None:
+        _core.check(a, "input", label)
+
+
 def _pool(steps: Iterable[int], opens: dict) -> tuple[dict, int]:
     # DL4J's free list of workspace managers, run once on the graph's shape: at step p a
     # node of `opens` (p -> the step whose end closes it) takes the most recently freed slot
@@ -129,6 +138,7 @@ class ComputationGraph(Model):
 
     _kind = "ComputationGraph"
     _conf_class = ComputationGraphConfiguration
+    _layer_hook = True
 
     def __init__(self, conf: ComputationGraphConfiguration):
         self._init_state(conf)
@@ -263,6 +273,17 @@ class ComputationGraph(Model):
     def _owners(self) -> list:
         return [n.obj for n in self._nodes if n.obj is not None]
 
+    def _owner_indices(self) -> dict:
+        # each layer or vertex's position -> its index in _owners() (what the backward hook
+        # is called with, and the flat layout's order)
+        index = {id(owner): k for k, owner in enumerate(self._owners())}
+        return {n.pos: index[id(n.obj)] for n in self._nodes if n.obj is not None}
+
+    def _backward_order(self) -> list[int]:
+        # the backward pass finishes the vertices in reverse topological order (_general_pass)
+        index = self._owner_indices()
+        return [index[n.pos] for n in reversed(self._nodes) if n.obj is not None]
+
     def _state_layers(self) -> dict:
         # what a saved file names each layer's carried state by: its vertex name
         return {self._owner_name(layer): (self._owner_name(layer), layer)
@@ -305,6 +326,7 @@ class ComputationGraph(Model):
         for i, (x, name) in enumerate(zip(xs, names)):
             label = f"{what}[{i}] (input \"{name}\")"
             a = input_array(x, self.conf.dtype, label)
+            _refuse_stale(a, label)
             t = self.conf.vertex_types.get(name)
             reader = self._nodes[self._nodes[self._position[name]].consumers[0]]
             check_input_shape(tuple(a.shape), t, reader.where, f"the input type of \"{name}\"",
@@ -817,6 +839,8 @@ class ComputationGraph(Model):
         separate = mode is WorkspaceMode.SEPARATE
         score = 0.0
         self._pass_inputs = {}
+        hook = self._after_layer_gradients
+        owner = self._owner_indices() if hook is not None else None
         with scope_out_of_workspaces():
             outer = (mgr.notify_scope_entered(_A) if mode is not WorkspaceMode.NONE
                      else contextlib.nullcontext())
@@ -858,6 +882,11 @@ class ComputationGraph(Model):
                                     eps[i] = e       # lives in this vertex's workspace, which
                                 else:                # closes no earlier than input i's step
                                     ndws.add(eps[i], e, out=eps[i])
+                        if hook is not None and node.obj is not None:
+                            # the vertex's gradients are final here: the vertices it reads come
+                            # later in this loop, and only its own backward pass writes them
+                            # (one not run leaves them as they are: nothing trains there)
+                            hook(owner[p])
                         for ws in closing.pop(p, ()):
                             ws.close()
                     # in the iteration's scope, so its temporaries are the iteration's
@@ -1064,6 +1093,10 @@ class ComputationGraph(Model):
         error; the outputs are detached, or in `output_workspace`."""
         self._check_init()
         with self._exclusive("rnn_time_step"):
+            if output_workspace is None:
+                run = self._one_step_path(inputs)
+                if run is not None:
+                    return run(*inputs)
             names = self.conf.network_inputs
             if len(inputs) != len(names):
                 self._as_inputs(list(inputs))      # says what is wrong
@@ -1093,6 +1126,47 @@ class ComputationGraph(Model):
                         if out.shape[axis] == 1:
                             outs[k] = out[:, :, 0] if axis == 2 else out[:, 0, :]
             return outs
+
+    def _build_step_plan(self, batch: int) -> tuple | None:
+        # rnn_time_step's one-step path (Model._one_step_path): every vertex up to the last
+        # output in topological order (as the general path runs them), each a step runner on
+        # one step's rows: the layers' (behind their preprocessors), and the vertices' that are
+        # one on rows. Inputs of known types, rows or time series of any length; outputs that
+        # the general path gives as rows (layers, vertices of rows)
+        conf, dt = self.conf, self.conf.dtype
+        names = conf.network_inputs
+        types = [conf.vertex_types.get(n) for n in names]
+        if (any(t is None or t.kind not in ("FF", "RNN") for t in types)
+                or not any(t.kind == "RNN" for t in types)
+                or not all(steps_one_at_a_time(t) for t in types if t.kind == "RNN")):
+            return None
+        slot = {self._position[n]: k for k, n in enumerate(names)}
+        last = max(self._position[o] for o in conf.network_outputs)
+        steps, outputs = [], [None] * len(conf.network_outputs)
+        for node in self._nodes[:last + 1]:
+            if node.kind == _INPUT:
+                continue
+            if node.checked:
+                return None                  # user code: its own activate must run
+            if node.kind == _LAYER:
+                runner = layer_step_runner(node.obj, node.pre, batch, dt)
+            else:
+                runner = node.obj.step_runner(batch, dt)
+            if runner is None:
+                return None
+            slot[node.pos] = len(names) + len(steps)
+            steps.append((runner, [slot[i] for i in node.ins]))
+            if node.output >= 0:
+                if node.kind == _LAYER:
+                    width = node.obj.output_width()
+                else:
+                    t = conf.vertex_types.get(node.name)
+                    if t is None or t.kind != "FF":
+                        return None          # the general path gives a series of one step
+                    width = t.size
+                outputs[node.output] = (slot[node.pos], width)
+        return (tuple(t.size for t in types),
+                step_program(batch, dt, len(names), steps, outputs))
 
     # -- evaluation -----------------------------------------------------------------------------
 

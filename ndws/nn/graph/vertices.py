@@ -218,6 +218,16 @@ class GraphVertex:
         ``ArrayType.ACTIVATION_GRAD``."""
         raise NotImplementedError(f"{type(self).__name__}.backprop_gradient")
 
+    def step_runner(self, batch: int, dtype: Any) -> Any:
+        """For `ComputationGraph.rnn_time_step`'s one-step path: a function
+        ``run(*rows, out=None) -> rows`` taking each input for one time step as (batch, width)
+        rows (a time series of one step and its rows are the same memory) and returning the
+        output as rows (into `out` when given, else into a buffer it may reuse at the next
+        call, or one of its inputs), computing exactly what `activate` computes on them; None
+        when the vertex has no such path (the graph then takes the general one: the
+        default)."""
+        return None
+
     def param_order(self, name: str) -> str:
         """How parameter `name`'s elements sit in the flat buffer: "C" (row-major, the
         default) or "F" (column-major), as for a layer."""
@@ -243,6 +253,17 @@ class GraphVertex:
     def _network_input(self, name: str) -> Any:
         # the graph's input `name` of the pass in progress (its array, its mask)
         return self._network._pass_input(name, self)
+
+
+def _identity_step(rows: NDArray, out: NDArray | None = None) -> NDArray:
+    # a vertex that is the identity on one step's rows (LastTimeStepVertex,
+    # DuplicateToTimeSeriesVertex, a MergeVertex of one input)
+    return rows if out is None else out.assign(rows)
+
+
+def _step_buffer(batch: int, width: int, dtype: Any) -> NDArray:
+    # a step runner's own output rows (detached: one step has no workspace to cycle)
+    return ndws.empty((batch, width), dtype=dtype, detached=True)
 
 
 def _or_masks(masks: list) -> Any:
@@ -379,6 +400,22 @@ class MergeVertex(GraphVertex):
             lo = hi
         return {}, out
 
+    def step_runner(self, batch, dtype):
+        types = self.input_types
+        if not types or any(t is None or t.kind not in ("FF", "RNN") for t in types):
+            return None
+        if len(types) == 1:
+            return _identity_step
+        # the feature axis of rows (1) and of time series (1 for NCW, 2 for NWC) is the rows'
+        # axis 1; a merge along another axis (time) is not rows
+        if self._axis() != (2 if types[0].data_format is RNNFormat.NWC else 1):
+            return None
+        buf = _step_buffer(batch, sum(t.size for t in types), dtype)
+
+        def run(*rows, out=None):
+            return ndws.concatenate(list(rows), axis=1, out=buf if out is None else out)
+        return run
+
     def feed_forward_mask(self, masks, batch):
         return _or_masks(masks)
 
@@ -461,9 +498,15 @@ class ElementWiseVertex(GraphVertex):
         except ValueError:
             raise ValueError(f"ElementWiseVertex ({op.name}): the shapes "
                              f"{[tuple(x.shape) for x in inputs]} do not broadcast") from None
-        out = mgr.create_uninitialized(_A, shape, dtype=first.dtype)
+        out = self._combine(inputs, mgr.create_uninitialized(_A, shape, dtype=first.dtype))
+        self._keep(inputs, out)
+        return out
+
+    def _combine(self, inputs: list, out: NDArray) -> NDArray:
+        # the op over `inputs` into `out` (activate's and the one-step path's)
+        op = self.op
         if len(inputs) == 1:
-            out.assign(first)
+            out.assign(inputs[0])
         elif op is _Op.SUBTRACT:
             ndws.subtract(inputs[0], inputs[1], out=out)
         else:
@@ -474,8 +517,18 @@ class ElementWiseVertex(GraphVertex):
                 fn(out, x, out=out)
             if op is _Op.AVERAGE:
                 ndws.multiply(out, 1.0 / len(inputs), out=out)
-        self._keep(inputs, out)
         return out
+
+    def step_runner(self, batch, dtype):
+        types = self.input_types
+        if (not types or any(t is None or t.kind not in ("FF", "RNN") for t in types)
+                or (self.op is _Op.SUBTRACT and len(types) != 2)):
+            return None                   # (activate's error on the general path)
+        buf = _step_buffer(batch, max(t.size for t in types), dtype)
+
+        def run(*rows, out=None):
+            return self._combine(rows, buf if out is None else out)
+        return run
 
     def backprop_gradient(self, epsilon, mgr):
         op, inputs, shapes = self.op, self._inputs, self._shapes
@@ -574,6 +627,17 @@ class SubsetVertex(GraphVertex):
                              f"(axis 1)")
         self._keep(inputs)
         return mgr.dup(_A, x[:, self.from_index:self.to_index + 1])
+
+    def step_runner(self, batch, dtype):
+        t = self.input_types[0] if self.input_types else None
+        if t is None or t.kind not in ("FF", "RNN"):
+            return None
+        lo, hi = self.from_index, self.to_index + 1
+        buf = _step_buffer(batch, hi - lo, dtype)
+
+        def run(rows, out=None):
+            return (buf if out is None else out).assign(rows[:, lo:hi])
+        return run
 
     def backprop_gradient(self, epsilon, mgr):
         eps = mgr.create(_G, self._shapes[0], dtype=epsilon.dtype)
@@ -737,6 +801,17 @@ class _Constant(GraphVertex):
         x = inputs[0]
         out = mgr.create_uninitialized(_A, x.shape, dtype=x.dtype)
         return type(self)._op(x, getattr(self, self.fields[0]), out=out)
+
+    def step_runner(self, batch, dtype):
+        t = self.input_types[0] if self.input_types else None
+        if t is None or t.kind not in ("FF", "RNN"):
+            return None
+        op, value = type(self)._op, getattr(self, self.fields[0])
+        buf = _step_buffer(batch, t.size, dtype)
+
+        def run(rows, out=None):
+            return op(rows, value, out=buf if out is None else out)
+        return run
 
 
 class ScaleVertex(_Constant):
@@ -1109,6 +1184,10 @@ class LastTimeStepVertex(GraphVertex):
         _np_view(eps)[np.arange(shape[0]), :, self._index] = _np_view(epsilon)
         return {}, [eps]
 
+    def step_runner(self, batch, dtype):
+        # the last step of a series of one step (rnn_time_step passes no mask) is its rows
+        return _identity_step
+
     def feed_forward_mask(self, masks, batch):
         return None
 
@@ -1161,6 +1240,10 @@ class DuplicateToTimeSeriesVertex(GraphVertex):
     def backprop_gradient(self, epsilon, mgr):
         eps = mgr.create_uninitialized(_G, self._shapes[0], dtype=epsilon.dtype)
         return {}, [ndws.sum(epsilon, axis=2, out=eps)]
+
+    def step_runner(self, batch, dtype):
+        # rows repeated over the one step of the one-step path: the rows themselves
+        return _identity_step
 
     def feed_forward_mask(self, masks, batch):
         return self._network_input(self.input_name)[1]

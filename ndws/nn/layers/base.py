@@ -415,7 +415,7 @@ class Layer:
         return mask, state
 
     def step_runner(self, batch: int, dtype: Any) -> Any:
-        """For `MultiLayerNetwork.rnn_time_step`'s one-step path: a function
+        """For `rnn_time_step`'s one-step path (both network types): a function
         ``run(rows, out=None) -> rows`` taking this layer's input for one time step as
         (batch, n_in) rows and returning its output as (batch, n_out) rows (into `out` when
         given, else into a buffer it may reuse at the next call), computing exactly what
@@ -547,6 +547,19 @@ class _WeightsMixin(_RowsInput, _Regularized):
     def init_params(self, rng):
         init_dense(self, rng)
 
+    def step_runner(self, batch, dtype):
+        # DenseLayer's and OutputLayer's inference activate on one step's rows (no features
+        # mask on that path): one fused linear + activation
+        if self.dropout is not None and self.dropout < 1.0:
+            return None
+        buf = ndws.empty((batch, self.n_out), dtype=dtype, detached=True)
+        act = (self.activation or Activation.IDENTITY).value
+        params = self.params
+
+        def run(rows, out=None):
+            return F.linear(rows, params["W"], params["b"], act, out=buf if out is None else out)
+        return run
+
     def _weight_gradient_use(self, batch: int, itemsize: int) -> list:
         # what _weight_gradients makes: the regularisation's temporaries, the input gradient
         use = self._regularization_use(itemsize)
@@ -608,17 +621,6 @@ class DenseLayer(_WeightsMixin, Layer):
         if m is not None:
             ndws.multiply(y, m, out=y)          # DL4J's BaseLayer.applyMask
         return y
-
-    def step_runner(self, batch, dtype):
-        if self.dropout is not None and self.dropout < 1.0:
-            return None
-        buf = ndws.empty((batch, self.n_out), dtype=dtype, detached=True)
-        act = (self.activation or Activation.IDENTITY).value
-        params = self.params
-
-        def run(rows, out=None):
-            return F.linear(rows, params["W"], params["b"], act, out=buf if out is None else out)
-        return run
 
     def backprop_gradient(self, epsilon, mgr):
         act = self.activation or Activation.IDENTITY
