@@ -208,6 +208,59 @@ def test_merge_shape_errors():
          .set_input_types(InputType.feed_forward(3), InputType.feed_forward(4)).build())
 
 
+def _merge_types(vertex, *types):
+    conf = (builder().add_inputs("a", "b").add_vertex("m", vertex, "a", "b")
+            .add_layer("out", OutputLayer(n_out=2, activation="softmax"), "m")
+            .set_outputs("out").set_input_types(*types).build())
+    return conf.vertex_types["m"]
+
+
+def test_a_merge_along_time_or_space_sums_that_axis_not_the_features():
+    # DL4J's MergeVertex sums the feature sizes whatever its merge axis; ndws' output type
+    # follows the axis, so the layer after a merge along time gets the right n_in
+    rec, conv = InputType.recurrent, InputType.convolutional
+    assert _merge_types(MergeVertex(merge_axis=2), rec(5, 7), rec(5, 6)) == rec(5, 13)
+    assert _merge_types(MergeVertex(merge_axis=2), rec(5, 7), rec(5)) == rec(5)
+    assert _merge_types(MergeVertex(merge_axis=1), rec(5, 7, "NWC"), rec(5, 6, "NWC")) \
+        == rec(5, 13, "NWC")
+    assert _merge_types(MergeVertex(), rec(5, 7, "NWC"), rec(3, 7, "NWC")) == rec(8, 7, "NWC")
+    assert _merge_types(MergeVertex(merge_axis=2), conv(4, 5, 2), conv(3, 5, 2)) \
+        == conv(7, 5, 2)
+    assert _merge_types(MergeVertex(merge_axis=2), conv(4, 5, 2, "NHWC"),
+                        conv(4, 3, 2, "NHWC")) == conv(4, 8, 2, "NHWC")
+    with pytest.raises(ValueError, match=r'^vertices\["m"\]: MergeVertex: merge_axis 2 is not an '
+                                         r'axis of its 2-D inputs'):
+        _merge_types(MergeVertex(merge_axis=2), InputType.feed_forward(3),
+                     InputType.feed_forward(4))
+    with pytest.raises(ValueError, match=r"MergeVertex: merge_axis 4 is not an axis of its 4-D"):
+        _merge_types(MergeVertex(merge_axis=4), conv(4, 5, 2), conv(4, 5, 2))
+    with pytest.raises(ValueError, match=r"MergeVertex: cannot merge along axis 2 inputs whose "
+                                         r"other dimensions differ"):
+        _merge_types(MergeVertex(merge_axis=2), rec(5, 7), rec(4, 6))
+    with pytest.raises(ValueError, match=r"cannot merge along axis 2 inputs whose other"):
+        _merge_types(MergeVertex(merge_axis=2), conv(4, 5, 2), conv(4, 6, 2))
+
+
+def test_a_graph_merging_along_time_trains_and_equals_numpy(rng):
+    from ndws.nn import LSTM, ComputationGraph, RnnOutputLayer
+    conf = (builder().add_inputs("a", "b").add_vertex("m", MergeVertex(merge_axis=2), "a", "b")
+            .add_layer("l", LSTM(n_out=4, activation="tanh"), "m")
+            .add_layer("out", RnnOutputLayer(n_out=3, activation="softmax"), "l")
+            .set_outputs("out")
+            .set_input_types(InputType.recurrent(5, 7), InputType.recurrent(5, 6)).build())
+    g = ComputationGraph(conf)
+    g.init()
+    assert g.get_layer("l").n_in == 5
+    a = rng.standard_normal((2, 5, 7)).astype(np.float32)
+    b = rng.standard_normal((2, 5, 6)).astype(np.float32)
+    ff = g.feed_forward(a, b)
+    np.testing.assert_array_equal(np.asarray(ff["m"]), np.concatenate([a, b], axis=2))
+    labels = np.zeros((2, 3, 13), np.float32)
+    labels[:, 0] = 1
+    g.fit([a, b], [labels])
+    assert np.asarray(g.output(a, b)[0]).shape == (2, 3, 13)
+
+
 def test_elementwise_broadcasts_size_one_and_cnn_merge_sums_channels():
     conf = (builder().add_inputs("a", "b").add_vertex("e", ElementWiseVertex("max"), "a", "b")
             .add_layer("out", OutputLayer(n_out=2, activation="softmax"), "e")

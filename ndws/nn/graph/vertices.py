@@ -310,10 +310,11 @@ class MergeVertex(GraphVertex):
         self.merge_axis = (None if merge_axis is None
                            else _int_field("MergeVertex", "merge_axis", merge_axis, 1))
 
-    def _axis(self) -> int:
+    def _axis(self, types=None) -> int:
         if self.merge_axis is not None:
             return self.merge_axis
-        t = self.input_types[0] if self.input_types else None
+        types = self.input_types if types is None else types
+        t = types[0] if types else None
         if t is not None and t.data_format is CNN2DFormat.NHWC:
             return 3
         if t is not None and t.data_format is RNNFormat.NWC:
@@ -329,27 +330,47 @@ class MergeVertex(GraphVertex):
                              "flattened format. Got: " + ", ".join(map(repr, input_types)))
         _same_kind(input_types, "MergeVertex")
         first = input_types[0]
-        if first.kind == "FF":
-            return InputType.feed_forward(sum(t.size for t in input_types))
+        # the output's dimensions: each input's, in its array layout, concatenated along the
+        # merge axis (DL4J sums the feature sizes whatever `setMergeAxis` says, which builds
+        # the next layer with the wrong n_in after a merge along time or space)
+        axis = self._axis(input_types)
+        rank = {"FF": 2, "RNN": 3}.get(first.kind, 4)
+        if axis >= rank:
+            raise ValueError(f"MergeVertex: merge_axis {axis} is not an axis of its {rank}-D "
+                             f"inputs ({first.kind} activations, shape {first.shape()})")
         if first.kind == "RNN":
-            lengths = {t.time_series_length for t in input_types}
             formats = {t.data_format for t in input_types}
             if len(formats) > 1:
                 raise ValueError("Invalid input: MergeVertex cannot merge time series of "
                                  "different formats: " + ", ".join(map(repr, input_types)))
-            return InputType.recurrent(sum(t.size for t in input_types),
-                                       lengths.pop() if len(lengths) == 1 else None,
-                                       first.data_format)
-        for t in input_types[1:]:
-            if (t.height, t.width) != (first.height, first.width) \
-                    or t.data_format is not first.data_format:
-                raise ValueError(
-                    f"Invalid input: MergeVertex cannot merge CNN activations of different "
-                    f"width/heights: first [channels,width,height] = [{first.channels},"
-                    f"{first.width},{first.height}], next = [{t.channels},{t.width},"
-                    f"{t.height}]")
-        return InputType.convolutional(first.height, first.width,
-                                       sum(t.channels for t in input_types), first.data_format)
+        elif first.kind != "FF":
+            for t in input_types[1:]:
+                if t.data_format is not first.data_format or (
+                        axis == (3 if first.data_format is CNN2DFormat.NHWC else 1)
+                        and (t.height, t.width) != (first.height, first.width)):
+                    raise ValueError(
+                        f"Invalid input: MergeVertex cannot merge CNN activations of different "
+                        f"width/heights: first [channels,width,height] = [{first.channels},"
+                        f"{first.width},{first.height}], next = [{t.channels},{t.width},"
+                        f"{t.height}]")
+        dims = [list(t.shape(-1)) for t in input_types]    # -1: the batch, a free length
+        for d in dims[1:]:
+            for k in range(1, rank):
+                if k != axis and d[k] != dims[0][k] and -1 not in (d[k], dims[0][k]):
+                    raise ValueError(
+                        f"MergeVertex: cannot merge along axis {axis} inputs whose other "
+                        f"dimensions differ: " + ", ".join(map(repr, input_types)))
+        merged = list(dims[0])
+        merged[axis] = -1 if any(d[axis] == -1 for d in dims) else sum(d[axis] for d in dims)
+        if first.kind == "FF":
+            return InputType.feed_forward(merged[1])
+        if first.kind == "RNN":
+            nwc = first.data_format is RNNFormat.NWC
+            size, steps = (merged[2], merged[1]) if nwc else (merged[1], merged[2])
+            return InputType.recurrent(size, None if steps == -1 else steps, first.data_format)
+        if first.data_format is CNN2DFormat.NHWC:
+            return InputType.convolutional(merged[1], merged[2], merged[3], first.data_format)
+        return InputType.convolutional(merged[2], merged[3], merged[1], first.data_format)
 
     def memory_use(self, batch, training, itemsize):
         types = self.input_types
