@@ -258,19 +258,24 @@ def _mpi():
     return MPI.COMM_SELF, MPITrainer
 
 
-def test_mpi_trainer_starts_a_graphs_buckets_during_backprop():
+def _traced_mpi_fit(make):
+    # a graph trained by MPITrainer on one process with a bucket per layer and its trace, and
+    # the same graph trained by fit: the same bits; the bucket owners' names and the events
     comm, MPITrainer = _mpi()
-    g = branches()
-    oracle = branches()
+    g, oracle = make(), make()
     oracle.fit(branch_batches(), epochs=2, progress=False)
     with MPITrainer(g, comm, trace=True, bucket_bytes=0, shared_memory=False) as trainer:
         trainer.fit(branch_batches(), epochs=2)
         buckets = trainer.buckets()
         events = [(kind, i) for _, kind, i in trainer.timeline()]
     np.testing.assert_array_equal(g.params().numpy(), oracle.params().numpy())
+    return g, buckets, [g._owner_name(g._owners()[i]) for i, _, _ in buckets], events
+
+
+def test_mpi_trainer_starts_a_graphs_buckets_during_backprop():
+    g, buckets, names, events = _traced_mpi_fit(branches)
     # a bucket per layer (out, h, db, da: sum and out-merge have no parameters), each one
     # contiguous, together the whole buffer
-    names = [g._owner_name(g._owners()[i]) for i, _, _ in buckets]
     assert names == ["out", "h", "db", "da"]
     assert buckets[0][2] == g.num_params() and buckets[-1][1] == 0
     assert all(b[1] == a[2] for a, b in zip(buckets[1:], buckets))
@@ -331,7 +336,6 @@ def test_a_graph_with_a_frozen_branch_starts_every_bucket_as_fit_trains():
     # a frozen layer's vertex runs no backward pass, yet the hook is called for it (its
     # gradients are final as they are): its bucket starts, and the graph trains as fit does
     from ndws.nn import ElementWiseVertex, FrozenLayer
-    comm, MPITrainer = _mpi()
 
     def frozen():
         conf = (ComputationGraphConfiguration.builder(seed=5, updater=Adam(1e-2), l2=1e-3)
@@ -346,14 +350,7 @@ def test_a_graph_with_a_frozen_branch_starts_every_bucket_as_fit_trains():
         g = ComputationGraph(conf)
         g.init()
         return g
-    oracle, g = frozen(), frozen()
-    oracle.fit(branch_batches(), epochs=2, progress=False)
-    with MPITrainer(g, comm, trace=True, bucket_bytes=0, shared_memory=False) as trainer:
-        trainer.fit(branch_batches(), epochs=2)
-        buckets = trainer.buckets()
-        events = [(kind, i) for _, kind, i in trainer.timeline()]
-    np.testing.assert_array_equal(g.params().numpy(), oracle.params().numpy())
-    names = [g._owner_name(g._owners()[i]) for i, _, _ in buckets]
+    g, buckets, names, events = _traced_mpi_fit(frozen)
     assert names == ["out", "db", "fa"]
     done = [i for kind, i in events if kind == "backprop done"]
     assert done == g._backward_order() and len(done) == len(g._owners())
