@@ -183,12 +183,32 @@ def test_the_grid_covers_every_algorithm():
     seen = {"forward": set(), "input_grad": set(), "weight_grad": set()}
     for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES, GRID):
         if _fits((N, C, H, W, O, k), s, p, d):
-            for key, name in _conv2d._algorithms((N, C, H, W), (O, C) + k, s, p, d).items():
-                seen[key].add(name)
+            algos = _conv2d._algorithms((N, C, H, W), (O, C) + k, s, p, d)
+            for key in seen:
+                seen[key].add(algos[key])
     assert seen["forward"] == {"winograd", "direct", "packed", "positions"}
     # the input gradient is the forward engine on the flipped kernel, or col2im
     assert {"winograd", "col2im", "direct"} <= seen["input_grad"]
     assert seen["weight_grad"] == {"channel taps", "column taps"}
+
+
+def test_one_image_is_cut_into_tasks_of_whole_panels():
+    # batch 1 (output() latency): a task holds at least a register panel of positions (NR of
+    # them; Winograd: NR 2x2 tiles), so no GEMM runs on a fraction of its columns; larger
+    # images still give a second thread work
+    from ndws.nn import _conv2d
+    nr = la._gemm_info()["float32"]["nr"]
+    cases = [((1, 64, 16, 16), (64, 64, 3, 3), 1, "winograd", 8 * 8),     # VGG conv4
+             ((1, 32, 32, 32), (32, 32, 3, 3), 1, "winograd", 16 * 16),   # VGG conv2
+             ((1, 20, 12, 12), (50, 20, 5, 5), 0, "packed", 8 * 8),       # LeNet conv2
+             ((1, 3, 32, 32), (32, 3, 3, 3), 1, "direct", 32 * 34)]       # VGG conv1
+    for x_shape, w_shape, p, algo, positions in cases:
+        got = _conv2d._algorithms(x_shape, w_shape, padding=p)
+        assert got["forward"] == algo
+        # every task but the last holds R rows of at least NR positions
+        assert (got["forward_tasks"] - 1) * nr <= positions, (w_shape, got)
+    # a larger image is still cut for two threads
+    assert _conv2d._algorithms((1, 32, 32, 32), (32, 32, 3, 3), padding=1)["forward_tasks"] >= 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

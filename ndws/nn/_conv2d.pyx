@@ -636,10 +636,12 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     dict
         ``forward``: "winograd", "direct" (virtual columns), "packed" or "positions" (1x1);
         ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
-        taps" or "column taps" (the weight gradient's tap groups).
+        taps" or "column taps" (the weight gradient's tap groups); ``forward_tasks``: how many
+        tasks the forward is cut into (the most threads it can use).
     """
     cdef str op = "_algorithms"
     cdef Geom g, f
+    cdef FwdJob fj
     cdef intp_t xs[4]
     cdef intp_t MR, NR
     cdef WgPlan W
@@ -650,6 +652,8 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     Wt = arg4(np.broadcast_to(zero, tuple(w_shape)), op, "w_shape")
     _conv_setup(X, Wt, nhwc, stride, padding, dilation, &g, xs, op, "x", "w", False)
     out = {"forward": _fwd_name(&g, dt == _F64)}
+    _fwd_init(&fj, &g, dt == _F64)
+    out["forward_tasks"] = fj.p.ntasks
     _tile_of(gemm_table(), dt == _F64, &MR, &NR)
     if _dx_flip(&g, MR):
         _flip_geom(&g, &f)

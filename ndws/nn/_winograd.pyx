@@ -52,6 +52,10 @@ cdef void _wino_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WinoPlan*
     P.Ws = 2 * P.TW + 2
     # as the direct driver: whole images with 8 or more of them, else slices of tile rows
     P.R = P.TH if g.N >= 8 else _cdiv(P.TH, _cdiv(8, g.N))
+    # but never fewer tiles per task than a panel holds: one image of 16x16 outputs (8x8
+    # tiles) cut into 8 tasks of one tile row ran every GEMM on 8 of its NR = 32 columns (VGG's
+    # 64->64 at batch 1: 600 -> 334 us, docs/kernels.md)
+    P.R = _imax(P.R, _cdiv(NR, P.TW))
     rcap = (WINO_TASK_BYTES // _imax(1, g.C * P.Ws * item) - 2) // 2
     P.R = _imax(1, _imin(P.R, rcap))
     P.tpi = _cdiv(P.TH, P.R)
