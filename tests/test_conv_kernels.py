@@ -133,6 +133,7 @@ SHAPES = [
     (1, 9, 6, 6, 3, (1, 1)),
     (2, 17, 9, 10, 20, (3, 3)),     # 3x3 stride 1 with 16+ channels: Winograd F(2x2, 3x3)
     (2, 20, 7, 7, 32, (1, 1)),      # 1x1: positions as the tile's rows
+    (2, 5, 8, 11, 6, (2, 7)),       # 5 channels, wide kernel: the GEMM's column taps
 ]
 GRID = list(itertools.product([1, 2], [0, 1, (1, 0, 2, 1)], [1, 2]))   # stride, padding, dilation
 
@@ -189,7 +190,7 @@ def test_the_grid_covers_every_algorithm():
     assert seen["forward"] == {"winograd", "direct", "packed", "positions"}
     # the input gradient is the forward engine on the flipped kernel, or col2im
     assert {"winograd", "col2im", "direct"} <= seen["input_grad"]
-    assert seen["weight_grad"] == {"channel taps", "column taps"}
+    assert seen["weight_grad"] == {"channel taps", "column taps", "few channels"}
 
 
 def test_one_image_is_cut_into_tasks_of_whole_panels():
@@ -291,6 +292,81 @@ def test_depthwise_planes_beyond_the_stack_buffer(rng, dtype):
         close(gx, rx, sx, dtype)
         close(np.asarray(gw)[:, 0], np.stack([rw[0, 0], rw[1, 1]]),
               np.stack([sw[0, 0], sw[1, 1]]), dtype)
+
+
+# The few-channel weight gradient (C_in <= 4): dY read in place (whole 16-lane rows, channels
+# in blocks of 4) or copied; images cut into pieces of rows and chunks of pieces (a 1x202x102
+# image of 16 planes: 40-row pieces, one per chunk)
+FEW = [((2, 3, 8, 8, 8, (3, 3)), 1),       # dY in place
+       ((3, 1, 12, 11, 6, (5, 5)), 0),     # copied: 7-wide rows, 6 channels
+       ((2, 4, 9, 9, 5, (2, 2)), (1, 0, 2, 1)),
+       ((2, 1, 102, 202, 4, (3, 3)), 0),   # pieces and chunks, dY in place
+       ((1, 2, 102, 202, 5, (3, 3)), 1)]   # pieces and chunks, copied
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_channel_weight_gradient(rng, dtype, small_grains):
+    from ndws.nn import _conv2d
+    for shape, p in FEW:
+        x, w, _ = _data(rng, shape, dtype)
+        assert _conv2d._algorithms(x.shape, w.shape, padding=p)["weight_grad"] == "few channels"
+        for s, d in ((1, 1), (2, 1), (1, 2)):
+            if not _fits(shape, s, p, d):
+                continue
+            dy = rng.standard_normal(ref_conv(x, w, None, s, p, d).shape).astype(dtype)
+            want = ref_conv_backward(x, w, dy, s, p, d)[1]
+            scale = ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), s, p, d)[1]
+            got = []
+            for n in (1, 2):
+                with ndws.num_threads(n):
+                    gw = F.conv2d_backward(x, w, dy, s, p, d, need_input=False,
+                                           need_bias=False)[1]
+                close(gw, want, scale, dtype)
+                got.append(np.asarray(gw).copy())
+            assert np.array_equal(got[0], got[1])
+            # NHWC (dY's channels are its last axis: always copied) and a strided dY
+            gw = F.conv2d_backward(nhwc(x), w, nhwc(dy), s, p, d, data_format="NHWC",
+                                   need_input=False, need_bias=False)[1]
+            close(gw, want, scale, dtype)
+            wide = np.zeros(dy.shape[:3] + (2 * dy.shape[3],), dtype)
+            wide[..., ::2] = dy
+            gw = F.conv2d_backward(x, w, wide[..., ::2], s, p, d, need_input=False,
+                                   need_bias=False)[1]
+            close(gw, want, scale, dtype)
+
+
+def test_few_channel_nan_stays_in_its_own_pairs(rng):
+    # positions past a plane's end are zeros in both operands: an inf in dY's next plane (read
+    # in place) never reaches a pair of another channel
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    dy[0, 1, 0, 0] = np.inf
+    gw = np.asarray(F.conv2d_backward(x, w, dy, padding=1, need_input=False,
+                                      need_bias=False)[1])
+    assert np.isfinite(gw[[0, 2, 3]]).all()
+    assert not np.isfinite(gw[1]).all()
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
+def test_every_build_of_the_few_channel_loops(rng, isa):
+    from ndws.nn import _conv_few
+    if isa not in _conv_few._wgf_isas():
+        pytest.skip(f"this CPU cannot run the {isa} loops")
+    prev = _conv_few._use_wgf_isa(isa)
+    try:
+        for dtype in DTYPES:
+            for shape, p in FEW[:3]:
+                x, w, _ = _data(rng, shape, dtype)
+                dy = rng.standard_normal(ref_conv(x, w, None, 1, p).shape).astype(dtype)
+                gw = F.conv2d_backward(x, w, dy, padding=p, need_input=False,
+                                       need_bias=False)[1]
+                close(gw, ref_conv_backward(x, w, dy, 1, p)[1],
+                      ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, p)[1], dtype)
+    finally:
+        _conv_few._use_wgf_isa(prev)
+    with pytest.raises(ValueError, match="expected one of"):
+        _conv_few._use_wgf_isa("sse9")
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])

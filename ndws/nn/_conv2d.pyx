@@ -23,6 +23,7 @@ from ndws.nn._conv cimport (Geom, ALIGN, _imin, _imax, parse_format, arg4, logic
                             _conv_setup, _bias_arg, _act_arg, _wstrides, _shape4, _Call,
                             _Scratch, _distinct, _sums_into, _result, _zero)
 from ndws.nn._winograd cimport WinoJob, _wino_ok, _wino_plan, _wino_run
+from ndws.nn._conv_few cimport FewJob, FewPlan, _few_ok, _few_plan, _few_run
 from ndws.nn._conv_gemm cimport (FwdJob, DxJob, WgJob, WgPlan, FWD_DIRECT, FWD_PACKED, FWD_POS,
                                  _fwd_plan, _fwd_prepare, _fwd_run, _dx_plan, _dx_run,
                                  _wg_plan, _wg_run, _tile_of)
@@ -201,6 +202,8 @@ cdef int _wg_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray 
     cdef WgJob j
     cdef intp_t MR, NR
     cdef int i
+    if _few_ok(g):
+        return _few_into(g, f64, X, xs, G, gs, DW, dws, shared, nt)
     _tile_of(gemm_table(), f64, &MR, &NR)
     j.g = g[0]
     j.T = gemm_table()
@@ -219,9 +222,35 @@ cdef int _wg_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray 
     return 0
 
 
+cdef int _few_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray G,
+                   const intp_t* gs, NDArray DW, const intp_t* dws, char* shared, int nt
+                   ) except -1:
+    # the weight gradient of a convolution with few input channels (ndws.nn._conv_few)
+    cdef FewJob j
+    cdef int i
+    j.g = g[0]
+    j.f64 = f64
+    _few_plan(g, 8 if f64 else 4, &j.p)
+    j.x = X._data
+    j.dy = G._data
+    for i in range(4):
+        j.xs[i] = xs[i]
+        j.ds[i] = gs[i]
+    if release_gil(DW._size * DW._itemsize + G._size * G._itemsize, nt):
+        with nogil:
+            _few_run(&j, shared, DW._data, dws, nt)
+    else:
+        _few_run(&j, shared, DW._data, dws, nt)
+    return 0
+
+
 cdef intp_t _wg_need(const Geom* g, bint f64) except -1:
     cdef WgPlan W
+    cdef FewPlan F
     cdef intp_t MR, NR
+    if _few_ok(g):
+        _few_plan(g, 8 if f64 else 4, &F)
+        return F.shared_bytes
     _tile_of(gemm_table(), f64, &MR, &NR)
     _wg_plan(g, MR, NR, 8 if f64 else 4, &W)
     return W.shared_bytes
@@ -636,8 +665,9 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     dict
         ``forward``: "winograd", "direct" (virtual columns), "packed" or "positions" (1x1);
         ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
-        taps" or "column taps" (the weight gradient's tap groups); ``forward_tasks``: how many
-        tasks the forward is cut into (the most threads it can use).
+        taps" or "column taps" (the GEMM's tap groups), or "few channels" (ndws.nn._conv_few);
+        ``forward_tasks``: how many tasks the forward is cut into (the most threads it can
+        use).
     """
     cdef str op = "_algorithms"
     cdef Geom g, f
@@ -661,5 +691,6 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     else:
         out["input_grad"] = "col2im"
     _wg_plan(&g, MR, NR, dt.itemsize, &W)
-    out["weight_grad"] = "column taps" if W.kwmode else "channel taps"
+    out["weight_grad"] = ("few channels" if _few_ok(&g) else
+                          "column taps" if W.kwmode else "channel taps")
     return out

@@ -1,0 +1,157 @@
+/* The inner loop of the few-channel weight gradient (ndws/nn/_conv_few.pyx), in C so that GCC
+ * builds it once per instruction set (AVX-512, AVX2, the x86-64 baseline: target attributes on
+ * the same source, as ndws/nn/_dw_loops.h) and ndws picks one when the module loads
+ * (ndws_wgf_use; the tests run every one this CPU supports through
+ * ndws.nn._conv_few._use_wgf_isa).
+ *
+ * With 1-4 input channels a convolution has only C*KH*KW taps (27 for 3x3 RGB), too few rows
+ * or columns for the GEMM's 8 x 32 register tile; the weight gradient is instead a 4 x 4 block
+ * of (output channel, tap) pairs at a time, each a dot product over output positions held in
+ * 16 lanes: position s*16 + l goes to lane l. The blocking (how many pairs share a pass over
+ * the positions) differs between the builds, the lanes and their order do not, so a build's
+ * result does not depend on it; a build that fuses the multiply and the add (AVX2, AVX-512)
+ * rounds differently from the baseline, as the GEMM builds do.
+ */
+#ifndef NDWS_WGF_LOOPS_H
+#define NDWS_WGF_LOOPS_H
+
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define NDWS_WGF_X86 1
+#define NDWS_WGF_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#define NDWS_WGF_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+#define NDWS_WGF_LANES 16
+#define NDWS_WGF_BLOCK 4            /* pairs per block: 4 output channels x 4 taps */
+
+#if defined(__GNUC__)
+/* each build's native vectors (GCC's vector extensions): 16 lanes are H of them */
+typedef float ndws_wgf_f32x16 __attribute__((vector_size(64)));
+typedef float ndws_wgf_f32x8 __attribute__((vector_size(32)));
+typedef float ndws_wgf_f32x4 __attribute__((vector_size(16)));
+typedef double ndws_wgf_f64x8 __attribute__((vector_size(64)));
+typedef double ndws_wgf_f64x4 __attribute__((vector_size(32)));
+typedef double ndws_wgf_f64x2 __attribute__((vector_size(16)));
+#define NDWS_WGF_VECTORS 1
+#endif
+
+/* acc[(a*4 + b)*16 + l] += sum_{s < n16} dy[a*das + s*16 + l] * col[b*dcs + s*16 + l] for the
+ * block's a < 4 output channels and b < 4 taps, lane l = h*VL + (lane within vector h). BA
+ * output channels share one pass over the positions, their sums and dY vectors in registers,
+ * one tap's vectors loaded at a time: AVX-512 float32 holds 4 x 4 sums + 4 + 1 in 21 of its 32
+ * registers, float64 (two vectors per 16 lanes) BA 2 in 22; AVX2's 16 hold BA 1 (8 + 2 + 2
+ * float32 vectors). Every lane sums its positions in order, whatever V, H and BA. */
+#if defined(NDWS_WGF_VECTORS)
+#define NDWS_WGF_DOTS(NAME, T, V, ATTR, BA)                                                   \
+ATTR                                                                                          \
+static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdiff_t n16,      \
+                 T* acc) {                                                                    \
+    enum { VL = (int)(sizeof(V) / sizeof(T)), H = NDWS_WGF_LANES / VL };                      \
+    int a0, a, b, h;                                                                          \
+    ptrdiff_t s;                                                                              \
+    for (a0 = 0; a0 < NDWS_WGF_BLOCK; a0 += BA) {                                             \
+        V sum[BA][NDWS_WGF_BLOCK][H], d[BA][H], x[H];                                         \
+        for (a = 0; a < BA; a++)                                                              \
+            for (b = 0; b < NDWS_WGF_BLOCK; b++)                                              \
+                for (h = 0; h < H; h++)                                                       \
+                    memcpy(&sum[a][b][h], acc + ((a0 + a) * NDWS_WGF_BLOCK + b)               \
+                           * NDWS_WGF_LANES + h * VL, sizeof(V));                             \
+        for (s = 0; s < n16; s++) {                                                           \
+            for (a = 0; a < BA; a++)                                                          \
+                for (h = 0; h < H; h++)                                                       \
+                    memcpy(&d[a][h], dy + (a0 + a) * das + s * NDWS_WGF_LANES + h * VL,       \
+                           sizeof(V));                                                        \
+            for (b = 0; b < NDWS_WGF_BLOCK; b++) {                                            \
+                for (h = 0; h < H; h++)                                                       \
+                    memcpy(&x[h], col + b * dcs + s * NDWS_WGF_LANES + h * VL, sizeof(V));    \
+                for (a = 0; a < BA; a++)                                                      \
+                    for (h = 0; h < H; h++)                                                   \
+                        sum[a][b][h] += d[a][h] * x[h];                                       \
+            }                                                                                 \
+        }                                                                                     \
+        for (a = 0; a < BA; a++)                                                              \
+            for (b = 0; b < NDWS_WGF_BLOCK; b++)                                              \
+                for (h = 0; h < H; h++)                                                       \
+                    memcpy(acc + ((a0 + a) * NDWS_WGF_BLOCK + b) * NDWS_WGF_LANES + h * VL,   \
+                           &sum[a][b][h], sizeof(V));                                         \
+    }                                                                                         \
+}
+#else
+/* no vector extensions: the same lanes, one at a time */
+#define NDWS_WGF_DOTS(NAME, T, V, ATTR, BA)                                                   \
+static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdiff_t n16,      \
+                 T* acc) {                                                                    \
+    int a, b, l;                                                                              \
+    ptrdiff_t s;                                                                              \
+    for (a = 0; a < NDWS_WGF_BLOCK; a++)                                                      \
+        for (b = 0; b < NDWS_WGF_BLOCK; b++)                                                  \
+            for (l = 0; l < NDWS_WGF_LANES; l++) {                                            \
+                T t = acc[(a * NDWS_WGF_BLOCK + b) * NDWS_WGF_LANES + l];                     \
+                for (s = 0; s < n16; s++)                                                     \
+                    t += dy[a * das + s * NDWS_WGF_LANES + l]                                 \
+                        * col[b * dcs + s * NDWS_WGF_LANES + l];                              \
+                acc[(a * NDWS_WGF_BLOCK + b) * NDWS_WGF_LANES + l] = t;                       \
+            }                                                                                 \
+}
+#endif
+
+NDWS_WGF_DOTS(ndws_wgf_dots_f32_base, float, ndws_wgf_f32x4, , 1)
+NDWS_WGF_DOTS(ndws_wgf_dots_f64_base, double, ndws_wgf_f64x2, , 1)
+#if defined(NDWS_WGF_X86)
+NDWS_WGF_DOTS(ndws_wgf_dots_f32_avx2, float, ndws_wgf_f32x8, NDWS_WGF_AVX2, 1)
+NDWS_WGF_DOTS(ndws_wgf_dots_f64_avx2, double, ndws_wgf_f64x4, NDWS_WGF_AVX2, 1)
+NDWS_WGF_DOTS(ndws_wgf_dots_f32_avx512, float, ndws_wgf_f32x16, NDWS_WGF_AVX512, 4)
+NDWS_WGF_DOTS(ndws_wgf_dots_f64_avx512, double, ndws_wgf_f64x8, NDWS_WGF_AVX512, 2)
+#endif
+
+/* The variant in use, set by ndws_wgf_use (module load, tests). */
+static struct {
+    const char* isa;
+    void (*dots_f32)(const float*, ptrdiff_t, const float*, ptrdiff_t, ptrdiff_t, float*);
+    void (*dots_f64)(const double*, ptrdiff_t, const double*, ptrdiff_t, ptrdiff_t, double*);
+} ndws_wgf = {"baseline", ndws_wgf_dots_f32_base, ndws_wgf_dots_f64_base};
+
+#define NDWS_WGF_SET(name, suffix) do {                                                    \
+        ndws_wgf.isa = name;                                                                \
+        ndws_wgf.dots_f32 = ndws_wgf_dots_f32_##suffix;                                     \
+        ndws_wgf.dots_f64 = ndws_wgf_dots_f64_##suffix;                                     \
+    } while (0)
+
+/* Use the loops built for `isa` ("avx512", "avx2" or "baseline"): 1, or 0 (nothing changed)
+ * when they were not built or this CPU (and OS) cannot run them. */
+static int ndws_wgf_use(const char* isa) {
+    if (strcmp(isa, "baseline") == 0) {
+        NDWS_WGF_SET("baseline", base);
+        return 1;
+    }
+#if defined(NDWS_WGF_X86)
+    __builtin_cpu_init();
+    if (strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2")
+            && __builtin_cpu_supports("fma")) {
+        NDWS_WGF_SET("avx2", avx2);
+        return 1;
+    }
+    if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f")
+            && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")
+            && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2")
+            && __builtin_cpu_supports("fma")) {
+        NDWS_WGF_SET("avx512", avx512);
+        return 1;
+    }
+#endif
+    return 0;
+}
+
+static inline const char* ndws_wgf_isa(void) { return ndws_wgf.isa; }
+
+static inline void ndws_wgf_dots_f32(const float* dy, ptrdiff_t das, const float* col,
+                                     ptrdiff_t dcs, ptrdiff_t n16, float* acc)
+{ ndws_wgf.dots_f32(dy, das, col, dcs, n16, acc); }
+static inline void ndws_wgf_dots_f64(const double* dy, ptrdiff_t das, const double* col,
+                                     ptrdiff_t dcs, ptrdiff_t n16, double* acc)
+{ ndws_wgf.dots_f64(dy, das, col, dcs, n16, acc); }
+
+#endif /* NDWS_WGF_LOOPS_H */
