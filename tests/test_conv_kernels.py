@@ -294,6 +294,43 @@ def test_depthwise_planes_beyond_the_stack_buffer(rng, dtype):
               np.stack([sw[0, 0], sw[1, 1]]), dtype)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
+def test_every_build_of_the_winograd_transforms(rng, isa):
+    # the transforms only add, subtract and halve: every build gives the baseline's bits, for
+    # rows of tiles shorter than a vector (7), one (8) and longer (17: overlapping blocks), full
+    # and partial weight panels (16 and 20 output channels), bias, activation, and the input
+    # gradient (the forward on the flipped kernel)
+    from ndws.nn import _conv2d, _winograd
+    if isa not in _winograd._wino_isas():
+        pytest.skip(f"this CPU cannot run the {isa} loops")
+    cases = [((2, 16, 13, 14, 16), np.float32), ((1, 17, 16, 16, 20), np.float64),
+             ((1, 16, 34, 20, 16), np.float32)]
+    results = {}
+    for name in ("baseline", isa):
+        prev = _winograd._use_wino_isa(name)
+        try:
+            out = []
+            for (N, C, H, W, O), dtype in cases:
+                r = np.random.default_rng(7)
+                x, w, b = _data(r, (N, C, H, W, O, (3, 3)), dtype)
+                assert _conv2d._algorithms(x.shape, w.shape, padding=1)["forward"] == "winograd"
+                y = np.asarray(F.conv2d(x, w, b, padding=1, activation="relu")).copy()
+                close(y, np.maximum(ref_conv(x, w, b, 1, 1), 0),
+                      ref_conv(np.abs(x), np.abs(w), np.abs(b), 1, 1), dtype)
+                dy = r.standard_normal(y.shape).astype(dtype)
+                gx = np.asarray(F.conv2d_backward(x, w, dy, padding=1)[0]).copy()
+                close(gx, ref_conv_backward(x, w, dy, 1, 1)[0],
+                      ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, 1)[0], dtype)
+                out += [y, gx]
+            results[name] = out
+        finally:
+            _winograd._use_wino_isa(prev)
+    for a, c in zip(results["baseline"], results[isa]):
+        assert np.array_equal(a, c)
+    with pytest.raises(ValueError, match="expected one of"):
+        _winograd._use_wino_isa("neon")
+
+
 # The few-channel weight gradient (C_in <= 4): dY read in place (whole 16-lane rows, channels
 # in blocks of 4) or copied; images cut into pieces of rows and chunks of pieces (a 1x202x102
 # image of 16 planes: 40-row pieces, one per chunk)
