@@ -478,6 +478,32 @@ def test_fused_activation(rng, dtype, name, alpha):
         rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relu_applied_on_the_way_out_keeps_every_bit(rng, dtype):
+    # relu (and the bias) are applied as the direct and packed drivers copy a tile out: the
+    # same bits as relu after the convolution (NaN passing, a -0.0 bias kept), with and
+    # without bias, in either data format
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    x, w, b = _data(rng, (2, 3, 9, 8, 5, (3, 3)), dtype)
+    x[0, :, :4] = 0
+    b[0] = -0.0
+    x[1, 1, 5, 5] = np.nan
+    for stride, fmt, bias in itertools.product((1, 2), ("NCHW", "NHWC"), (b, None)):
+        xin = nhwc(x) if fmt == "NHWC" else x
+        algo = _conv2d_algos(x.shape, w.shape, stride)
+        assert algo == ("direct" if stride == 1 else "packed")
+        y = np.asarray(F.conv2d(xin, w, bias, stride, 1, data_format=fmt, activation="relu"))
+        want = np.asarray(F.activation("relu", F.conv2d(xin, w, bias, stride, 1,
+                                                        data_format=fmt)))
+        assert np.array_equal(y.view(bits), want.view(bits))
+        assert np.isnan(y).any() and (y == 0).any()
+
+
+def _conv2d_algos(x_shape, w_shape, stride):
+    from ndws.nn import _conv2d
+    return _conv2d._algorithms(x_shape, w_shape, stride, 1)["forward"]
+
+
 def test_softmax_is_refused_as_fused_activation(rng):
     x, w, b = _data(rng, SHAPES[0], np.float32)
     with pytest.raises(ValueError, match="not elementwise"):
