@@ -208,6 +208,11 @@ def test_one_image_is_cut_into_tasks_of_whole_panels():
         assert got["forward"] == algo
         # every task but the last holds R rows of at least NR positions
         assert (got["forward_tasks"] - 1) * nr <= positions, (w_shape, got)
+    if nr == 32:
+        # the rows per task that waste the fewest panel columns: VGG's conv1, 32 rows of 34
+        # virtual positions, in 2 tasks of 16 rows (2 x 17 panels) rather than 8 of 4 (8 x 5)
+        assert _conv2d._algorithms((1, 3, 32, 32), (32, 3, 3, 3), padding=1)[
+            "forward_tasks"] == 2
     # a larger image is still cut for two threads
     assert _conv2d._algorithms((1, 32, 32, 32), (32, 32, 3, 3), padding=1)["forward_tasks"] >= 2
 

@@ -20,7 +20,8 @@ from ndws._gemm_types cimport GemmTable
 from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, ACT_RELU, act_tile_f32, act_tile_f64
-from ndws.nn._conv cimport Geom, ALIGN, TILE_MAX, _rup, _cdiv, _imin, _imax, _take, _ukr
+from ndws.nn._conv cimport (Geom, ALIGN, TILE_MAX, _rup, _cdiv, _imin, _imax, _take, _ukr,
+                            _panel_rows)
 
 cdef extern from *:
     void __builtin_prefetch(const void* p) noexcept nogil
@@ -143,7 +144,8 @@ cdef void _fwd_plan(const Geom* g, intp_t MR, intp_t NR, intp_t KC, intp_t item,
     P.R = g.OH if g.N >= 8 else _cdiv(g.OH, _cdiv(8, g.N))
     # but at least a panel of NR positions per task (LeNet's 20->50 on 12x12 at batch 1: 8
     # tasks of one 8-position row each filled a quarter of every panel; 190 -> 84 us)
-    P.R = _imax(P.R, _cdiv(NR, P.Ws if P.mode == FWD_DIRECT else g.OW))
+    P.R = _panel_rows(g.OH, P.Ws if P.mode == FWD_DIRECT else g.OW, NR,
+                      _imax(P.R, _cdiv(NR, P.Ws if P.mode == FWD_DIRECT else g.OW)))
     if g.C > 0:
         rcap = (TASK_BYTES // (g.C * P.Ws * item) - g.EKH) // g.SH + 1
         P.R = _imax(1, _imin(P.R, rcap))

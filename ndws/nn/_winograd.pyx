@@ -29,7 +29,7 @@ from ndws._gemm_types cimport GemmTable
 from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, act_tile_f32, act_tile_f64
-from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _ukr
+from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _ukr, _panel_rows
 
 cdef extern from "_wino_loops.h" nogil:
     void ndws_wino_input_f32(const float32_t* r0, const float32_t* r1, const float32_t* r2,
@@ -71,7 +71,7 @@ cdef void _wino_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WinoPlan*
     # but never fewer tiles per task than a panel holds: one image of 16x16 outputs (8x8
     # tiles) cut into 8 tasks of one tile row ran every GEMM on 8 of its NR = 32 columns (VGG's
     # 64->64 at batch 1: 600 -> 334 us, docs/kernels.md)
-    P.R = _imax(P.R, _cdiv(NR, P.TW))
+    P.R = _panel_rows(P.TH, P.TW, NR, _imax(P.R, _cdiv(NR, P.TW)))
     rcap = (WINO_TASK_BYTES // _imax(1, g.C * P.Ws * item) - 2) // 2
     P.R = _imax(1, _imin(P.R, rcap))
     P.tpi = _cdiv(P.TH, P.R)
