@@ -738,6 +738,11 @@ cdef void _dx_task(DxJob* j, floating_t* Bp, intp_t n) noexcept nogil:
             jj += run
         for co in range(g.CO):
             dyc = dyn + co * j.ds[1]
+            # a later panel's lines of this channel: a panel reads a line or two of each of
+            # CO planes, too many streams for the hardware prefetcher, and every load went to
+            # memory (VGG's conv1 3->32 on 32x32 at batch 32: 7.5 -> 1.5 ms; 8 panels ahead)
+            __builtin_prefetch(dyc + doff[cnt - 1] + 8 * NR * j.ds[3])
+            __builtin_prefetch(dyc + doff[cnt - 1] + (8 * NR + 16) * j.ds[3])
             for jj in range(cnt):
                 Bp[co * NR + jj] = dyc[doff[jj]]
             for jj in range(cnt, NR):
