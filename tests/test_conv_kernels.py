@@ -5,6 +5,7 @@ it is installed), by central differences, across thread counts and GEMM builds, 
 hostile input."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
@@ -306,14 +307,11 @@ def test_every_build_of_the_winograd_transforms(rng, isa):
     # and partial weight panels (16 and 20 output channels), bias, activation, and the input
     # gradient (the forward on the flipped kernel)
     from ndws.nn import _conv2d, _winograd
-    if isa not in _winograd._wino_isas():
-        pytest.skip(f"this CPU cannot run the {isa} loops")
     cases = [((2, 16, 13, 14, 16), np.float32), ((1, 17, 16, 16, 20), np.float64),
              ((1, 16, 34, 20, 16), np.float32)]
     results = {}
     for name in ("baseline", isa):
-        prev = _winograd._use_wino_isa(name)
-        try:
+        with _build(name, _winograd._wino_isas, _winograd._use_wino_isa):
             out = []
             for (N, C, H, W, O), dtype in cases:
                 r = np.random.default_rng(7)
@@ -328,11 +326,9 @@ def test_every_build_of_the_winograd_transforms(rng, isa):
                       ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, 1)[0], dtype)
                 out += [y, gx]
             results[name] = out
-        finally:
-            _winograd._use_wino_isa(prev)
     for a, c in zip(results["baseline"], results[isa]):
         assert np.array_equal(a, c)
-    with pytest.raises(ValueError, match="expected one of"):
+    with pytest.raises(ValueError, match="_use_wino_isa: expected one of"):
         _winograd._use_wino_isa("neon")
 
 
@@ -390,13 +386,22 @@ def test_few_channel_nan_stays_in_its_own_pairs(rng):
     assert not np.isfinite(gw[1]).all()
 
 
+@contextlib.contextmanager
+def _build(isa, runnable, use):
+    # the loops of one instruction-set build for the duration (skipped on a CPU without it)
+    if isa not in runnable():
+        pytest.skip(f"this CPU cannot run the {isa} loops")
+    prev = use(isa)
+    try:
+        yield
+    finally:
+        use(prev)
+
+
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
 def test_every_build_of_the_few_channel_loops(rng, isa):
     from ndws.nn import _conv_few
-    if isa not in _conv_few._wgf_isas():
-        pytest.skip(f"this CPU cannot run the {isa} loops")
-    prev = _conv_few._use_wgf_isa(isa)
-    try:
+    with _build(isa, _conv_few._wgf_isas, _conv_few._use_wgf_isa):
         for dtype in DTYPES:
             for shape, p in FEW[:3]:
                 x, w, _ = _data(rng, shape, dtype)
@@ -405,19 +410,14 @@ def test_every_build_of_the_few_channel_loops(rng, isa):
                                        need_bias=False)[1]
                 close(gw, ref_conv_backward(x, w, dy, 1, p)[1],
                       ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, p)[1], dtype)
-    finally:
-        _conv_few._use_wgf_isa(prev)
-    with pytest.raises(ValueError, match="expected one of"):
+    with pytest.raises(ValueError, match="_use_wgf_isa: expected one of"):
         _conv_few._use_wgf_isa("sse9")
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
 def test_every_build_of_the_depthwise_loops(rng, isa):
     from ndws.nn import _depthwise
-    if isa not in _depthwise._dw_isas():
-        pytest.skip(f"this CPU cannot run the {isa} loops")
-    prev = _depthwise._use_dw_isa(isa)
-    try:
+    with _build(isa, _depthwise._dw_isas, _depthwise._use_dw_isa):
         for dtype, width in itertools.product(DTYPES, (7, 18, 41)):
             x = rng.standard_normal((2, 3, 9, width)).astype(dtype)
             w = rng.standard_normal((3, 1, 3, 3)).astype(dtype)
@@ -434,8 +434,6 @@ def test_every_build_of_the_depthwise_loops(rng, isa):
             close(gx, rx, sx, dtype)
             close(np.asarray(gw)[:, 0], np.stack([rw[c, c] for c in range(3)]),
                   np.stack([sw[c, c] for c in range(3)]), dtype)
-    finally:
-        _depthwise._use_dw_isa(prev)
     with pytest.raises(ValueError, match="expected one of"):
         _depthwise._use_dw_isa("sse9")
 

@@ -199,49 +199,41 @@ cdef int _dx_into(const Geom* g, bint f64, NDArray G, const intp_t* gs, const ch
 cdef int _wg_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray G,
                   const intp_t* gs, NDArray DW, const intp_t* dws, char* shared, int nt
                   ) except -1:
+    # the GEMM's weight gradient, or few input channels' (ndws.nn._conv_few)
     cdef WgJob j
+    cdef FewJob fj
     cdef intp_t MR, NR
     cdef int i
-    if _few_ok(g):
-        return _few_into(g, f64, X, xs, G, gs, DW, dws, shared, nt)
-    _tile_of(gemm_table(), f64, &MR, &NR)
-    j.g = g[0]
-    j.T = gemm_table()
-    j.f64 = f64
-    _wg_plan(g, MR, NR, 8 if f64 else 4, &j.w)
-    j.x = X._data
-    j.dy = G._data
+    cdef bint few = _few_ok(g)
+    if few:
+        fj.g = g[0]
+        fj.f64 = f64
+        _few_plan(g, 8 if f64 else 4, &fj.p)
+        fj.x, fj.dy = X._data, G._data
+    else:
+        _tile_of(gemm_table(), f64, &MR, &NR)
+        j.g = g[0]
+        j.T = gemm_table()
+        j.f64 = f64
+        _wg_plan(g, MR, NR, 8 if f64 else 4, &j.w)
+        j.x, j.dy = X._data, G._data
     for i in range(4):
-        j.xs[i] = xs[i]
-        j.ds[i] = gs[i]
+        fj.xs[i] = j.xs[i] = xs[i]
+        fj.ds[i] = j.ds[i] = gs[i]
     if release_gil(DW._size * DW._itemsize + G._size * G._itemsize, nt):
         with nogil:
-            _wg_run(&j, shared, DW._data, dws, nt)
+            _wg_go(few, &fj, &j, shared, DW._data, dws, nt)
     else:
-        _wg_run(&j, shared, DW._data, dws, nt)
+        _wg_go(few, &fj, &j, shared, DW._data, dws, nt)
     return 0
 
 
-cdef int _few_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray G,
-                   const intp_t* gs, NDArray DW, const intp_t* dws, char* shared, int nt
-                   ) except -1:
-    # the weight gradient of a convolution with few input channels (ndws.nn._conv_few)
-    cdef FewJob j
-    cdef int i
-    j.g = g[0]
-    j.f64 = f64
-    _few_plan(g, 8 if f64 else 4, &j.p)
-    j.x = X._data
-    j.dy = G._data
-    for i in range(4):
-        j.xs[i] = xs[i]
-        j.ds[i] = gs[i]
-    if release_gil(DW._size * DW._itemsize + G._size * G._itemsize, nt):
-        with nogil:
-            _few_run(&j, shared, DW._data, dws, nt)
+cdef inline void _wg_go(bint few, FewJob* fj, WgJob* j, char* shared, char* dw,
+                        const intp_t* dws, int nt) noexcept nogil:
+    if few:
+        _few_run(fj, shared, dw, dws, nt)
     else:
-        _few_run(&j, shared, DW._data, dws, nt)
-    return 0
+        _wg_run(j, shared, dw, dws, nt)
 
 
 cdef intp_t _wg_need(const Geom* g, bint f64) except -1:

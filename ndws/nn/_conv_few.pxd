@@ -29,8 +29,6 @@ ctypedef struct FewJob:
     char* acc                   # nab*nbb blocks of 4 x 4 pairs x 16 lanes
     intp_t s0, ns               # the chunk: pieces s0 .. s0 + ns - 1
     int phase                   # 1: copy the pieces' planes; 2: the blocks' dot products
-    intp_t ntasks
-    long long next
 
 # Whether convolution g's weight gradient takes this path.
 cdef bint _few_ok(const Geom* g) noexcept nogil

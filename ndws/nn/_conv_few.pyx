@@ -19,9 +19,10 @@ at the end, so the result does not depend on the thread count.
 
 from libc.string cimport memcpy, memset
 
-from ndws._threads cimport pool_run, ndws_claim
+from ndws._threads cimport run_tasks
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _take, _col_range
+from ndws.nn._conv import _runnable_isas, _switch_isa
 
 cdef extern from "_wgf_loops.h" nogil:
     void ndws_wgf_dots_f32(const float32_t* dy, intp_t das, const float32_t* col, intp_t dcs,
@@ -151,32 +152,18 @@ cdef void _few_block(FewJob* j, intp_t blk, floating_t dummy) noexcept nogil:
             ndws_wgf_dots_f64(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, acc)
 
 
-cdef void _few_worker(void* ctx) noexcept nogil:
+cdef void _few_task(void* ctx, Py_ssize_t t) noexcept nogil:
+    # task t of the job's phase (1: copy piece t's planes; 2: block t's dot products)
     cdef FewJob* j = <FewJob*>ctx
-    cdef long long t
-    while True:
-        t = ndws_claim(&j.next)
-        if t >= j.ntasks:
-            return
-        if j.phase == 1:
-            if j.f64:
-                _few_piece(j, t, <float64_t>0)
-            else:
-                _few_piece(j, t, <float32_t>0)
-        elif j.f64:
-            _few_block(j, t, <float64_t>0)
+    if j.phase == 1:
+        if j.f64:
+            _few_piece(j, t, <float64_t>0)
         else:
-            _few_block(j, t, <float32_t>0)
-
-
-cdef void _few_phase(FewJob* j, int phase, intp_t ntasks, int nt) noexcept nogil:
-    j.phase = phase
-    j.ntasks = ntasks
-    j.next = 0
-    if nt <= 1 or ntasks <= 1:
-        _few_worker(j)
+            _few_piece(j, t, <float32_t>0)
+    elif j.f64:
+        _few_block(j, t, <float64_t>0)
     else:
-        pool_run(_few_worker, j, <int>_imin(nt, ntasks) - 1)
+        _few_block(j, t, <float32_t>0)
 
 
 cdef void _few_scatter(const FewJob* j, char* dw, const intp_t* dws, floating_t dummy
@@ -217,8 +204,10 @@ cdef void _few_run(FewJob* j, char* shared, char* dw, const intp_t* dws, int nt)
     j.s0 = 0
     while j.s0 < P.npieces:
         j.ns = _imin(P.Bc, P.npieces - j.s0)
-        _few_phase(j, 1, j.ns, nt)
-        _few_phase(j, 2, P.nab * P.nbb, nt)
+        j.phase = 1
+        run_tasks(_few_task, j, j.ns, nt)
+        j.phase = 2
+        run_tasks(_few_task, j, P.nab * P.nbb, nt)
         j.s0 += j.ns
     if j.f64:
         _few_scatter(j, dw, dws, <float64_t>0)
@@ -226,30 +215,23 @@ cdef void _few_run(FewJob* j, char* shared, char* dw, const intp_t* dws, int nt)
         _few_scatter(j, dw, dws, <float32_t>0)
 
 
-_WGF_ISAS = ("avx512", "avx2", "baseline")
+def _use(name):
+    return ndws_wgf_use(name.encode())
+
+
+def _current():
+    return ndws_wgf_isa().decode()
 
 
 def _use_wgf_isa(name):
-    """Run the few-channel weight gradient's loops built for instruction set `name`
-    ("avx512", "avx2" or "baseline"; the tests run each); returns the previous one. ValueError
-    for one this CPU cannot run."""
-    if name not in _WGF_ISAS:
-        raise ValueError(f"_use_wgf_isa: expected one of {', '.join(_WGF_ISAS)}, got {name!r}")
-    previous = ndws_wgf_isa().decode()
-    if not ndws_wgf_use(name.encode()):
-        raise ValueError(f"_use_wgf_isa: this CPU cannot run the {name!r} loops")
-    return previous
+    """Run the loops built for instruction set `name` ("avx512", "avx2" or "baseline"; the
+    tests run each); returns the previous one."""
+    return _switch_isa("_use_wgf_isa", name, _use, _current)
 
 
 def _wgf_isas():
     """The loops' instruction sets this CPU can run, best first."""
-    previous = ndws_wgf_isa()
-    runnable = [name for name in _WGF_ISAS if ndws_wgf_use(name.encode())]
-    ndws_wgf_use(previous)
-    return runnable
+    return _runnable_isas(_use, _current)
 
 
-# the best variant this CPU runs
-for _name in _WGF_ISAS:
-    if ndws_wgf_use(_name.encode()):
-        break
+_use(_wgf_isas()[0])           # the best this CPU runs

@@ -18,11 +18,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define NDWS_WGF_X86 1
-#define NDWS_WGF_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
-#define NDWS_WGF_AVX2 __attribute__((target("avx2,fma")))
-#endif
+#include "_conv_isa.h"
 
 #define NDWS_WGF_LANES 16
 #define NDWS_WGF_BLOCK 4            /* pairs per block: 4 output channels x 4 taps */
@@ -100,11 +96,11 @@ static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdif
 
 NDWS_WGF_DOTS(ndws_wgf_dots_f32_base, float, ndws_wgf_f32x4, , 1)
 NDWS_WGF_DOTS(ndws_wgf_dots_f64_base, double, ndws_wgf_f64x2, , 1)
-#if defined(NDWS_WGF_X86)
-NDWS_WGF_DOTS(ndws_wgf_dots_f32_avx2, float, ndws_wgf_f32x8, NDWS_WGF_AVX2, 1)
-NDWS_WGF_DOTS(ndws_wgf_dots_f64_avx2, double, ndws_wgf_f64x4, NDWS_WGF_AVX2, 1)
-NDWS_WGF_DOTS(ndws_wgf_dots_f32_avx512, float, ndws_wgf_f32x16, NDWS_WGF_AVX512, 4)
-NDWS_WGF_DOTS(ndws_wgf_dots_f64_avx512, double, ndws_wgf_f64x8, NDWS_WGF_AVX512, 2)
+#if defined(NDWS_CONV_X86)
+NDWS_WGF_DOTS(ndws_wgf_dots_f32_avx2, float, ndws_wgf_f32x8, NDWS_CONV_AVX2, 1)
+NDWS_WGF_DOTS(ndws_wgf_dots_f64_avx2, double, ndws_wgf_f64x4, NDWS_CONV_AVX2, 1)
+NDWS_WGF_DOTS(ndws_wgf_dots_f32_avx512, float, ndws_wgf_f32x16, NDWS_CONV_AVX512, 4)
+NDWS_WGF_DOTS(ndws_wgf_dots_f64_avx512, double, ndws_wgf_f64x8, NDWS_CONV_AVX512, 2)
 #endif
 
 /* The variant in use, set by ndws_wgf_use (module load, tests). */
@@ -123,26 +119,21 @@ static struct {
 /* Use the loops built for `isa` ("avx512", "avx2" or "baseline"): 1, or 0 (nothing changed)
  * when they were not built or this CPU (and OS) cannot run them. */
 static int ndws_wgf_use(const char* isa) {
-    if (strcmp(isa, "baseline") == 0) {
+    switch (ndws_conv_isa(isa)) {
+    case 0:
         NDWS_WGF_SET("baseline", base);
         return 1;
-    }
-#if defined(NDWS_WGF_X86)
-    __builtin_cpu_init();
-    if (strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2")
-            && __builtin_cpu_supports("fma")) {
+#if defined(NDWS_CONV_X86)
+    case 1:
         NDWS_WGF_SET("avx2", avx2);
         return 1;
-    }
-    if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f")
-            && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")
-            && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2")
-            && __builtin_cpu_supports("fma")) {
+    case 2:
         NDWS_WGF_SET("avx512", avx512);
         return 1;
-    }
 #endif
-    return 0;
+    default:
+        return 0;
+    }
 }
 
 static inline const char* ndws_wgf_isa(void) { return ndws_wgf.isa; }

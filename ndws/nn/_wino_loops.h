@@ -15,11 +15,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define NDWS_WINO_X86 1
-#define NDWS_WINO_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
-#define NDWS_WINO_AVX2 __attribute__((target("avx2,fma")))
-#endif
+#include "_conv_isa.h"
 
 #define NDWS_WINO_VL 8              /* tiles per vector: a 16x16 image has 8 tiles a row */
 
@@ -239,9 +235,9 @@ NDWS_WINO_WEIGHTS(ndws_wino_weights_f32_##SUFFIX, float, ndws_wino_vf32, ATTR)  
 NDWS_WINO_WEIGHTS(ndws_wino_weights_f64_##SUFFIX, double, ndws_wino_vf64, ATTR)
 
 NDWS_WINO_ALL(base, )
-#if defined(NDWS_WINO_X86)
-NDWS_WINO_ALL(avx2, NDWS_WINO_AVX2)
-NDWS_WINO_ALL(avx512, NDWS_WINO_AVX512)
+#if defined(NDWS_CONV_X86)
+NDWS_WINO_ALL(avx2, NDWS_CONV_AVX2)
+NDWS_WINO_ALL(avx512, NDWS_CONV_AVX512)
 #endif
 
 /* The variant in use, set by ndws_wino_use (module load, tests). */
@@ -274,26 +270,21 @@ static struct {
 /* Use the loops built for `isa` ("avx512", "avx2" or "baseline"): 1, or 0 (nothing changed)
  * when they were not built or this CPU (and OS) cannot run them. */
 static int ndws_wino_use(const char* isa) {
-    if (strcmp(isa, "baseline") == 0) {
+    switch (ndws_conv_isa(isa)) {
+    case 0:
         NDWS_WINO_SET("baseline", base);
         return 1;
-    }
-#if defined(NDWS_WINO_X86)
-    __builtin_cpu_init();
-    if (strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2")
-            && __builtin_cpu_supports("fma")) {
+#if defined(NDWS_CONV_X86)
+    case 1:
         NDWS_WINO_SET("avx2", avx2);
         return 1;
-    }
-    if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f")
-            && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")
-            && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2")
-            && __builtin_cpu_supports("fma")) {
+    case 2:
         NDWS_WINO_SET("avx512", avx512);
         return 1;
-    }
 #endif
-    return 0;
+    default:
+        return 0;
+    }
 }
 
 static inline const char* ndws_wino_isa(void) { return ndws_wino.isa; }

@@ -30,6 +30,7 @@ from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, act_tile_f32, act_tile_f64
 from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _ukr, _panel_rows
+from ndws.nn._conv import _runnable_isas, _switch_isa
 
 cdef extern from "_wino_loops.h" nogil:
     void ndws_wino_input_f32(const float32_t* r0, const float32_t* r1, const float32_t* r2,
@@ -286,31 +287,23 @@ cdef void _wino_run(WinoJob* j, const char* w, const intp_t* wst, char* shared, 
         pool_run(_wino_worker, j, <int>_imin(nt, j.p.ntasks) - 1)
 
 
-_WINO_ISAS = ("avx512", "avx2", "baseline")
+def _use(name):
+    return ndws_wino_use(name.encode())
+
+
+def _current():
+    return ndws_wino_isa().decode()
 
 
 def _use_wino_isa(name):
-    """Run the Winograd transforms built for instruction set `name` ("avx512", "avx2" or
-    "baseline"; the tests run each); returns the previous one. ValueError for one this CPU
-    cannot run."""
-    if name not in _WINO_ISAS:
-        raise ValueError(f"_use_wino_isa: expected one of {', '.join(_WINO_ISAS)}, got "
-                         f"{name!r}")
-    previous = ndws_wino_isa().decode()
-    if not ndws_wino_use(name.encode()):
-        raise ValueError(f"_use_wino_isa: this CPU cannot run the {name!r} loops")
-    return previous
+    """Run the transforms built for instruction set `name` ("avx512", "avx2" or "baseline";
+    the tests run each); returns the previous one."""
+    return _switch_isa("_use_wino_isa", name, _use, _current)
 
 
 def _wino_isas():
     """The transforms' instruction sets this CPU can run, best first."""
-    previous = ndws_wino_isa()
-    runnable = [name for name in _WINO_ISAS if ndws_wino_use(name.encode())]
-    ndws_wino_use(previous)
-    return runnable
+    return _runnable_isas(_use, _current)
 
 
-# the best variant this CPU runs
-for _name in _WINO_ISAS:
-    if ndws_wino_use(_name.encode()):
-        break
+_use(_wino_isas()[0])          # the best this CPU runs
