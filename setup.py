@@ -336,7 +336,7 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
                             "ndws/nn/_rnn_cell.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
            "ndws.nn._depthwise": ["ndws/nn/_dw_loops.h"],
-           "ndws.nn._conv_few": ["ndws/nn/_wgf_loops.h", "ndws/nn/_conv_isa.h"],
+           "ndws.nn._conv_few": ["ndws/nn/_few_loops.h", "ndws/nn/_conv_isa.h"],
            "ndws.nn._winograd": ["ndws/nn/_wino_loops.h", "ndws/nn/_conv_isa.h"]}
 
 

@@ -203,17 +203,18 @@ def test_one_image_is_cut_into_tasks_of_whole_panels():
     cases = [((1, 64, 16, 16), (64, 64, 3, 3), 1, "winograd", 8 * 8),     # VGG conv4
              ((1, 32, 32, 32), (32, 32, 3, 3), 1, "winograd", 16 * 16),   # VGG conv2
              ((1, 20, 12, 12), (50, 20, 5, 5), 0, "packed", 8 * 8),       # LeNet conv2
-             ((1, 3, 32, 32), (32, 3, 3, 3), 1, "direct", 32 * 34)]       # VGG conv1
+             ((1, 32, 32, 3), (32, 3, 3, 3), 1, "direct", 32 * 34)]       # VGG conv1, NHWC
     for x_shape, w_shape, p, algo, positions in cases:
-        got = _conv2d._algorithms(x_shape, w_shape, padding=p)
+        got = _conv2d._algorithms(x_shape, w_shape, padding=p,
+                                  data_format="NHWC" if x_shape[3] == 3 else "NCHW")
         assert got["forward"] == algo
         # every task but the last holds R rows of at least NR positions
         assert (got["forward_tasks"] - 1) * nr <= positions, (w_shape, got)
     if nr == 32:
         # the rows per task that waste the fewest panel columns: VGG's conv1, 32 rows of 34
         # virtual positions, in 2 tasks of 16 rows (2 x 17 panels) rather than 8 of 4 (8 x 5)
-        assert _conv2d._algorithms((1, 3, 32, 32), (32, 3, 3, 3), padding=1)[
-            "forward_tasks"] == 2
+        assert _conv2d._algorithms((1, 32, 32, 3), (32, 3, 3, 3), padding=1,
+                                   data_format="NHWC")["forward_tasks"] == 2
     # a larger image is still cut for two threads
     assert _conv2d._algorithms((1, 32, 32, 32), (32, 32, 3, 3), padding=1)["forward_tasks"] >= 2
 
@@ -342,6 +343,68 @@ FEW = [((2, 3, 8, 8, 8, (3, 3)), 1),       # dY in place
        ((1, 2, 102, 202, 5, (3, 3)), 1)]   # pieces and chunks, copied
 
 
+# The few-channel forward (C_in <= 4, stride 1 along rows, rows of 16 or more outputs):
+# positions as lanes, rows of 16, 21 (an overlapping last vector) and 40; channels in blocks of
+# 8 and a partial block
+FEW_FWD = [((2, 3, 12, 18, 8, (3, 3)), 1, 1, 1),
+           ((1, 1, 9, 25, 20, (5, 5)), (1, 0, 2, 1), (2, 1), 1),
+           ((3, 4, 7, 44, 5, (2, 3)), 0, 1, (1, 2)),
+           ((1, 2, 20, 17, 9, (3, 1)), 2, (1, 1), (2, 1))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_channel_forward(rng, dtype, small_grains):
+    from ndws.nn import _conv2d
+    for shape, p, s, d in FEW_FWD:
+        x, w, b = _data(rng, shape, dtype)
+        assert _conv2d._algorithms(x.shape, w.shape, s, p, d)["forward"] == "few channels"
+        ref = ref_conv(x, w, b, s, p, d)
+        scale = ref_conv(np.abs(x), np.abs(w), np.abs(b), s, p, d)
+        got = []
+        for n in (1, 2):
+            with ndws.num_threads(n):
+                y = F.conv2d(x, w, b, s, p, d)
+            close(y, ref, scale, dtype)
+            got.append(np.asarray(y).copy())
+        assert np.array_equal(got[0], got[1])
+        for act, fn in (("relu", lambda v: np.maximum(v, 0)), ("tanh", np.tanh)):
+            close(F.conv2d(x, w, b, s, p, d, activation=act), fn(ref), scale, dtype)
+        close(F.conv2d(x, w, None, s, p, d), ref_conv(x, w, None, s, p, d), scale, dtype)
+        # a strided input, an output whose rows are runs inside a wider array, and an output
+        # that is no run of rows (NHWC: the GEMM path) all give the same values
+        wide = np.zeros(x.shape[:3] + (2 * x.shape[3],), dtype)
+        wide[..., ::2] = x
+        close(F.conv2d(wide[..., ::2], w, b, s, p, d), ref, scale, dtype)
+        big = np.full(ref.shape[:3] + (ref.shape[3] + 5,), np.nan, dtype)
+        F.conv2d(x, w, b, s, p, d, out=big[..., 2:-3])
+        close(big[..., 2:-3], ref, scale, dtype)
+        assert np.isnan(big[..., :2]).all() and np.isnan(big[..., -3:]).all()
+        y = F.conv2d(nhwc(x), w, b, s, p, d, data_format="NHWC")
+        close(nchw(y), ref, scale, dtype)
+
+
+def test_few_channel_forward_special_cases(rng):
+    x, w, b = _data(rng, (1, 3, 8, 20, 1, (3, 3)), np.float32)
+    ref = ref_conv(x, w, b, 1, 1)
+    scale = ref_conv(np.abs(x), np.abs(w), np.abs(b), 1, 1)
+    # NHWC with one output channel: its rows are runs, the few-channel path writes them
+    close(nchw(F.conv2d(nhwc(x), w, b, padding=1, data_format="NHWC")), ref, scale,
+          np.float32)
+    # out aliasing the input (same shape: 1 channel in, 1 out): computed into a temporary
+    x1 = np.ascontiguousarray(x[:, :1])
+    w1 = rng.standard_normal((1, 1, 3, 3)).astype(np.float32)
+    want = ref_conv(x1, w1, None, 1, 1)
+    F.conv2d(x1, w1, None, padding=1, out=x1)
+    close(x1, want, ref_conv(np.abs(want), np.abs(w1), None, 1, 1) + 1, np.float32)
+    # NaN stays at the outputs it reaches; relu passes it
+    x[0, 0, 4, 10] = np.nan
+    y = np.asarray(F.conv2d(x, w, b, padding=1, activation="relu"))
+    assert np.isnan(y[0, 0, 3:6, 9:12]).all() and np.isnan(y).sum() == 9
+    # the scratch it reports covers the call on one thread
+    need = F.conv2d_scratch_bytes(x.shape, w.shape, padding=1, threads=1)
+    F.conv2d(x, w, b, padding=1, scratch=np.empty(need, np.uint8))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_few_channel_weight_gradient(rng, dtype, small_grains):
     from ndws.nn import _conv2d
@@ -401,7 +464,7 @@ def _build(isa, runnable, use):
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
 def test_every_build_of_the_few_channel_loops(rng, isa):
     from ndws.nn import _conv_few
-    with _build(isa, _conv_few._wgf_isas, _conv_few._use_wgf_isa):
+    with _build(isa, _conv_few._few_isas, _conv_few._use_few_isa):
         for dtype in DTYPES:
             for shape, p in FEW[:3]:
                 x, w, _ = _data(rng, shape, dtype)
@@ -410,8 +473,13 @@ def test_every_build_of_the_few_channel_loops(rng, isa):
                                        need_bias=False)[1]
                 close(gw, ref_conv_backward(x, w, dy, 1, p)[1],
                       ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, p)[1], dtype)
-    with pytest.raises(ValueError, match="_use_wgf_isa: expected one of"):
-        _conv_few._use_wgf_isa("sse9")
+            for shape, p, s, d in FEW_FWD:
+                x, w, b = _data(rng, shape, dtype)
+                close(F.conv2d(x, w, b, s, p, d, activation="relu"),
+                      np.maximum(ref_conv(x, w, b, s, p, d), 0),
+                      ref_conv(np.abs(x), np.abs(w), np.abs(b), s, p, d), dtype)
+    with pytest.raises(ValueError, match="_use_few_isa: expected one of"):
+        _conv_few._use_few_isa("sse9")
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])

@@ -23,7 +23,8 @@ from ndws.nn._conv cimport (Geom, ALIGN, _imin, _imax, parse_format, arg4, logic
                             _conv_setup, _bias_arg, _act_arg, _wstrides, _shape4, _Call,
                             _Scratch, _distinct, _sums_into, _result, _zero)
 from ndws.nn._winograd cimport WinoJob, _wino_ok, _wino_plan, _wino_run
-from ndws.nn._conv_few cimport FewJob, FewPlan, _few_ok, _few_plan, _few_run
+from ndws.nn._conv_few cimport (FewJob, FewPlan, FewFwdJob, FewFwdPlan, _few_ok, _few_plan,
+                                _few_run, _few_fwd_ok, _few_fwd_plan, _few_fwd_run)
 from ndws.nn._conv_gemm cimport (FwdJob, DxJob, WgJob, WgPlan, FWD_DIRECT, FWD_PACKED, FWD_POS,
                                  _fwd_plan, _fwd_prepare, _fwd_run, _dx_plan, _dx_run,
                                  _wg_plan, _wg_run, _tile_of)
@@ -319,6 +320,11 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, data_format="NCHW", ac
     if Y._size == 0:
         return out if out is not None else Y
     try:
+        logical(Y, nhwc, dims, ys)
+        if _few_fwd_ok(&g) and ys[3] == 1:
+            _few_fwd(call, &g, f64, X, xs, Wt, B, Y, scratch, code, alpha, nhwc)
+            call.finish()
+            return out if out is not None else Y
         _fwd_init(&j, &g, f64)
         nt = _threads(&g, f64, j.p.ntasks)
         S = call.scratch(scratch, j.p.shared_bytes + j.p.thread_bytes,
@@ -336,6 +342,45 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, data_format="NCHW", ac
         call.fail()
         raise
     return out if out is not None else Y
+
+
+cdef int _few_fwd(_Call call, const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray Wt,
+                  NDArray B, NDArray Y, object scratch, int code, double alpha, bint nhwc
+                  ) except -1:
+    # conv2d's forward with few input channels (ndws.nn._conv_few): its scratch, output, run
+    cdef FewFwdJob j
+    cdef intp_t wst[4]
+    cdef intp_t dims[4]
+    cdef int nt, i
+    cdef _Scratch S
+    cdef NDArray R
+    j.g = g[0]
+    j.f64 = f64
+    j.act = code
+    j.alpha = alpha
+    _few_fwd_plan(g, 8 if f64 else 4, &j.p)
+    nt = _threads(g, f64, j.p.ntasks)
+    S = call.scratch(scratch, j.p.shared_bytes + j.p.thread_bytes,
+                     j.p.shared_bytes + nt * j.p.thread_bytes, (X, Wt, B, Y))
+    nt = <int>_imin(nt, (S.nbytes - j.p.shared_bytes) // j.p.thread_bytes)
+    R = call.temp_for(Y, (X, Wt, B))
+    logical(R, nhwc, dims, j.ys)
+    j.x = X._data
+    j.y = R._data
+    for i in range(4):
+        j.xs[i] = xs[i]
+    j.bias = NULL
+    j.bs = 0
+    if B is not None:
+        j.bias = B._data
+        j.bs = B._strides[0] // B._itemsize
+    _wstrides(Wt, wst)
+    if release_gil(R._size * R._itemsize, nt):
+        with nogil:
+            _few_fwd_run(&j, Wt._data, wst, S.base, nt)
+    else:
+        _few_fwd_run(&j, Wt._data, wst, S.base, nt)
+    return 0
 
 
 def conv2d_backward(x, w, grad_output, stride=1, padding=0, dilation=1, data_format="NCHW",
@@ -596,6 +641,7 @@ def conv2d_scratch_bytes(x_shape, w_shape, stride=1, padding=0, dilation=1,
     """
     cdef str op = "conv2d_scratch_bytes"
     cdef Geom g
+    cdef FewFwdPlan ffp
     cdef intp_t sh = 0, th = 0, ntasks = 1, need = 0, tmp
     cdef intp_t xs[4]
     cdef FwdJob fj
@@ -635,6 +681,10 @@ def conv2d_scratch_bytes(x_shape, w_shape, stride=1, padding=0, dilation=1,
         # the input-gradient driver: conv2d's input gradient, conv_transpose2d's forward
         _dx_need(&g, f64, nt, &sh, &th, &ntasks)
     need = sh + th * _imin(nt, ntasks)
+    if not backward and not transposed and _few_fwd_ok(&g):
+        # or few input channels' forward (taken when the output's rows are runs)
+        _few_fwd_plan(&g, 8 if f64 else 4, &ffp)
+        need = _imax(need, ffp.shared_bytes + ffp.thread_bytes * _imin(nt, ffp.ntasks))
     if backward:
         need = _imax(need, _wg_need(&g, f64))
     return need + ALIGN
@@ -655,7 +705,8 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     Returns
     -------
     dict
-        ``forward``: "winograd", "direct" (virtual columns), "packed" or "positions" (1x1);
+        ``forward``: "winograd", "direct" (virtual columns), "packed", "positions" (1x1) or
+        "few channels" (ndws.nn._conv_few);
         ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
         taps" or "column taps" (the GEMM's tap groups), or "few channels" (ndws.nn._conv_few);
         ``forward_tasks``: how many tasks the forward is cut into (the most threads it can
@@ -664,6 +715,7 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     cdef str op = "_algorithms"
     cdef Geom g, f
     cdef FwdJob fj
+    cdef FewFwdPlan ffp
     cdef intp_t xs[4]
     cdef intp_t MR, NR
     cdef WgPlan W
@@ -676,6 +728,10 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     out = {"forward": _fwd_name(&g, dt == _F64)}
     _fwd_init(&fj, &g, dt == _F64)
     out["forward_tasks"] = fj.p.ntasks
+    if _few_fwd_ok(&g) and not nhwc:
+        # (NHWC output rows are not runs unless there is one output channel)
+        _few_fwd_plan(&g, dt.itemsize, &ffp)
+        out["forward"], out["forward_tasks"] = "few channels", ffp.ntasks
     _tile_of(gemm_table(), dt == _F64, &MR, &NR)
     if _dx_flip(&g, MR):
         _flip_geom(&g, &f)

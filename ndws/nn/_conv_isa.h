@@ -1,4 +1,4 @@
-/* The instruction sets the convolutions' C loops are built for (ndws/nn/_wgf_loops.h,
+/* The instruction sets the convolutions' C loops are built for (ndws/nn/_few_loops.h,
  * ndws/nn/_wino_loops.h): GCC target attributes on one source give an AVX-512, an AVX2 and a
  * baseline build of each loop, and a module picks one when it loads, the tests each in turn.
  */
