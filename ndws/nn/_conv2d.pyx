@@ -1,8 +1,9 @@
 """conv2d and its gradients, and the transposed convolution, of `ndws.nn.functional`: each call
 validated and placed under the kernel-entry contract (ndws.nn._conv), its algorithm chosen per
 shape (Winograd, the direct, packed or positions forward, the flipped-kernel or col2im input
-gradient, the channel- or column-tap weight gradient: docs/kernels.md, "Which algorithm, per
-shape"), then run without the GIL on ndws.nn._winograd and ndws.nn._conv_gemm.
+gradient, the channel- or column-tap weight gradient, and for 1-4 input channels a forward and
+weight gradient of their own: docs/kernels.md, "Which algorithm, per shape"), then run without
+the GIL on ndws.nn._winograd, ndws.nn._conv_gemm and ndws.nn._conv_few.
 
 Scratch memory (packed weights, offset tables, each thread's padded image and panel) comes from
 `scratch=` or is placed in the calling thread's current workspace like a result;
