@@ -403,6 +403,25 @@ def test_few_channel_forward_special_cases(rng):
     # the scratch it reports covers the call on one thread
     need = F.conv2d_scratch_bytes(x.shape, w.shape, padding=1, threads=1)
     F.conv2d(x, w, b, padding=1, scratch=np.empty(need, np.uint8))
+    # negative strides: input rows and channels reversed, the kernel flipped through strides,
+    # an output with its channels reversed (rows still runs) or its rows reversed (no runs:
+    # the GEMM path), dY reversed for the weight gradient
+    base = rng.standard_normal((2, 3, 10, 22)).astype(np.float32)
+    xv = base[:, ::-1, :, ::-1]
+    wv = rng.standard_normal((9, 3, 3, 3)).astype(np.float32)[:, :, ::-1, ::-1]
+    want = ref_conv(np.ascontiguousarray(xv), np.ascontiguousarray(wv), None, 1, 1)
+    scale = ref_conv(np.abs(xv), np.abs(wv), None, 1, 1)
+    for out in (np.zeros(want.shape, np.float32)[:, ::-1][:, ::-1],
+                np.zeros((2, 9, 10, 22), np.float32)[:, ::-1],
+                np.zeros((2, 9, 10, 22), np.float32)[..., ::-1]):
+        y = F.conv2d(xv, wv, None, padding=1, out=out)
+        assert y is out
+        close(y, want, scale, np.float32)
+    dy = rng.standard_normal(want.shape).astype(np.float32)
+    gw = F.conv2d_backward(xv, wv, np.ascontiguousarray(dy[:, ::-1])[:, ::-1], padding=1,
+                           need_input=False, need_bias=False)[1]
+    close(gw, ref_conv_backward(np.ascontiguousarray(xv), np.ascontiguousarray(wv), dy, 1, 1)[1],
+          ref_conv_backward(np.abs(xv), np.abs(wv), np.abs(dy), 1, 1)[1], np.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
