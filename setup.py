@@ -335,7 +335,9 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws.nn._rnn": ["ndws/_tls.h", "ndws/_vmath.h",
                             "ndws/nn/_rnn_cell.h"],
            "ndws.nn._updaters": ["ndws/nn/_upd_loops.h"],
-           "ndws.nn._depthwise": ["ndws/nn/_dw_loops.h"]}
+           "ndws.nn._depthwise": ["ndws/nn/_dw_loops.h"],
+           "ndws.nn._conv_few": ["ndws/nn/_few_loops.h", "ndws/nn/_conv_isa.h"],
+           "ndws.nn._winograd": ["ndws/nn/_wino_loops.h", "ndws/nn/_conv_isa.h"]}
 
 
 def extension(name):
@@ -360,7 +362,8 @@ EXTENSIONS = [extension("ndws._memory"), extension("ndws._arena"), extension("nd
               extension("ndws.nn._losses"),
               extension("ndws.nn._updaters"), extension("ndws.nn._linear"),
               extension("ndws.nn._conv"), extension("ndws.nn._winograd"),
-              extension("ndws.nn._conv_gemm"), extension("ndws.nn._conv2d"),
+              extension("ndws.nn._conv_gemm"), extension("ndws.nn._conv_few"),
+              extension("ndws.nn._conv2d"),
               extension("ndws.nn._depthwise"), extension("ndws.nn._pool"),
               extension("ndws.nn._rnn"), extension("ndws.nn._rnn_entries"),
               extension("ndws.nn._iteration"),

@@ -4,7 +4,10 @@
 
 Rows: LeNet's two convolutions at batch 64 (1->20 5x5 on 28x28, 20->50 5x5 on 12x12), 3x3
 64->64 on 32x32 and 3x3 128->128 on 16x16 (padding 1, batch 32), 1x1 256->64 on 14x14 (batch
-32) and a 3x3 depthwise convolution of 128 channels on 32x32 (padding 1, batch 32).
+32), a 3x3 depthwise convolution of 128 channels on 32x32 (padding 1, batch 32), the VGG
+network's first layer (3->32 3x3 on 32x32, padding 1: few input channels) at batch 32, and two
+of its layers at batch 1 (the kernels of ``output()`` for one image: 3->32 on 32x32, 64->64 on
+16x16).
 
 * forward: ndws ``conv2d(x, w, b, out=, scratch=)`` (the output and scratch reserved once, as a
   layer keeps them in its workspaces); torch ``F.conv2d(x, w, b)``.
@@ -74,6 +77,9 @@ ROWS = [
     ("3x3 128->128 16x16 b32", 32, 128, 16, 16, 128, 3, 1, False),
     ("1x1 256->64 14x14 b32", 32, 256, 14, 14, 64, 1, 0, False),
     ("dw 3x3 128 32x32 b32", 32, 128, 32, 32, 128, 3, 1, True),
+    ("vgg conv1 3->32 3x3 32x32 b32", 32, 3, 32, 32, 32, 3, 1, False),
+    ("vgg conv1 3->32 3x3 32x32 b1", 1, 3, 32, 32, 32, 3, 1, False),
+    ("vgg conv4 64->64 3x3 16x16 b1", 1, 64, 16, 16, 64, 3, 1, False),
 ]
 
 
@@ -177,6 +183,8 @@ def worker(threads, quick):
     for row in ROWS:
         calls, flops = _contenders(row, threads)
         out = {"case": row[0], "flops": flops}
+        # a batch-1 call takes tens of microseconds: more samples per block for a steady median
+        samples = per_block * (10 if row[1] == 1 else 1)
         for phase in (0, 1):
             times = {name: [] for name in calls}
             for fns in calls.values():       # warm up: scratch, pools, oneDNN primitives
@@ -188,7 +196,7 @@ def worker(threads, quick):
                     t0 = time.perf_counter()
                     while time.perf_counter() - t0 < 0.005:
                         fns[phase]()
-                    for _ in range(per_block):
+                    for _ in range(samples):
                         t0 = time.perf_counter()
                         fns[phase]()
                         times[name].append(time.perf_counter() - t0)

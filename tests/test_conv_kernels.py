@@ -5,6 +5,7 @@ it is installed), by central differences, across thread counts and GEMM builds, 
 hostile input."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
@@ -133,6 +134,7 @@ SHAPES = [
     (1, 9, 6, 6, 3, (1, 1)),
     (2, 17, 9, 10, 20, (3, 3)),     # 3x3 stride 1 with 16+ channels: Winograd F(2x2, 3x3)
     (2, 20, 7, 7, 32, (1, 1)),      # 1x1: positions as the tile's rows
+    (2, 5, 8, 11, 6, (2, 7)),       # 5 channels, wide kernel: the GEMM's column taps
 ]
 GRID = list(itertools.product([1, 2], [0, 1, (1, 0, 2, 1)], [1, 2]))   # stride, padding, dilation
 
@@ -183,12 +185,38 @@ def test_the_grid_covers_every_algorithm():
     seen = {"forward": set(), "input_grad": set(), "weight_grad": set()}
     for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES, GRID):
         if _fits((N, C, H, W, O, k), s, p, d):
-            for key, name in _conv2d._algorithms((N, C, H, W), (O, C) + k, s, p, d).items():
-                seen[key].add(name)
+            algos = _conv2d._algorithms((N, C, H, W), (O, C) + k, s, p, d)
+            for key in seen:
+                seen[key].add(algos[key])
     assert seen["forward"] == {"winograd", "direct", "packed", "positions"}
     # the input gradient is the forward engine on the flipped kernel, or col2im
     assert {"winograd", "col2im", "direct"} <= seen["input_grad"]
-    assert seen["weight_grad"] == {"channel taps", "column taps"}
+    assert seen["weight_grad"] == {"channel taps", "column taps", "few channels"}
+
+
+def test_one_image_is_cut_into_tasks_of_whole_panels():
+    # batch 1 (output() latency): a task holds at least a register panel of positions (NR of
+    # them; Winograd: NR 2x2 tiles), so no GEMM runs on a fraction of its columns; larger
+    # images still give a second thread work
+    from ndws.nn import _conv2d
+    nr = la._gemm_info()["float32"]["nr"]
+    cases = [((1, 64, 16, 16), (64, 64, 3, 3), 1, "winograd", 8 * 8),     # VGG conv4
+             ((1, 32, 32, 32), (32, 32, 3, 3), 1, "winograd", 16 * 16),   # VGG conv2
+             ((1, 20, 12, 12), (50, 20, 5, 5), 0, "packed", 8 * 8),       # LeNet conv2
+             ((1, 32, 32, 3), (32, 3, 3, 3), 1, "direct", 32 * 34)]       # VGG conv1, NHWC
+    for x_shape, w_shape, p, algo, positions in cases:
+        got = _conv2d._algorithms(x_shape, w_shape, padding=p,
+                                  data_format="NHWC" if x_shape[3] == 3 else "NCHW")
+        assert got["forward"] == algo
+        # every task but the last holds R rows of at least NR positions
+        assert (got["forward_tasks"] - 1) * nr <= positions, (w_shape, got)
+    if nr == 32:
+        # the rows per task that waste the fewest panel columns: VGG's conv1, 32 rows of 34
+        # virtual positions, in 2 tasks of 16 rows (2 x 17 panels) rather than 8 of 4 (8 x 5)
+        assert _conv2d._algorithms((1, 32, 32, 3), (32, 3, 3, 3), padding=1,
+                                   data_format="NHWC")["forward_tasks"] == 2
+    # a larger image is still cut for two threads
+    assert _conv2d._algorithms((1, 32, 32, 32), (32, 32, 3, 3), padding=1)["forward_tasks"] >= 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -274,12 +302,209 @@ def test_depthwise_planes_beyond_the_stack_buffer(rng, dtype):
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
+def test_every_build_of_the_winograd_transforms(rng, isa):
+    # the transforms only add, subtract and halve: every build gives the baseline's bits, for
+    # rows of tiles shorter than a vector (7), one (8) and longer (17: overlapping blocks), full
+    # and partial weight panels (16 and 20 output channels), bias, activation, and the input
+    # gradient (the forward on the flipped kernel)
+    from ndws.nn import _conv2d, _winograd
+    cases = [((2, 16, 13, 14, 16), np.float32), ((1, 17, 16, 16, 20), np.float64),
+             ((1, 16, 34, 20, 16), np.float32)]
+    results = {}
+    for name in ("baseline", isa):
+        with _build(name, _winograd._wino_isas, _winograd._use_wino_isa):
+            out = []
+            for (N, C, H, W, O), dtype in cases:
+                r = np.random.default_rng(7)
+                x, w, b = _data(r, (N, C, H, W, O, (3, 3)), dtype)
+                assert _conv2d._algorithms(x.shape, w.shape, padding=1)["forward"] == "winograd"
+                y = np.asarray(F.conv2d(x, w, b, padding=1, activation="relu")).copy()
+                close(y, np.maximum(ref_conv(x, w, b, 1, 1), 0),
+                      ref_conv(np.abs(x), np.abs(w), np.abs(b), 1, 1), dtype)
+                dy = r.standard_normal(y.shape).astype(dtype)
+                gx = np.asarray(F.conv2d_backward(x, w, dy, padding=1)[0]).copy()
+                close(gx, ref_conv_backward(x, w, dy, 1, 1)[0],
+                      ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, 1)[0], dtype)
+                out += [y, gx]
+            results[name] = out
+    for a, c in zip(results["baseline"], results[isa]):
+        assert np.array_equal(a, c)
+    with pytest.raises(ValueError, match="_use_wino_isa: expected one of"):
+        _winograd._use_wino_isa("neon")
+
+
+# The few-channel weight gradient (C_in <= 4): dY read in place (whole 16-lane rows, channels
+# in blocks of 4) or copied; images cut into pieces of rows and chunks of pieces (a 1x202x102
+# image of 16 planes: 40-row pieces, one per chunk)
+FEW = [((2, 3, 8, 8, 8, (3, 3)), 1),       # dY in place
+       ((3, 1, 12, 11, 6, (5, 5)), 0),     # copied: 7-wide rows, 6 channels
+       ((2, 4, 9, 9, 5, (2, 2)), (1, 0, 2, 1)),
+       ((2, 1, 102, 202, 4, (3, 3)), 0),   # pieces and chunks, dY in place
+       ((1, 2, 102, 202, 5, (3, 3)), 1)]   # pieces and chunks, copied
+
+
+# The few-channel forward (C_in <= 4, stride 1 along rows, rows of 16 or more outputs):
+# positions as lanes, rows of 16, 21 (an overlapping last vector) and 40; channels in blocks of
+# 8 and a partial block
+FEW_FWD = [((2, 3, 12, 18, 8, (3, 3)), 1, 1, 1),
+           ((1, 1, 9, 25, 20, (5, 5)), (1, 0, 2, 1), (2, 1), 1),
+           ((3, 4, 7, 44, 5, (2, 3)), 0, 1, (1, 2)),
+           ((1, 2, 20, 17, 9, (3, 1)), 2, (1, 1), (2, 1))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_channel_forward(rng, dtype, small_grains):
+    from ndws.nn import _conv2d
+    for shape, p, s, d in FEW_FWD:
+        x, w, b = _data(rng, shape, dtype)
+        assert _conv2d._algorithms(x.shape, w.shape, s, p, d)["forward"] == "few channels"
+        ref = ref_conv(x, w, b, s, p, d)
+        scale = ref_conv(np.abs(x), np.abs(w), np.abs(b), s, p, d)
+        got = []
+        for n in (1, 2):
+            with ndws.num_threads(n):
+                y = F.conv2d(x, w, b, s, p, d)
+            close(y, ref, scale, dtype)
+            got.append(np.asarray(y).copy())
+        assert np.array_equal(got[0], got[1])
+        for act, fn in (("relu", lambda v: np.maximum(v, 0)), ("tanh", np.tanh)):
+            close(F.conv2d(x, w, b, s, p, d, activation=act), fn(ref), scale, dtype)
+        close(F.conv2d(x, w, None, s, p, d), ref_conv(x, w, None, s, p, d), scale, dtype)
+        # a strided input, an output whose rows are runs inside a wider array, and an output
+        # that is no run of rows (NHWC: the GEMM path) all give the same values
+        wide = np.zeros(x.shape[:3] + (2 * x.shape[3],), dtype)
+        wide[..., ::2] = x
+        close(F.conv2d(wide[..., ::2], w, b, s, p, d), ref, scale, dtype)
+        big = np.full(ref.shape[:3] + (ref.shape[3] + 5,), np.nan, dtype)
+        F.conv2d(x, w, b, s, p, d, out=big[..., 2:-3])
+        close(big[..., 2:-3], ref, scale, dtype)
+        assert np.isnan(big[..., :2]).all() and np.isnan(big[..., -3:]).all()
+        y = F.conv2d(nhwc(x), w, b, s, p, d, data_format="NHWC")
+        close(nchw(y), ref, scale, dtype)
+
+
+def test_few_channel_forward_special_cases(rng):
+    x, w, b = _data(rng, (1, 3, 8, 20, 1, (3, 3)), np.float32)
+    ref = ref_conv(x, w, b, 1, 1)
+    scale = ref_conv(np.abs(x), np.abs(w), np.abs(b), 1, 1)
+    # NHWC with one output channel: its rows are runs, the few-channel path writes them
+    close(nchw(F.conv2d(nhwc(x), w, b, padding=1, data_format="NHWC")), ref, scale,
+          np.float32)
+    # out aliasing the input (same shape: 1 channel in, 1 out): computed into a temporary
+    x1 = np.ascontiguousarray(x[:, :1])
+    w1 = rng.standard_normal((1, 1, 3, 3)).astype(np.float32)
+    want = ref_conv(x1, w1, None, 1, 1)
+    F.conv2d(x1, w1, None, padding=1, out=x1)
+    close(x1, want, ref_conv(np.abs(want), np.abs(w1), None, 1, 1) + 1, np.float32)
+    # NaN stays at the outputs it reaches; relu passes it
+    x[0, 0, 4, 10] = np.nan
+    y = np.asarray(F.conv2d(x, w, b, padding=1, activation="relu"))
+    assert np.isnan(y[0, 0, 3:6, 9:12]).all() and np.isnan(y).sum() == 9
+    # the scratch it reports covers the call on one thread
+    need = F.conv2d_scratch_bytes(x.shape, w.shape, padding=1, threads=1)
+    F.conv2d(x, w, b, padding=1, scratch=np.empty(need, np.uint8))
+    # negative strides: input rows and channels reversed, the kernel flipped through strides,
+    # an output with its channels reversed (rows still runs) or its rows reversed (no runs:
+    # the GEMM path), dY reversed for the weight gradient
+    base = rng.standard_normal((2, 3, 10, 22)).astype(np.float32)
+    xv = base[:, ::-1, :, ::-1]
+    wv = rng.standard_normal((9, 3, 3, 3)).astype(np.float32)[:, :, ::-1, ::-1]
+    want = ref_conv(np.ascontiguousarray(xv), np.ascontiguousarray(wv), None, 1, 1)
+    scale = ref_conv(np.abs(xv), np.abs(wv), None, 1, 1)
+    for out in (np.zeros(want.shape, np.float32)[:, ::-1][:, ::-1],
+                np.zeros((2, 9, 10, 22), np.float32)[:, ::-1],
+                np.zeros((2, 9, 10, 22), np.float32)[..., ::-1]):
+        y = F.conv2d(xv, wv, None, padding=1, out=out)
+        assert y is out
+        close(y, want, scale, np.float32)
+    dy = rng.standard_normal(want.shape).astype(np.float32)
+    gw = F.conv2d_backward(xv, wv, np.ascontiguousarray(dy[:, ::-1])[:, ::-1], padding=1,
+                           need_input=False, need_bias=False)[1]
+    close(gw, ref_conv_backward(np.ascontiguousarray(xv), np.ascontiguousarray(wv), dy, 1, 1)[1],
+          ref_conv_backward(np.abs(xv), np.abs(wv), np.abs(dy), 1, 1)[1], np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_channel_weight_gradient(rng, dtype, small_grains):
+    from ndws.nn import _conv2d
+    for shape, p in FEW:
+        x, w, _ = _data(rng, shape, dtype)
+        assert _conv2d._algorithms(x.shape, w.shape, padding=p)["weight_grad"] == "few channels"
+        for s, d in ((1, 1), (2, 1), (1, 2)):
+            if not _fits(shape, s, p, d):
+                continue
+            dy = rng.standard_normal(ref_conv(x, w, None, s, p, d).shape).astype(dtype)
+            want = ref_conv_backward(x, w, dy, s, p, d)[1]
+            scale = ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), s, p, d)[1]
+            got = []
+            for n in (1, 2):
+                with ndws.num_threads(n):
+                    gw = F.conv2d_backward(x, w, dy, s, p, d, need_input=False,
+                                           need_bias=False)[1]
+                close(gw, want, scale, dtype)
+                got.append(np.asarray(gw).copy())
+            assert np.array_equal(got[0], got[1])
+            # NHWC (dY's channels are its last axis: always copied) and a strided dY
+            gw = F.conv2d_backward(nhwc(x), w, nhwc(dy), s, p, d, data_format="NHWC",
+                                   need_input=False, need_bias=False)[1]
+            close(gw, want, scale, dtype)
+            wide = np.zeros(dy.shape[:3] + (2 * dy.shape[3],), dtype)
+            wide[..., ::2] = dy
+            gw = F.conv2d_backward(x, w, wide[..., ::2], s, p, d, need_input=False,
+                                   need_bias=False)[1]
+            close(gw, want, scale, dtype)
+
+
+def test_few_channel_nan_stays_in_its_own_pairs(rng):
+    # positions past a plane's end are zeros in both operands: an inf in dY's next plane (read
+    # in place) never reaches a pair of another channel
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    dy[0, 1, 0, 0] = np.inf
+    gw = np.asarray(F.conv2d_backward(x, w, dy, padding=1, need_input=False,
+                                      need_bias=False)[1])
+    assert np.isfinite(gw[[0, 2, 3]]).all()
+    assert not np.isfinite(gw[1]).all()
+
+
+@contextlib.contextmanager
+def _build(isa, runnable, use):
+    # the loops of one instruction-set build for the duration (skipped on a CPU without it)
+    if isa not in runnable():
+        pytest.skip(f"this CPU cannot run the {isa} loops")
+    prev = use(isa)
+    try:
+        yield
+    finally:
+        use(prev)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
+def test_every_build_of_the_few_channel_loops(rng, isa):
+    from ndws.nn import _conv_few
+    with _build(isa, _conv_few._few_isas, _conv_few._use_few_isa):
+        for dtype in DTYPES:
+            for shape, p in FEW[:3]:
+                x, w, _ = _data(rng, shape, dtype)
+                dy = rng.standard_normal(ref_conv(x, w, None, 1, p).shape).astype(dtype)
+                gw = F.conv2d_backward(x, w, dy, padding=p, need_input=False,
+                                       need_bias=False)[1]
+                close(gw, ref_conv_backward(x, w, dy, 1, p)[1],
+                      ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, p)[1], dtype)
+            for shape, p, s, d in FEW_FWD:
+                x, w, b = _data(rng, shape, dtype)
+                close(F.conv2d(x, w, b, s, p, d, activation="relu"),
+                      np.maximum(ref_conv(x, w, b, s, p, d), 0),
+                      ref_conv(np.abs(x), np.abs(w), np.abs(b), s, p, d), dtype)
+    with pytest.raises(ValueError, match="_use_few_isa: expected one of"):
+        _conv_few._use_few_isa("sse9")
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
 def test_every_build_of_the_depthwise_loops(rng, isa):
     from ndws.nn import _depthwise
-    if isa not in _depthwise._dw_isas():
-        pytest.skip(f"this CPU cannot run the {isa} loops")
-    prev = _depthwise._use_dw_isa(isa)
-    try:
+    with _build(isa, _depthwise._dw_isas, _depthwise._use_dw_isa):
         for dtype, width in itertools.product(DTYPES, (7, 18, 41)):
             x = rng.standard_normal((2, 3, 9, width)).astype(dtype)
             w = rng.standard_normal((3, 1, 3, 3)).astype(dtype)
@@ -296,8 +521,6 @@ def test_every_build_of_the_depthwise_loops(rng, isa):
             close(gx, rx, sx, dtype)
             close(np.asarray(gw)[:, 0], np.stack([rw[c, c] for c in range(3)]),
                   np.stack([sw[c, c] for c in range(3)]), dtype)
-    finally:
-        _depthwise._use_dw_isa(prev)
     with pytest.raises(ValueError, match="expected one of"):
         _depthwise._use_dw_isa("sse9")
 
@@ -343,6 +566,32 @@ def test_fused_activation(rng, dtype, name, alpha):
         np.asarray(F.activation(name, F.depthwise_conv2d(x, w[:10, :1].copy(), b[:10],
                                                          padding=1), **params)),
         rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relu_applied_on_the_way_out_keeps_every_bit(rng, dtype):
+    # relu (and the bias) are applied as the direct and packed drivers copy a tile out: the
+    # same bits as relu after the convolution (NaN passing, a -0.0 bias kept), with and
+    # without bias, in either data format
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    x, w, b = _data(rng, (2, 3, 9, 8, 5, (3, 3)), dtype)
+    x[0, :, :4] = 0
+    b[0] = -0.0
+    x[1, 1, 5, 5] = np.nan
+    for stride, fmt, bias in itertools.product((1, 2), ("NCHW", "NHWC"), (b, None)):
+        xin = nhwc(x) if fmt == "NHWC" else x
+        algo = _conv2d_algos(x.shape, w.shape, stride)
+        assert algo == ("direct" if stride == 1 else "packed")
+        y = np.asarray(F.conv2d(xin, w, bias, stride, 1, data_format=fmt, activation="relu"))
+        want = np.asarray(F.activation("relu", F.conv2d(xin, w, bias, stride, 1,
+                                                        data_format=fmt)))
+        assert np.array_equal(y.view(bits), want.view(bits))
+        assert np.isnan(y).any() and (y == 0).any()
+
+
+def _conv2d_algos(x_shape, w_shape, stride):
+    from ndws.nn import _conv2d
+    return _conv2d._algorithms(x_shape, w_shape, stride, 1)["forward"]
 
 
 def test_softmax_is_refused_as_fused_activation(rng):

@@ -45,6 +45,22 @@ cdef inline char* _take(char** cur, intp_t nbytes) noexcept nogil:
     return p
 
 
+cdef inline intp_t _panel_rows(intp_t rows, intp_t per_row, intp_t NR, intp_t R0
+                               ) noexcept nogil:
+    # Rows per task (at least R0, at most half the rows when R0 leaves two tasks or more) that
+    # need the fewest panels of NR positions over all `rows`, `per_row` positions a row; the
+    # fewest rows on a tie (more tasks). VGG's conv1 at batch 1 (32 rows of 34 virtual
+    # positions): 4 rows a task take 8 x 5 panels, 16 rows 2 x 17.
+    cdef intp_t best = R0, best_n = -1, R, n, hi = R0
+    if rows > R0:
+        hi = _imax(R0, _cdiv(rows, 2))
+    for R in range(R0, hi + 1):
+        n = (rows // R) * _cdiv(R * per_row, NR) + _cdiv((rows % R) * per_row, NR)
+        if best_n < 0 or n < best_n:
+            best, best_n = R, n
+    return best
+
+
 cdef inline void _col_range(intp_t kw, intp_t DW, intp_t PL, intp_t SW, intp_t W, intp_t OW,
                             intp_t* off, intp_t* lo, intp_t* hi) noexcept nogil:
     # output columns [lo, hi) whose tap kw lies inside the input: 0 <= ow*SW + off < W

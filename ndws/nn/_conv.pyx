@@ -813,3 +813,29 @@ cdef object _im2col(object x, object kernel_size, object stride, object padding,
         call.fail()
         raise
     return out if out is not None else Y
+
+
+# ------------------------------------------------------------------------------------------------
+# The builds of the convolutions' C loops (ndws/nn/_conv_isa.h): a module's `use(name)` switches
+# its loops and says whether it could, `current()` names the ones in use.
+
+_ISAS = ("avx512", "avx2", "baseline")
+
+
+def _switch_isa(op, name, use, current):
+    """Switch a module's loops to the build `name` (tests); returns the previous one.
+    ValueError for an unknown name or one this CPU cannot run."""
+    if name not in _ISAS:
+        raise ValueError(f"{op}: expected one of {', '.join(_ISAS)}, got {name!r}")
+    previous = current()
+    if not use(name):
+        raise ValueError(f"{op}: this CPU cannot run the {name!r} loops")
+    return previous
+
+
+def _runnable_isas(use, current):
+    """The builds this CPU runs, best first (the loops in use stay in use)."""
+    previous = current()
+    runnable = [name for name in _ISAS if use(name)]
+    use(previous)
+    return runnable

@@ -1,8 +1,9 @@
 """conv2d and its gradients, and the transposed convolution, of `ndws.nn.functional`: each call
 validated and placed under the kernel-entry contract (ndws.nn._conv), its algorithm chosen per
 shape (Winograd, the direct, packed or positions forward, the flipped-kernel or col2im input
-gradient, the channel- or column-tap weight gradient: docs/kernels.md, "Which algorithm, per
-shape"), then run without the GIL on ndws.nn._winograd and ndws.nn._conv_gemm.
+gradient, the channel- or column-tap weight gradient, and for 1-4 input channels a forward and
+weight gradient of their own: docs/kernels.md, "Which algorithm, per shape"), then run without
+the GIL on ndws.nn._winograd, ndws.nn._conv_gemm and ndws.nn._conv_few.
 
 Scratch memory (packed weights, offset tables, each thread's padded image and panel) comes from
 `scratch=` or is placed in the calling thread's current workspace like a result;
@@ -23,6 +24,8 @@ from ndws.nn._conv cimport (Geom, ALIGN, _imin, _imax, parse_format, arg4, logic
                             _conv_setup, _bias_arg, _act_arg, _wstrides, _shape4, _Call,
                             _Scratch, _distinct, _sums_into, _result, _zero)
 from ndws.nn._winograd cimport WinoJob, _wino_ok, _wino_plan, _wino_run
+from ndws.nn._conv_few cimport (FewJob, FewPlan, FewFwdJob, FewFwdPlan, _few_ok, _few_plan,
+                                _few_run, _few_fwd_ok, _few_fwd_plan, _few_fwd_run)
 from ndws.nn._conv_gemm cimport (FwdJob, DxJob, WgJob, WgPlan, FWD_DIRECT, FWD_PACKED, FWD_POS,
                                  _fwd_plan, _fwd_prepare, _fwd_run, _dx_plan, _dx_run,
                                  _wg_plan, _wg_run, _tile_of)
@@ -198,30 +201,50 @@ cdef int _dx_into(const Geom* g, bint f64, NDArray G, const intp_t* gs, const ch
 cdef int _wg_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray G,
                   const intp_t* gs, NDArray DW, const intp_t* dws, char* shared, int nt
                   ) except -1:
+    # the GEMM's weight gradient, or few input channels' (ndws.nn._conv_few)
     cdef WgJob j
+    cdef FewJob fj
     cdef intp_t MR, NR
     cdef int i
-    _tile_of(gemm_table(), f64, &MR, &NR)
-    j.g = g[0]
-    j.T = gemm_table()
-    j.f64 = f64
-    _wg_plan(g, MR, NR, 8 if f64 else 4, &j.w)
-    j.x = X._data
-    j.dy = G._data
+    cdef bint few = _few_ok(g)
+    if few:
+        fj.g = g[0]
+        fj.f64 = f64
+        _few_plan(g, 8 if f64 else 4, &fj.p)
+        fj.x, fj.dy = X._data, G._data
+    else:
+        _tile_of(gemm_table(), f64, &MR, &NR)
+        j.g = g[0]
+        j.T = gemm_table()
+        j.f64 = f64
+        _wg_plan(g, MR, NR, 8 if f64 else 4, &j.w)
+        j.x, j.dy = X._data, G._data
     for i in range(4):
-        j.xs[i] = xs[i]
-        j.ds[i] = gs[i]
+        fj.xs[i] = j.xs[i] = xs[i]
+        fj.ds[i] = j.ds[i] = gs[i]
     if release_gil(DW._size * DW._itemsize + G._size * G._itemsize, nt):
         with nogil:
-            _wg_run(&j, shared, DW._data, dws, nt)
+            _wg_go(few, &fj, &j, shared, DW._data, dws, nt)
     else:
-        _wg_run(&j, shared, DW._data, dws, nt)
+        _wg_go(few, &fj, &j, shared, DW._data, dws, nt)
     return 0
+
+
+cdef inline void _wg_go(bint few, FewJob* fj, WgJob* j, char* shared, char* dw,
+                        const intp_t* dws, int nt) noexcept nogil:
+    if few:
+        _few_run(fj, shared, dw, dws, nt)
+    else:
+        _wg_run(j, shared, dw, dws, nt)
 
 
 cdef intp_t _wg_need(const Geom* g, bint f64) except -1:
     cdef WgPlan W
+    cdef FewPlan F
     cdef intp_t MR, NR
+    if _few_ok(g):
+        _few_plan(g, 8 if f64 else 4, &F)
+        return F.shared_bytes
     _tile_of(gemm_table(), f64, &MR, &NR)
     _wg_plan(g, MR, NR, 8 if f64 else 4, &W)
     return W.shared_bytes
@@ -298,6 +321,11 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, data_format="NCHW", ac
     if Y._size == 0:
         return out if out is not None else Y
     try:
+        logical(Y, nhwc, dims, ys)
+        if _few_fwd_ok(&g) and ys[3] == 1:
+            _few_fwd(call, &g, f64, X, xs, Wt, B, Y, scratch, code, alpha, nhwc)
+            call.finish()
+            return out if out is not None else Y
         _fwd_init(&j, &g, f64)
         nt = _threads(&g, f64, j.p.ntasks)
         S = call.scratch(scratch, j.p.shared_bytes + j.p.thread_bytes,
@@ -315,6 +343,45 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, data_format="NCHW", ac
         call.fail()
         raise
     return out if out is not None else Y
+
+
+cdef int _few_fwd(_Call call, const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray Wt,
+                  NDArray B, NDArray Y, object scratch, int code, double alpha, bint nhwc
+                  ) except -1:
+    # conv2d's forward with few input channels (ndws.nn._conv_few): its scratch, output, run
+    cdef FewFwdJob j
+    cdef intp_t wst[4]
+    cdef intp_t dims[4]
+    cdef int nt, i
+    cdef _Scratch S
+    cdef NDArray R
+    j.g = g[0]
+    j.f64 = f64
+    j.act = code
+    j.alpha = alpha
+    _few_fwd_plan(g, 8 if f64 else 4, &j.p)
+    nt = _threads(g, f64, j.p.ntasks)
+    S = call.scratch(scratch, j.p.shared_bytes + j.p.thread_bytes,
+                     j.p.shared_bytes + nt * j.p.thread_bytes, (X, Wt, B, Y))
+    nt = <int>_imin(nt, (S.nbytes - j.p.shared_bytes) // j.p.thread_bytes)
+    R = call.temp_for(Y, (X, Wt, B))
+    logical(R, nhwc, dims, j.ys)
+    j.x = X._data
+    j.y = R._data
+    for i in range(4):
+        j.xs[i] = xs[i]
+    j.bias = NULL
+    j.bs = 0
+    if B is not None:
+        j.bias = B._data
+        j.bs = B._strides[0] // B._itemsize
+    _wstrides(Wt, wst)
+    if release_gil(R._size * R._itemsize, nt):
+        with nogil:
+            _few_fwd_run(&j, Wt._data, wst, S.base, nt)
+    else:
+        _few_fwd_run(&j, Wt._data, wst, S.base, nt)
+    return 0
 
 
 def conv2d_backward(x, w, grad_output, stride=1, padding=0, dilation=1, data_format="NCHW",
@@ -575,6 +642,7 @@ def conv2d_scratch_bytes(x_shape, w_shape, stride=1, padding=0, dilation=1,
     """
     cdef str op = "conv2d_scratch_bytes"
     cdef Geom g
+    cdef FewFwdPlan ffp
     cdef intp_t sh = 0, th = 0, ntasks = 1, need = 0, tmp
     cdef intp_t xs[4]
     cdef FwdJob fj
@@ -614,6 +682,10 @@ def conv2d_scratch_bytes(x_shape, w_shape, stride=1, padding=0, dilation=1,
         # the input-gradient driver: conv2d's input gradient, conv_transpose2d's forward
         _dx_need(&g, f64, nt, &sh, &th, &ntasks)
     need = sh + th * _imin(nt, ntasks)
+    if not backward and not transposed and _few_fwd_ok(&g):
+        # or few input channels' forward (taken when the output's rows are runs)
+        _few_fwd_plan(&g, 8 if f64 else 4, &ffp)
+        need = _imax(need, ffp.shared_bytes + ffp.thread_bytes * _imin(nt, ffp.ntasks))
     if backward:
         need = _imax(need, _wg_need(&g, f64))
     return need + ALIGN
@@ -634,12 +706,17 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     Returns
     -------
     dict
-        ``forward``: "winograd", "direct" (virtual columns), "packed" or "positions" (1x1);
+        ``forward``: "winograd", "direct" (virtual columns), "packed", "positions" (1x1) or
+        "few channels" (ndws.nn._conv_few);
         ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
-        taps" or "column taps" (the weight gradient's tap groups).
+        taps" or "column taps" (the GEMM's tap groups), or "few channels" (ndws.nn._conv_few);
+        ``forward_tasks``: how many tasks the forward is cut into (the most threads it can
+        use).
     """
     cdef str op = "_algorithms"
     cdef Geom g, f
+    cdef FwdJob fj
+    cdef FewFwdPlan ffp
     cdef intp_t xs[4]
     cdef intp_t MR, NR
     cdef WgPlan W
@@ -650,6 +727,12 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     Wt = arg4(np.broadcast_to(zero, tuple(w_shape)), op, "w_shape")
     _conv_setup(X, Wt, nhwc, stride, padding, dilation, &g, xs, op, "x", "w", False)
     out = {"forward": _fwd_name(&g, dt == _F64)}
+    _fwd_init(&fj, &g, dt == _F64)
+    out["forward_tasks"] = fj.p.ntasks
+    if _few_fwd_ok(&g) and not nhwc:
+        # (NHWC output rows are not runs unless there is one output channel)
+        _few_fwd_plan(&g, dt.itemsize, &ffp)
+        out["forward"], out["forward_tasks"] = "few channels", ffp.ntasks
     _tile_of(gemm_table(), dt == _F64, &MR, &NR)
     if _dx_flip(&g, MR):
         _flip_geom(&g, &f)
@@ -657,5 +740,6 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     else:
         out["input_grad"] = "col2im"
     _wg_plan(&g, MR, NR, dt.itemsize, &W)
-    out["weight_grad"] = "column taps" if W.kwmode else "channel taps"
+    out["weight_grad"] = ("few channels" if _few_ok(&g) else
+                          "column taps" if W.kwmode else "channel taps")
     return out

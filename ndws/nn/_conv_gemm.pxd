@@ -1,7 +1,7 @@
 # C-level API of ndws.nn._conv_gemm: the dense convolution's passes on the GEMM build's indirect
 # micro-kernel, their plans (what a call's scratch and tasks are) and jobs, for ndws.nn._conv2d.
 from ndws._gemm_types cimport GemmTable
-from ndws._typedefs cimport intp_t
+from ndws._typedefs cimport floating_t, intp_t
 from ndws.nn._conv cimport Geom
 from ndws.nn._winograd cimport WinoPlan
 
@@ -41,6 +41,12 @@ ctypedef struct FwdJob:
     intp_t boff_x_max
     char* thr                   # per-thread parts of the scratch
     long long next_task, next_slot
+
+# dst[c*ps + i*Ws + j] := x[c, row0 + i, col0 + j] (0 outside the image; x's element strides
+# xs) for i < rows, j < Ws; rows rows..Hmax of each plane and up to `total` elements zeroed.
+cdef void _pad_copy(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, intp_t W,
+                    intp_t row0, intp_t rows, intp_t col0, intp_t Ws, intp_t ps, intp_t Hmax,
+                    floating_t* dst, intp_t total) noexcept nogil
 
 # The forward plan of convolution g on an MR x NR tile with K blocks of at most KC taps.
 cdef void _fwd_plan(const Geom* g, intp_t MR, intp_t NR, intp_t KC, intp_t item, FwdPlan* P

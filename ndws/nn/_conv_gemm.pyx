@@ -19,8 +19,9 @@ from libc.string cimport memcpy, memset
 from ndws._gemm_types cimport GemmTable
 from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
-from ndws.nn._activations cimport ACT_IDENTITY, act_tile_f32, act_tile_f64
-from ndws.nn._conv cimport Geom, ALIGN, TILE_MAX, _rup, _cdiv, _imin, _imax, _take, _ukr
+from ndws.nn._activations cimport ACT_IDENTITY, ACT_RELU, act_tile_f32, act_tile_f64
+from ndws.nn._conv cimport (Geom, ALIGN, TILE_MAX, _rup, _cdiv, _imin, _imax, _take, _ukr,
+                            _panel_rows)
 
 cdef extern from *:
     void __builtin_prefetch(const void* p) noexcept nogil
@@ -141,6 +142,10 @@ cdef void _fwd_plan(const Geom* g, intp_t MR, intp_t NR, intp_t KC, intp_t item,
     # Whole images per task when the batch has at least 8, else each image in slices so that
     # there are about 8 tasks; and no task's padded rows beyond TASK_BYTES.
     P.R = g.OH if g.N >= 8 else _cdiv(g.OH, _cdiv(8, g.N))
+    # but at least a panel of NR positions per task (LeNet's 20->50 on 12x12 at batch 1: 8
+    # tasks of one 8-position row each filled a quarter of every panel; 190 -> 84 us)
+    P.R = _panel_rows(g.OH, P.Ws if P.mode == FWD_DIRECT else g.OW, NR,
+                      _imax(P.R, _cdiv(NR, P.Ws if P.mode == FWD_DIRECT else g.OW)))
     if g.C > 0:
         rcap = (TASK_BYTES // (g.C * P.Ws * item) - g.EKH) // g.SH + 1
         P.R = _imax(1, _imin(P.R, rcap))
@@ -216,11 +221,13 @@ cdef void _fwd_store(const FwdJob* j, floating_t* tile, intp_t n, intp_t co0, in
     cdef floating_t* yn = <floating_t*>j.y + n * j.ys[0] + co0 * y1
     cdef floating_t* d
     cdef floating_t* s
-    cdef floating_t bv
-    # Without an activation the bias is added as the valid columns are copied out: the same
-    # one rounding as adding it in the tile, without a pass over the whole tile (LeNet's conv1
-    # forward, 8 x 32 tiles over K = 25 taps: that pass was a quarter of its instructions)
-    cdef bint fused = j.bias != NULL and j.act == ACT_IDENTITY
+    cdef floating_t bv = 0, v
+    # Without an activation, or with relu, the bias (and relu) are applied as the valid columns
+    # are copied out: the same bits as in the tile, without a pass over the whole tile (LeNet's
+    # conv1 forward, 8 x 32 tiles over K = 25 taps: that pass was a quarter of its
+    # instructions; VGG's relu conv1, K = 27 at batch 1: the tile passes were half of them)
+    cdef bint relu = j.act == ACT_RELU, has_bias = j.bias != NULL
+    cdef bint fused = (has_bias and j.act == ACT_IDENTITY) or relu
     if not fused:
         _tile_bias_act(tile, rv, NR, j.bias, j.bs, co0, j.act, j.alpha)
     jj = 0
@@ -244,7 +251,18 @@ cdef void _fwd_store(const FwdJob* j, floating_t* tile, intp_t n, intp_t co0, in
         for r in range(rv):
             d = yn + r * y1 + (oh0 + rr) * j.ys[2] + cc * y3
             s = tile + r * NR + jj
-            if fused:
+            if relu:
+                # relu(v) = 0 if v < 0 else v, NaN passing (the activation's own definition);
+                # no bias: nothing added (x + 0 would turn -0.0 into 0.0)
+                if has_bias:
+                    bv = (<const floating_t*>j.bias)[(co0 + r) * j.bs]
+                    for i in range(run):
+                        v = s[i] + bv
+                        d[i * y3] = 0 if v < 0 else v
+                else:
+                    for i in range(run):
+                        d[i * y3] = 0 if s[i] < 0 else s[i]
+            elif fused:
                 bv = (<const floating_t*>j.bias)[(co0 + r) * j.bs]
                 if y3 == 1:
                     for i in range(run):
@@ -720,6 +738,11 @@ cdef void _dx_task(DxJob* j, floating_t* Bp, intp_t n) noexcept nogil:
             jj += run
         for co in range(g.CO):
             dyc = dyn + co * j.ds[1]
+            # a later panel's lines of this channel: a panel reads a line or two of each of
+            # CO planes, too many streams for the hardware prefetcher, and every load went to
+            # memory (VGG's conv1 3->32 on 32x32 at batch 32: 7.5 -> 1.5 ms; 8 panels ahead)
+            __builtin_prefetch(dyc + doff[cnt - 1] + 8 * NR * j.ds[3])
+            __builtin_prefetch(dyc + doff[cnt - 1] + (8 * NR + 16) * j.ds[3])
             for jj in range(cnt):
                 Bp[co * NR + jj] = dyc[doff[jj]]
             for jj in range(cnt, NR):

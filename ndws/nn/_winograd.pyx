@@ -29,7 +29,24 @@ from ndws._gemm_types cimport GemmTable
 from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, act_tile_f32, act_tile_f64
-from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _ukr
+from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _ukr, _panel_rows
+from ndws.nn._conv import _runnable_isas, _switch_isa
+
+cdef extern from "_wino_loops.h" nogil:
+    void ndws_wino_input_f32(const float32_t* r0, const float32_t* r1, const float32_t* r2,
+                             const float32_t* r3, intp_t Wh, intp_t n, float32_t* v, intp_t VS)
+    void ndws_wino_input_f64(const float64_t* r0, const float64_t* r1, const float64_t* r2,
+                             const float64_t* r3, intp_t Wh, intp_t n, float64_t* v, intp_t VS)
+    void ndws_wino_output_f32(const float32_t* m, intp_t S, intp_t n, float32_t bv,
+                              float32_t* o, intp_t ldo)
+    void ndws_wino_output_f64(const float64_t* m, intp_t S, intp_t n, float64_t bv,
+                              float64_t* o, intp_t ldo)
+    void ndws_wino_weights_f32(const float32_t* w, intp_t ws0, intp_t ws1, intp_t ws2,
+                               intp_t ws3, intp_t C, int nrows, int mr, float32_t* U, intp_t us)
+    void ndws_wino_weights_f64(const float64_t* w, intp_t ws0, intp_t ws1, intp_t ws2,
+                               intp_t ws3, intp_t C, int nrows, int mr, float64_t* U, intp_t us)
+    int ndws_wino_use(const char* isa)
+    const char* ndws_wino_isa()
 
 cdef enum:
     WINO_TASK_BYTES = 1 << 20       # a task's padded rows stay within this
@@ -38,7 +55,7 @@ cdef enum:
 cdef bint _wino_ok(const Geom* g, intp_t MR) noexcept nogil:
     # 3x3, stride 1, no dilation, and enough channels for the 16 GEMMs to run full tiles
     return (g.KH == 3 and g.KW == 3 and g.SH == 1 and g.SW == 1 and g.DH == 1 and g.DW == 1
-            and g.C >= 16 and g.CO >= MR)
+            and g.C >= 16 and g.CO >= MR and MR <= 16)      # (the weight transform's lanes)
 
 
 cdef void _wino_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WinoPlan* P
@@ -52,6 +69,10 @@ cdef void _wino_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WinoPlan*
     P.Ws = 2 * P.TW + 2
     # as the direct driver: whole images with 8 or more of them, else slices of tile rows
     P.R = P.TH if g.N >= 8 else _cdiv(P.TH, _cdiv(8, g.N))
+    # but never fewer tiles per task than a panel holds: one image of 16x16 outputs (8x8
+    # tiles) cut into 8 tasks of one tile row ran every GEMM on 8 of its NR = 32 columns (VGG's
+    # 64->64 at batch 1: 600 -> 334 us, docs/kernels.md)
+    P.R = _panel_rows(P.TH, P.TW, NR, _imax(P.R, _cdiv(NR, P.TW)))
     rcap = (WINO_TASK_BYTES // _imax(1, g.C * P.Ws * item) - 2) // 2
     P.R = _imax(1, _imin(P.R, rcap))
     P.tpi = _cdiv(P.TH, P.R)
@@ -75,38 +96,17 @@ cdef void _wino_weights(const floating_t* w, const intp_t* ws, const Geom* g, in
                         floating_t* U) noexcept nogil:
     """U[(xi*nap + q)*C*MR + c*MR + r] := (G w[q*MR + r, c] G^T)[xi] (zeros past CO), with
     G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]; w through its logical
-    (out, in, kh, kw) strides."""
-    cdef intp_t nap = _cdiv(g.CO, MR), q, c, r, co, i, k, xi
-    cdef floating_t k3[3][3]
-    cdef floating_t t[4][3]
-    cdef floating_t u[4][4]
-    cdef const floating_t* wc
+    (out, in, kh, kw) strides; a panel's MR rows at once (ndws/nn/_wino_loops.h)."""
+    cdef intp_t nap = _cdiv(g.CO, MR), q
+    cdef int rows
     for q in range(nap):
-        for c in range(g.C):
-            for r in range(MR):
-                co = q * MR + r
-                if co < g.CO:
-                    wc = w + co * ws[0] + c * ws[1]
-                    for i in range(3):
-                        for k in range(3):
-                            k3[i][k] = wc[i * ws[2] + k * ws[3]]
-                    # t = G k3 (4 x 3), u = t G^T (4 x 4)
-                    for k in range(3):
-                        t[0][k] = k3[0][k]
-                        t[1][k] = (k3[0][k] + k3[1][k] + k3[2][k]) * <floating_t>0.5
-                        t[2][k] = (k3[0][k] - k3[1][k] + k3[2][k]) * <floating_t>0.5
-                        t[3][k] = k3[2][k]
-                    for i in range(4):
-                        u[i][0] = t[i][0]
-                        u[i][1] = (t[i][0] + t[i][1] + t[i][2]) * <floating_t>0.5
-                        u[i][2] = (t[i][0] - t[i][1] + t[i][2]) * <floating_t>0.5
-                        u[i][3] = t[i][2]
-                else:
-                    for i in range(4):
-                        for k in range(4):
-                            u[i][k] = 0
-                for xi in range(16):
-                    U[(xi * nap + q) * g.C * MR + c * MR + r] = u[xi // 4][xi % 4]
+        rows = <int>_imin(MR, g.CO - q * MR)
+        if floating_t is float32_t:
+            ndws_wino_weights_f32(w + q * MR * ws[0], ws[0], ws[1], ws[2], ws[3], g.C, rows,
+                                  <int>MR, U + q * g.C * MR, nap * g.C * MR)
+        else:
+            ndws_wino_weights_f64(w + q * MR * ws[0], ws[0], ws[1], ws[2], ws[3], g.C, rows,
+                                  <int>MR, U + q * g.C * MR, nap * g.C * MR)
 
 
 cdef void _wino_rows(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, intp_t W,
@@ -162,48 +162,26 @@ cdef void _wino_input(const WinoJob* j, const floating_t* buf, intp_t t0, intp_t
                       floating_t* V) noexcept nogil:
     """V[xi*VS + c*NR + jj] := (B^T d B)[xi] of the 4x4 patch of tile t0 + jj (task-local,
     row-major over the task's tile rows) in channel c; zeros for jj >= cnt. B^T = [[1, 0, -1,
-    0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]. Every loop over b is unit-stride (the rows
-    are split into even and odd columns) and vectorises."""
+    0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]. The rows are split into even and odd
+    columns, so a tile's patch column k is at b + k/2 + (k%2)*Wh: unit stride across the tiles
+    of a row, vectorised across them (ndws/nn/_wino_loops.h)."""
     cdef const WinoPlan* P = &j.p
-    cdef intp_t C = j.g.C, NR = P.NR, VS = P.vs, Wh = P.Ws // 2, c, b, k, u, ns, n, x
+    cdef intp_t C = j.g.C, NR = P.NR, VS = P.vs, Wh = P.Ws // 2, c, b, k, u, ns
     cdef intp_t sa[64]
     cdef intp_t sb[64]
     cdef intp_t sj[64]
     cdef intp_t sl[64]
     cdef const floating_t* r0
-    cdef const floating_t* r1
-    cdef const floating_t* r2
-    cdef const floating_t* r3
-    cdef floating_t* v
-    cdef floating_t d0, d1, d2, d3, e0, e1, e2, e3
-    cdef floating_t z[4][4]
     ns = _wino_segments(P, t0, cnt, sa, sb, sj, sl)
     for c in range(C):
         for u in range(ns):
             r0 = buf + c * P.ps + 2 * sa[u] * P.Ws + sb[u]
-            r1 = r0 + P.Ws
-            r2 = r1 + P.Ws
-            r3 = r2 + P.Ws
-            v = V + c * NR + sj[u]
-            n = sl[u]
-            for b in range(n):
-                # column phase k of the patch: even[b], odd[b], even[b+1], odd[b+1]
-                for k in range(4):
-                    x = b + (k >> 1) + (k & 1) * Wh
-                    d0 = r0[x]
-                    d1 = r1[x]
-                    d2 = r2[x]
-                    d3 = r3[x]
-                    z[0][k] = d0 - d2
-                    z[1][k] = d1 + d2
-                    z[2][k] = d2 - d1
-                    z[3][k] = d1 - d3
-                for k in range(4):
-                    e0, e1, e2, e3 = z[k][0], z[k][1], z[k][2], z[k][3]
-                    v[(4 * k + 0) * VS + b] = e0 - e2
-                    v[(4 * k + 1) * VS + b] = e1 + e2
-                    v[(4 * k + 2) * VS + b] = e2 - e1
-                    v[(4 * k + 3) * VS + b] = e1 - e3
+            if floating_t is float32_t:
+                ndws_wino_input_f32(r0, r0 + P.Ws, r0 + 2 * P.Ws, r0 + 3 * P.Ws, Wh, sl[u],
+                                    V + c * NR + sj[u], VS)
+            else:
+                ndws_wino_input_f64(r0, r0 + P.Ws, r0 + 2 * P.Ws, r0 + 3 * P.Ws, Wh, sl[u],
+                                    V + c * NR + sj[u], VS)
         if cnt < NR:
             for k in range(16):
                 for b in range(cnt, NR):
@@ -223,31 +201,19 @@ cdef void _wino_output(const WinoJob* j, const floating_t* M, intp_t n, intp_t c
     cdef intp_t sb[64]
     cdef intp_t sj[64]
     cdef intp_t sl[64]
-    cdef const floating_t* m
     cdef floating_t o[4][64]
-    cdef floating_t t0_, t1_, t2_, t3_, s0, s1, s2, s3
     cdef floating_t bv
     cdef floating_t* yr
     ns = _wino_segments(P, t0, cnt, sa, sb, sj, sl)
     for r in range(rv):
         bv = (<const floating_t*>j.bias)[(co0 + r) * j.bs] if j.bias != NULL else 0
         for u in range(ns):
-            m = M + r * NR + sj[u]
             n_ = sl[u]
-            for b in range(n_):
-                # rows of A^T M (the 4 columns k), then its columns
-                t0_ = m[0 * S + b] + m[4 * S + b] + m[8 * S + b]
-                t1_ = m[1 * S + b] + m[5 * S + b] + m[9 * S + b]
-                t2_ = m[2 * S + b] + m[6 * S + b] + m[10 * S + b]
-                t3_ = m[3 * S + b] + m[7 * S + b] + m[11 * S + b]
-                s0 = m[4 * S + b] - m[8 * S + b] - m[12 * S + b]
-                s1 = m[5 * S + b] - m[9 * S + b] - m[13 * S + b]
-                s2 = m[6 * S + b] - m[10 * S + b] - m[14 * S + b]
-                s3 = m[7 * S + b] - m[11 * S + b] - m[15 * S + b]
-                o[0][b] = t0_ + t1_ + t2_ + bv
-                o[1][b] = t1_ - t2_ - t3_ + bv
-                o[2][b] = s0 + s1 + s2 + bv
-                o[3][b] = s1 - s2 - s3 + bv
+            # rows of A^T M, then its columns, across the segment's tiles (_wino_loops.h)
+            if floating_t is float32_t:
+                ndws_wino_output_f32(M + r * NR + sj[u], S, n_, bv, &o[0][0], 64)
+            else:
+                ndws_wino_output_f64(M + r * NR + sj[u], S, n_, bv, &o[0][0], 64)
             if j.act != ACT_IDENTITY:
                 if floating_t is float32_t:
                     act_tile_f32(j.act, <float32_t>j.alpha, &o[0][0], 4, n_, 64, 1)
@@ -319,3 +285,25 @@ cdef void _wino_run(WinoJob* j, const char* w, const intp_t* wst, char* shared, 
         _wino_worker(j)
     else:
         pool_run(_wino_worker, j, <int>_imin(nt, j.p.ntasks) - 1)
+
+
+def _use(name):
+    return ndws_wino_use(name.encode())
+
+
+def _current():
+    return ndws_wino_isa().decode()
+
+
+def _use_wino_isa(name):
+    """Run the transforms built for instruction set `name` ("avx512", "avx2" or "baseline";
+    the tests run each); returns the previous one."""
+    return _switch_isa("_use_wino_isa", name, _use, _current)
+
+
+def _wino_isas():
+    """The transforms' instruction sets this CPU can run, best first."""
+    return _runnable_isas(_use, _current)
+
+
+_use(_wino_isas()[0])          # the best this CPU runs

@@ -1,0 +1,363 @@
+"""The forward and the weight gradient of a convolution with few input channels (an RGB or grey
+first layer: C_in <= 4), without the GEMM (ndws.nn._conv2d's choice for those shapes;
+docs/kernels.md, "Which algorithm, per shape").
+
+Forward (stride 1 along rows, output rows of unit stride): output positions are the vector
+lanes and the weights are broadcast, 8 output channels at a time, straight from a padded copy
+of the task's input rows into Y with the bias and relu (ndws/nn/_few_loops.h): with 27 taps
+(3x3 RGB) the GEMM's tiles spent as long storing and copying out as multiplying.
+
+dW[co, c, i, j] = sum over images and output positions of dY[n, co, oh, ow] * X[n, c, oh*SH -
+PT + i*DH, ow*SW - PL + j*DW]: with C*KH*KW taps (27 for 3x3 RGB, 25 for LeNet's 5x5 grey) the
+GEMM's 8-tap x 32-channel register tile was at best 3/8 real taps (three channels padded to a
+tile's eight rows) and its dY had to be transposed into channel panels. Here each tap gets a
+plane of its input values at the output positions (an im2col whose rows are row copies of the
+input), dY keeps its planes, and every (output channel, tap) pair is a dot product of two planes
+held in 16 lanes (ndws/nn/_few_loops.h), 4 x 4 pairs at a time in registers.
+
+Output rows are cut into pieces (a few rows of one image, their planes within FEW_CHUNK_BYTES),
+pieces into chunks; per chunk, phase 1 copies each piece's planes (pieces in parallel) and
+phase 2 adds each block's dot products over the chunk to its lanes (blocks in parallel). Every
+lane sums its positions in one fixed order, and the lanes of a pair are summed in a fixed order
+at the end, so the result does not depend on the thread count.
+"""
+
+from libc.string cimport memcpy, memset
+
+from ndws._threads cimport run_tasks, pool_run, ndws_claim
+from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
+from ndws.nn._activations cimport ACT_IDENTITY, ACT_RELU, act_tile_f32, act_tile_f64
+from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _take, _col_range
+from ndws.nn._conv_gemm cimport _pad_copy
+from ndws.nn._conv import _runnable_isas, _switch_isa
+
+cdef extern from "_few_loops.h" nogil:
+    void ndws_few_dots_f32(const float32_t* dy, intp_t das, const float32_t* col, intp_t dcs,
+                           intp_t n16, float32_t* acc)
+    void ndws_few_dots_f64(const float64_t* dy, intp_t das, const float64_t* col, intp_t dcs,
+                           intp_t n16, float64_t* acc)
+    void ndws_few_row_f32(const float32_t* src, const intp_t* toff, intp_t K,
+                          const float32_t* w, int nr, const float32_t* b, intp_t bs, int relu,
+                          intp_t n, float32_t* y, intp_t ys)
+    void ndws_few_row_f64(const float64_t* src, const intp_t* toff, intp_t K,
+                          const float64_t* w, int nr, const float64_t* b, intp_t bs, int relu,
+                          intp_t n, float64_t* y, intp_t ys)
+    int ndws_few_use(const char* isa)
+    const char* ndws_few_isa()
+
+cdef enum:
+    LANES = 16
+    BLOCK = 4
+    BLOCK_ELEMS = BLOCK * BLOCK * LANES
+
+
+cdef bint _few_ok(const Geom* g) noexcept nogil:
+    return 1 <= g.C <= FEW_CHANNELS
+
+
+cdef void _few_plan(const Geom* g, intp_t item, FewPlan* P) noexcept nogil:
+    cdef intp_t planes, rows_fit
+    P.K = g.C * g.KH * g.KW
+    P.Kp = _rup(P.K, BLOCK)
+    P.COp = _rup(g.CO, BLOCK)
+    planes = P.COp + P.Kp
+    # as many output rows per piece as fit the chunk's bytes (at least one)
+    rows_fit = FEW_CHUNK_BYTES // _imax(1, planes * _imax(1, g.OW) * item)
+    P.R = _imax(1, _imin(g.OH, rows_fit))
+    P.tpi = _cdiv(g.OH, P.R)
+    P.npieces = g.N * P.tpi
+    P.Pp = _rup(P.R * g.OW, LANES)
+    P.piece_elems = planes * P.Pp
+    P.Bc = _imax(1, _imin(P.npieces, FEW_CHUNK_BYTES // _imax(1, P.piece_elems * item)))
+    P.nab = P.COp // BLOCK
+    P.nbb = P.Kp // BLOCK
+    P.shared_bytes = (_rup(P.Bc * P.piece_elems * item, ALIGN)
+                      + _rup(P.nab * P.nbb * BLOCK_ELEMS * item, ALIGN))
+
+
+cdef inline void _copy_row(floating_t* d, const floating_t* s, intp_t n, intp_t stride
+                           ) noexcept nogil:
+    # rows of a few dozen values: a loop, not a call to memcpy (whose call and size dispatch
+    # took as long as the copy: a third of phase 1's instructions for VGG's 32x32 rows)
+    cdef intp_t k
+    if stride == 1:
+        for k in range(n):
+            d[k] = s[k]
+    else:
+        for k in range(n):
+            d[k] = s[k * stride]
+
+
+cdef inline void _zeros(floating_t* d, intp_t n) noexcept nogil:
+    cdef intp_t k
+    for k in range(n):
+        d[k] = 0
+
+
+cdef void _few_piece(FewJob* j, intp_t slot, floating_t dummy) noexcept nogil:
+    # phase 1: piece s0 + slot's planes: dY's (COp of them, zeros past CO) and each tap's input
+    # values at the piece's positions (zeros outside the image), each zero past its positions
+    cdef const Geom* g = &j.g
+    cdef const FewPlan* P = &j.p
+    cdef intp_t s = j.s0 + slot, n = s // P.tpi, oh0 = (s % P.tpi) * P.R
+    cdef intp_t rows = _imin(g.OH, oh0 + P.R) - oh0, cnt = rows * g.OW
+    cdef intp_t co, c, i, jj, r, ih, off, lo, hi, t
+    cdef floating_t* base = <floating_t*>j.buf + slot * P.piece_elems
+    cdef floating_t* d
+    cdef const floating_t* src
+    for co in range(0 if j.dy_direct else P.COp):
+        d = base + co * P.Pp
+        if co >= g.CO:
+            _zeros(d, P.Pp)
+            continue
+        src = <const floating_t*>j.dy + n * j.ds[0] + co * j.ds[1] + oh0 * j.ds[2]
+        if j.ds[3] == 1 and j.ds[2] == g.OW:
+            memcpy(d, src, cnt * sizeof(floating_t))        # the piece's rows are one run
+        else:
+            for r in range(rows):
+                _copy_row(d + r * g.OW, src + r * j.ds[2], g.OW, j.ds[3])
+        _zeros(d + cnt, P.Pp - cnt)
+    t = 0
+    for c in range(g.C):
+        for i in range(g.KH):
+            for jj in range(g.KW):
+                d = base + (P.COp + t) * P.Pp
+                t += 1
+                _col_range(jj, g.DW, g.PL, g.SW, g.W, g.OW, &off, &lo, &hi)
+                for r in range(rows):
+                    ih = (oh0 + r) * g.SH - g.PT + i * g.DH
+                    if ih < 0 or ih >= g.H:
+                        _zeros(d + r * g.OW, g.OW)
+                        continue
+                    src = (<const floating_t*>j.x + n * j.xs[0] + c * j.xs[1] + ih * j.xs[2]
+                           + (lo * g.SW + off) * j.xs[3])
+                    _zeros(d + r * g.OW, lo)
+                    _copy_row(d + r * g.OW + lo, src, hi - lo, g.SW * j.xs[3])
+                    _zeros(d + r * g.OW + hi, g.OW - hi)
+                _zeros(d + cnt, P.Pp - cnt)
+    for t in range(P.K, P.Kp):
+        _zeros(base + (P.COp + t) * P.Pp, P.Pp)
+
+
+cdef void _few_block(FewJob* j, intp_t blk, floating_t dummy) noexcept nogil:
+    # phase 2: block blk's 4 x 4 pairs over the chunk's pieces, in order
+    cdef const Geom* g = &j.g
+    cdef const FewPlan* P = &j.p
+    cdef intp_t ab = blk // P.nbb, bb = blk % P.nbb, slot, s, oh0, rows, n16, das = P.Pp
+    cdef floating_t* acc = <floating_t*>j.acc + blk * BLOCK_ELEMS
+    cdef const floating_t* base
+    cdef const floating_t* dyp
+    for slot in range(j.ns):
+        s = j.s0 + slot
+        oh0 = (s % P.tpi) * P.R
+        rows = _imin(g.OH, oh0 + P.R) - oh0
+        n16 = _cdiv(rows * g.OW, LANES)
+        base = <const floating_t*>j.buf + slot * P.piece_elems
+        if j.dy_direct:
+            dyp = (<const floating_t*>j.dy + (s // P.tpi) * j.ds[0] + ab * BLOCK * j.ds[1]
+                   + oh0 * j.ds[2])
+            das = j.ds[1]
+        else:
+            dyp = base + ab * BLOCK * P.Pp
+        if floating_t is float32_t:
+            ndws_few_dots_f32(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, acc)
+        else:
+            ndws_few_dots_f64(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, acc)
+
+
+cdef void _few_task(void* ctx, Py_ssize_t t) noexcept nogil:
+    # task t of the job's phase (1: copy piece t's planes; 2: block t's dot products)
+    cdef FewJob* j = <FewJob*>ctx
+    if j.phase == 1:
+        if j.f64:
+            _few_piece(j, t, <float64_t>0)
+        else:
+            _few_piece(j, t, <float32_t>0)
+    elif j.f64:
+        _few_block(j, t, <float64_t>0)
+    else:
+        _few_block(j, t, <float32_t>0)
+
+
+cdef void _few_scatter(const FewJob* j, char* dw, const intp_t* dws, floating_t dummy
+                       ) noexcept nogil:
+    # dW[co, tap] := the pair's 16 lanes, summed pairwise in a fixed order
+    cdef const Geom* g = &j.g
+    cdef const FewPlan* P = &j.p
+    cdef const floating_t* acc = <const floating_t*>j.acc
+    cdef const floating_t* v
+    cdef floating_t* out = <floating_t*>dw
+    cdef floating_t s8[8]
+    cdef intp_t co, t, c, i, jj, k
+    for co in range(g.CO):
+        for t in range(P.K):
+            v = (acc + ((co // BLOCK) * P.nbb + t // BLOCK) * BLOCK_ELEMS
+                 + ((co % BLOCK) * BLOCK + t % BLOCK) * LANES)
+            for k in range(8):
+                s8[k] = v[k] + v[k + 8]
+            c = t // (g.KH * g.KW)
+            i = (t // g.KW) % g.KH
+            jj = t % g.KW
+            out[co * dws[0] + c * dws[1] + i * dws[2] + jj * dws[3]] = (
+                ((s8[0] + s8[4]) + (s8[2] + s8[6])) + ((s8[1] + s8[5]) + (s8[3] + s8[7])))
+
+
+cdef void _few_run(FewJob* j, char* shared, char* dw, const intp_t* dws, int nt) noexcept nogil:
+    cdef const FewPlan* P = &j.p
+    cdef char* cur = shared
+    cdef intp_t item = 8 if j.f64 else 4
+    j.buf = _take(&cur, P.Bc * P.piece_elems * item)
+    j.acc = _take(&cur, P.nab * P.nbb * BLOCK_ELEMS * item)
+    memset(j.acc, 0, P.nab * P.nbb * BLOCK_ELEMS * item)
+    # dY read in place when a piece's rows are one run of whole 16-lane vectors in every plane
+    # and the blocks have no padding channels (VGG's and LeNet's first layers in NCHW): its
+    # copy was a quarter of the call (a 4 MiB dY streamed through the scratch)
+    j.dy_direct = (j.ds[3] == 1 and j.ds[2] == j.g.OW and (P.R * j.g.OW) % LANES == 0
+                   and ((j.g.OH % P.R) * j.g.OW) % LANES == 0 and j.g.CO % BLOCK == 0)
+    j.s0 = 0
+    while j.s0 < P.npieces:
+        j.ns = _imin(P.Bc, P.npieces - j.s0)
+        j.phase = 1
+        run_tasks(_few_task, j, j.ns, nt)
+        j.phase = 2
+        run_tasks(_few_task, j, P.nab * P.nbb, nt)
+        j.s0 += j.ns
+    if j.f64:
+        _few_scatter(j, dw, dws, <float64_t>0)
+    else:
+        _few_scatter(j, dw, dws, <float32_t>0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Forward
+
+
+cdef bint _few_fwd_ok(const Geom* g) noexcept nogil:
+    # a row of at least one AVX-512 vector of positions, read as a run of the padded copy
+    return 1 <= g.C <= FEW_CHANNELS and g.SW == 1 and g.OW >= 16
+
+
+cdef void _few_fwd_plan(const Geom* g, intp_t item, FewFwdPlan* P) noexcept nogil:
+    P.K = g.C * g.KH * g.KW
+    P.ncb = _cdiv(g.CO, 8)
+    # whole images per task with 8 or more of them, else slices of rows (about 8 tasks)
+    P.R = g.OH if g.N >= 8 else _cdiv(g.OH, _cdiv(8, g.N))
+    P.tpi = _cdiv(g.OH, P.R)
+    P.ntasks = g.N * P.tpi
+    P.Ws = g.OW + g.EKW - 1
+    P.Hs = (P.R - 1) * g.SH + g.EKH
+    P.ps = P.Hs * P.Ws
+    P.shared_bytes = _rup(P.ncb * P.K * 8 * item, ALIGN) + _rup(P.K * 8, ALIGN)
+    P.thread_bytes = _rup(g.C * P.ps * item, ALIGN)
+
+
+cdef void _few_fwd_task(FewFwdJob* j, floating_t* buf, intp_t t) noexcept nogil:
+    cdef const Geom* g = &j.g
+    cdef const FewFwdPlan* P = &j.p
+    cdef intp_t n = t // P.tpi, oh0 = (t % P.tpi) * P.R
+    cdef intp_t rows = _imin(g.OH, oh0 + P.R) - oh0, oh, cb, nr
+    cdef const floating_t* bias = <const floating_t*>j.bias
+    cdef floating_t* yr
+    cdef bint relu = j.act == ACT_RELU
+    _pad_copy(<const floating_t*>j.x + n * j.xs[0], j.xs, g.C, g.H, g.W, oh0 * g.SH - g.PT,
+              (rows - 1) * g.SH + g.EKH, -g.PL, P.Ws, P.ps, P.Hs, buf, g.C * P.ps)
+    for oh in range(rows):
+        for cb in range(P.ncb):
+            nr = _imin(8, g.CO - cb * 8)
+            yr = <floating_t*>j.y + n * j.ys[0] + cb * 8 * j.ys[1] + (oh0 + oh) * j.ys[2]
+            if floating_t is float32_t:
+                ndws_few_row_f32(buf + oh * g.SH * P.Ws, j.toff, P.K,
+                                 <const float32_t*>j.wp + cb * P.K * 8, <int>nr,
+                                 bias + cb * 8 * j.bs if bias != NULL else NULL, j.bs, relu,
+                                 g.OW, yr, j.ys[1])
+            else:
+                ndws_few_row_f64(buf + oh * g.SH * P.Ws, j.toff, P.K,
+                                 <const float64_t*>j.wp + cb * P.K * 8, <int>nr,
+                                 bias + cb * 8 * j.bs if bias != NULL else NULL, j.bs, relu,
+                                 g.OW, yr, j.ys[1])
+            if j.act != ACT_IDENTITY and not relu:
+                # other activations on the finished rows (in cache)
+                if floating_t is float32_t:
+                    act_tile_f32(j.act, <float32_t>j.alpha, yr, nr, g.OW, j.ys[1], 1)
+                else:
+                    act_tile_f64(j.act, j.alpha, yr, nr, g.OW, j.ys[1], 1)
+
+
+cdef void _few_fwd_worker(void* ctx) noexcept nogil:
+    cdef FewFwdJob* j = <FewFwdJob*>ctx
+    cdef char* mine = j.thr + ndws_claim(&j.next_slot) * j.thread_bytes
+    cdef long long t
+    while True:
+        t = ndws_claim(&j.next_task)
+        if t >= j.p.ntasks:
+            return
+        if j.f64:
+            _few_fwd_task(j, <float64_t*>mine, t)
+        else:
+            _few_fwd_task(j, <float32_t*>mine, t)
+
+
+cdef void _few_pack(const floating_t* w, const intp_t* wst, const Geom* g, floating_t* wp
+                    ) noexcept nogil:
+    # wp[(cb*K + t)*8 + r] := w[cb*8 + r, tap t] (zeros past CO)
+    cdef intp_t K = g.C * g.KH * g.KW, cb, t, r, co, c, i, jj
+    for cb in range(_cdiv(g.CO, 8)):
+        t = 0
+        for c in range(g.C):
+            for i in range(g.KH):
+                for jj in range(g.KW):
+                    for r in range(8):
+                        co = cb * 8 + r
+                        wp[(cb * K + t) * 8 + r] = (
+                            w[co * wst[0] + c * wst[1] + i * wst[2] + jj * wst[3]]
+                            if co < g.CO else 0)
+                    t += 1
+
+
+cdef void _few_fwd_run(FewFwdJob* j, const char* w, const intp_t* wst, char* shared, int nt
+                       ) noexcept nogil:
+    cdef const Geom* g = &j.g
+    cdef const FewFwdPlan* P = &j.p
+    cdef char* cur = shared
+    cdef intp_t item = 8 if j.f64 else 4, c, i, jj, t = 0
+    j.wp = _take(&cur, P.ncb * P.K * 8 * item)
+    j.toff = <intp_t*>_take(&cur, P.K * 8)
+    j.thr = shared + P.shared_bytes
+    j.thread_bytes = P.thread_bytes
+    if j.f64:
+        _few_pack(<const float64_t*>w, wst, g, <float64_t*>j.wp)
+    else:
+        _few_pack(<const float32_t*>w, wst, g, <float32_t*>j.wp)
+    for c in range(g.C):
+        for i in range(g.KH):
+            for jj in range(g.KW):
+                j.toff[t] = c * P.ps + i * g.DH * P.Ws + jj * g.DW
+                t += 1
+    j.next_task = 0
+    j.next_slot = 0
+    if nt <= 1 or P.ntasks <= 1:
+        _few_fwd_worker(j)
+    else:
+        pool_run(_few_fwd_worker, j, <int>_imin(nt, P.ntasks) - 1)
+
+
+def _use(name):
+    return ndws_few_use(name.encode())
+
+
+def _current():
+    return ndws_few_isa().decode()
+
+
+def _use_few_isa(name):
+    """Run the loops built for instruction set `name` ("avx512", "avx2" or "baseline"; the
+    tests run each); returns the previous one."""
+    return _switch_isa("_use_few_isa", name, _use, _current)
+
+
+def _few_isas():
+    """The loops' instruction sets this CPU can run, best first."""
+    return _runnable_isas(_use, _current)
+
+
+_use(_few_isas()[0])           # the best this CPU runs
