@@ -22,6 +22,9 @@ cnp.import_array()
 # order afterwards: the loss is bit-identical whatever the thread count.
 cdef enum:
     LOSS_CHUNKS = 64
+    # the exponentials of a contiguous softmax row are made this many at a time, in a loop
+    # the compiler vectorises, before they are summed in order (see _sce_row)
+    SCE_BLOCK = 256
 
 cdef enum:
     # row losses: one value per example (reduction="none" gives (n,))
@@ -85,14 +88,27 @@ cdef double _sce_row(const LossArgs* A, const floating_t* X__k, const floating_t
     # -sum_k q_k * log softmax(x)_k with q = labels (one-hot for an index) times the
     # per-output mask; gradient coef * (sum(q) * softmax(x) - q). Terms with q_k == 0 are
     # skipped, so -inf logits of impossible classes give no NaN (0 * log 0 = 0).
-    cdef intp_t k, c = A.c, xc = A.xc, tc = A.tc, mc = A.mc, dc = A.dc
+    cdef intp_t k, c = A.c, xc = A.xc, tc = A.tc, mc = A.mc, dc = A.dc, k0, kb
     cdef floating_t mx = X__k[0], q
     cdef double s = 0.0, lse, loss = 0.0, qsum = 0.0
+    cdef floating_t ebuf[SCE_BLOCK]
     for k in range(1, c):
         if X__k[k * xc] > mx:
             mx = X__k[k * xc]
-    for k in range(c):
-        s += _exp(X__k[k * xc] - mx)
+    if xc == 1:
+        # contiguous logits: the same exponentials, made a block at a time by a vectorised
+        # loop, then added in the same order (the same sum to the bit)
+        k0 = 0
+        while k0 < c:
+            kb = c - k0 if c - k0 < SCE_BLOCK else SCE_BLOCK
+            for k in range(kb):
+                ebuf[k] = _exp(X__k[k0 + k] - mx)
+            for k in range(kb):
+                s += ebuf[k]
+            k0 += kb
+    else:
+        for k in range(c):
+            s += _exp(X__k[k * xc] - mx)
     lse = mx + log(s)
     if label >= 0:
         q = M__k[label * mc] if M__k != NULL else 1
@@ -111,6 +127,20 @@ cdef double _sce_row(const LossArgs* A, const floating_t* X__k, const floating_t
         if qsum == 0:
             for k in range(c):
                 D__k[k * dc] = 0
+        elif xc == 1 and dc == 1 and M__k == NULL and (label >= 0 or tc == 1):
+            # the contiguous case of the loop below, branch-free so that it vectorises: the
+            # same expression per element (an index label's q is 1 at the label, else 0)
+            if label >= 0:
+                # (the label's logit read first: D may be X itself, written in place)
+                q = <floating_t>(coef * (qsum * _exp(<floating_t>(X__k[label] - lse))
+                                         - <floating_t>1))
+                for k in range(c):
+                    D__k[k] = <floating_t>(coef * (qsum * _exp(<floating_t>(X__k[k] - lse))))
+                D__k[label] = q
+            else:
+                for k in range(c):
+                    D__k[k] = <floating_t>(coef * (qsum * _exp(<floating_t>(X__k[k] - lse))
+                                                   - T__k[k]))
         else:
             for k in range(c):
                 if label >= 0:

@@ -2,9 +2,11 @@
 SimpleRnn, forward and backward over whole sequences, with DL4J's parameters, gate order and
 masks (docs/kernels.md, "Recurrent time loops").
 
-How a forward pass runs. The input projection of every step is one GEMM, ``X @ W`` with the
-(step, example) pairs as rows in time-major order (an input whose rows are not one strided
-matrix in that order is copied first). Then, per step, without the GIL and without a Python
+How a forward pass runs. The input projection ``X @ W`` is a GEMM with the (step, example)
+pairs as rows in time-major order (an input whose rows are not one strided matrix in that order
+is copied first), made a chunk of steps at a time (about 256 KiB of result, W packed once for
+the chunks) just before the loop reaches them, so that the steps find their rows in cache and
+the scratch holds one chunk, not every step's. Then, per step, without the GIL and without a Python
 call: the recurrent GEMM ``h_{t-1} @ RW`` into the step's temporary, and one pass per example
 that adds the projection and the bias, applies the activations, updates the cell, applies the
 mask and writes the output, the new state and, when training, the step's cache row (what the
@@ -114,6 +116,7 @@ cdef object _U8 = np.dtype(np.uint8)
 cdef enum:
     ALIGN = 64             # scratch parts start on cache lines
     TILE = 16              # the transposing copies move 16 x 16 tiles
+    PROJ_CHUNK_BYTES = 262144   # the forward's input projection per GEMM (see _forward_loop)
 
 # sizes a call may reach: far from intp's overflow in every product below
 cdef intp_t SIZE_LIMIT = (<intp_t>1) << 48
@@ -160,8 +163,13 @@ ctypedef struct Job:
     # x as time-major rows (row t*B + b at xr + r*xrs, columns xcs apart), after any copy
     char* xr
     intp_t xrs, xcs
+    # the input projection, made pchunk steps at a time (see _forward_loop) from W, or from W
+    # packed once for all chunks (Wp, NULL with a single chunk)
     char* W
     intp_t ws0, ws1
+    char* Wp
+    intp_t pchunk, pt0                 # steps per chunk; the chunk in proj's first step
+    int nt_proj
     # the recurrent product's right operand: RW[:, :K] (forward, rw_k = n rows, rw_n = K
     # columns) or its transpose (backward, K x n), as strides into RW, and packed once for all
     # steps (RWp, NULL for a single step: ndws._linalg's packed-B GEMM gives the same bits)
@@ -173,7 +181,7 @@ ctypedef struct Job:
     char* mask                         # B x T contiguous, or NULL
     char* y                            # logical (B, n, T)
     intp_t ysb, ysk, yst
-    char* proj                         # T*B x K: x @ W
+    char* proj                         # pchunk*B x K: x @ W of the chunk's steps
     char* cache                        # T*B x Kc, or NULL
     char* hbuf                         # B x n: h of the last step
     char* cbuf                         # B x n: c of the last step (LSTM)
@@ -246,7 +254,7 @@ cdef inline int _cell_code(int code) noexcept nogil:
 cdef void _lstm_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil:
     cdef intp_t n = j.n, t = j.t, k
     cdef intp_t r = t * j.B + b
-    cdef floating_t* P = proj + r * j.K
+    cdef floating_t* P = proj + ((t - j.pt0) * j.B + b) * j.K
     cdef const floating_t* S = (<floating_t*>j.S) + b * j.K
     cdef const floating_t* bias = <floating_t*>j.bias
     cdef floating_t* cprev = (<floating_t*>j.cbuf) + b * n
@@ -282,12 +290,15 @@ cdef void _lstm_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil
     Ct = G + 4 * n
     At = G + 5 * n
     if j.fused:
+        # without a cache (inference) the cell keeps nothing of the step but its state
         if floating_t is float32_t:
             ndws_lstm_fwd_f32(j.fact, j.fgact, n, P, S, bias, wff if j.peep else NULL, cprev,
-                              hb, G, Ct, At, m)
+                              hb, G if H != NULL else NULL, Ct if H != NULL else NULL,
+                              At if H != NULL else NULL, m)
         else:
             ndws_lstm_fwd_f64(j.fact, j.fgact, n, P, S, bias, wff if j.peep else NULL, cprev,
-                              hb, G, Ct, At, m)
+                              hb, G if H != NULL else NULL, Ct if H != NULL else NULL,
+                              At if H != NULL else NULL, m)
     else:
         # z = (x W + h RW) + b, DL4J's association (LSTMHelpers: mmul, gemm beta=1,
         # addiRowVector; S is 0 at a first step without state, its product with zeros)
@@ -325,7 +336,7 @@ cdef void _lstm_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil
 cdef void _simple_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil:
     cdef intp_t n = j.n, t = j.t, k
     cdef intp_t r = t * j.B + b
-    cdef floating_t* P = proj + r * n
+    cdef floating_t* P = proj + ((t - j.pt0) * j.B + b) * n
     cdef const floating_t* S = (<floating_t*>j.S) + b * n
     cdef const floating_t* bias = <floating_t*>j.bias
     cdef floating_t* hb = (<floating_t*>j.hbuf) + b * n
@@ -637,9 +648,41 @@ cdef int _step_temps(Job* j, Arena loop, intp_t s_elems) except -1 nogil:
     return 0
 
 
+cdef int _project(Job* j, intp_t t0) except -1 nogil:
+    # proj := x @ W for the rows of steps t0 .. t0 + pchunk - 1: each row's dot products are
+    # the same whatever rows one GEMM gets and whether W comes packed (ndws._linalg), so the
+    # chunks give the bits of one GEMM over all steps
+    cdef intp_t m = (_imin(t0 + j.pchunk, j.T) - t0) * j.B
+    cdef const char* a = j.xr + t0 * j.B * j.xrs * j.item
+    cdef int ret
+    j.pt0 = t0
+    if m <= 0:
+        return 0
+    if j.Wp == NULL:
+        return _gemm(j, m, j.K, j.nin, a, j.xrs, j.xcs, j.W, j.ws0, j.ws1, 0.0, j.proj, j.K, 1,
+                     j.nt_proj)
+    if j.f64:
+        ret = j.gt.dgemm_packed_b(m, j.K, j.nin, 1.0, <const float64_t*>a, j.xrs, j.xcs,
+                                  <const float64_t*>j.Wp, 0.0, <float64_t*>j.proj, j.K, 1,
+                                  j.nt_proj)
+    else:
+        ret = j.gt.sgemm_packed_b(m, j.K, j.nin, 1.0, <const float32_t*>a, j.xrs, j.xcs,
+                                  <const float32_t*>j.Wp, 0.0, <float32_t*>j.proj, j.K, 1,
+                                  j.nt_proj)
+    if ret != 0:
+        with gil:
+            raise MemoryError("could not allocate the GEMM's packing scratch")
+    return 0
+
+
 cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
     cdef intp_t t
     for t in range(j.T):
+        if t % j.pchunk == 0:
+            # the next steps' input projection, made just before the cells read it so that
+            # they find it in cache (one GEMM over all steps left all but the last steps' rows
+            # to be fetched from memory, and took T*B*K of scratch)
+            _project(j, t)
         _step_temps(j, loop, j.B * j.K)
         j.t = t
         j.has_s = t > 0 or j.has_s
@@ -948,16 +991,28 @@ cdef bint _time_major(intp_t B, intp_t T, intp_t sb, intp_t st, intp_t* rs) noex
 ctypedef struct Sizes:
     # what a call's scratch holds, in bytes (see _fwd_scratch / _bwd_scratch)
     intp_t total
-    intp_t proj, xcopy, rwp, hbuf, cbuf, mask, bias, peep, stmp, rtmp
+    intp_t proj, wp, xcopy, rwp, hbuf, cbuf, mask, bias, peep, stmp, rtmp
     intp_t dz, dxtmp, dcbuf, c0, ones
+
+
+cdef intp_t _proj_steps(intp_t B, intp_t T, intp_t K, intp_t item) noexcept nogil:
+    # the steps of one input projection GEMM: about PROJ_CHUNK_BYTES of its result, at least
+    # one step, at most all
+    cdef intp_t per = B * K * item
+    cdef intp_t q = PROJ_CHUNK_BYTES // per if per > 0 else T
+    return _imin(q if q > 1 else 1, T if T > 1 else 1)
 
 
 cdef void _fwd_scratch(Sizes* z, int kind, intp_t B, intp_t T, intp_t nin, intp_t n,
                        intp_t item, bint copy_x, bint pack_rw, bint has_mask, bint peep,
                        bint loop, intp_t rtw) noexcept:
     cdef intp_t K = 4 * n if kind == K_LSTM else n
+    cdef intp_t steps = _proj_steps(B, T, K, item)
     z.total = 0
-    z.proj = _part(&z.total, T * B * K * item)
+    z.proj = _part(&z.total, steps * B * K * item)
+    # W packed once when more than one chunk reads it
+    z.wp = _part(&z.total, gemm_table().packed_b_elems(nin, K, item == 8) * item
+                 if steps < T and nin > 0 else 0)
     z.xcopy = _part(&z.total, T * B * nin * item if copy_x else 0)
     z.rwp = _part(&z.total, gemm_table().packed_b_elems(n, K, item == 8) * item if pack_rw
                   else 0)
@@ -1239,12 +1294,20 @@ cdef tuple rnn_forward(int kind, object x, object W, object RW, object b, object
         j.nt_gemm = threads_for(2 * B * n * K, GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
         j.nt_rows = threads_for(B * n, GRAIN_NN_UPDATE)
         j.ntasks = <int>_imin(B, 4 * j.nt_rows)
-        nt = threads_for(2 * T * B * nin * K, GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
-        if T * B > 0:
-            # the input projection of every step at once: proj := x @ W (rows t*B + b)
+        # the input projection, a chunk of steps at a time (_forward_loop)
+        j.pchunk = _proj_steps(B, T, K, item)
+        j.nt_proj = threads_for(2 * j.pchunk * B * nin * K,
+                                GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
+        j.W, j.ws0, j.ws1 = Wa._data, _es(Wa, 0), _es(Wa, 1)
+        if j.pchunk < T and nin > 0:
+            j.Wp = base + z.wp
             with nogil:
-                _gemm(&j, T * B, K, nin, j.xr, j.xrs, j.xcs, Wa._data, _es(Wa, 0), _es(Wa, 1),
-                      0.0, j.proj, K, 1, nt)
+                if j.f64:
+                    j.gt.pack_b_f64(nin, K, <const float64_t*>j.W, j.ws0, j.ws1,
+                                    <float64_t*>j.Wp)
+                else:
+                    j.gt.pack_b_f32(nin, K, <const float32_t*>j.W, j.ws0, j.ws1,
+                                    <float32_t*>j.Wp)
         _run_loop(&j, loop, False)
         # the final state (the caller keeps it, e.g. for rnn_time_step or the next segment)
         if T == 0 and H0 is None:

@@ -36,8 +36,9 @@
  * of this step and example; S: h_{t-1} RW (zeros at a first step without state, as DL4J's
  * product with a zero state); peep: wFF, wOO, wGG (PEEP only); m: the step's mask, 1 without
  * one (multiplying by 1 changes no bit; the caller writes a masked step's zeros). No two
- * arrays overlap, so the compiler vectorises the loop across units. */
-#define NDWS_LSTM_FWD_BODY(T, SIG, TANH, ACT, GACT, PEEP)                                     \
+ * arrays overlap, so the compiler vectorises the loop across units. STORE 0 (G, Ct and At
+ * NULL: inference, no backward reads them) writes the state only. */
+#define NDWS_LSTM_FWD_BODY(T, SIG, TANH, ACT, GACT, PEEP, STORE)                              \
     for (ptrdiff_t k = 0; k < n; k++) {                                                       \
         T zg = (P[k] + S[k]) + bias[k];                                                       \
         T zf = (P[n + k] + S[n + k]) + bias[n + k];                                           \
@@ -56,12 +57,14 @@
             zo = zo + ct * peep[n + k];                                                       \
         o = NDWS_CELL_ACT(GACT, SIG, TANH, zo);                                               \
         at = NDWS_CELL_ACT(ACT, SIG, TANH, ct);                                               \
-        G[k] = g;                                                                             \
-        G[n + k] = f;                                                                         \
-        G[2 * n + k] = o;                                                                     \
-        G[3 * n + k] = i;                                                                     \
-        Ct[k] = ct;                                                                           \
-        At[k] = at;                                                                           \
+        if (STORE) {                                                                          \
+            G[k] = g;                                                                         \
+            G[n + k] = f;                                                                     \
+            G[2 * n + k] = o;                                                                 \
+            G[3 * n + k] = i;                                                                 \
+            Ct[k] = ct;                                                                       \
+            At[k] = at;                                                                       \
+        }                                                                                     \
         hb[k] = m * (o * at);                                                                 \
         c[k] = m * ct;                                                                        \
     }
@@ -108,7 +111,11 @@
 #define NDWS_LSTM_CASE(SFX, T, SIG, TANH, ACT, GACT, PEEP)                                    \
 static inline __attribute__((always_inline)) void                                             \
 ndws_lstm_fwd_##SFX##_##ACT##GACT##PEEP(NDWS_FWD_ARGS(T)) {                                   \
-    NDWS_LSTM_FWD_BODY(T, SIG, TANH, ACT, GACT, PEEP)                                         \
+    NDWS_LSTM_FWD_BODY(T, SIG, TANH, ACT, GACT, PEEP, 1)                                      \
+}                                                                                             \
+static inline __attribute__((always_inline)) void                                             \
+ndws_lstm_inf_##SFX##_##ACT##GACT##PEEP(NDWS_FWD_ARGS(T)) {                                   \
+    NDWS_LSTM_FWD_BODY(T, SIG, TANH, ACT, GACT, PEEP, 0)                                      \
 }                                                                                             \
 static inline __attribute__((always_inline)) void                                             \
 ndws_lstm_bwd_##SFX##_##ACT##GACT##PEEP(NDWS_BWD_ARGS(T)) {                                   \
@@ -119,8 +126,13 @@ ndws_lstm_bwd_##SFX##_##ACT##GACT##PEEP(NDWS_BWD_ARGS(T)) {                     
     NDWS_LSTM_CASE(SFX, T, SIG, TANH, ACT, GACT, 1)
 #define NDWS_FWD_CASE(SFX, ACT, GACT)                                                         \
     case ACT * 3 + GACT:                                                                      \
-        if (peep != NULL) ndws_lstm_fwd_##SFX##_##ACT##GACT##1(n, P, S, bias, peep, c, hb, G, \
-                                                               Ct, At, m);                    \
+        if (G == NULL) {                                                                      \
+            if (peep != NULL) ndws_lstm_inf_##SFX##_##ACT##GACT##1(n, P, S, bias, peep, c, hb,\
+                                                                   G, Ct, At, m);             \
+            else ndws_lstm_inf_##SFX##_##ACT##GACT##0(n, P, S, bias, peep, c, hb, G, Ct, At,  \
+                                                      m);                                     \
+        } else if (peep != NULL) ndws_lstm_fwd_##SFX##_##ACT##GACT##1(n, P, S, bias, peep, c, \
+                                                                      hb, G, Ct, At, m);      \
         else ndws_lstm_fwd_##SFX##_##ACT##GACT##0(n, P, S, bias, peep, c, hb, G, Ct, At, m);  \
         break;
 #define NDWS_BWD_CASE(SFX, ACT, GACT)                                                         \

@@ -6,7 +6,7 @@ gate order, masks and stored state (docs/recurrent.md).
 A layer's output is a time series (n, n_out, time) (NCW, the default) or (n, time, n_out)
 (NWC) whose memory is time-major, (time, n, n_out): each step's rows are contiguous, the next
 layer's input projection reads them as one matrix, and the rows an RnnOutputLayer or a dense
-layer after it gets are a view (docs/recurrent.md, "The layout of a time series").
+layer after it gets are a view (docs/recurrent.md, "Time series and a first network").
 
 What a pass keeps and where (docs/recurrent.md, "What goes in which workspace"): the output in
 ACTIVATIONS; in training, what the backward pass reads of every step (the gates, the cell, the
