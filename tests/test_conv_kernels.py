@@ -507,6 +507,41 @@ def test_bit_identical_on_one_and_two_threads(rng, dtype, small_grains):
             assert np.array_equal(a, c)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_weight_gradient_chunks_give_the_same_bits_on_one_and_two_threads(rng, dtype,
+                                                                          small_grains):
+    # Images of 1024+ output positions go two per chunk, so these batches take 3 chunks: with
+    # two threads a chunk's copies run beside the previous chunk's products (two sets of chunk
+    # buffers), with one they alternate; x is read in place when it has no padding and whole
+    # register-tile groups of channels (24 = 3 x 8 = 4 x 6), else copied padded. Also NHWC and a
+    # strided view, and a scratch sized for one thread, which runs the single-set schedule.
+    for shape, (s, p), fmt, view in [((5, 16, 32, 32, 12, (3, 3)), (1, 1), "NCHW", False),
+                                     ((5, 24, 33, 33, 20, (1, 1)), (1, 0), "NCHW", False),
+                                     ((5, 24, 33, 33, 20, (1, 1)), (1, 0), "NCHW", True),
+                                     ((5, 24, 34, 34, 9, (3, 3)), (1, 0), "NHWC", False),
+                                     ((6, 3, 66, 66, 8, (3, 3)), (2, 1), "NCHW", False)]:
+        x, w, _ = _data(rng, shape, dtype)
+        if view:
+            x = np.ascontiguousarray(np.concatenate([x, x], axis=1))[:, ::2]
+        oh = (shape[2] + 2 * p - shape[5][0]) // s + 1
+        dy = rng.standard_normal((shape[0], shape[4], oh, oh)).astype(dtype)
+        xx, dyy = (nhwc(x), nhwc(dy)) if fmt == "NHWC" else (x, dy)
+        got = {}
+        for n in (1, 2):
+            with ndws.num_threads(n):
+                got[n] = np.asarray(F.conv2d_backward(xx, w, dyy, s, p, data_format=fmt,
+                                                      need_input=False, need_bias=False)[1])
+        need1 = F.conv2d_scratch_bytes(xx.shape, w.shape, s, p, data_format=fmt, dtype=dtype,
+                                       backward=True, threads=1)
+        with ndws.num_threads(2):
+            got[3] = np.asarray(F.conv2d_backward(
+                xx, w, dyy, s, p, data_format=fmt, need_input=False, need_bias=False,
+                scratch=np.empty(need1, np.uint8))[1])
+        assert np.array_equal(got[1], got[2]) and np.array_equal(got[1], got[3])
+        close(got[1], ref_conv_backward(x, w, dy, s, p)[1],
+              ref_conv_backward(np.abs(x), w, np.abs(dy), s, p)[1], dtype)
+
+
 @pytest.mark.parametrize("isa", la.available_isas())
 def test_every_gemm_build_computes_the_same_convolution(rng, isa):
     # each build has its own register tile (MR x NR): the panels' edges move

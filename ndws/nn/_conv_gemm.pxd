@@ -58,7 +58,9 @@ cdef enum:
 ctypedef struct WgPlan:
     bint kwmode                 # tap groups are kernel-column runs (few channels)
     intp_t MR, NR, CIp, KWr, Hs, Ws, ps, img, P, Bc, COp, ncb, ngroups, nkwb, ncblk
-    intp_t shared_bytes
+    intp_t set_bytes            # one chunk's padded images and dY panels
+    intp_t shared_bytes         # with one such set (two let a chunk's copies overlap the
+                                # previous chunk's products: shared_bytes + set_bytes)
 
 ctypedef struct WgJob:
     Geom g
@@ -69,19 +71,23 @@ ctypedef struct WgJob:
     intp_t xs[4]
     const char* dy
     intp_t ds[4]
-    char* pad                   # chunk images, padded (Bc * img)
-    char* Bt                    # dY^T panels: ncb x (Bc*P) x NR
-    intp_t* posoff              # offset of each chunk position in `pad`
+    bint inplace                # A reads x itself (no padding, whole channel groups)
+    intp_t cs, rs, es, imgs     # A's channel, row, element and image strides (elements)
+    char* pad[2]                # chunk images, padded (Bc * img), per set
+    char* Bt[2]                 # dY^T panels: ncb x (Bc*P) x NR, per set
+    intp_t* posoff              # offset of each chunk position in an image set (or in x)
     char* acc                   # ngroups*MR x COp accumulators
-    intp_t n0, nb               # the chunk
-    bint first
-    int phase                   # the tasks being run: 1 (copy, pack) or 2 (products)
+    # one pool run: the copies of chunk `pre` into set `pre_set` (pre < 0: none; npre tasks),
+    # then the products of chunk `prod` from set `prod_set` (prod < 0: none)
+    intp_t pre, pre_set, npre, prod, prod_set
     intp_t ntasks
     long long next
 
 cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) noexcept nogil
-# dW (logical strides dws) of j's geometry from x and dY, the scratch carved from `shared`.
-cdef void _wg_run(WgJob* j, char* shared, char* dw, const intp_t* dws, int nt) noexcept nogil
+# dW (logical strides dws) of j's geometry from x and dY, the scratch carved from `shared`
+# (nbytes of it: with two sets the copies of a chunk overlap the previous chunk's products).
+cdef void _wg_run(WgJob* j, char* shared, intp_t nbytes, char* dw, const intp_t* dws, int nt
+                  ) noexcept nogil
 
 ctypedef struct DxJob:
     Geom g

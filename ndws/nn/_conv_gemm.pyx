@@ -469,12 +469,15 @@ cdef void _fwd_run(FwdJob* j, int nt) noexcept nogil:
 # ------------------------------------------------------------------------------------------------
 # Weight gradient: dW[co, c, i, j] = sum_{n, oh, ow} dY[n, co, oh, ow] * X[n, c, oh*SH - PT +
 # i*DH, ow*SW - PL + j*DW]. A GEMM whose reduction runs over output positions: C tiles are MR
-# taps x NR output channels; A is the padded input read in place (the MR taps of a tile are MR
-# channels at one (i, j), or MR consecutive kernel columns of one channel when there are few
-# channels: either way a fixed stride apart, so one offset per position addresses them), B is
-# dY transposed into panels of NR channels. Images go in chunks: phase 1 copies the chunk's
-# images and packs its dY (in parallel), phase 2 adds the chunk's products to every tile (tiles
-# in parallel). Each tile sums its chunks in order and each chunk in position order, so the
+# taps x NR output channels; A is the input (a padded copy, or x itself when there is no
+# padding), read in place (the MR taps of a tile are MR channels at one (i, j), or MR
+# consecutive kernel columns of one channel when there are few channels: either way a fixed
+# stride apart, so one offset per position addresses them), B is dY transposed into panels of
+# NR channels. Images go in chunks of a shape-fixed size: the copies (each image's padded copy,
+# each image's dY panels) fill one set of buffers while the products of the previous chunk
+# (tiles in parallel) read the other set, all in one pool run, so the copies (a fifth of the
+# work for 16 channels) run beside the products instead of between them. The micro-kernel sums
+# a chunk in a fresh fma chain over its positions, in order, and adds it to the tile: the
 # reduction over the batch does not depend on the thread count.
 
 
@@ -507,91 +510,108 @@ cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) 
                                       CHUNK_BYTES // _imax(1, W.img * item))))
     W.COp = _rup(g.CO, NR)
     W.ncb = W.COp // NR
-    W.shared_bytes = (_rup(W.Bc * W.img * item, ALIGN) + _rup(W.COp * W.Bc * W.P * item, ALIGN)
-                      + _rup(W.Bc * W.P * 8, ALIGN)
+    W.set_bytes = _rup(W.Bc * W.img * item, ALIGN) + _rup(W.COp * W.Bc * W.P * item, ALIGN)
+    W.shared_bytes = (W.set_bytes + _rup(W.Bc * W.P * 8, ALIGN)
                       + _rup(W.ngroups * MR * W.COp * item, ALIGN))
 
 
-
-cdef void _wg_phase1(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
+cdef void _wg_pre(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
+    # copy task t of chunk j.pre: image t's padded copy (unless x is read in place), or the dY
+    # panel cb of image b (t = [nb +] cb*nb + b)
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
-    cdef intp_t b, co, cb, q, oh, ow, jj, NR = W.NR, P = W.P, kc = j.nb * W.P
+    cdef intp_t n0 = j.pre * W.Bc, nb = _imin(W.Bc, g.N - n0), cb, b, co, q, oh, ow, jj
+    cdef intp_t NR = W.NR, P = W.P
     cdef const floating_t* dyn
     cdef floating_t* dst
-    if t < j.nb:
-        _pad_copy(<const floating_t*>j.x + (j.n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
-                  W.Hs, -g.PL, W.Ws, W.ps, W.Hs, <floating_t*>j.pad + t * W.img, g.C * W.ps)
-        return
-    cb = t - j.nb
-    dst = <floating_t*>j.Bt + cb * (W.Bc * P) * NR
+    if not j.inplace:
+        if t < nb:
+            _pad_copy(<const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
+                      W.Hs, -g.PL, W.Ws, W.ps, W.Hs, <floating_t*>j.pad[j.pre_set] + t * W.img,
+                      g.C * W.ps)
+            return
+        t -= nb
+    cb = t // nb
+    b = t - cb * nb
+    dst = <floating_t*>j.Bt[j.pre_set] + (cb * W.Bc + b) * P * NR
     for jj in range(NR):
         co = cb * NR + jj
         if co >= g.CO:
-            for q in range(kc):
+            for q in range(P):
                 dst[q * NR + jj] = 0
             continue
+        dyn = <const floating_t*>j.dy + (n0 + b) * j.ds[0] + co * j.ds[1]
         q = 0
-        for b in range(j.nb):
-            dyn = <const floating_t*>j.dy + (j.n0 + b) * j.ds[0] + co * j.ds[1]
-            for oh in range(g.OH):
-                for ow in range(g.OW):
-                    dst[q * NR + jj] = dyn[oh * j.ds[2] + ow * j.ds[3]]
-                    q += 1
+        for oh in range(g.OH):
+            for ow in range(g.OW):
+                dst[q * NR + jj] = dyn[oh * j.ds[2] + ow * j.ds[3]]
+                q += 1
 
 
-cdef void _wg_phase2(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
+cdef void _wg_tile(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
+    # tile t (tap group, channel panel) of chunk j.prod: its products added to the accumulator
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
     cdef intp_t grp = t // W.ncb, cb = t % W.ncb, tap, ars, i, jj, c
+    cdef intp_t nb = _imin(W.Bc, g.N - j.prod * W.Bc)
     cdef const floating_t* A
     if W.kwmode:
         # grp = (c*KH + i)*nkwb + kwb: MR consecutive kernel columns of channel c, row i
         c = grp // (g.KH * W.nkwb)
         i = (grp // W.nkwb) % g.KH
         jj = (grp % W.nkwb) * W.MR
-        tap = c * W.ps + i * g.DH * W.Ws + jj * g.DW
-        ars = g.DW
+        ars = g.DW * j.es
     else:
         # grp = (i*KW + jj)*ncblk + cblk: MR consecutive channels at kernel position (i, jj)
         i = grp // (g.KW * W.ncblk)
         jj = (grp // W.ncblk) % g.KW
         c = (grp % W.ncblk) * W.MR
-        tap = c * W.ps + i * g.DH * W.Ws + jj * g.DW
-        ars = W.ps
-    A = <const floating_t*>j.pad + tap
-    _ukr(j.T, j.nb * W.P, A, j.posoff, ars,
-         <const floating_t*>j.Bt + cb * (W.Bc * W.P) * W.NR, NULL,
-         <floating_t*>j.acc + grp * W.MR * W.COp + cb * W.NR, W.COp, 0 if j.first else 1)
+        ars = j.cs
+    tap = c * j.cs + i * g.DH * j.rs + jj * g.DW * j.es
+    if j.inplace:
+        A = <const floating_t*>j.x + j.prod * W.Bc * j.xs[0] + tap
+    else:
+        A = <const floating_t*>j.pad[j.prod_set] + tap
+    _ukr(j.T, nb * W.P, A, j.posoff, ars,
+         <const floating_t*>j.Bt[j.prod_set] + cb * (W.Bc * W.P) * W.NR, NULL,
+         <floating_t*>j.acc + grp * W.MR * W.COp + cb * W.NR, W.COp, j.prod > 0)
 
 
 cdef void _wg_worker(void* ctx) noexcept nogil:
-    # tasks of j.phase (1: copy images, pack dY; 2: the products) until none is left
+    # the run's copies, then its products, claimed one at a time until none is left
     cdef WgJob* j = <WgJob*>ctx
     cdef long long t
     while True:
         t = ndws_claim(&j.next)
         if t >= j.ntasks:
             return
-        if j.phase == 1:
+        if t < j.npre:
             if j.f64:
-                _wg_phase1(j, t, <float64_t>0)
+                _wg_pre(j, t, <float64_t>0)
             else:
-                _wg_phase1(j, t, <float32_t>0)
+                _wg_pre(j, t, <float32_t>0)
         elif j.f64:
-            _wg_phase2(j, t, <float64_t>0)
+            _wg_tile(j, t - j.npre, <float64_t>0)
         else:
-            _wg_phase2(j, t, <float32_t>0)
+            _wg_tile(j, t - j.npre, <float32_t>0)
 
 
-cdef void _run_phase(WgJob* j, int phase, intp_t ntasks, int nt) noexcept nogil:
-    j.phase = phase
-    j.ntasks = ntasks
+cdef void _wg_step(WgJob* j, intp_t pre, intp_t pre_set, intp_t prod, intp_t prod_set, int nt
+                   ) noexcept nogil:
+    # one pool run: chunk pre's copies (pre < 0: none), chunk prod's products (prod < 0: none)
+    cdef const WgPlan* W = &j.w
+    cdef intp_t nb
+    j.pre, j.pre_set, j.prod, j.prod_set = pre, pre_set, prod, prod_set
+    j.npre = 0
+    if pre >= 0:
+        nb = _imin(W.Bc, j.g.N - pre * W.Bc)
+        j.npre = (0 if j.inplace else nb) + W.ncb * nb
+    j.ntasks = j.npre + (W.ngroups * W.ncb if prod >= 0 else 0)
     j.next = 0
-    if nt <= 1 or ntasks <= 1:
+    if nt <= 1 or j.ntasks <= 1:
         _wg_worker(j)
     else:
-        pool_run(_wg_worker, j, <int>_imin(nt, ntasks) - 1)
+        pool_run(_wg_worker, j, <int>_imin(nt, j.ntasks) - 1)
 
 
 cdef void _wg_scatter(const WgJob* j, char* dw, const intp_t* dws, floating_t dummy
@@ -614,33 +634,46 @@ cdef void _wg_scatter(const WgJob* j, char* dw, const intp_t* dws, floating_t du
                         acc[row * W.COp + co]
 
 
-cdef void _wg_run(WgJob* j, char* shared, char* dw, const intp_t* dws, int nt) noexcept nogil:
+cdef void _wg_run(WgJob* j, char* shared, intp_t nbytes, char* dw, const intp_t* dws, int nt
+                  ) noexcept nogil:
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
     cdef char* cur = shared
-    cdef intp_t item = 8 if j.f64 else 4, b, q, oh, ow
-    j.pad = _take(&cur, W.Bc * W.img * item)
-    j.Bt = _take(&cur, W.COp * W.Bc * W.P * item)
+    cdef intp_t item = 8 if j.f64 else 4, b, q, oh, ow, s, nchunks = _cdiv(g.N, W.Bc)
+    cdef bint two = nt > 1 and nchunks > 1 and nbytes >= W.shared_bytes + W.set_bytes
+    # x itself as A when no copy would add anything: no padding and whole groups of MR channels
+    j.inplace = (not W.kwmode and W.CIp == g.C and g.PT == 0 and g.PB == 0 and g.PL == 0
+                 and g.PR == 0)
+    if j.inplace:
+        j.cs, j.rs, j.es, j.imgs = j.xs[1], j.xs[2], j.xs[3], j.xs[0]
+    else:
+        j.cs, j.rs, j.es, j.imgs = W.ps, W.Ws, 1, W.img
+    for s in range(2 if two else 1):
+        j.pad[s] = _take(&cur, W.Bc * W.img * item)
+        j.Bt[s] = _take(&cur, W.COp * W.Bc * W.P * item)
+        # padding planes (channels C..CIp) stay zero: the copies only write the real channels
+        if not j.inplace:
+            memset(j.pad[s], 0, W.Bc * W.img * item)
+    if not two:
+        j.pad[1], j.Bt[1] = j.pad[0], j.Bt[0]
     j.posoff = <intp_t*>_take(&cur, W.Bc * W.P * 8)
     j.acc = _take(&cur, W.ngroups * W.MR * W.COp * item)
-    # padding planes (channels C..CIp) stay zero: the copies only write the real channels
-    memset(j.pad, 0, W.Bc * W.img * item)
     q = 0
     for b in range(W.Bc):
         for oh in range(g.OH):
             for ow in range(g.OW):
-                j.posoff[q] = b * W.img + oh * g.SH * W.Ws + ow * g.SW
+                j.posoff[q] = b * j.imgs + oh * g.SH * j.rs + ow * g.SW * j.es
                 q += 1
     if g.N == 0:
         memset(j.acc, 0, W.ngroups * W.MR * W.COp * item)
-    j.first = True
-    j.n0 = 0
-    while j.n0 < g.N:
-        j.nb = _imin(W.Bc, g.N - j.n0)
-        _run_phase(j, 1, j.nb + W.ncb, nt)
-        _run_phase(j, 2, W.ngroups * W.ncb, nt)
-        j.first = False
-        j.n0 += j.nb
+    if two:
+        # run s: chunk s's copies into set s % 2 beside chunk s - 1's products from the other
+        for s in range(nchunks + 1):
+            _wg_step(j, s if s < nchunks else -1, s % 2, s - 1, (s - 1) % 2, nt)
+    else:
+        for s in range(nchunks):
+            _wg_step(j, s, 0, -1, 0, nt)
+            _wg_step(j, -1, 0, s, 0, nt)
     if j.f64:
         _wg_scatter(j, dw, dws, <float64_t>0)
     else:
