@@ -181,14 +181,16 @@ def test_conv2d_forward_and_backward_match_numpy(rng, dtype, fmt, shape):
 def test_the_grid_covers_every_algorithm():
     from ndws.nn import _conv2d
     seen = {"forward": set(), "input_grad": set(), "weight_grad": set()}
-    for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES, GRID):
+    # (and 10 -> 24 channels: row taps on every build's tile, 6x16 or 8x32)
+    for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES + [(2, 10, 8, 8, 24, (3, 3))],
+                                                           GRID):
         if _fits((N, C, H, W, O, k), s, p, d):
             for key, name in _conv2d._algorithms((N, C, H, W), (O, C) + k, s, p, d).items():
                 seen[key].add(name)
     assert seen["forward"] == {"winograd", "direct", "packed", "positions"}
     # the input gradient is the forward engine on the flipped kernel, or col2im
     assert {"winograd", "col2im", "direct"} <= seen["input_grad"]
-    assert seen["weight_grad"] == {"channel taps", "column taps"}
+    assert seen["weight_grad"] == {"channel taps", "column taps", "row taps"}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -513,9 +515,13 @@ def test_weight_gradient_chunks_give_the_same_bits_on_one_and_two_threads(rng, d
     # Images of 1024+ output positions go two per chunk, so these batches take 3 chunks: with
     # two threads a chunk's copies run beside the previous chunk's products (two sets of chunk
     # buffers), with one they alternate; x is read in place when it has no padding and whole
-    # register-tile groups of channels (24 = 3 x 8 = 4 x 6), else copied padded. Also NHWC and a
-    # strided view, and a scratch sized for one thread, which runs the single-set schedule.
+    # register-tile groups of channels (24 = 3 x 8 = 4 x 6), else copied padded, or channels
+    # last for row taps (16 -> 16 on an 8x32 tile, 16 -> 12 on 6x16). Also NHWC and a strided
+    # view, and a scratch sized for one thread, which runs the single-set schedule.
     for shape, (s, p), fmt, view in [((5, 16, 32, 32, 12, (3, 3)), (1, 1), "NCHW", False),
+                                     ((5, 16, 32, 32, 16, (3, 3)), (1, 1), "NCHW", False),
+                                     ((5, 16, 32, 32, 16, (3, 3)), (1, 1), "NCHW", True),
+                                     ((5, 16, 32, 32, 16, (3, 3)), (2, 1), "NHWC", False),
                                      ((5, 24, 33, 33, 20, (1, 1)), (1, 0), "NCHW", False),
                                      ((5, 24, 33, 33, 20, (1, 1)), (1, 0), "NCHW", True),
                                      ((5, 24, 34, 34, 9, (3, 3)), (1, 0), "NHWC", False),

@@ -639,7 +639,7 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     dict
         ``forward``: "winograd", "direct" (virtual columns), "packed" or "positions" (1x1);
         ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
-        taps" or "column taps" (the weight gradient's tap groups).
+        taps", "column taps" or "row taps" (the weight gradient's tap groups).
     """
     cdef str op = "_algorithms"
     cdef Geom g, f
@@ -660,5 +660,6 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     else:
         out["input_grad"] = "col2im"
     _wg_plan(&g, MR, NR, dt.itemsize, &W)
-    out["weight_grad"] = "column taps" if W.kwmode else "channel taps"
+    out["weight_grad"] = ("row taps" if W.rowmode else "column taps" if W.kwmode
+                          else "channel taps")
     return out

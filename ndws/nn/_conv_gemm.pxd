@@ -57,7 +57,9 @@ cdef enum:
 
 ctypedef struct WgPlan:
     bint kwmode                 # tap groups are kernel-column runs (few channels)
+    bint rowmode                # C tiles are MR output channels x NR row taps (few outputs)
     intp_t MR, NR, CIp, KWr, Hs, Ws, ps, img, P, Bc, COp, ncb, ngroups, nkwb, ncblk
+    intp_t ngr                  # rowmode: tap groups of NR (kernel column, channel) per row
     intp_t set_bytes            # one chunk's padded images and dY panels
     intp_t shared_bytes         # with one such set (two let a chunk's copies overlap the
                                 # previous chunk's products: shared_bytes + set_bytes)
@@ -76,6 +78,7 @@ ctypedef struct WgJob:
     char* pad[2]                # chunk images, padded (Bc * img), per set
     char* Bt[2]                 # dY^T panels: ncb x (Bc*P) x NR, per set
     intp_t* posoff              # offset of each chunk position in an image set (or in x)
+    intp_t* dyoff               # rowmode: offset of each chunk position in dY
     char* acc                   # ngroups*MR x COp accumulators
     # one pool run: the copies of chunk `pre` into set `pre_set` (pre < 0: none; npre tasks),
     # then the products of chunk `prod` from set `prod_set` (prod < 0: none)

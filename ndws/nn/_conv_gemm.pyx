@@ -482,6 +482,10 @@ cdef void _fwd_run(FwdJob* j, int nt) noexcept nogil:
 
 
 
+cdef enum:
+    WG_PACK_ROWS = 64           # positions per block of the dY transpose
+
+
 cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) noexcept nogil:
     W.MR = MR
     W.NR = NR
@@ -503,16 +507,66 @@ cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) 
         W.ngroups = g.KH * g.KW * W.ncblk
         W.Ws = (g.OW - 1) * g.SW + g.EKW
     W.Hs = (g.OH - 1) * g.SH + g.EKH
-    W.ps = W.Hs * W.Ws
-    W.img = W.CIp * W.ps
     W.P = g.OH * g.OW
+    # Row taps when the output channels fill MR-row panels exactly but waste much of an NR-wide
+    # one and their groups waste less: tiles of MR output channels x NR taps of one kernel row,
+    # NR consecutive (kernel column, channel) pairs, which a channels-last copy holds
+    # contiguously at every position (res 16->16 3x3: 48 of 64 columns used, against 16 of 32
+    # channel columns). dY is then A, read in place. Few-channel inputs (C <= 4) keep the
+    # other groupings.
+    W.ngr = _cdiv(g.KW * g.C, NR)
+    W.rowmode = (g.DW == 1 and g.C > 4 and g.CO % MR == 0
+                 and <double>g.KW * g.C / (W.ngr * NR) * _rup(g.CO, NR)
+                 > <double>(g.KW * g.C if W.kwmode else g.C)
+                   / (g.C * W.KWr if W.kwmode else W.CIp) * g.CO)
+    if W.rowmode:
+        W.kwmode = False
+        W.CIp = g.C
+        W.Ws = (g.OW - 1) * g.SW + g.EKW
+        W.ps = W.Ws * g.C                   # a copy row: Ws pixels of C channels
+        W.img = W.Hs * W.ps + NR            # the last group of the last row reads past it
+        W.COp = g.CO
+        W.ncb = g.CO // MR                  # panels of MR output channels
+        W.ngroups = g.KH * W.ngr
+    else:
+        W.ps = W.Hs * W.Ws
+        W.img = W.CIp * W.ps
+        W.COp = _rup(g.CO, NR)
+        W.ncb = W.COp // NR
     W.Bc = _imax(1, _imin(g.N, _imin(_cdiv(CHUNK_POSITIONS, W.P),
                                       CHUNK_BYTES // _imax(1, W.img * item))))
-    W.COp = _rup(g.CO, NR)
-    W.ncb = W.COp // NR
-    W.set_bytes = _rup(W.Bc * W.img * item, ALIGN) + _rup(W.COp * W.Bc * W.P * item, ALIGN)
-    W.shared_bytes = (W.set_bytes + _rup(W.Bc * W.P * 8, ALIGN)
-                      + _rup(W.ngroups * MR * W.COp * item, ALIGN))
+    W.set_bytes = _rup(W.Bc * W.img * item, ALIGN)
+    if not W.rowmode:
+        W.set_bytes += _rup(W.COp * W.Bc * W.P * item, ALIGN)
+    W.shared_bytes = (W.set_bytes + _rup(W.Bc * W.P * 8, ALIGN) * (2 if W.rowmode else 1)
+                      + _rup(W.ngroups * (NR if W.rowmode else MR) * W.COp * item, ALIGN))
+
+
+cdef void _hwc_copy(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, intp_t W,
+                    intp_t row0, intp_t rows, intp_t col0, intp_t Ws, floating_t* dst,
+                    intp_t total) noexcept nogil:
+    """dst[(i*Ws + j)*C + c] := x[c, row0 + i, col0 + j] (0 outside the image) for i < rows,
+    j < Ws: channels last; the rest up to `total` elements zeroed."""
+    cdef intp_t i, ih, j, c, iw, lo = _imin(Ws, _imax(0, -col0))
+    cdef intp_t hi = _imax(lo, _imin(Ws, W - col0))
+    cdef floating_t* d
+    cdef const floating_t* s
+    for i in range(rows):
+        d = dst + i * Ws * C
+        ih = row0 + i
+        if ih < 0 or ih >= H or hi == lo:
+            memset(d, 0, Ws * C * sizeof(floating_t))
+            continue
+        if lo:
+            memset(d, 0, lo * C * sizeof(floating_t))
+        for c in range(C):
+            s = xn + c * xs[1] + ih * xs[2] + col0 * xs[3]
+            for j in range(lo, hi):
+                d[j * C + c] = s[j * xs[3]]
+        if hi < Ws:
+            memset(d + hi * C, 0, (Ws - hi) * C * sizeof(floating_t))
+    if total > rows * Ws * C:
+        memset(dst + rows * Ws * C, 0, (total - rows * Ws * C) * sizeof(floating_t))
 
 
 cdef void _wg_pre(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
@@ -520,10 +574,16 @@ cdef void _wg_pre(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
     # panel cb of image b (t = [nb +] cb*nb + b)
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
-    cdef intp_t n0 = j.pre * W.Bc, nb = _imin(W.Bc, g.N - n0), cb, b, co, q, oh, ow, jj
-    cdef intp_t NR = W.NR, P = W.P
+    cdef intp_t n0 = j.pre * W.Bc, nb = _imin(W.Bc, g.N - n0), cb, b, q, oh, ow, jj
+    cdef intp_t NR = W.NR, P = W.P, cv, q0, qn, oh0, ow0
     cdef const floating_t* dyn
+    cdef const floating_t* src
     cdef floating_t* dst
+    cdef floating_t* d
+    if W.rowmode:
+        _hwc_copy(<const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
+                  W.Hs, -g.PL, W.Ws, <floating_t*>j.pad[j.pre_set] + t * W.img, W.img)
+        return
     if not j.inplace:
         if t < nb:
             _pad_copy(<const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
@@ -534,18 +594,33 @@ cdef void _wg_pre(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
     cb = t // nb
     b = t - cb * nb
     dst = <floating_t*>j.Bt[j.pre_set] + (cb * W.Bc + b) * P * NR
-    for jj in range(NR):
-        co = cb * NR + jj
-        if co >= g.CO:
-            for q in range(P):
-                dst[q * NR + jj] = 0
-            continue
-        dyn = <const floating_t*>j.dy + (n0 + b) * j.ds[0] + co * j.ds[1]
-        q = 0
-        for oh in range(g.OH):
-            for ow in range(g.OW):
-                dst[q * NR + jj] = dyn[oh * j.ds[2] + ow * j.ds[3]]
-                q += 1
+    dyn = <const floating_t*>j.dy + (n0 + b) * j.ds[0] + cb * NR * j.ds[1]
+    cv = _imin(NR, g.CO - cb * NR)
+    # by blocks of WG_PACK_ROWS positions, whose NR-wide rows (8 KiB for 64 x 32 float32)
+    # stay in L1 while each channel's run is written down a column: a channel's column over
+    # a whole image touches a cache line per position (res 16->16 on 32x32: 1024 lines, past
+    # L1, for every one of the 32 channels)
+    q0 = 0
+    oh0 = ow0 = 0
+    while q0 < P:
+        qn = _imin(WG_PACK_ROWS, P - q0)
+        for jj in range(cv):
+            src = dyn + jj * j.ds[1]
+            oh, ow = oh0, ow0
+            d = dst + q0 * NR + jj
+            for q in range(qn):
+                d[q * NR] = src[oh * j.ds[2] + ow * j.ds[3]]
+                ow += 1
+                if ow == g.OW:
+                    ow = 0
+                    oh += 1
+        if cv < NR:
+            for q in range(qn):
+                memset(dst + (q0 + q) * NR + cv, 0, (NR - cv) * sizeof(floating_t))
+        ow0 += qn
+        oh0 += ow0 // g.OW
+        ow0 %= g.OW
+        q0 += qn
 
 
 cdef void _wg_tile(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
@@ -555,6 +630,16 @@ cdef void _wg_tile(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
     cdef intp_t grp = t // W.ncb, cb = t % W.ncb, tap, ars, i, jj, c
     cdef intp_t nb = _imin(W.Bc, g.N - j.prod * W.Bc)
     cdef const floating_t* A
+    if W.rowmode:
+        # cb: the panel of MR output channels; grp = i*ngr + gr: taps gr*NR .. gr*NR + NR - 1
+        # of kernel row i, (kernel column, channel) pairs in the copy's order
+        i = grp // W.ngr
+        _ukr(j.T, nb * W.P, <const floating_t*>j.dy + j.prod * W.Bc * j.ds[0]
+             + cb * W.MR * j.ds[1], j.dyoff, j.ds[1],
+             <const floating_t*>j.pad[j.prod_set] + i * g.DH * W.ps + (grp % W.ngr) * W.NR,
+             j.posoff, <floating_t*>j.acc + cb * W.MR * W.ngroups * W.NR + grp * W.NR,
+             W.ngroups * W.NR, j.prod > 0)
+        return
     if W.kwmode:
         # grp = (c*KH + i)*nkwb + kwb: MR consecutive kernel columns of channel c, row i
         c = grp // (g.KH * W.nkwb)
@@ -605,7 +690,7 @@ cdef void _wg_step(WgJob* j, intp_t pre, intp_t pre_set, intp_t prod, intp_t pro
     j.npre = 0
     if pre >= 0:
         nb = _imin(W.Bc, j.g.N - pre * W.Bc)
-        j.npre = (0 if j.inplace else nb) + W.ncb * nb
+        j.npre = nb if W.rowmode else (0 if j.inplace else nb) + W.ncb * nb
     j.ntasks = j.npre + (W.ngroups * W.ncb if prod >= 0 else 0)
     j.next = 0
     if nt <= 1 or j.ntasks <= 1:
@@ -622,6 +707,15 @@ cdef void _wg_scatter(const WgJob* j, char* dw, const intp_t* dws, floating_t du
     cdef intp_t co, c, i, jj, row
     cdef const floating_t* acc = <const floating_t*>j.acc
     cdef floating_t* out = <floating_t*>dw
+    if W.rowmode:
+        # acc row co, column (i*ngr)*NR + jj*C + c
+        for co in range(g.CO):
+            for c in range(g.C):
+                for i in range(g.KH):
+                    for jj in range(g.KW):
+                        out[co * dws[0] + c * dws[1] + i * dws[2] + jj * dws[3]] = \
+                            acc[co * W.ngroups * W.NR + i * W.ngr * W.NR + jj * g.C + c]
+        return
     for c in range(g.C):
         for i in range(g.KH):
             for jj in range(g.KW):
@@ -642,30 +736,35 @@ cdef void _wg_run(WgJob* j, char* shared, intp_t nbytes, char* dw, const intp_t*
     cdef intp_t item = 8 if j.f64 else 4, b, q, oh, ow, s, nchunks = _cdiv(g.N, W.Bc)
     cdef bint two = nt > 1 and nchunks > 1 and nbytes >= W.shared_bytes + W.set_bytes
     # x itself as A when no copy would add anything: no padding and whole groups of MR channels
-    j.inplace = (not W.kwmode and W.CIp == g.C and g.PT == 0 and g.PB == 0 and g.PL == 0
-                 and g.PR == 0)
-    if j.inplace:
+    j.inplace = (not W.kwmode and not W.rowmode and W.CIp == g.C and g.PT == 0 and g.PB == 0
+                 and g.PL == 0 and g.PR == 0)
+    if W.rowmode:
+        j.cs, j.rs, j.es, j.imgs = 1, W.ps, g.C, W.img
+    elif j.inplace:
         j.cs, j.rs, j.es, j.imgs = j.xs[1], j.xs[2], j.xs[3], j.xs[0]
     else:
         j.cs, j.rs, j.es, j.imgs = W.ps, W.Ws, 1, W.img
     for s in range(2 if two else 1):
         j.pad[s] = _take(&cur, W.Bc * W.img * item)
-        j.Bt[s] = _take(&cur, W.COp * W.Bc * W.P * item)
+        j.Bt[s] = NULL if W.rowmode else _take(&cur, W.COp * W.Bc * W.P * item)
         # padding planes (channels C..CIp) stay zero: the copies only write the real channels
-        if not j.inplace:
+        if not j.inplace and not W.rowmode:
             memset(j.pad[s], 0, W.Bc * W.img * item)
     if not two:
         j.pad[1], j.Bt[1] = j.pad[0], j.Bt[0]
     j.posoff = <intp_t*>_take(&cur, W.Bc * W.P * 8)
-    j.acc = _take(&cur, W.ngroups * W.MR * W.COp * item)
+    j.dyoff = <intp_t*>_take(&cur, W.Bc * W.P * 8) if W.rowmode else NULL
+    j.acc = _take(&cur, W.ngroups * (W.NR if W.rowmode else W.MR) * W.COp * item)
     q = 0
     for b in range(W.Bc):
         for oh in range(g.OH):
             for ow in range(g.OW):
                 j.posoff[q] = b * j.imgs + oh * g.SH * j.rs + ow * g.SW * j.es
+                if W.rowmode:
+                    j.dyoff[q] = b * j.ds[0] + oh * j.ds[2] + ow * j.ds[3]
                 q += 1
     if g.N == 0:
-        memset(j.acc, 0, W.ngroups * W.MR * W.COp * item)
+        memset(j.acc, 0, W.ngroups * (W.NR if W.rowmode else W.MR) * W.COp * item)
     if two:
         # run s: chunk s's copies into set s % 2 beside chunk s - 1's products from the other
         for s in range(nchunks + 1):
