@@ -220,14 +220,14 @@ cdef int _wg_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray 
 
 
 cdef intp_t _wg_need(const Geom* g, bint f64, int nt) except -1:
-    # the weight gradient's scratch on nt threads: with two or more, a second set of chunk
-    # buffers lets a chunk's copies run beside the previous chunk's products (_wg_run)
+    # the weight gradient's scratch on nt threads: with two or more, two more sets of chunk
+    # buffers let a chunk's copies run beside the previous chunk's products (_wg_run)
     cdef WgPlan W
     cdef intp_t MR, NR
     _tile_of(gemm_table(), f64, &MR, &NR)
     _wg_plan(g, MR, NR, 8 if f64 else 4, &W)
-    if nt > 1 and g.N > W.Bc:
-        return W.shared_bytes + W.set_bytes
+    if nt > 1 and W.nchunks > 1:
+        return W.shared_bytes + 2 * W.set_bytes
     return W.shared_bytes
 
 def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, data_format="NCHW", activation=None,

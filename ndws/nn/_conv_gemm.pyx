@@ -25,6 +25,32 @@ from ndws.nn._conv cimport Geom, ALIGN, TILE_MAX, _rup, _cdiv, _imin, _imax, _ta
 cdef extern from *:
     void __builtin_prefetch(const void* p) noexcept nogil
 
+cdef extern from *:
+    """
+    /* the weight gradient's dependencies: a task publishes its writes with a release add, a
+       waiter acquires them; it spins (yielding now and then: the task it waits for may want
+       this core) */
+    #if defined(__unix__) || defined(__APPLE__)
+    #include <sched.h>
+    #define NDWS_WG_YIELD() sched_yield()
+    #else
+    #define NDWS_WG_YIELD() ((void)0)
+    #endif
+    static inline void ndws_wg_done(long long* p) { __atomic_add_fetch(p, 1, __ATOMIC_RELEASE); }
+    static inline void ndws_wg_wait(long long* p, long long v) {
+        unsigned spins = 0;
+        while (__atomic_load_n(p, __ATOMIC_ACQUIRE) < v) {
+    #if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+    #endif
+            if (++spins % 1024 == 0)
+                NDWS_WG_YIELD();
+        }
+    }
+    """
+    void ndws_wg_done(long long* p) noexcept nogil
+    void ndws_wg_wait(long long* p, long long v) noexcept nogil
+
 # ------------------------------------------------------------------------------------------------
 # Shared nogil pieces: the padded copy of an image, weight packing, bias and activation
 
@@ -535,11 +561,14 @@ cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) 
         W.ncb = W.COp // NR
     W.Bc = _imax(1, _imin(g.N, _imin(_cdiv(CHUNK_POSITIONS, W.P),
                                       CHUNK_BYTES // _imax(1, W.img * item))))
+    W.nchunks = _cdiv(g.N, W.Bc)
+    W.ntiles = W.ngroups * W.ncb
     W.set_bytes = _rup(W.Bc * W.img * item, ALIGN)
     if not W.rowmode:
         W.set_bytes += _rup(W.COp * W.Bc * W.P * item, ALIGN)
     W.shared_bytes = (W.set_bytes + _rup(W.Bc * W.P * 8, ALIGN) * (2 if W.rowmode else 1)
-                      + _rup(W.ngroups * (NR if W.rowmode else MR) * W.COp * item, ALIGN))
+                      + _rup(W.ngroups * (NR if W.rowmode else MR) * W.COp * item, ALIGN)
+                      + _rup((2 * W.nchunks + W.ntiles) * 8, ALIGN))
 
 
 cdef void _hwc_copy(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, intp_t W,
@@ -569,12 +598,13 @@ cdef void _hwc_copy(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, 
         memset(dst + rows * Ws * C, 0, (total - rows * Ws * C) * sizeof(floating_t))
 
 
-cdef void _wg_pre(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
-    # copy task t of chunk j.pre: image t's padded copy (unless x is read in place), or the dY
+cdef void _wg_pre(WgJob* j, intp_t ch, intp_t t, floating_t dummy) noexcept nogil:
+    # copy task t of chunk ch: image t's padded copy (unless x is read in place), or the dY
     # panel cb of image b (t = [nb +] cb*nb + b)
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
-    cdef intp_t n0 = j.pre * W.Bc, nb = _imin(W.Bc, g.N - n0), cb, b, q, oh, ow, jj
+    cdef intp_t n0 = ch * W.Bc, nb = _imin(W.Bc, g.N - n0), cb, b, q, oh, ow, jj
+    cdef intp_t st = ch % j.nsets
     cdef intp_t NR = W.NR, P = W.P, cv, q0, qn, oh0, ow0
     cdef const floating_t* dyn
     cdef const floating_t* src
@@ -582,18 +612,18 @@ cdef void _wg_pre(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
     cdef floating_t* d
     if W.rowmode:
         _hwc_copy(<const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
-                  W.Hs, -g.PL, W.Ws, <floating_t*>j.pad[j.pre_set] + t * W.img, W.img)
+                  W.Hs, -g.PL, W.Ws, <floating_t*>j.pad[st] + t * W.img, W.img)
         return
     if not j.inplace:
         if t < nb:
             _pad_copy(<const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
-                      W.Hs, -g.PL, W.Ws, W.ps, W.Hs, <floating_t*>j.pad[j.pre_set] + t * W.img,
+                      W.Hs, -g.PL, W.Ws, W.ps, W.Hs, <floating_t*>j.pad[st] + t * W.img,
                       g.C * W.ps)
             return
         t -= nb
     cb = t // nb
     b = t - cb * nb
-    dst = <floating_t*>j.Bt[j.pre_set] + (cb * W.Bc + b) * P * NR
+    dst = <floating_t*>j.Bt[st] + (cb * W.Bc + b) * P * NR
     dyn = <const floating_t*>j.dy + (n0 + b) * j.ds[0] + cb * NR * j.ds[1]
     cv = _imin(NR, g.CO - cb * NR)
     # by blocks of WG_PACK_ROWS positions, whose NR-wide rows (8 KiB for 64 x 32 float32)
@@ -623,22 +653,22 @@ cdef void _wg_pre(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
         q0 += qn
 
 
-cdef void _wg_tile(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
-    # tile t (tap group, channel panel) of chunk j.prod: its products added to the accumulator
+cdef void _wg_tile(WgJob* j, intp_t ch, intp_t t, floating_t dummy) noexcept nogil:
+    # tile t (tap group, channel panel) of chunk ch: its products added to the accumulator
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
-    cdef intp_t grp = t // W.ncb, cb = t % W.ncb, tap, ars, i, jj, c
-    cdef intp_t nb = _imin(W.Bc, g.N - j.prod * W.Bc)
+    cdef intp_t grp = t // W.ncb, cb = t % W.ncb, tap, ars, i, jj, c, st = ch % j.nsets
+    cdef intp_t nb = _imin(W.Bc, g.N - ch * W.Bc)
     cdef const floating_t* A
     if W.rowmode:
         # cb: the panel of MR output channels; grp = i*ngr + gr: taps gr*NR .. gr*NR + NR - 1
         # of kernel row i, (kernel column, channel) pairs in the copy's order
         i = grp // W.ngr
-        _ukr(j.T, nb * W.P, <const floating_t*>j.dy + j.prod * W.Bc * j.ds[0]
+        _ukr(j.T, nb * W.P, <const floating_t*>j.dy + ch * W.Bc * j.ds[0]
              + cb * W.MR * j.ds[1], j.dyoff, j.ds[1],
-             <const floating_t*>j.pad[j.prod_set] + i * g.DH * W.ps + (grp % W.ngr) * W.NR,
+             <const floating_t*>j.pad[st] + i * g.DH * W.ps + (grp % W.ngr) * W.NR,
              j.posoff, <floating_t*>j.acc + cb * W.MR * W.ngroups * W.NR + grp * W.NR,
-             W.ngroups * W.NR, j.prod > 0)
+             W.ngroups * W.NR, ch > 0)
         return
     if W.kwmode:
         # grp = (c*KH + i)*nkwb + kwb: MR consecutive kernel columns of channel c, row i
@@ -654,49 +684,59 @@ cdef void _wg_tile(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
         ars = j.cs
     tap = c * j.cs + i * g.DH * j.rs + jj * g.DW * j.es
     if j.inplace:
-        A = <const floating_t*>j.x + j.prod * W.Bc * j.xs[0] + tap
+        A = <const floating_t*>j.x + ch * W.Bc * j.xs[0] + tap
     else:
-        A = <const floating_t*>j.pad[j.prod_set] + tap
+        A = <const floating_t*>j.pad[st] + tap
     _ukr(j.T, nb * W.P, A, j.posoff, ars,
-         <const floating_t*>j.Bt[j.prod_set] + cb * (W.Bc * W.P) * W.NR, NULL,
-         <floating_t*>j.acc + grp * W.MR * W.COp + cb * W.NR, W.COp, j.prod > 0)
+         <const floating_t*>j.Bt[st] + cb * (W.Bc * W.P) * W.NR, NULL,
+         <floating_t*>j.acc + grp * W.MR * W.COp + cb * W.NR, W.COp, ch > 0)
+
+
+cdef inline intp_t _wg_copies(const WgJob* j, intp_t ch) noexcept nogil:
+    # copy tasks of chunk ch: per image its copy (none when x is read in place) and, unless
+    # dY is read in place (row taps), its ncb dY panels
+    cdef intp_t nb = _imin(j.w.Bc, j.g.N - ch * j.w.Bc)
+    if j.w.rowmode:
+        return nb
+    return (0 if j.inplace else nb) + j.w.ncb * nb
 
 
 cdef void _wg_worker(void* ctx) noexcept nogil:
-    # the run's copies, then its products, claimed one at a time until none is left
+    # slots claimed in order until none is left; each task first waits for what it reads
+    # (always a task claimed before it, so some thread is running it)
     cdef WgJob* j = <WgJob*>ctx
-    cdef long long t
+    cdef long long i
+    cdef intp_t step, r, ch
     while True:
-        t = ndws_claim(&j.next)
-        if t >= j.ntasks:
+        i = ndws_claim(&j.next)
+        if i >= j.ntasks:
             return
-        if t < j.npre:
+        step = <intp_t>(i // (j.cp + j.ct))
+        r = <intp_t>(i - step * (j.cp + j.ct))
+        if r < j.cp:
+            ch = step
+            if ch >= j.nchunks or r >= _wg_copies(j, ch):
+                continue
+            if ch >= j.nsets:       # the set's previous chunk: all its products summed
+                ndws_wg_wait(&j.tiles_done[ch - j.nsets], j.ct)
             if j.f64:
-                _wg_pre(j, t, <float64_t>0)
+                _wg_pre(j, ch, r, <float64_t>0)
             else:
-                _wg_pre(j, t, <float32_t>0)
-        elif j.f64:
-            _wg_tile(j, t - j.npre, <float64_t>0)
+                _wg_pre(j, ch, r, <float32_t>0)
+            ndws_wg_done(&j.copies_done[ch])
         else:
-            _wg_tile(j, t - j.npre, <float32_t>0)
-
-
-cdef void _wg_step(WgJob* j, intp_t pre, intp_t pre_set, intp_t prod, intp_t prod_set, int nt
-                   ) noexcept nogil:
-    # one pool run: chunk pre's copies (pre < 0: none), chunk prod's products (prod < 0: none)
-    cdef const WgPlan* W = &j.w
-    cdef intp_t nb
-    j.pre, j.pre_set, j.prod, j.prod_set = pre, pre_set, prod, prod_set
-    j.npre = 0
-    if pre >= 0:
-        nb = _imin(W.Bc, j.g.N - pre * W.Bc)
-        j.npre = nb if W.rowmode else (0 if j.inplace else nb) + W.ncb * nb
-    j.ntasks = j.npre + (W.ngroups * W.ncb if prod >= 0 else 0)
-    j.next = 0
-    if nt <= 1 or j.ntasks <= 1:
-        _wg_worker(j)
-    else:
-        pool_run(_wg_worker, j, <int>_imin(nt, j.ntasks) - 1)
+            ch = step - j.L
+            r -= j.cp
+            if ch < 0:
+                continue
+            ndws_wg_wait(&j.copies_done[ch], _wg_copies(j, ch))
+            ndws_wg_wait(&j.tile_next[r], ch)       # the tile's sum of the chunks before
+            if j.f64:
+                _wg_tile(j, ch, r, <float64_t>0)
+            else:
+                _wg_tile(j, ch, r, <float32_t>0)
+            ndws_wg_done(&j.tile_next[r])
+            ndws_wg_done(&j.tiles_done[ch])
 
 
 cdef void _wg_scatter(const WgJob* j, char* dw, const intp_t* dws, floating_t dummy
@@ -733,8 +773,7 @@ cdef void _wg_run(WgJob* j, char* shared, intp_t nbytes, char* dw, const intp_t*
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
     cdef char* cur = shared
-    cdef intp_t item = 8 if j.f64 else 4, b, q, oh, ow, s, nchunks = _cdiv(g.N, W.Bc)
-    cdef bint two = nt > 1 and nchunks > 1 and nbytes >= W.shared_bytes + W.set_bytes
+    cdef intp_t item = 8 if j.f64 else 4, b, q, oh, ow, s
     # x itself as A when no copy would add anything: no padding and whole groups of MR channels
     j.inplace = (not W.kwmode and not W.rowmode and W.CIp == g.C and g.PT == 0 and g.PB == 0
                  and g.PL == 0 and g.PR == 0)
@@ -744,17 +783,26 @@ cdef void _wg_run(WgJob* j, char* shared, intp_t nbytes, char* dw, const intp_t*
         j.cs, j.rs, j.es, j.imgs = j.xs[1], j.xs[2], j.xs[3], j.xs[0]
     else:
         j.cs, j.rs, j.es, j.imgs = W.ps, W.Ws, 1, W.img
-    for s in range(2 if two else 1):
+    # one set of chunk buffers on one thread (each chunk copied, then summed); on more, up to
+    # three (the scratch of conv2d_scratch_bytes), so the next chunk's copies run beside the
+    # products and a set is free long before it is refilled
+    j.nsets = 1
+    if nt > 1 and W.nchunks > 1:
+        j.nsets = _imax(1, _imin(3, 1 + (nbytes - W.shared_bytes) // W.set_bytes))
+    j.L = 1 if j.nsets > 1 else 0
+    for s in range(j.nsets):
         j.pad[s] = _take(&cur, W.Bc * W.img * item)
         j.Bt[s] = NULL if W.rowmode else _take(&cur, W.COp * W.Bc * W.P * item)
         # padding planes (channels C..CIp) stay zero: the copies only write the real channels
         if not j.inplace and not W.rowmode:
             memset(j.pad[s], 0, W.Bc * W.img * item)
-    if not two:
-        j.pad[1], j.Bt[1] = j.pad[0], j.Bt[0]
     j.posoff = <intp_t*>_take(&cur, W.Bc * W.P * 8)
     j.dyoff = <intp_t*>_take(&cur, W.Bc * W.P * 8) if W.rowmode else NULL
     j.acc = _take(&cur, W.ngroups * (W.NR if W.rowmode else W.MR) * W.COp * item)
+    j.copies_done = <long long*>_take(&cur, (2 * W.nchunks + W.ntiles) * 8)
+    j.tiles_done = j.copies_done + W.nchunks
+    j.tile_next = j.tiles_done + W.nchunks
+    memset(j.copies_done, 0, (2 * W.nchunks + W.ntiles) * 8)
     q = 0
     for b in range(W.Bc):
         for oh in range(g.OH):
@@ -765,14 +813,15 @@ cdef void _wg_run(WgJob* j, char* shared, intp_t nbytes, char* dw, const intp_t*
                 q += 1
     if g.N == 0:
         memset(j.acc, 0, W.ngroups * (W.NR if W.rowmode else W.MR) * W.COp * item)
-    if two:
-        # run s: chunk s's copies into set s % 2 beside chunk s - 1's products from the other
-        for s in range(nchunks + 1):
-            _wg_step(j, s if s < nchunks else -1, s % 2, s - 1, (s - 1) % 2, nt)
+    j.nchunks = W.nchunks
+    j.ct = W.ntiles
+    j.cp = _wg_copies(j, 0)
+    j.ntasks = (j.nchunks + j.L) * (j.cp + j.ct)
+    j.next = 0
+    if nt <= 1 or j.ntasks <= 1:
+        _wg_worker(j)
     else:
-        for s in range(nchunks):
-            _wg_step(j, s, 0, -1, 0, nt)
-            _wg_step(j, -1, 0, s, 0, nt)
+        pool_run(_wg_worker, j, <int>_imin(nt, j.ntasks) - 1)
     if j.f64:
         _wg_scatter(j, dw, dws, <float64_t>0)
     else:
