@@ -499,13 +499,15 @@ cdef void _fwd_run(FwdJob* j, int nt) noexcept nogil:
 # padding), read in place (the MR taps of a tile are MR channels at one (i, j), or MR
 # consecutive kernel columns of one channel when there are few channels: either way a fixed
 # stride apart, so one offset per position addresses them), B is dY transposed into panels of
-# NR channels. Images go in chunks of a shape-fixed size: the copies (each image's padded copy,
-# each image's dY panels) fill one set of buffers while the products of the previous chunk
-# (tiles in parallel) read the other set, all in one pool run, so the copies (a fifth of the
-# work for 16 channels) run beside the products instead of between them. The micro-kernel sums
-# a chunk in a fresh fma chain over its positions, in order, and adds it to the tile: the
-# reduction over the batch does not depend on the thread count.
-
+# NR channels. Or, with few output channels ("row taps"), C tiles are MR output channels x NR
+# taps: A is dY read in place, B a channels-last copy of the input. Images go in chunks of a
+# shape-fixed size. One pool run does it all: chunk s's copies (each image's copy, each image's
+# dY panels) and chunk s-1's products (a task per tile) are claimed in that order, into one of
+# up to three sets of chunk buffers, each task waiting only for what it reads, so the copies
+# run beside the products and no thread idles between chunks. The micro-kernel sums a chunk in
+# a fresh fma chain over its positions, in order, and adds it to the tile, chunk after chunk:
+# the reduction over the batch does not depend on the thread count (docs/kernels.md,
+# "Threads").
 
 
 cdef enum:
