@@ -131,7 +131,7 @@ SHAPES = [
     (3, 1, 12, 11, 6, (5, 5)),
     (2, 10, 7, 9, 40, (3, 2)),
     (1, 9, 6, 6, 3, (1, 1)),
-    (2, 17, 9, 10, 20, (3, 3)),     # 3x3 stride 1 with 17+ channels: Winograd F(2x2, 3x3)
+    (2, 17, 9, 10, 20, (3, 3)),     # 3x3 stride 1 with 16+ channels: Winograd F(2x2, 3x3)
     (2, 20, 7, 7, 32, (1, 1)),      # 1x1: positions as the tile's rows
 ]
 GRID = list(itertools.product([1, 2], [0, 1, (1, 0, 2, 1)], [1, 2]))   # stride, padding, dilation

@@ -31,8 +31,7 @@ ctypedef struct WinoJob:
     long long next_task, next_slot
 
 
-# 3x3, stride 1, no dilation, and enough channels (C > 16, CO >= MR) for full tiles that repay
-# the transforms.
+# 3x3, stride 1, no dilation, and enough channels (C >= 16, CO >= MR) for full tiles.
 cdef bint _wino_ok(const Geom* g, intp_t MR) noexcept nogil
 # The plan (tasks, scratch bytes) of a call on an MR x NR register tile.
 cdef void _wino_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WinoPlan* P

@@ -36,12 +36,9 @@ cdef enum:
 
 
 cdef bint _wino_ok(const Geom* g, intp_t MR) noexcept nogil:
-    # 3x3, stride 1, no dilation, and enough channels for the 16 GEMMs to run full tiles and
-    # repay the transforms: more than 16 (3x3 on 32x32 at batch 32, 1 thread, against the
-    # direct driver: 16 channels 2.11 against 1.77 ms, 24: 3.64 against 4.06, 32: 5.74
-    # against 7.09; 16 channels on 16x16: 0.62 against 0.50)
+    # 3x3, stride 1, no dilation, and enough channels for the 16 GEMMs to run full tiles
     return (g.KH == 3 and g.KW == 3 and g.SH == 1 and g.SW == 1 and g.DH == 1 and g.DW == 1
-            and g.C > 16 and g.CO >= MR)
+            and g.C >= 16 and g.CO >= MR)
 
 
 cdef void _wino_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WinoPlan* P
