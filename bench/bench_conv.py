@@ -4,10 +4,11 @@
 
 Rows: LeNet's two convolutions at batch 64 (1->20 5x5 on 28x28, 20->50 5x5 on 12x12), 3x3
 64->64 on 32x32 and 3x3 128->128 on 16x16 (padding 1, batch 32), 1x1 256->64 on 14x14 (batch
-32), a 3x3 depthwise convolution of 128 channels on 32x32 (padding 1, batch 32), the VGG
-network's first layer (3->32 3x3 on 32x32, padding 1: few input channels) at batch 32, and two
-of its layers at batch 1 (the kernels of ``output()`` for one image: 3->32 on 32x32, 64->64 on
-16x16).
+32), the residual graph's two convolutions (bench_graph's ``resnet fit``: its 3->16 3x3 stem
+and its 16->16 3x3 blocks on 32x32, padding 1, batch 32), a 3x3 depthwise convolution of 128
+channels on 32x32 (padding 1, batch 32), the VGG network's first layer (3->32 3x3 on 32x32,
+padding 1: few input channels) at batch 32, and two of its layers at batch 1 (the kernels of
+``output()`` for one image: 3->32 on 32x32, 64->64 on 16x16).
 
 * forward: ndws ``conv2d(x, w, b, out=, scratch=)`` (the output and scratch reserved once, as a
   layer keeps them in its workspaces); torch ``F.conv2d(x, w, b)``.
@@ -76,6 +77,8 @@ ROWS = [
     ("3x3 64->64 32x32 b32", 32, 64, 32, 32, 64, 3, 1, False),
     ("3x3 128->128 16x16 b32", 32, 128, 16, 16, 128, 3, 1, False),
     ("1x1 256->64 14x14 b32", 32, 256, 14, 14, 64, 1, 0, False),
+    ("resnet stem 3->16 3x3 32x32 b32", 32, 3, 32, 32, 16, 3, 1, False),
+    ("resnet 3x3 16->16 32x32 b32", 32, 16, 32, 32, 16, 3, 1, False),
     ("dw 3x3 128 32x32 b32", 32, 128, 32, 32, 128, 3, 1, True),
     ("vgg conv1 3->32 3x3 32x32 b32", 32, 3, 32, 32, 32, 3, 1, False),
     ("vgg conv1 3->32 3x3 32x32 b1", 1, 3, 32, 32, 32, 3, 1, False),

@@ -183,7 +183,9 @@ def test_conv2d_forward_and_backward_match_numpy(rng, dtype, fmt, shape):
 def test_the_grid_covers_every_algorithm():
     from ndws.nn import _conv2d
     seen = {"forward": set(), "input_grad": set(), "weight_grad": set()}
-    for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES, GRID):
+    # (and 10 -> 24 channels: row taps on every build's tile, 6x16 or 8x32)
+    for (N, C, H, W, O, k), (s, p, d) in itertools.product(SHAPES + [(2, 10, 8, 8, 24, (3, 3))],
+                                                           GRID):
         if _fits((N, C, H, W, O, k), s, p, d):
             algos = _conv2d._algorithms((N, C, H, W), (O, C) + k, s, p, d)
             for key in seen:
@@ -191,7 +193,7 @@ def test_the_grid_covers_every_algorithm():
     assert seen["forward"] == {"winograd", "direct", "packed", "positions"}
     # the input gradient is the forward engine on the flipped kernel, or col2im
     assert {"winograd", "col2im", "direct"} <= seen["input_grad"]
-    assert seen["weight_grad"] == {"channel taps", "column taps", "few channels"}
+    assert seen["weight_grad"] == {"channel taps", "column taps", "row taps", "few channels"}
 
 
 def test_one_image_is_cut_into_tasks_of_whole_panels():
@@ -754,6 +756,50 @@ def test_bit_identical_on_one_and_two_threads(rng, dtype, small_grains):
                 results.append([y, t, dwy] + g + dwg)
         for a, c in zip(*results):
             assert np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_weight_gradient_chunks_give_the_same_bits_on_one_and_two_threads(rng, dtype,
+                                                                          small_grains):
+    # Images of 1024+ output positions go two per chunk, so these batches take 3 chunks: with
+    # two threads a chunk's copies run beside the previous chunk's products (three sets of
+    # chunk buffers), with one they alternate; x is read in place when it has no padding and whole
+    # register-tile groups of channels (24 = 3 x 8 = 4 x 6), else copied padded, or channels
+    # last for row taps (16 -> 16 on an 8x32 tile, 16 -> 12 on 6x16). Also NHWC and a strided
+    # view, and scratches for fewer sets of chunk buffers than two threads use.
+    for shape, (s, p), fmt, view in [((5, 16, 32, 32, 12, (3, 3)), (1, 1), "NCHW", False),
+                                     ((5, 16, 32, 32, 16, (3, 3)), (1, 1), "NCHW", False),
+                                     ((5, 16, 32, 32, 16, (3, 3)), (1, 1), "NCHW", True),
+                                     ((5, 16, 32, 32, 16, (3, 3)), (2, 1), "NHWC", False),
+                                     ((5, 24, 33, 33, 20, (1, 1)), (1, 0), "NCHW", False),
+                                     ((5, 24, 33, 33, 20, (1, 1)), (1, 0), "NCHW", True),
+                                     ((5, 24, 34, 34, 9, (3, 3)), (1, 0), "NHWC", False),
+                                     ((6, 3, 66, 66, 8, (3, 3)), (2, 1), "NCHW", False)]:
+        x, w, _ = _data(rng, shape, dtype)
+        if view:
+            x = np.ascontiguousarray(np.concatenate([x, x], axis=1))[:, ::2]
+        oh = (shape[2] + 2 * p - shape[5][0]) // s + 1
+        dy = rng.standard_normal((shape[0], shape[4], oh, oh)).astype(dtype)
+        xx, dyy = (nhwc(x), nhwc(dy)) if fmt == "NHWC" else (x, dy)
+        got = {}
+        for n in (1, 2):
+            with ndws.num_threads(n):
+                got[n] = np.asarray(F.conv2d_backward(xx, w, dyy, s, p, data_format=fmt,
+                                                      need_input=False, need_bias=False)[1])
+        need1, need2 = (F.conv2d_scratch_bytes(xx.shape, w.shape, s, p, data_format=fmt,
+                                               dtype=dtype, backward=True, threads=n)
+                        for n in (1, 2))
+        assert need2 >= need1 + (s == 1)     # (stride 2: a single chunk of 5 images)
+        # a scratch for one set of chunk buffers, and for two of the three
+        for i, need in enumerate((need1, (need1 + need2) // 2), 3):
+            with ndws.num_threads(2):
+                got[i] = np.asarray(F.conv2d_backward(
+                    xx, w, dyy, s, p, data_format=fmt, need_input=False, need_bias=False,
+                    scratch=np.empty(need, np.uint8))[1])
+        for i in (2, 3, 4):
+            assert np.array_equal(got[1], got[i])
+        close(got[1], ref_conv_backward(x, w, dy, s, p)[1],
+              ref_conv_backward(np.abs(x), w, np.abs(dy), s, p)[1], dtype)
 
 
 @pytest.mark.parametrize("isa", la.available_isas())

@@ -199,8 +199,8 @@ cdef int _dx_into(const Geom* g, bint f64, NDArray G, const intp_t* gs, const ch
 
 
 cdef int _wg_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray G,
-                  const intp_t* gs, NDArray DW, const intp_t* dws, char* shared, int nt
-                  ) except -1:
+                  const intp_t* gs, NDArray DW, const intp_t* dws, char* shared, intp_t nbytes,
+                  int nt) except -1:
     # the GEMM's weight gradient, or few input channels' (ndws.nn._conv_few)
     cdef WgJob j
     cdef FewJob fj
@@ -224,21 +224,23 @@ cdef int _wg_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray 
         fj.ds[i] = j.ds[i] = gs[i]
     if release_gil(DW._size * DW._itemsize + G._size * G._itemsize, nt):
         with nogil:
-            _wg_go(few, &fj, &j, shared, DW._data, dws, nt)
+            _wg_go(few, &fj, &j, shared, nbytes, DW._data, dws, nt)
     else:
-        _wg_go(few, &fj, &j, shared, DW._data, dws, nt)
+        _wg_go(few, &fj, &j, shared, nbytes, DW._data, dws, nt)
     return 0
 
 
-cdef inline void _wg_go(bint few, FewJob* fj, WgJob* j, char* shared, char* dw,
+cdef inline void _wg_go(bint few, FewJob* fj, WgJob* j, char* shared, intp_t nbytes, char* dw,
                         const intp_t* dws, int nt) noexcept nogil:
     if few:
         _few_run(fj, shared, dw, dws, nt)
     else:
-        _wg_run(j, shared, dw, dws, nt)
+        _wg_run(j, shared, nbytes, dw, dws, nt)
 
 
-cdef intp_t _wg_need(const Geom* g, bint f64) except -1:
+cdef intp_t _wg_need(const Geom* g, bint f64, int nt) except -1:
+    # the weight gradient's scratch on nt threads: with two or more, two more sets of chunk
+    # buffers let a chunk's copies run beside the previous chunk's products (_wg_run)
     cdef WgPlan W
     cdef FewPlan F
     cdef intp_t MR, NR
@@ -247,6 +249,8 @@ cdef intp_t _wg_need(const Geom* g, bint f64) except -1:
         return F.shared_bytes
     _tile_of(gemm_table(), f64, &MR, &NR)
     _wg_plan(g, MR, NR, 8 if f64 else 4, &W)
+    if nt > 1 and W.nchunks > 1:
+        return W.shared_bytes + 2 * W.set_bytes
     return W.shared_bytes
 
 def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, data_format="NCHW", activation=None,
@@ -429,7 +433,7 @@ cdef tuple _backward(object x, object w, object grad_output, object data_format,
     cdef intp_t dims[4]
     cdef intp_t shape[4]
     cdef intp_t one[1]
-    cdef intp_t sh_x, th_x, nt_x, need_min = 0, need_full = 0, wneed
+    cdef intp_t sh_x, th_x, nt_x, need_min = 0, need_full = 0
     cdef NDArray GX = None, GW = None, GB = None, RX, RW, RB, In, Gr
     cdef intp_t *ins
     cdef intp_t *grs
@@ -484,9 +488,8 @@ cdef tuple _backward(object x, object w, object grad_output, object data_format,
             need_min = sh_x + th_x
             need_full = sh_x + th_x * _imin(nt, nt_x)
         if nw and X._size and G._size:
-            wneed = _wg_need(&g, f64)
-            need_min = _imax(need_min, wneed)
-            need_full = _imax(need_full, wneed)
+            need_min = _imax(need_min, _wg_need(&g, f64, 1))
+            need_full = _imax(need_full, _wg_need(&g, f64, nt))
         S = call.scratch(scratch, need_min, need_full, (X, Wt, G, GX, GW, GB))
         RX = call.temp_for(GX, (X, Wt, G))
         RW = call.temp_for(GW, (X, Wt, G))
@@ -495,7 +498,7 @@ cdef tuple _backward(object x, object w, object grad_output, object data_format,
             # (transposed: w (c_in_t, c_out_t, kh, kw) is g's own weight layout (CO, C, kh, kw))
             _wstrides(RW, ws)
             if In._size and Gr._size:
-                _wg_into(&g, f64, In, ins, Gr, grs, RW, ws, S.base, nt)
+                _wg_into(&g, f64, In, ins, Gr, grs, RW, ws, S.base, S.nbytes, nt)
             else:
                 _zero(RW)
         if nb:
@@ -687,7 +690,7 @@ def conv2d_scratch_bytes(x_shape, w_shape, stride=1, padding=0, dilation=1,
         _few_fwd_plan(&g, 8 if f64 else 4, &ffp)
         need = _imax(need, ffp.shared_bytes + ffp.thread_bytes * _imin(nt, ffp.ntasks))
     if backward:
-        need = _imax(need, _wg_need(&g, f64))
+        need = _imax(need, _wg_need(&g, f64, nt))
     return need + ALIGN
 
 cdef str _fwd_name(const Geom* g, bint f64):
@@ -709,9 +712,9 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
         ``forward``: "winograd", "direct" (virtual columns), "packed", "positions" (1x1) or
         "few channels" (ndws.nn._conv_few);
         ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
-        taps" or "column taps" (the GEMM's tap groups), or "few channels" (ndws.nn._conv_few);
-        ``forward_tasks``: how many tasks the forward is cut into (the most threads it can
-        use).
+        taps", "column taps" or "row taps" (the GEMM's tap groups), or "few channels"
+        (ndws.nn._conv_few); ``forward_tasks``: how many tasks the forward is cut into (the
+        most threads it can use).
     """
     cdef str op = "_algorithms"
     cdef Geom g, f
@@ -740,6 +743,6 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     else:
         out["input_grad"] = "col2im"
     _wg_plan(&g, MR, NR, dt.itemsize, &W)
-    out["weight_grad"] = ("few channels" if _few_ok(&g) else
-                          "column taps" if W.kwmode else "channel taps")
+    out["weight_grad"] = ("few channels" if _few_ok(&g) else "row taps" if W.rowmode
+                          else "column taps" if W.kwmode else "channel taps")
     return out

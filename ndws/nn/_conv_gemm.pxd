@@ -63,8 +63,13 @@ cdef enum:
 
 ctypedef struct WgPlan:
     bint kwmode                 # tap groups are kernel-column runs (few channels)
+    bint rowmode                # C tiles are MR output channels x NR row taps (few outputs)
     intp_t MR, NR, CIp, KWr, Hs, Ws, ps, img, P, Bc, COp, ncb, ngroups, nkwb, ncblk
-    intp_t shared_bytes
+    intp_t ngr                  # rowmode: tap groups of NR (kernel column, channel) per row
+    intp_t nchunks, ntiles
+    intp_t set_bytes            # one chunk's padded images and dY panels
+    intp_t shared_bytes         # with one such set (three let the copies of the next chunk
+                                # run beside the products: shared_bytes + 2 * set_bytes)
 
 ctypedef struct WgJob:
     Geom g
@@ -75,19 +80,27 @@ ctypedef struct WgJob:
     intp_t xs[4]
     const char* dy
     intp_t ds[4]
-    char* pad                   # chunk images, padded (Bc * img)
-    char* Bt                    # dY^T panels: ncb x (Bc*P) x NR
-    intp_t* posoff              # offset of each chunk position in `pad`
+    bint inplace                # A reads x itself (no padding, whole channel groups)
+    intp_t cs, rs, es, imgs     # A's channel, row, element and image strides (elements)
+    char* pad[3]                # chunk images, padded (Bc * img), per set
+    char* Bt[3]                 # dY^T panels: ncb x (Bc*P) x NR, per set
+    intp_t* posoff              # offset of each chunk position in an image set (or in x)
+    intp_t* dyoff               # rowmode: offset of each chunk position in dY
     char* acc                   # ngroups*MR x COp accumulators
-    intp_t n0, nb               # the chunk
-    bint first
-    int phase                   # the tasks being run: 1 (copy, pack) or 2 (products)
-    intp_t ntasks
-    long long next
+    # The one pool run: step s holds cp copy slots of chunk s, then ct product slots of chunk
+    # s - L (slots past a chunk's tasks do nothing); chunk s uses set s % nsets. A task waits
+    # for what it reads: a chunk's copies, a tile's previous chunk, a set's previous products.
+    intp_t nsets, L, cp, ct, nchunks
+    long long* copies_done      # per chunk: copy tasks finished
+    long long* tiles_done       # per chunk: product tasks finished
+    long long* tile_next        # per tile: chunks it has summed
+    long long ntasks, next
 
 cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) noexcept nogil
-# dW (logical strides dws) of j's geometry from x and dY, the scratch carved from `shared`.
-cdef void _wg_run(WgJob* j, char* shared, char* dw, const intp_t* dws, int nt) noexcept nogil
+# dW (logical strides dws) of j's geometry from x and dY, the scratch carved from `shared`
+# (nbytes of it: with three sets the copies of a chunk overlap the previous chunk's products).
+cdef void _wg_run(WgJob* j, char* shared, intp_t nbytes, char* dw, const intp_t* dws, int nt
+                  ) noexcept nogil
 
 ctypedef struct DxJob:
     Geom g

@@ -26,6 +26,32 @@ from ndws.nn._conv cimport (Geom, ALIGN, TILE_MAX, _rup, _cdiv, _imin, _imax, _t
 cdef extern from *:
     void __builtin_prefetch(const void* p) noexcept nogil
 
+cdef extern from *:
+    """
+    /* the weight gradient's dependencies: a task publishes its writes with a release add, a
+       waiter acquires them; it spins (yielding now and then: the task it waits for may want
+       this core) */
+    #if defined(__unix__) || defined(__APPLE__)
+    #include <sched.h>
+    #define NDWS_WG_YIELD() sched_yield()
+    #else
+    #define NDWS_WG_YIELD() ((void)0)
+    #endif
+    static inline void ndws_wg_done(long long* p) { __atomic_add_fetch(p, 1, __ATOMIC_RELEASE); }
+    static inline void ndws_wg_wait(long long* p, long long v) {
+        unsigned spins = 0;
+        while (__atomic_load_n(p, __ATOMIC_ACQUIRE) < v) {
+    #if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+    #endif
+            if (++spins % 1024 == 0)
+                NDWS_WG_YIELD();
+        }
+    }
+    """
+    void ndws_wg_done(long long* p) noexcept nogil
+    void ndws_wg_wait(long long* p, long long v) noexcept nogil
+
 # ------------------------------------------------------------------------------------------------
 # Shared nogil pieces: the padded copy of an image, weight packing, bias and activation
 
@@ -487,14 +513,23 @@ cdef void _fwd_run(FwdJob* j, int nt) noexcept nogil:
 # ------------------------------------------------------------------------------------------------
 # Weight gradient: dW[co, c, i, j] = sum_{n, oh, ow} dY[n, co, oh, ow] * X[n, c, oh*SH - PT +
 # i*DH, ow*SW - PL + j*DW]. A GEMM whose reduction runs over output positions: C tiles are MR
-# taps x NR output channels; A is the padded input read in place (the MR taps of a tile are MR
-# channels at one (i, j), or MR consecutive kernel columns of one channel when there are few
-# channels: either way a fixed stride apart, so one offset per position addresses them), B is
-# dY transposed into panels of NR channels. Images go in chunks: phase 1 copies the chunk's
-# images and packs its dY (in parallel), phase 2 adds the chunk's products to every tile (tiles
-# in parallel). Each tile sums its chunks in order and each chunk in position order, so the
-# reduction over the batch does not depend on the thread count.
+# taps x NR output channels; A is the input (a padded copy, or x itself when there is no
+# padding), read in place (the MR taps of a tile are MR channels at one (i, j), or MR
+# consecutive kernel columns of one channel when there are few channels: either way a fixed
+# stride apart, so one offset per position addresses them), B is dY transposed into panels of
+# NR channels. Or, with few output channels ("row taps"), C tiles are MR output channels x NR
+# taps: A is dY read in place, B a channels-last copy of the input. Images go in chunks of a
+# shape-fixed size. One pool run does it all: chunk s's copies (each image's copy, each image's
+# dY panels) and chunk s-1's products (a task per tile) are claimed in that order, into one of
+# up to three sets of chunk buffers, each task waiting only for what it reads, so the copies
+# run beside the products and no thread idles between chunks. The micro-kernel sums a chunk in
+# a fresh fma chain over its positions, in order, and adds it to the tile, chunk after chunk:
+# the reduction over the batch does not depend on the thread count (docs/kernels.md,
+# "Threads").
 
+
+cdef enum:
+    WG_PACK_ROWS = 64           # positions per block of the dY transpose
 
 
 cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) noexcept nogil:
@@ -518,98 +553,210 @@ cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) 
         W.ngroups = g.KH * g.KW * W.ncblk
         W.Ws = (g.OW - 1) * g.SW + g.EKW
     W.Hs = (g.OH - 1) * g.SH + g.EKH
-    W.ps = W.Hs * W.Ws
-    W.img = W.CIp * W.ps
     W.P = g.OH * g.OW
+    # Row taps when the output channels fill MR-row panels exactly but waste much of an NR-wide
+    # one and their groups waste less: tiles of MR output channels x NR taps of one kernel row,
+    # NR consecutive (kernel column, channel) pairs, which a channels-last copy holds
+    # contiguously at every position (res 16->16 3x3: 48 of 64 columns used, against 16 of 32
+    # channel columns; the residual graph's 3->16 stem: 9 of 32 against 3 of 8 times 16 of 32,
+    # 1.94 -> 0.91 ms at batch 32). dY is then A, read in place.
+    W.ngr = _cdiv(g.KW * g.C, NR)
+    W.rowmode = (g.DW == 1 and g.CO % MR == 0
+                 and <double>g.KW * g.C / (W.ngr * NR) * _rup(g.CO, NR)
+                 > <double>(g.KW * g.C if W.kwmode else g.C)
+                   / (g.C * W.KWr if W.kwmode else W.CIp) * g.CO)
+    if W.rowmode:
+        W.kwmode = False
+        W.CIp = g.C
+        W.Ws = (g.OW - 1) * g.SW + g.EKW
+        W.ps = W.Ws * g.C                   # a copy row: Ws pixels of C channels
+        W.img = W.Hs * W.ps + NR            # the last group of the last row reads past it
+        W.COp = g.CO
+        W.ncb = g.CO // MR                  # panels of MR output channels
+        W.ngroups = g.KH * W.ngr
+    else:
+        W.ps = W.Hs * W.Ws
+        W.img = W.CIp * W.ps
+        W.COp = _rup(g.CO, NR)
+        W.ncb = W.COp // NR
     W.Bc = _imax(1, _imin(g.N, _imin(_cdiv(CHUNK_POSITIONS, W.P),
                                       CHUNK_BYTES // _imax(1, W.img * item))))
-    W.COp = _rup(g.CO, NR)
-    W.ncb = W.COp // NR
-    W.shared_bytes = (_rup(W.Bc * W.img * item, ALIGN) + _rup(W.COp * W.Bc * W.P * item, ALIGN)
-                      + _rup(W.Bc * W.P * 8, ALIGN)
-                      + _rup(W.ngroups * MR * W.COp * item, ALIGN))
+    W.nchunks = _cdiv(g.N, W.Bc)
+    W.ntiles = W.ngroups * W.ncb
+    W.set_bytes = _rup(W.Bc * W.img * item, ALIGN)
+    if not W.rowmode:
+        W.set_bytes += _rup(W.COp * W.Bc * W.P * item, ALIGN)
+    W.shared_bytes = (W.set_bytes + _rup(W.Bc * W.P * 8, ALIGN) * (2 if W.rowmode else 1)
+                      + _rup(W.ngroups * (NR if W.rowmode else MR) * W.COp * item, ALIGN)
+                      + _rup((2 * W.nchunks + W.ntiles) * 8, ALIGN))
 
 
-
-cdef void _wg_phase1(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
-    cdef const Geom* g = &j.g
-    cdef const WgPlan* W = &j.w
-    cdef intp_t b, co, cb, q, oh, ow, jj, NR = W.NR, P = W.P, kc = j.nb * W.P
-    cdef const floating_t* dyn
-    cdef floating_t* dst
-    if t < j.nb:
-        _pad_copy(<const floating_t*>j.x + (j.n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
-                  W.Hs, -g.PL, W.Ws, W.ps, W.Hs, <floating_t*>j.pad + t * W.img, g.C * W.ps)
-        return
-    cb = t - j.nb
-    dst = <floating_t*>j.Bt + cb * (W.Bc * P) * NR
-    for jj in range(NR):
-        co = cb * NR + jj
-        if co >= g.CO:
-            for q in range(kc):
-                dst[q * NR + jj] = 0
+cdef void _hwc_copy(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, intp_t W,
+                    intp_t row0, intp_t rows, intp_t col0, intp_t Ws, floating_t* dst,
+                    intp_t total) noexcept nogil:
+    """dst[(i*Ws + j)*C + c] := x[c, row0 + i, col0 + j] (0 outside the image) for i < rows,
+    j < Ws: channels last; the rest up to `total` elements zeroed."""
+    cdef intp_t i, ih, j, c, iw, lo = _imin(Ws, _imax(0, -col0))
+    cdef intp_t hi = _imax(lo, _imin(Ws, W - col0))
+    cdef floating_t* d
+    cdef const floating_t* s
+    for i in range(rows):
+        d = dst + i * Ws * C
+        ih = row0 + i
+        if ih < 0 or ih >= H or hi == lo:
+            memset(d, 0, Ws * C * sizeof(floating_t))
             continue
-        q = 0
-        for b in range(j.nb):
-            dyn = <const floating_t*>j.dy + (j.n0 + b) * j.ds[0] + co * j.ds[1]
-            for oh in range(g.OH):
-                for ow in range(g.OW):
-                    dst[q * NR + jj] = dyn[oh * j.ds[2] + ow * j.ds[3]]
-                    q += 1
+        if lo:
+            memset(d, 0, lo * C * sizeof(floating_t))
+        for c in range(C):
+            s = xn + c * xs[1] + ih * xs[2] + col0 * xs[3]
+            for j in range(lo, hi):
+                d[j * C + c] = s[j * xs[3]]
+        if hi < Ws:
+            memset(d + hi * C, 0, (Ws - hi) * C * sizeof(floating_t))
+    if total > rows * Ws * C:
+        memset(dst + rows * Ws * C, 0, (total - rows * Ws * C) * sizeof(floating_t))
 
 
-cdef void _wg_phase2(WgJob* j, intp_t t, floating_t dummy) noexcept nogil:
+cdef void _wg_pre(WgJob* j, intp_t ch, intp_t t, floating_t dummy) noexcept nogil:
+    # copy task t of chunk ch: image t's padded copy (unless x is read in place), or the dY
+    # panel cb of image b (t = [nb +] cb*nb + b)
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
-    cdef intp_t grp = t // W.ncb, cb = t % W.ncb, tap, ars, i, jj, c
+    cdef intp_t n0 = ch * W.Bc, nb = _imin(W.Bc, g.N - n0), cb, b, q, oh, ow, jj
+    cdef intp_t st = ch % j.nsets
+    cdef intp_t NR = W.NR, P = W.P, cv, q0, qn, oh0, ow0
+    cdef const floating_t* dyn
+    cdef const floating_t* src
+    cdef floating_t* dst
+    cdef floating_t* d
+    if W.rowmode:
+        _hwc_copy(<const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
+                  W.Hs, -g.PL, W.Ws, <floating_t*>j.pad[st] + t * W.img, W.img)
+        return
+    if not j.inplace:
+        if t < nb:
+            _pad_copy(<const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
+                      W.Hs, -g.PL, W.Ws, W.ps, W.Hs, <floating_t*>j.pad[st] + t * W.img,
+                      g.C * W.ps)
+            return
+        t -= nb
+    cb = t // nb
+    b = t - cb * nb
+    dst = <floating_t*>j.Bt[st] + (cb * W.Bc + b) * P * NR
+    dyn = <const floating_t*>j.dy + (n0 + b) * j.ds[0] + cb * NR * j.ds[1]
+    cv = _imin(NR, g.CO - cb * NR)
+    # by blocks of WG_PACK_ROWS positions, whose NR-wide rows (8 KiB for 64 x 32 float32)
+    # stay in L1 while each channel's run is written down a column: a channel's column over
+    # a whole image touches a cache line per position (res 16->16 on 32x32: 1024 lines, past
+    # L1, for every one of the 32 channels)
+    q0 = 0
+    oh0 = ow0 = 0
+    while q0 < P:
+        qn = _imin(WG_PACK_ROWS, P - q0)
+        for jj in range(cv):
+            src = dyn + jj * j.ds[1]
+            oh, ow = oh0, ow0
+            d = dst + q0 * NR + jj
+            for q in range(qn):
+                d[q * NR] = src[oh * j.ds[2] + ow * j.ds[3]]
+                ow += 1
+                if ow == g.OW:
+                    ow = 0
+                    oh += 1
+        if cv < NR:
+            for q in range(qn):
+                memset(dst + (q0 + q) * NR + cv, 0, (NR - cv) * sizeof(floating_t))
+        ow0 += qn
+        oh0 += ow0 // g.OW
+        ow0 %= g.OW
+        q0 += qn
+
+
+cdef void _wg_tile(WgJob* j, intp_t ch, intp_t t, floating_t dummy) noexcept nogil:
+    # tile t (tap group, channel panel) of chunk ch: its products added to the accumulator
+    cdef const Geom* g = &j.g
+    cdef const WgPlan* W = &j.w
+    cdef intp_t grp = t // W.ncb, cb = t % W.ncb, tap, ars, i, jj, c, st = ch % j.nsets
+    cdef intp_t nb = _imin(W.Bc, g.N - ch * W.Bc)
     cdef const floating_t* A
+    if W.rowmode:
+        # cb: the panel of MR output channels; grp = i*ngr + gr: taps gr*NR .. gr*NR + NR - 1
+        # of kernel row i, (kernel column, channel) pairs in the copy's order
+        i = grp // W.ngr
+        _ukr(j.T, nb * W.P, <const floating_t*>j.dy + ch * W.Bc * j.ds[0]
+             + cb * W.MR * j.ds[1], j.dyoff, j.ds[1],
+             <const floating_t*>j.pad[st] + i * g.DH * W.ps + (grp % W.ngr) * W.NR,
+             j.posoff, <floating_t*>j.acc + cb * W.MR * W.ngroups * W.NR + grp * W.NR,
+             W.ngroups * W.NR, ch > 0)
+        return
     if W.kwmode:
         # grp = (c*KH + i)*nkwb + kwb: MR consecutive kernel columns of channel c, row i
         c = grp // (g.KH * W.nkwb)
         i = (grp // W.nkwb) % g.KH
         jj = (grp % W.nkwb) * W.MR
-        tap = c * W.ps + i * g.DH * W.Ws + jj * g.DW
-        ars = g.DW
+        ars = g.DW * j.es
     else:
         # grp = (i*KW + jj)*ncblk + cblk: MR consecutive channels at kernel position (i, jj)
         i = grp // (g.KW * W.ncblk)
         jj = (grp // W.ncblk) % g.KW
         c = (grp % W.ncblk) * W.MR
-        tap = c * W.ps + i * g.DH * W.Ws + jj * g.DW
-        ars = W.ps
-    A = <const floating_t*>j.pad + tap
-    _ukr(j.T, j.nb * W.P, A, j.posoff, ars,
-         <const floating_t*>j.Bt + cb * (W.Bc * W.P) * W.NR, NULL,
-         <floating_t*>j.acc + grp * W.MR * W.COp + cb * W.NR, W.COp, 0 if j.first else 1)
+        ars = j.cs
+    tap = c * j.cs + i * g.DH * j.rs + jj * g.DW * j.es
+    if j.inplace:
+        A = <const floating_t*>j.x + ch * W.Bc * j.xs[0] + tap
+    else:
+        A = <const floating_t*>j.pad[st] + tap
+    _ukr(j.T, nb * W.P, A, j.posoff, ars,
+         <const floating_t*>j.Bt[st] + cb * (W.Bc * W.P) * W.NR, NULL,
+         <floating_t*>j.acc + grp * W.MR * W.COp + cb * W.NR, W.COp, ch > 0)
+
+
+cdef inline intp_t _wg_copies(const WgJob* j, intp_t ch) noexcept nogil:
+    # copy tasks of chunk ch: per image its copy (none when x is read in place) and, unless
+    # dY is read in place (row taps), its ncb dY panels
+    cdef intp_t nb = _imin(j.w.Bc, j.g.N - ch * j.w.Bc)
+    if j.w.rowmode:
+        return nb
+    return (0 if j.inplace else nb) + j.w.ncb * nb
 
 
 cdef void _wg_worker(void* ctx) noexcept nogil:
-    # tasks of j.phase (1: copy images, pack dY; 2: the products) until none is left
+    # slots claimed in order until none is left; each task first waits for what it reads
+    # (always a task claimed before it, so some thread is running it)
     cdef WgJob* j = <WgJob*>ctx
-    cdef long long t
+    cdef long long i
+    cdef intp_t step, r, ch
     while True:
-        t = ndws_claim(&j.next)
-        if t >= j.ntasks:
+        i = ndws_claim(&j.next)
+        if i >= j.ntasks:
             return
-        if j.phase == 1:
+        step = <intp_t>(i // (j.cp + j.ct))
+        r = <intp_t>(i - step * (j.cp + j.ct))
+        if r < j.cp:
+            ch = step
+            if ch >= j.nchunks or r >= _wg_copies(j, ch):
+                continue
+            if ch >= j.nsets:       # the set's previous chunk: all its products summed
+                ndws_wg_wait(&j.tiles_done[ch - j.nsets], j.ct)
             if j.f64:
-                _wg_phase1(j, t, <float64_t>0)
+                _wg_pre(j, ch, r, <float64_t>0)
             else:
-                _wg_phase1(j, t, <float32_t>0)
-        elif j.f64:
-            _wg_phase2(j, t, <float64_t>0)
+                _wg_pre(j, ch, r, <float32_t>0)
+            ndws_wg_done(&j.copies_done[ch])
         else:
-            _wg_phase2(j, t, <float32_t>0)
-
-
-cdef void _run_phase(WgJob* j, int phase, intp_t ntasks, int nt) noexcept nogil:
-    j.phase = phase
-    j.ntasks = ntasks
-    j.next = 0
-    if nt <= 1 or ntasks <= 1:
-        _wg_worker(j)
-    else:
-        pool_run(_wg_worker, j, <int>_imin(nt, ntasks) - 1)
+            ch = step - j.L
+            r -= j.cp
+            if ch < 0:
+                continue
+            ndws_wg_wait(&j.copies_done[ch], _wg_copies(j, ch))
+            ndws_wg_wait(&j.tile_next[r], ch)       # the tile's sum of the chunks before
+            if j.f64:
+                _wg_tile(j, ch, r, <float64_t>0)
+            else:
+                _wg_tile(j, ch, r, <float32_t>0)
+            ndws_wg_done(&j.tile_next[r])
+            ndws_wg_done(&j.tiles_done[ch])
 
 
 cdef void _wg_scatter(const WgJob* j, char* dw, const intp_t* dws, floating_t dummy
@@ -620,6 +767,15 @@ cdef void _wg_scatter(const WgJob* j, char* dw, const intp_t* dws, floating_t du
     cdef intp_t co, c, i, jj, row
     cdef const floating_t* acc = <const floating_t*>j.acc
     cdef floating_t* out = <floating_t*>dw
+    if W.rowmode:
+        # acc row co, column (i*ngr)*NR + jj*C + c
+        for co in range(g.CO):
+            for c in range(g.C):
+                for i in range(g.KH):
+                    for jj in range(g.KW):
+                        out[co * dws[0] + c * dws[1] + i * dws[2] + jj * dws[3]] = \
+                            acc[co * W.ngroups * W.NR + i * W.ngr * W.NR + jj * g.C + c]
+        return
     for c in range(g.C):
         for i in range(g.KH):
             for jj in range(g.KW):
@@ -632,33 +788,60 @@ cdef void _wg_scatter(const WgJob* j, char* dw, const intp_t* dws, floating_t du
                         acc[row * W.COp + co]
 
 
-cdef void _wg_run(WgJob* j, char* shared, char* dw, const intp_t* dws, int nt) noexcept nogil:
+cdef void _wg_run(WgJob* j, char* shared, intp_t nbytes, char* dw, const intp_t* dws, int nt
+                  ) noexcept nogil:
     cdef const Geom* g = &j.g
     cdef const WgPlan* W = &j.w
     cdef char* cur = shared
-    cdef intp_t item = 8 if j.f64 else 4, b, q, oh, ow
-    j.pad = _take(&cur, W.Bc * W.img * item)
-    j.Bt = _take(&cur, W.COp * W.Bc * W.P * item)
+    cdef intp_t item = 8 if j.f64 else 4, b, q, oh, ow, s
+    # x itself as A when no copy would add anything: no padding and whole groups of MR channels
+    j.inplace = (not W.kwmode and not W.rowmode and W.CIp == g.C and g.PT == 0 and g.PB == 0
+                 and g.PL == 0 and g.PR == 0)
+    if W.rowmode:
+        j.cs, j.rs, j.es, j.imgs = 1, W.ps, g.C, W.img
+    elif j.inplace:
+        j.cs, j.rs, j.es, j.imgs = j.xs[1], j.xs[2], j.xs[3], j.xs[0]
+    else:
+        j.cs, j.rs, j.es, j.imgs = W.ps, W.Ws, 1, W.img
+    # one set of chunk buffers on one thread (each chunk copied, then summed); on more, up to
+    # three (the scratch of conv2d_scratch_bytes), so the next chunk's copies run beside the
+    # products and a set is free long before it is refilled
+    j.nsets = 1
+    if nt > 1 and W.nchunks > 1:
+        j.nsets = _imax(1, _imin(3, 1 + (nbytes - W.shared_bytes) // W.set_bytes))
+    j.L = 1 if j.nsets > 1 else 0
+    for s in range(j.nsets):
+        j.pad[s] = _take(&cur, W.Bc * W.img * item)
+        j.Bt[s] = NULL if W.rowmode else _take(&cur, W.COp * W.Bc * W.P * item)
+        # padding planes (channels C..CIp) stay zero: the copies only write the real channels
+        if not j.inplace and not W.rowmode:
+            memset(j.pad[s], 0, W.Bc * W.img * item)
     j.posoff = <intp_t*>_take(&cur, W.Bc * W.P * 8)
-    j.acc = _take(&cur, W.ngroups * W.MR * W.COp * item)
-    # padding planes (channels C..CIp) stay zero: the copies only write the real channels
-    memset(j.pad, 0, W.Bc * W.img * item)
+    j.dyoff = <intp_t*>_take(&cur, W.Bc * W.P * 8) if W.rowmode else NULL
+    j.acc = _take(&cur, W.ngroups * (W.NR if W.rowmode else W.MR) * W.COp * item)
+    j.copies_done = <long long*>_take(&cur, (2 * W.nchunks + W.ntiles) * 8)
+    j.tiles_done = j.copies_done + W.nchunks
+    j.tile_next = j.tiles_done + W.nchunks
+    memset(j.copies_done, 0, (2 * W.nchunks + W.ntiles) * 8)
     q = 0
     for b in range(W.Bc):
         for oh in range(g.OH):
             for ow in range(g.OW):
-                j.posoff[q] = b * W.img + oh * g.SH * W.Ws + ow * g.SW
+                j.posoff[q] = b * j.imgs + oh * g.SH * j.rs + ow * g.SW * j.es
+                if W.rowmode:
+                    j.dyoff[q] = b * j.ds[0] + oh * j.ds[2] + ow * j.ds[3]
                 q += 1
     if g.N == 0:
-        memset(j.acc, 0, W.ngroups * W.MR * W.COp * item)
-    j.first = True
-    j.n0 = 0
-    while j.n0 < g.N:
-        j.nb = _imin(W.Bc, g.N - j.n0)
-        _run_phase(j, 1, j.nb + W.ncb, nt)
-        _run_phase(j, 2, W.ngroups * W.ncb, nt)
-        j.first = False
-        j.n0 += j.nb
+        memset(j.acc, 0, W.ngroups * (W.NR if W.rowmode else W.MR) * W.COp * item)
+    j.nchunks = W.nchunks
+    j.ct = W.ntiles
+    j.cp = _wg_copies(j, 0)
+    j.ntasks = (j.nchunks + j.L) * (j.cp + j.ct)
+    j.next = 0
+    if nt <= 1 or j.ntasks <= 1:
+        _wg_worker(j)
+    else:
+        pool_run(_wg_worker, j, <int>_imin(nt, j.ntasks) - 1)
     if j.f64:
         _wg_scatter(j, dw, dws, <float64_t>0)
     else:
