@@ -13,8 +13,8 @@
 
 from libc.math cimport sqrt as c_sqrt, sqrtf, exp as c_exp, expf, log as c_log, logf
 from libc.math cimport tanh as c_tanh, tanhf, fabs, fabsf
-from cython.parallel cimport prange, parallel, threadid
 from ndws._typedefs cimport float32_t, float64_t, floating_t
+from ndws._threads cimport run_tasks
 
 cdef extern from "_cmath.h":
     void ndws_fpe_clear() noexcept nogil
@@ -32,6 +32,39 @@ cdef extern from "_cmath.h":
 
 cdef extern from "_cmath.h":
     int ndws_give_fpe(const char* name, int flags) except -1
+
+
+# -- tasks on the kernel pool ---------------------------------------------------------------------
+# A multi-threaded loop here runs as `run_tasks` tasks on ndws' one helper pool (ndws._threads;
+# docs/architecture.md, "Kernel threads"), never as an OpenMP region, whose spinning workers
+# would keep the second core from the next kernel's pool helper. A task's context is a small
+# job struct holding untyped pointers and an `f64` flag (the fused loops are picked per task).
+# The tasks are fixed pieces of the work (the split depends on the sizes and the thread count
+# only), and no result depends on which thread ran a piece. Floating-point exception flags are
+# per thread: each task clears them, reads them after its own piece, and ORs them into its
+# job's `flags` (ndws_or_flags), which the caller reads once run_tasks has returned.
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    static inline void ndws_or_flags(int* flags, int v) {
+        if (v)
+            __atomic_fetch_or(flags, v, __ATOMIC_RELAXED);  /* run_tasks' return orders it */
+    }
+    #else  /* no helper threads in such a build: every task runs on the caller */
+    static inline void ndws_or_flags(int* flags, int v) { *flags |= v; }
+    #endif
+    """
+    void ndws_or_flags(int* flags, int v) noexcept nogil
+
+
+cdef inline void static_block(Py_ssize_t n, Py_ssize_t c, Py_ssize_t ntasks,
+                              Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    # [lo, hi): task c's contiguous share of n items among ntasks, the split of OpenMP's
+    # schedule(static) (the first n % ntasks tasks get one more), without overflowing c * n
+    cdef Py_ssize_t q = n // ntasks, extra = n % ntasks
+    lo[0] = c * q + (c if c < extra else extra)
+    hi[0] = lo[0] + q + (1 if c < extra else 0)
 
 
 # NumPy's pairwise-summation leaf size (PW_BLOCKSIZE in numpy/_core/src/umath/loops_utils.h.src):
@@ -111,39 +144,70 @@ cdef void _bin_rows(int op, floating_t* O__ij,                                # 
         _bin_rows_inl(OP_MIN, O__ij, X__ij, xrs, xvec, Y__ij, yrs, yvec, m, n)
 
 
+ctypedef struct _BinJob:
+    int op
+    int flags                  # NPY_FPE_* flags of every task (ndws_or_flags)
+    bint f64, xvec, yvec
+    bint cols                  # one row cut into column chunks, else blocks of rows
+    void* O
+    const void* X
+    const void* Y
+    Py_ssize_t xrs, yrs, m, n, chunk, ntasks
+
+
+cdef inline void _bin_piece(floating_t* O__ij, _BinJob* j, Py_ssize_t c) noexcept nogil:
+    # task c of binary_kernel, for the dtype of O__ij (the job's output)
+    cdef Py_ssize_t lo, hi
+    if j.cols:
+        lo = c * j.chunk
+        hi = lo + j.chunk
+        if hi > j.n:
+            hi = j.n
+        if lo >= hi:
+            return
+        ndws_fpe_clear()
+        _bin_rows(j.op, O__ij + lo, <const floating_t*>j.X + (lo if j.xvec else 0), 0, j.xvec,
+                  <const floating_t*>j.Y + (lo if j.yvec else 0), 0, j.yvec, 1, hi - lo)
+    else:
+        static_block(j.m, c, j.ntasks, &lo, &hi)
+        if lo >= hi:
+            return
+        ndws_fpe_clear()
+        _bin_rows(j.op, O__ij + lo * j.n, <const floating_t*>j.X + lo * j.xrs, j.xrs, j.xvec,
+                  <const floating_t*>j.Y + lo * j.yrs, j.yrs, j.yvec, hi - lo, j.n)
+    ndws_or_flags(&j.flags, ndws_fpe_read())
+
+
+cdef void _bin_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef _BinJob* j = <_BinJob*>ctx
+    if j.f64:
+        _bin_piece(<float64_t*>j.O, j, c)
+    else:
+        _bin_piece(<float32_t*>j.O, j, c)
+
+
 cdef int binary_kernel(int op, floating_t* O__ij,                             # OUT
                        const floating_t* X__ij, Py_ssize_t xrs, bint xvec,    # IN
                        const floating_t* Y__ij, Py_ssize_t yrs, bint yvec,    # IN
                        Py_ssize_t m, Py_ssize_t n, int nthreads) noexcept nogil:
     """O := X op Y over an (m, n) grid (see _bin_rows_inl); returns the NPY_FPE_* flags raised.
 
-    With several threads, rows are split statically; a single row (the dense and scalar cases)
-    is split into fixed column chunks. Element-wise results do not depend on the split."""
-    cdef int fl = 0
-    cdef Py_ssize_t c, lo, hi, chunk
+    With several threads, rows are split into `nthreads` static blocks; a single row (the
+    dense and scalar cases) into `nthreads` fixed column chunks. Element-wise results do not
+    depend on the split."""
+    cdef _BinJob j
     if nthreads <= 1:
         ndws_fpe_clear()
         _bin_rows(op, O__ij, X__ij, xrs, xvec, Y__ij, yrs, yvec, m, n)
         return ndws_fpe_read()
-    if m == 1:
-        # 64-element multiples keep chunk boundaries on cache lines
-        chunk = ((n + nthreads - 1) // nthreads + 63) & ~(<Py_ssize_t>63)
-        for c in prange(nthreads, schedule='static', num_threads=nthreads):
-            lo = c * chunk
-            hi = lo + chunk
-            if hi > n:
-                hi = n
-            if lo < hi:
-                ndws_fpe_clear()
-                _bin_rows(op, O__ij + lo, X__ij + (lo if xvec else 0), 0, xvec,
-                          Y__ij + (lo if yvec else 0), 0, yvec, 1, hi - lo)
-                fl |= ndws_fpe_read()
-        return fl
-    for c in prange(m, schedule='static', num_threads=nthreads):
-        ndws_fpe_clear()
-        _bin_rows(op, O__ij + c * n, X__ij + c * xrs, 0, xvec, Y__ij + c * yrs, 0, yvec, 1, n)
-        fl |= ndws_fpe_read()
-    return fl
+    j.op, j.flags, j.f64, j.xvec, j.yvec = op, 0, floating_t is float64_t, xvec, yvec
+    j.O, j.X, j.Y, j.xrs, j.yrs, j.m, j.n = O__ij, X__ij, Y__ij, xrs, yrs, m, n
+    j.cols = m == 1
+    j.ntasks = nthreads if j.cols or m >= nthreads else m
+    # 64-element multiples keep chunk boundaries on cache lines
+    j.chunk = ((n + nthreads - 1) // nthreads + 63) & ~(<Py_ssize_t>63)
+    run_tasks(_bin_task, &j, j.ntasks, nthreads)
+    return j.flags
 
 
 @cython.cdivision(True)
@@ -219,27 +283,48 @@ cdef void _un_run(int op, floating_t* O__i,            # OUT
         _un_run_inl(OP_RECIP, O__i, X__i, n)
 
 
+ctypedef struct _UnJob:
+    int op
+    int flags                  # NPY_FPE_* flags of every task (ndws_or_flags)
+    bint f64
+    void* O
+    const void* X
+    Py_ssize_t n, chunk
+
+
+cdef inline void _un_piece(floating_t* O__i, _UnJob* j, Py_ssize_t c) noexcept nogil:
+    # task c of unary_kernel: elements [c * chunk, (c + 1) * chunk)
+    cdef Py_ssize_t lo = c * j.chunk, hi = lo + j.chunk
+    if hi > j.n:
+        hi = j.n
+    if lo >= hi:
+        return
+    ndws_fpe_clear()
+    _un_run(j.op, O__i + lo, <const floating_t*>j.X + lo, hi - lo)
+    ndws_or_flags(&j.flags, ndws_fpe_read())
+
+
+cdef void _un_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef _UnJob* j = <_UnJob*>ctx
+    if j.f64:
+        _un_piece(<float64_t*>j.O, j, c)
+    else:
+        _un_piece(<float32_t*>j.O, j, c)
+
+
 cdef int unary_kernel(int op, floating_t* O__i,        # OUT
                       const floating_t* X__i,          # IN
                       Py_ssize_t n, int nthreads) noexcept nogil:
     """O := f(X) over n dense elements; returns the NPY_FPE_* flags raised."""
-    cdef int fl = 0
-    cdef Py_ssize_t c, lo, hi, chunk
+    cdef _UnJob j
     if nthreads <= 1:
         ndws_fpe_clear()
         _un_run(op, O__i, X__i, n)
         return ndws_fpe_read()
-    chunk = ((n + nthreads - 1) // nthreads + 63) & ~(<Py_ssize_t>63)
-    for c in prange(nthreads, schedule='static', num_threads=nthreads):
-        lo = c * chunk
-        hi = lo + chunk
-        if hi > n:
-            hi = n
-        if lo < hi:
-            ndws_fpe_clear()
-            _un_run(op, O__i + lo, X__i + lo, hi - lo)
-            fl |= ndws_fpe_read()
-    return fl
+    j.op, j.flags, j.f64, j.O, j.X, j.n = op, 0, floating_t is float64_t, O__i, X__i, n
+    j.chunk = ((n + nthreads - 1) // nthreads + 63) & ~(<Py_ssize_t>63)
+    run_tasks(_un_task, &j, nthreads, nthreads)
+    return j.flags
 
 
 # -- reductions: sums -----------------------------------------------------------------------------
@@ -324,15 +409,46 @@ cdef enum:
     _TREE_LEAVES = 16
 
 
+ctypedef struct _TreeJob:
+    bint f64, squares
+    int flags                  # NPY_FPE_* flags of every leaf (ndws_or_flags)
+    const void* A
+    const void* mu             # -> the caller's floating_t mean (squares only)
+    void* part                 # -> the caller's floating_t[_TREE_LEAVES] leaf sums
+    const Py_ssize_t* lo
+    const Py_ssize_t* ln
+
+
+cdef inline void _tree_leaf(const floating_t* A__i, _TreeJob* j, Py_ssize_t k) noexcept nogil:
+    ndws_fpe_clear()
+    if j.squares:
+        (<floating_t*>j.part)[k] = pairwise_ssd(A__i + j.lo[k], j.ln[k],
+                                                (<const floating_t*>j.mu)[0])
+    else:
+        (<floating_t*>j.part)[k] = pairwise_sum(A__i + j.lo[k], j.ln[k])
+    ndws_or_flags(&j.flags, ndws_fpe_read())
+
+
+cdef void _tree_task(void* ctx, Py_ssize_t k) noexcept nogil:
+    cdef _TreeJob* j = <_TreeJob*>ctx
+    if j.f64:
+        _tree_leaf(<const float64_t*>j.A, j, k)
+    else:
+        _tree_leaf(<const float32_t*>j.A, j, k)
+
+
 cdef floating_t tree_sum(const floating_t* A__i, Py_ssize_t n, bint squares, floating_t mu,
-                         int nthreads) noexcept nogil:
-    """pairwise_sum (or pairwise_ssd when `squares`) of A[0:n], its top levels run in
-    parallel. Requires n > PW_BLOCKSIZE * 2**_TREE_DEPTH so every node above the leaves splits."""
+                         int nthreads, int* flags) noexcept nogil:
+    """pairwise_sum (or pairwise_ssd when `squares`) of A[0:n], its leaves run as tasks on the
+    pool. Requires n > PW_BLOCKSIZE * 2**_TREE_DEPTH so every node above the leaves splits.
+    ORs the NPY_FPE_* flags of the leaves (raised on whichever threads ran them) into `flags`;
+    the caller's own flags cover the combination (on the calling thread, after the leaves)."""
     cdef Py_ssize_t lo[_TREE_LEAVES]
     cdef Py_ssize_t ln[_TREE_LEAVES]
     cdef floating_t part[_TREE_LEAVES]
     cdef Py_ssize_t n2, width
     cdef int level, k, count
+    cdef _TreeJob j
     lo[0] = 0
     ln[0] = n
     count = 1
@@ -346,11 +462,12 @@ cdef floating_t tree_sum(const floating_t* A__i, Py_ssize_t n, bint squares, flo
             ln[2 * k + 1] = ln[k] - n2
             ln[2 * k] = n2
         count *= 2
-    for k in prange(_TREE_LEAVES, schedule='static', num_threads=nthreads):
-        if squares:
-            part[k] = pairwise_ssd(A__i + lo[k], ln[k], mu)
-        else:
-            part[k] = pairwise_sum(A__i + lo[k], ln[k])
+    j.f64, j.squares, j.flags, j.A, j.mu = floating_t is float64_t, squares, 0, A__i, &mu
+    j.part, j.lo, j.ln = part, lo, ln
+    # one task per leaf (claimed as threads come free; each leaf's sum is the same whoever
+    # runs it)
+    run_tasks(_tree_task, &j, _TREE_LEAVES, nthreads)
+    flags[0] |= j.flags
     # combine in the tree's own order: (0+1), (2+3), ... level by level
     width = _TREE_LEAVES
     while width > 1:

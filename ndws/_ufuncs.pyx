@@ -473,15 +473,58 @@ cdef inline int _flat_row(int kind, const floating_t* A__i, Py_ssize_t r, Py_ssi
     return ndws_fpe_read() if track else 0
 
 
+ctypedef struct _FlatJob:
+    int kind
+    int flags                  # NPY_FPE_* flags of every task (ndws_or_flags)
+    bint f64
+    const void* A
+    void* O
+    int64_t* K
+    Py_ssize_t outer, r, den, chunk, ntasks
+    void* vals                 # -> the caller's floating_t[_TREE_LEAVES] chunk extremes
+    Py_ssize_t* idx            # -> the caller's chunk arg-extremes
+
+
+cdef inline void _flat_piece(const floating_t* A__ri, _FlatJob* j, Py_ssize_t c) noexcept nogil:
+    # task c of _reduce_flat: a static block of rows when there are several, else the c-th
+    # fixed chunk of the one row (max/min and argmax/argmin only)
+    cdef Py_ssize_t i, lo, hi
+    cdef int fl = 0
+    cdef bint want_max = j.kind == RED_MAX or j.kind == RED_ARGMAX
+    if j.outer > 1:
+        static_block(j.outer, c, j.ntasks, &lo, &hi)
+        for i in range(lo, hi):
+            fl |= _flat_row(j.kind, A__ri + i * j.r, j.r, j.den, <floating_t*>j.O, j.K, i, True)
+        ndws_or_flags(&j.flags, fl)
+        return
+    lo = c * j.chunk
+    hi = lo + j.chunk
+    if hi > j.r:
+        hi = j.r
+    if j.kind == RED_MAX or j.kind == RED_MIN:
+        if lo < hi:
+            (<floating_t*>j.vals)[c] = extreme(A__ri + lo, hi - lo, want_max)
+    else:
+        j.idx[c] = lo + arg_extreme(A__ri + lo, hi - lo, want_max) if lo < hi else -1
+
+
+cdef void _flat_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef _FlatJob* j = <_FlatJob*>ctx
+    if j.f64:
+        _flat_piece(<const float64_t*>j.A, j, c)
+    else:
+        _flat_piece(<const float32_t*>j.A, j, c)
+
+
 cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ssize_t r,  # IN
                       Py_ssize_t den,                                                     # IN
                       floating_t* O__r, int64_t* K__r,                                    # OUT
                       int nthreads) noexcept nogil:
     """Reduce each of `outer` dense rows of length r >= 1 (the last axis, or everything when
-    outer == 1). Returns the NPY_FPE_* flags of the sums. Rows run in parallel; one long row
-    runs its pairwise tree's top levels (sums) or fixed chunks (extremes) in parallel, with the
-    serial result's bits either way."""
-    cdef Py_ssize_t i, c, chunk, lo, hi, best_i
+    outer == 1). Returns the NPY_FPE_* flags of the sums. Rows run in parallel (static blocks
+    of rows, one pool task each); one long row runs its pairwise tree's leaves (sums) or fixed
+    chunks (extremes) as tasks, with the serial result's bits either way."""
+    cdef Py_ssize_t i, c, chunk = 0, best_i
     cdef int fl = 0
     cdef floating_t s, mu, q
     cdef Py_ssize_t idx[_TREE_LEAVES]
@@ -489,25 +532,25 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
     cdef bint want_max = kind == RED_MAX or kind == RED_ARGMAX
     cdef bint extremes = (kind == RED_MAX or kind == RED_MIN or kind == RED_ARGMAX
                           or kind == RED_ARGMIN)
+    cdef _FlatJob j
     if nthreads <= 1:
         ndws_fpe_clear()
         for i in range(outer):
             _flat_row(kind, A__ri + i * r, r, den, O__r, K__r, i, False)
         return 0 if extremes else ndws_fpe_read()
+    j.kind, j.flags, j.f64, j.A, j.O, j.K = kind, 0, floating_t is float64_t, A__ri, O__r, K__r
+    j.outer, j.r, j.den, j.vals, j.idx = outer, r, den, vals, idx
     if outer > 1:
-        for i in prange(outer, schedule='static', num_threads=nthreads):
-            fl |= _flat_row(kind, A__ri + i * r, r, den, O__r, K__r, i, True)
-        return fl
-    if kind == RED_MAX or kind == RED_MIN:
-        # fixed chunks (by length only), folded in order with the serial rule (_pick)
+        j.ntasks = nthreads if outer >= nthreads else outer
+        run_tasks(_flat_task, &j, j.ntasks, nthreads)
+        return j.flags
+    if extremes:
+        # fixed chunks (by length only), then folded in order with the serial rule
         chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES
-        for c in prange(_TREE_LEAVES, schedule='static', num_threads=nthreads):
-            lo = c * chunk
-            hi = lo + chunk
-            if hi > r:
-                hi = r
-            if lo < hi:
-                vals[c] = extreme(A__ri + lo, hi - lo, want_max)
+        j.chunk, j.ntasks = chunk, _TREE_LEAVES
+        run_tasks(_flat_task, &j, _TREE_LEAVES, nthreads)
+    if kind == RED_MAX or kind == RED_MIN:
+        # max/min: _pick, as the serial loop
         s = vals[0]
         for c in range(1, _TREE_LEAVES):
             if c * chunk < r:
@@ -515,18 +558,8 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
         O__r[0] = s
         return 0
     if extremes:
-        # argmax/argmin: fixed chunks, then the chunks in order with the serial rule: a NaN
-        # ends the search, otherwise only a strictly better value replaces the best (the
-        # first index of the extreme)
-        chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES
-        for c in prange(_TREE_LEAVES, schedule='static', num_threads=nthreads):
-            lo = c * chunk
-            hi = lo + chunk
-            if hi > r:
-                hi = r
-            idx[c] = -1
-            if lo < hi:
-                idx[c] = lo + arg_extreme(A__ri + lo, hi - lo, want_max)
+        # argmax/argmin: a NaN ends the search, otherwise only a strictly better value
+        # replaces the best (the first index of the extreme)
         best_i = idx[0]
         s = A__ri[best_i]
         for c in range(1, _TREE_LEAVES):
@@ -541,12 +574,12 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
     if r <= PW_BLOCKSIZE * _TREE_LEAVES:
         return _flat_row(kind, A__ri, r, den, O__r, K__r, 0, True)
     ndws_fpe_clear()
-    s = <floating_t>0 + tree_sum(A__ri, r, False, <floating_t>0, nthreads)
-    fl = ndws_fpe_read()
+    s = <floating_t>0 + tree_sum(A__ri, r, False, <floating_t>0, nthreads, &fl)
+    fl |= ndws_fpe_read()
     if kind == RED_VAR or kind == RED_STD:
         mu = _finish(RED_MEAN, s, r)
         ndws_fpe_clear()
-        q = <floating_t>0 + tree_sum(A__ri, r, True, mu, nthreads)
+        q = <floating_t>0 + tree_sum(A__ri, r, True, mu, nthreads, &fl)
         fl |= ndws_fpe_read()
         O__r[0] = _root(kind, _finish(RED_VAR, q, den))
     else:
@@ -587,29 +620,65 @@ cdef inline int _strided_unit(int kind, const floating_t* A__orj, Py_ssize_t r,
     return ndws_fpe_read()
 
 
+ctypedef struct _StridedJob:
+    int kind
+    int flags                  # NPY_FPE_* flags of every task (ndws_or_flags)
+    bint f64
+    const void* A
+    void* O
+    int64_t* K
+    void* scratch
+    Py_ssize_t r, inner, den, per_thread, levels, cw, nch, units, ntasks
+
+
+cdef inline void _strided_piece(const floating_t* A__orj, _StridedJob* j,
+                                Py_ssize_t c) noexcept nogil:
+    # task c of _reduce_strided: a static block of units, in the c-th scratch slice
+    cdef Py_ssize_t u, lo, hi
+    cdef int fl = 0
+    static_block(j.units, c, j.ntasks, &lo, &hi)
+    for u in range(lo, hi):
+        fl |= _strided_unit(j.kind, A__orj, j.r, j.inner, j.den, <floating_t*>j.O, j.K,
+                            <floating_t*>j.scratch + c * j.per_thread, j.levels, j.cw, j.nch,
+                            u)
+    ndws_or_flags(&j.flags, fl)
+
+
+cdef void _strided_task(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef _StridedJob* j = <_StridedJob*>ctx
+    if j.f64:
+        _strided_piece(<const float64_t*>j.A, j, c)
+    else:
+        _strided_piece(<const float32_t*>j.A, j, c)
+
+
 cdef int _reduce_strided(int kind, const floating_t* A__orj, Py_ssize_t outer, Py_ssize_t r,
                          Py_ssize_t inner, Py_ssize_t den,                         # IN
                          floating_t* O__oj, int64_t* K__oj,                        # OUT
                          floating_t* scratch, Py_ssize_t per_thread,
                          int nthreads) noexcept nogil:
     """Reduce A viewed as (outer, r, inner), inner > 1, over its middle axis, row after row
-    (sum_rows / extreme_rows). Tasks are (outer, column chunk) pairs; each thread works in its
-    own `per_thread` slice of `scratch` (rows_levels(r) + 1 rows of the chunk width; unused
-    by max/min). Chunks depend on `inner` only, and every output element is computed the
-    same way whatever the thread count."""
+    (sum_rows / extreme_rows). Units of work are (outer, column chunk) pairs, split into at
+    most `nthreads` static blocks, one pool task each; task c works in the c-th `per_thread`
+    slice of `scratch` (rows_levels(r) + 1 rows of the chunk width; unused by max/min), so the
+    caller allocates `nthreads` slices. Chunks depend on `inner` only, and every output
+    element is computed the same way whatever the thread count."""
     cdef Py_ssize_t cw = _chunk_width(inner)
     cdef Py_ssize_t nch = (inner + cw - 1) // cw
     cdef Py_ssize_t u, levels = rows_levels(r)
     cdef int fl = 0
+    cdef _StridedJob j
     if nthreads <= 1:
         for u in range(outer * nch):
             fl |= _strided_unit(kind, A__orj, r, inner, den, O__oj, K__oj, scratch, levels,
                                 cw, nch, u)
         return fl
-    for u in prange(outer * nch, schedule='static', num_threads=nthreads):
-        fl |= _strided_unit(kind, A__orj, r, inner, den, O__oj, K__oj,
-                            scratch + threadid() * per_thread, levels, cw, nch, u)
-    return fl
+    j.kind, j.flags, j.f64, j.A, j.O, j.K = kind, 0, floating_t is float64_t, A__orj, O__oj, K__oj
+    j.scratch, j.r, j.inner, j.den, j.per_thread = scratch, r, inner, den, per_thread
+    j.levels, j.cw, j.nch, j.units = levels, cw, nch, outer * nch
+    j.ntasks = nthreads if j.units >= nthreads else j.units
+    run_tasks(_strided_task, &j, j.ntasks, nthreads)
+    return j.flags
 
 
 cdef inline Py_ssize_t _chunk_width(Py_ssize_t inner) noexcept nogil:
