@@ -14,7 +14,7 @@
 from libc.math cimport sqrt as c_sqrt, sqrtf, exp as c_exp, expf, log as c_log, logf
 from libc.math cimport tanh as c_tanh, tanhf, fabs, fabsf
 from ndws._typedefs cimport float32_t, float64_t, floating_t
-from ndws._threads cimport run_tasks
+from ndws._threads cimport run_blocks
 
 cdef extern from "_cmath.h":
     void ndws_fpe_clear() noexcept nogil
@@ -34,37 +34,22 @@ cdef extern from "_cmath.h":
     int ndws_give_fpe(const char* name, int flags) except -1
 
 
-# -- tasks on the kernel pool ---------------------------------------------------------------------
-# A multi-threaded loop here runs as `run_tasks` tasks on ndws' one helper pool (ndws._threads;
-# docs/architecture.md, "Kernel threads"), never as an OpenMP region, whose spinning workers
-# would keep the second core from the next kernel's pool helper. A task's context is a small
-# job struct holding untyped pointers and an `f64` flag (the fused loops are picked per task).
-# The tasks are fixed pieces of the work (the split depends on the sizes and the thread count
-# only), and no result depends on which thread ran a piece. Floating-point exception flags are
-# per thread: each task clears them, reads them after its own piece, and ORs them into its
-# job's `flags` (ndws_or_flags), which the caller reads once run_tasks has returned.
-
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    static inline void ndws_or_flags(int* flags, int v) {
-        if (v)
-            __atomic_fetch_or(flags, v, __ATOMIC_RELAXED);  /* run_tasks' return orders it */
-    }
-    #else  /* no helper threads in such a build: every task runs on the caller */
-    static inline void ndws_or_flags(int* flags, int v) { *flags |= v; }
-    #endif
-    """
-    void ndws_or_flags(int* flags, int v) noexcept nogil
-
-
-cdef inline void static_block(Py_ssize_t n, Py_ssize_t c, Py_ssize_t ntasks,
-                              Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
-    # [lo, hi): task c's contiguous share of n items among ntasks, the split of OpenMP's
-    # schedule(static) (the first n % ntasks tasks get one more), without overflowing c * n
-    cdef Py_ssize_t q = n // ntasks, extra = n % ntasks
-    lo[0] = c * q + (c if c < extra else extra)
-    hi[0] = lo[0] + q + (1 if c < extra else 0)
+# With several threads a loop runs as static blocks on ndws' one helper pool (run_blocks; not
+# OpenMP: docs/kernels.md, "Threads"), each described by a _Job whose `site` is the loop (_block
+# in _ufuncs.pyx). A block reads its own thread's floating-point flags and returns them.
+cdef enum:
+    _ELEMENTWISE, _LEAF, _FLAT, _STRIDED
+ctypedef struct _Job:
+    int site, op               # the loop; the operation, or the reduction kind
+    bint f64, xvec, yvec, squares
+    void* O
+    const void* X
+    const void* Y              # NULL for unary_kernel; tree_sum: -> the mean
+    int64_t* K
+    void* S                    # leaf sums, chunk extremes, or the strided scratch
+    Py_ssize_t* idx            # leaf offsets, or chunk arg-extremes
+    Py_ssize_t* ln             # leaf lengths
+    Py_ssize_t xrs, yrs, n, r, den, step, levels, cw, nch
 
 
 # NumPy's pairwise-summation leaf size (PW_BLOCKSIZE in numpy/_core/src/umath/loops_utils.h.src):
@@ -144,70 +129,40 @@ cdef void _bin_rows(int op, floating_t* O__ij,                                # 
         _bin_rows_inl(OP_MIN, O__ij, X__ij, xrs, xvec, Y__ij, yrs, yvec, m, n)
 
 
-ctypedef struct _BinJob:
-    int op
-    int flags                  # NPY_FPE_* flags of every task (ndws_or_flags)
-    bint f64, xvec, yvec
-    bint cols                  # one row cut into column chunks, else blocks of rows
-    void* O
-    const void* X
-    const void* Y
-    Py_ssize_t xrs, yrs, m, n, chunk, ntasks
-
-
-cdef inline void _bin_piece(floating_t* O__ij, _BinJob* j, Py_ssize_t c) noexcept nogil:
-    # task c of binary_kernel, for the dtype of O__ij (the job's output)
-    cdef Py_ssize_t lo, hi
-    if j.cols:
-        lo = c * j.chunk
-        hi = lo + j.chunk
-        if hi > j.n:
-            hi = j.n
-        if lo >= hi:
-            return
-        ndws_fpe_clear()
-        _bin_rows(j.op, O__ij + lo, <const floating_t*>j.X + (lo if j.xvec else 0), 0, j.xvec,
-                  <const floating_t*>j.Y + (lo if j.yvec else 0), 0, j.yvec, 1, hi - lo)
-    else:
-        static_block(j.m, c, j.ntasks, &lo, &hi)
-        if lo >= hi:
-            return
-        ndws_fpe_clear()
-        _bin_rows(j.op, O__ij + lo * j.n, <const floating_t*>j.X + lo * j.xrs, j.xrs, j.xvec,
-                  <const floating_t*>j.Y + lo * j.yrs, j.yrs, j.yvec, hi - lo, j.n)
-    ndws_or_flags(&j.flags, ndws_fpe_read())
-
-
-cdef void _bin_task(void* ctx, Py_ssize_t c) noexcept nogil:
-    cdef _BinJob* j = <_BinJob*>ctx
-    if j.f64:
-        _bin_piece(<float64_t*>j.O, j, c)
-    else:
-        _bin_piece(<float32_t*>j.O, j, c)
-
-
 cdef int binary_kernel(int op, floating_t* O__ij,                             # OUT
                        const floating_t* X__ij, Py_ssize_t xrs, bint xvec,    # IN
                        const floating_t* Y__ij, Py_ssize_t yrs, bint yvec,    # IN
                        Py_ssize_t m, Py_ssize_t n, int nthreads) noexcept nogil:
     """O := X op Y over an (m, n) grid (see _bin_rows_inl); returns the NPY_FPE_* flags raised.
 
-    With several threads, rows are split into `nthreads` static blocks; a single row (the
-    dense and scalar cases) into `nthreads` fixed column chunks. Element-wise results do not
-    depend on the split."""
-    cdef _BinJob j
+    With several threads, rows are split into static blocks, a single row (dense and scalar
+    cases) into blocks of 64-column groups. Element-wise results do not depend on the split."""
+    cdef _Job j
     if nthreads <= 1:
         ndws_fpe_clear()
         _bin_rows(op, O__ij, X__ij, xrs, xvec, Y__ij, yrs, yvec, m, n)
         return ndws_fpe_read()
-    j.op, j.flags, j.f64, j.xvec, j.yvec = op, 0, floating_t is float64_t, xvec, yvec
-    j.O, j.X, j.Y, j.xrs, j.yrs, j.m, j.n = O__ij, X__ij, Y__ij, xrs, yrs, m, n
-    j.cols = m == 1
-    j.ntasks = nthreads if j.cols or m >= nthreads else m
-    # 64-element multiples keep chunk boundaries on cache lines
-    j.chunk = ((n + nthreads - 1) // nthreads + 63) & ~(<Py_ssize_t>63)
-    run_tasks(_bin_task, &j, j.ntasks, nthreads)
-    return j.flags
+    j.site, j.op, j.f64, j.xvec, j.yvec = _ELEMENTWISE, op, floating_t is float64_t, xvec, yvec
+    j.O, j.X, j.Y, j.xrs, j.yrs, j.r, j.n = O__ij, X__ij, Y__ij, xrs, yrs, m, n
+    return run_blocks(_block, &j, (n + 63) // 64 if m == 1 else m, nthreads, nthreads)
+
+
+cdef inline int _ew_piece(floating_t* O, _Job* j, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    # binary_kernel's rows [lo, hi) or one row's columns [64 lo, 64 hi); unary_kernel's too
+    cdef const floating_t* X = <const floating_t*>j.X
+    cdef const floating_t* Y = <const floating_t*>j.Y
+    if j.r == 1:               # (never an empty block: run_blocks makes at most n of them)
+        lo, hi = lo * 64, (hi * 64 if hi * 64 < j.n else j.n)
+    ndws_fpe_clear()
+    if Y == NULL:
+        _un_run(j.op, O + lo, X + lo, hi - lo)
+    elif j.r > 1:
+        _bin_rows(j.op, O + lo * j.n, X + lo * j.xrs, j.xrs, j.xvec, Y + lo * j.yrs, j.yrs,
+                  j.yvec, hi - lo, j.n)
+    else:
+        _bin_rows(j.op, O + lo, X + (lo if j.xvec else 0), 0, j.xvec,
+                  Y + (lo if j.yvec else 0), 0, j.yvec, 1, hi - lo)
+    return ndws_fpe_read()
 
 
 @cython.cdivision(True)
@@ -283,48 +238,18 @@ cdef void _un_run(int op, floating_t* O__i,            # OUT
         _un_run_inl(OP_RECIP, O__i, X__i, n)
 
 
-ctypedef struct _UnJob:
-    int op
-    int flags                  # NPY_FPE_* flags of every task (ndws_or_flags)
-    bint f64
-    void* O
-    const void* X
-    Py_ssize_t n, chunk
-
-
-cdef inline void _un_piece(floating_t* O__i, _UnJob* j, Py_ssize_t c) noexcept nogil:
-    # task c of unary_kernel: elements [c * chunk, (c + 1) * chunk)
-    cdef Py_ssize_t lo = c * j.chunk, hi = lo + j.chunk
-    if hi > j.n:
-        hi = j.n
-    if lo >= hi:
-        return
-    ndws_fpe_clear()
-    _un_run(j.op, O__i + lo, <const floating_t*>j.X + lo, hi - lo)
-    ndws_or_flags(&j.flags, ndws_fpe_read())
-
-
-cdef void _un_task(void* ctx, Py_ssize_t c) noexcept nogil:
-    cdef _UnJob* j = <_UnJob*>ctx
-    if j.f64:
-        _un_piece(<float64_t*>j.O, j, c)
-    else:
-        _un_piece(<float32_t*>j.O, j, c)
-
-
 cdef int unary_kernel(int op, floating_t* O__i,        # OUT
                       const floating_t* X__i,          # IN
                       Py_ssize_t n, int nthreads) noexcept nogil:
-    """O := f(X) over n dense elements; returns the NPY_FPE_* flags raised."""
-    cdef _UnJob j
+    """O := f(X) over n dense elements (split as binary_kernel's one row); returns the flags."""
+    cdef _Job j
     if nthreads <= 1:
         ndws_fpe_clear()
         _un_run(op, O__i, X__i, n)
         return ndws_fpe_read()
-    j.op, j.flags, j.f64, j.O, j.X, j.n = op, 0, floating_t is float64_t, O__i, X__i, n
-    j.chunk = ((n + nthreads - 1) // nthreads + 63) & ~(<Py_ssize_t>63)
-    run_tasks(_un_task, &j, nthreads, nthreads)
-    return j.flags
+    j.site, j.op, j.f64, j.O, j.X = _ELEMENTWISE, op, floating_t is float64_t, O__i, X__i
+    j.Y, j.r, j.n = NULL, 1, n
+    return run_blocks(_block, &j, (n + 63) // 64, nthreads, nthreads)
 
 
 # -- reductions: sums -----------------------------------------------------------------------------
@@ -409,46 +334,16 @@ cdef enum:
     _TREE_LEAVES = 16
 
 
-ctypedef struct _TreeJob:
-    bint f64, squares
-    int flags                  # NPY_FPE_* flags of every leaf (ndws_or_flags)
-    const void* A
-    const void* mu             # -> the caller's floating_t mean (squares only)
-    void* part                 # -> the caller's floating_t[_TREE_LEAVES] leaf sums
-    const Py_ssize_t* lo
-    const Py_ssize_t* ln
-
-
-cdef inline void _tree_leaf(const floating_t* A__i, _TreeJob* j, Py_ssize_t k) noexcept nogil:
-    ndws_fpe_clear()
-    if j.squares:
-        (<floating_t*>j.part)[k] = pairwise_ssd(A__i + j.lo[k], j.ln[k],
-                                                (<const floating_t*>j.mu)[0])
-    else:
-        (<floating_t*>j.part)[k] = pairwise_sum(A__i + j.lo[k], j.ln[k])
-    ndws_or_flags(&j.flags, ndws_fpe_read())
-
-
-cdef void _tree_task(void* ctx, Py_ssize_t k) noexcept nogil:
-    cdef _TreeJob* j = <_TreeJob*>ctx
-    if j.f64:
-        _tree_leaf(<const float64_t*>j.A, j, k)
-    else:
-        _tree_leaf(<const float32_t*>j.A, j, k)
-
-
 cdef floating_t tree_sum(const floating_t* A__i, Py_ssize_t n, bint squares, floating_t mu,
                          int nthreads, int* flags) noexcept nogil:
-    """pairwise_sum (or pairwise_ssd when `squares`) of A[0:n], its leaves run as tasks on the
-    pool. Requires n > PW_BLOCKSIZE * 2**_TREE_DEPTH so every node above the leaves splits.
-    ORs the NPY_FPE_* flags of the leaves (raised on whichever threads ran them) into `flags`;
-    the caller's own flags cover the combination (on the calling thread, after the leaves)."""
+    """pairwise_sum (or pairwise_ssd when `squares`) of A[0:n], leaves as pool blocks (their
+    flags ORed into `flags`). Requires n > PW_BLOCKSIZE * 2**_TREE_DEPTH (all nodes split)."""
     cdef Py_ssize_t lo[_TREE_LEAVES]
     cdef Py_ssize_t ln[_TREE_LEAVES]
     cdef floating_t part[_TREE_LEAVES]
     cdef Py_ssize_t n2, width
     cdef int level, k, count
-    cdef _TreeJob j
+    cdef _Job j
     lo[0] = 0
     ln[0] = n
     count = 1
@@ -462,12 +357,9 @@ cdef floating_t tree_sum(const floating_t* A__i, Py_ssize_t n, bint squares, flo
             ln[2 * k + 1] = ln[k] - n2
             ln[2 * k] = n2
         count *= 2
-    j.f64, j.squares, j.flags, j.A, j.mu = floating_t is float64_t, squares, 0, A__i, &mu
-    j.part, j.lo, j.ln = part, lo, ln
-    # one task per leaf (claimed as threads come free; each leaf's sum is the same whoever
-    # runs it)
-    run_tasks(_tree_task, &j, _TREE_LEAVES, nthreads)
-    flags[0] |= j.flags
+    j.site, j.f64, j.squares, j.X, j.Y = _LEAF, floating_t is float64_t, squares, A__i, &mu
+    j.O, j.idx, j.ln = part, lo, ln
+    flags[0] |= run_blocks(_block, &j, _TREE_LEAVES, _TREE_LEAVES, nthreads)
     # combine in the tree's own order: (0+1), (2+3), ... level by level
     width = _TREE_LEAVES
     while width > 1:

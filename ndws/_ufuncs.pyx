@@ -32,7 +32,7 @@ from ndws._core cimport (NDArray, NDWS_MAXDIMS, Operators, install_operators, ch
                          RED_STD, RKW_NONE, RKW_DTYPE, RKW_DDOF)
 from ndws._dispatch cimport (place_result, arrays_overlap, as_operand, operand_error)
 from ndws._fallback cimport numpy_ufunc
-from ndws._threads cimport threads_for, release_gil, GRAIN_ELEMENTWISE, GRAIN_REDUCE
+from ndws._threads cimport threads_for, release_gil, run_blocks, GRAIN_ELEMENTWISE, GRAIN_REDUCE
 from ndws._arena cimport epoch_ptr, debug_mode_ptr, ndws_share
 
 import sys
@@ -473,58 +473,16 @@ cdef inline int _flat_row(int kind, const floating_t* A__i, Py_ssize_t r, Py_ssi
     return ndws_fpe_read() if track else 0
 
 
-ctypedef struct _FlatJob:
-    int kind
-    int flags                  # NPY_FPE_* flags of every task (ndws_or_flags)
-    bint f64
-    const void* A
-    void* O
-    int64_t* K
-    Py_ssize_t outer, r, den, chunk, ntasks
-    void* vals                 # -> the caller's floating_t[_TREE_LEAVES] chunk extremes
-    Py_ssize_t* idx            # -> the caller's chunk arg-extremes
-
-
-cdef inline void _flat_piece(const floating_t* A__ri, _FlatJob* j, Py_ssize_t c) noexcept nogil:
-    # task c of _reduce_flat: a static block of rows when there are several, else the c-th
-    # fixed chunk of the one row (max/min and argmax/argmin only)
-    cdef Py_ssize_t i, lo, hi
-    cdef int fl = 0
-    cdef bint want_max = j.kind == RED_MAX or j.kind == RED_ARGMAX
-    if j.outer > 1:
-        static_block(j.outer, c, j.ntasks, &lo, &hi)
-        for i in range(lo, hi):
-            fl |= _flat_row(j.kind, A__ri + i * j.r, j.r, j.den, <floating_t*>j.O, j.K, i, True)
-        ndws_or_flags(&j.flags, fl)
-        return
-    lo = c * j.chunk
-    hi = lo + j.chunk
-    if hi > j.r:
-        hi = j.r
-    if j.kind == RED_MAX or j.kind == RED_MIN:
-        if lo < hi:
-            (<floating_t*>j.vals)[c] = extreme(A__ri + lo, hi - lo, want_max)
-    else:
-        j.idx[c] = lo + arg_extreme(A__ri + lo, hi - lo, want_max) if lo < hi else -1
-
-
-cdef void _flat_task(void* ctx, Py_ssize_t c) noexcept nogil:
-    cdef _FlatJob* j = <_FlatJob*>ctx
-    if j.f64:
-        _flat_piece(<const float64_t*>j.A, j, c)
-    else:
-        _flat_piece(<const float32_t*>j.A, j, c)
-
-
 cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ssize_t r,  # IN
                       Py_ssize_t den,                                                     # IN
                       floating_t* O__r, int64_t* K__r,                                    # OUT
                       int nthreads) noexcept nogil:
     """Reduce each of `outer` dense rows of length r >= 1 (the last axis, or everything when
-    outer == 1). Returns the NPY_FPE_* flags of the sums. Rows run in parallel (static blocks
-    of rows, one pool task each); one long row runs its pairwise tree's leaves (sums) or fixed
-    chunks (extremes) as tasks, with the serial result's bits either way."""
-    cdef Py_ssize_t i, c, chunk = 0, best_i
+    outer == 1). Returns the NPY_FPE_* flags of the sums. Static blocks of rows run in
+    parallel; one long row runs its pairwise tree's leaves (sums) or fixed chunks (extremes) in
+    parallel, with the serial result's bits either way."""
+    cdef Py_ssize_t i, c, chunk, best_i
+    cdef _Job j
     cdef int fl = 0
     cdef floating_t s, mu, q
     cdef Py_ssize_t idx[_TREE_LEAVES]
@@ -532,25 +490,19 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
     cdef bint want_max = kind == RED_MAX or kind == RED_ARGMAX
     cdef bint extremes = (kind == RED_MAX or kind == RED_MIN or kind == RED_ARGMAX
                           or kind == RED_ARGMIN)
-    cdef _FlatJob j
     if nthreads <= 1:
         ndws_fpe_clear()
         for i in range(outer):
             _flat_row(kind, A__ri + i * r, r, den, O__r, K__r, i, False)
         return 0 if extremes else ndws_fpe_read()
-    j.kind, j.flags, j.f64, j.A, j.O, j.K = kind, 0, floating_t is float64_t, A__ri, O__r, K__r
-    j.outer, j.r, j.den, j.vals, j.idx = outer, r, den, vals, idx
+    chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES  # extremes' fixed chunks, folded in order
+    j.site, j.op, j.f64, j.X, j.O, j.K = _FLAT, kind, floating_t is float64_t, A__ri, O__r, K__r
+    j.r, j.den, j.S, j.idx, j.step = r, den, vals, idx, 0 if outer > 1 else chunk
     if outer > 1:
-        j.ntasks = nthreads if outer >= nthreads else outer
-        run_tasks(_flat_task, &j, j.ntasks, nthreads)
-        return j.flags
+        return run_blocks(_block, &j, outer, nthreads, nthreads)
     if extremes:
-        # fixed chunks (by length only), then folded in order with the serial rule
-        chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES
-        j.chunk, j.ntasks = chunk, _TREE_LEAVES
-        run_tasks(_flat_task, &j, _TREE_LEAVES, nthreads)
+        run_blocks(_block, &j, _TREE_LEAVES, _TREE_LEAVES, nthreads)
     if kind == RED_MAX or kind == RED_MIN:
-        # max/min: _pick, as the serial loop
         s = vals[0]
         for c in range(1, _TREE_LEAVES):
             if c * chunk < r:
@@ -587,6 +539,43 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
     return fl
 
 
+cdef inline int _piece(floating_t* O, _Job* j, Py_ssize_t lo, Py_ssize_t hi,
+                       Py_ssize_t c) noexcept nogil:
+    # block c of any loop (_Job.site): tree_sum's leaf lo, _reduce_strided's units [lo, hi) in
+    # the c-th scratch slice, _reduce_flat's rows [lo, hi) or one row's c-th chunk
+    cdef const floating_t* A = <const floating_t*>j.X
+    cdef bint want_max = j.op == RED_MAX or j.op == RED_ARGMAX
+    cdef int fl = 0
+    if j.site == _ELEMENTWISE:
+        return _ew_piece(O, j, lo, hi)
+    if j.site == _LEAF:
+        ndws_fpe_clear()
+        O[lo] = (pairwise_ssd(A + j.idx[lo], j.ln[lo], (<const floating_t*>j.Y)[0]) if j.squares
+                 else pairwise_sum(A + j.idx[lo], j.ln[lo]))
+        return ndws_fpe_read()
+    if j.site == _STRIDED:
+        for lo in range(lo, hi):
+            fl |= _strided_unit(j.op, A, j.r, j.n, j.den, O, j.K, <floating_t*>j.S + c * j.step,
+                                j.levels, j.cw, j.nch, lo)
+    elif j.step == 0:
+        for lo in range(lo, hi):
+            fl |= _flat_row(j.op, A + lo * j.r, j.r, j.den, O, j.K, lo, True)
+    else:
+        lo, hi = c * j.step, (c + 1) * j.step if (c + 1) * j.step < j.r else j.r
+        if j.op == RED_MAX or j.op == RED_MIN:
+            if lo < hi:
+                (<floating_t*>j.S)[c] = extreme(A + lo, hi - lo, want_max)
+        else:
+            j.idx[c] = lo + arg_extreme(A + lo, hi - lo, want_max) if lo < hi else -1
+    return fl
+
+
+cdef int _block(void* ctx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t c) noexcept nogil:
+    cdef _Job* j = <_Job*>ctx
+    return (_piece(<float64_t*>j.O, j, lo, hi, c) if j.f64
+            else _piece(<float32_t*>j.O, j, lo, hi, c))
+
+
 cdef inline int _strided_unit(int kind, const floating_t* A__orj, Py_ssize_t r,
                               Py_ssize_t inner, Py_ssize_t den, floating_t* O__oj,
                               int64_t* K__oj, floating_t* sc, Py_ssize_t levels,
@@ -620,65 +609,24 @@ cdef inline int _strided_unit(int kind, const floating_t* A__orj, Py_ssize_t r,
     return ndws_fpe_read()
 
 
-ctypedef struct _StridedJob:
-    int kind
-    int flags                  # NPY_FPE_* flags of every task (ndws_or_flags)
-    bint f64
-    const void* A
-    void* O
-    int64_t* K
-    void* scratch
-    Py_ssize_t r, inner, den, per_thread, levels, cw, nch, units, ntasks
-
-
-cdef inline void _strided_piece(const floating_t* A__orj, _StridedJob* j,
-                                Py_ssize_t c) noexcept nogil:
-    # task c of _reduce_strided: a static block of units, in the c-th scratch slice
-    cdef Py_ssize_t u, lo, hi
-    cdef int fl = 0
-    static_block(j.units, c, j.ntasks, &lo, &hi)
-    for u in range(lo, hi):
-        fl |= _strided_unit(j.kind, A__orj, j.r, j.inner, j.den, <floating_t*>j.O, j.K,
-                            <floating_t*>j.scratch + c * j.per_thread, j.levels, j.cw, j.nch,
-                            u)
-    ndws_or_flags(&j.flags, fl)
-
-
-cdef void _strided_task(void* ctx, Py_ssize_t c) noexcept nogil:
-    cdef _StridedJob* j = <_StridedJob*>ctx
-    if j.f64:
-        _strided_piece(<const float64_t*>j.A, j, c)
-    else:
-        _strided_piece(<const float32_t*>j.A, j, c)
-
-
 cdef int _reduce_strided(int kind, const floating_t* A__orj, Py_ssize_t outer, Py_ssize_t r,
                          Py_ssize_t inner, Py_ssize_t den,                         # IN
                          floating_t* O__oj, int64_t* K__oj,                        # OUT
                          floating_t* scratch, Py_ssize_t per_thread,
                          int nthreads) noexcept nogil:
     """Reduce A viewed as (outer, r, inner), inner > 1, over its middle axis, row after row
-    (sum_rows / extreme_rows). Units of work are (outer, column chunk) pairs, split into at
-    most `nthreads` static blocks, one pool task each; task c works in the c-th `per_thread`
-    slice of `scratch` (rows_levels(r) + 1 rows of the chunk width; unused by max/min), so the
-    caller allocates `nthreads` slices. Chunks depend on `inner` only, and every output
-    element is computed the same way whatever the thread count."""
+    (sum_rows / extreme_rows). Units are (outer, column chunk) pairs, in at most `nthreads`
+    static blocks; block c works in the c-th `per_thread` slice of `scratch` (rows_levels(r) + 1
+    rows of the chunk width; unused by max/min). Chunks depend on `inner` only, and every
+    output element is computed the same way whatever the thread count."""
     cdef Py_ssize_t cw = _chunk_width(inner)
     cdef Py_ssize_t nch = (inner + cw - 1) // cw
-    cdef Py_ssize_t u, levels = rows_levels(r)
-    cdef int fl = 0
-    cdef _StridedJob j
-    if nthreads <= 1:
-        for u in range(outer * nch):
-            fl |= _strided_unit(kind, A__orj, r, inner, den, O__oj, K__oj, scratch, levels,
-                                cw, nch, u)
-        return fl
-    j.kind, j.flags, j.f64, j.A, j.O, j.K = kind, 0, floating_t is float64_t, A__orj, O__oj, K__oj
-    j.scratch, j.r, j.inner, j.den, j.per_thread = scratch, r, inner, den, per_thread
-    j.levels, j.cw, j.nch, j.units = levels, cw, nch, outer * nch
-    j.ntasks = nthreads if j.units >= nthreads else j.units
-    run_tasks(_strided_task, &j, j.ntasks, nthreads)
-    return j.flags
+    cdef Py_ssize_t levels = rows_levels(r)
+    cdef _Job j
+    j.site, j.op, j.f64, j.X, j.O, j.K, j.S = (_STRIDED, kind, floating_t is float64_t, A__orj,
+                                               O__oj, K__oj, scratch)
+    j.r, j.n, j.den, j.step, j.levels, j.cw, j.nch = r, inner, den, per_thread, levels, cw, nch
+    return run_blocks(_block, &j, outer * nch, nthreads, nthreads)
 
 
 cdef inline Py_ssize_t _chunk_width(Py_ssize_t inner) noexcept nogil:

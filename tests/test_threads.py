@@ -467,6 +467,9 @@ _UFUNCS = {
     "min axis 0": lambda x, y, s, r: ndws.min(s, axis=0),
     "argmax": lambda x, y, s, r: ndws.argmax(x),
     "argmin rows": lambda x, y, s, r: ndws.argmin(s, axis=1),
+    # one unit of work (8 columns, one chunk): fewer blocks than threads
+    "mean axis 0 of 8 columns": lambda x, y, s, r: ndws.mean(
+        x[:x.shape[0] // 8 * 8].reshape(-1, 8), axis=0),
 }
 _ORACLE = {
     "add": lambda a, b, sa, ra: a + b, "divide": lambda a, b, sa, ra: a / b,
@@ -480,6 +483,8 @@ _ORACLE = {
     "var axis 0": lambda a, b, sa, ra: sa.var(axis=0), "max": lambda a, b, sa, ra: a.max(),
     "min axis 0": lambda a, b, sa, ra: sa.min(axis=0), "argmax": lambda a, b, sa, ra: a.argmax(),
     "argmin rows": lambda a, b, sa, ra: sa.argmin(axis=1),
+    "mean axis 0 of 8 columns": lambda a, b, sa, ra: a[:a.size // 8 * 8].reshape(-1, 8).mean(
+        axis=0),
 }
 
 
@@ -549,4 +554,4 @@ def test_the_ufunc_loops_run_on_the_kernel_pool_not_openmp():
     for name in ("_loops.pxi", "_ufuncs.pyx"):
         src = (root / name).read_text(encoding="utf-8")
         assert "prange(" not in src and "cython.parallel" not in src, name
-        assert "run_tasks(" in src, name
+        assert "run_blocks(" in src, name
