@@ -70,8 +70,9 @@ cdef int thread_limit() noexcept:
 # These are standalone measurements. In a training step an OpenMP region also cost its
 # spinning worker afterwards, which took the second core from the GEMM's helper: that is why the
 # nn kernels and the ufuncs' loops now run on the GEMM's pool (run_tasks, below). The
-# elementwise and reduce grains were measured on OpenMP and kept on the pool (bench_ops --grain
-# on the pool: see the commit that moved the ufuncs).
+# elementwise and reduce grains, measured on OpenMP, are kept: on the pool (`bench_ops.py --grain
+# --quick`, load average 1.2-2.6, us at 1 / 2 threads) add (out=) 65536: 9.1 / 5.2, 32768:
+# 4.6 / 2.8-4.5; sum 65536: 4.6 / 3.2-3.4, 32768: 2.4 / 2.1-2.3; sum(axis=0) 65536: 9.0 / 4.9.
 # Measured again on the pool (2-core Zen 4, float32, medians of 3000 calls, us at 1 / 2
 # threads), the nn kernels gain from much smaller calls than on OpenMP:
 # - nn_cheap: relu backward 16384: 2.45 / 2.59, 32768: 4.72 / 2.92, 65536: 9.22 / 5.22; relu
