@@ -13,8 +13,8 @@
 
 from libc.math cimport sqrt as c_sqrt, sqrtf, exp as c_exp, expf, log as c_log, logf
 from libc.math cimport tanh as c_tanh, tanhf, fabs, fabsf
-from cython.parallel cimport prange, parallel, threadid
 from ndws._typedefs cimport float32_t, float64_t, floating_t
+from ndws._threads cimport run_blocks
 
 cdef extern from "_cmath.h":
     void ndws_fpe_clear() noexcept nogil
@@ -32,6 +32,24 @@ cdef extern from "_cmath.h":
 
 cdef extern from "_cmath.h":
     int ndws_give_fpe(const char* name, int flags) except -1
+
+
+# With several threads a loop runs as static blocks on ndws' one helper pool (run_blocks; not
+# OpenMP: docs/kernels.md, "Threads"), each described by a _Job whose `site` is the loop (_block
+# in _ufuncs.pyx). A block reads its own thread's floating-point flags and returns them.
+cdef enum:
+    _ELEMENTWISE, _LEAF, _FLAT, _STRIDED
+ctypedef struct _Job:
+    int site, op               # the loop; the operation, or the reduction kind
+    bint f64, xvec, yvec, squares
+    void* O
+    const void* X
+    const void* Y              # NULL for unary_kernel; tree_sum: -> the mean
+    int64_t* K
+    void* S                    # leaf sums, chunk extremes, or the strided scratch
+    Py_ssize_t* idx            # leaf offsets, or chunk arg-extremes
+    Py_ssize_t* ln             # leaf lengths
+    Py_ssize_t xrs, yrs, n, r, den, step, levels, cw, nch
 
 
 # NumPy's pairwise-summation leaf size (PW_BLOCKSIZE in numpy/_core/src/umath/loops_utils.h.src):
@@ -117,33 +135,34 @@ cdef int binary_kernel(int op, floating_t* O__ij,                             # 
                        Py_ssize_t m, Py_ssize_t n, int nthreads) noexcept nogil:
     """O := X op Y over an (m, n) grid (see _bin_rows_inl); returns the NPY_FPE_* flags raised.
 
-    With several threads, rows are split statically; a single row (the dense and scalar cases)
-    is split into fixed column chunks. Element-wise results do not depend on the split."""
-    cdef int fl = 0
-    cdef Py_ssize_t c, lo, hi, chunk
+    With several threads, rows are split into static blocks, a single row (dense and scalar
+    cases) into blocks of 64-column groups. Element-wise results do not depend on the split."""
+    cdef _Job j
     if nthreads <= 1:
         ndws_fpe_clear()
         _bin_rows(op, O__ij, X__ij, xrs, xvec, Y__ij, yrs, yvec, m, n)
         return ndws_fpe_read()
-    if m == 1:
-        # 64-element multiples keep chunk boundaries on cache lines
-        chunk = ((n + nthreads - 1) // nthreads + 63) & ~(<Py_ssize_t>63)
-        for c in prange(nthreads, schedule='static', num_threads=nthreads):
-            lo = c * chunk
-            hi = lo + chunk
-            if hi > n:
-                hi = n
-            if lo < hi:
-                ndws_fpe_clear()
-                _bin_rows(op, O__ij + lo, X__ij + (lo if xvec else 0), 0, xvec,
-                          Y__ij + (lo if yvec else 0), 0, yvec, 1, hi - lo)
-                fl |= ndws_fpe_read()
-        return fl
-    for c in prange(m, schedule='static', num_threads=nthreads):
-        ndws_fpe_clear()
-        _bin_rows(op, O__ij + c * n, X__ij + c * xrs, 0, xvec, Y__ij + c * yrs, 0, yvec, 1, n)
-        fl |= ndws_fpe_read()
-    return fl
+    j.site, j.op, j.f64, j.xvec, j.yvec = _ELEMENTWISE, op, floating_t is float64_t, xvec, yvec
+    j.O, j.X, j.Y, j.xrs, j.yrs, j.r, j.n = O__ij, X__ij, Y__ij, xrs, yrs, m, n
+    return run_blocks(_block, &j, (n + 63) // 64 if m == 1 else m, nthreads, nthreads)
+
+
+cdef inline int _ew_piece(floating_t* O, _Job* j, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    # binary_kernel's rows [lo, hi) or one row's columns [64 lo, 64 hi); unary_kernel's too
+    cdef const floating_t* X = <const floating_t*>j.X
+    cdef const floating_t* Y = <const floating_t*>j.Y
+    if j.r == 1:               # (never an empty block: run_blocks makes at most n of them)
+        lo, hi = lo * 64, (hi * 64 if hi * 64 < j.n else j.n)
+    ndws_fpe_clear()
+    if Y == NULL:
+        _un_run(j.op, O + lo, X + lo, hi - lo)
+    elif j.r > 1:
+        _bin_rows(j.op, O + lo * j.n, X + lo * j.xrs, j.xrs, j.xvec, Y + lo * j.yrs, j.yrs,
+                  j.yvec, hi - lo, j.n)
+    else:
+        _bin_rows(j.op, O + lo, X + (lo if j.xvec else 0), 0, j.xvec,
+                  Y + (lo if j.yvec else 0), 0, j.yvec, 1, hi - lo)
+    return ndws_fpe_read()
 
 
 @cython.cdivision(True)
@@ -222,24 +241,15 @@ cdef void _un_run(int op, floating_t* O__i,            # OUT
 cdef int unary_kernel(int op, floating_t* O__i,        # OUT
                       const floating_t* X__i,          # IN
                       Py_ssize_t n, int nthreads) noexcept nogil:
-    """O := f(X) over n dense elements; returns the NPY_FPE_* flags raised."""
-    cdef int fl = 0
-    cdef Py_ssize_t c, lo, hi, chunk
+    """O := f(X) over n dense elements (split as binary_kernel's one row); returns the flags."""
+    cdef _Job j
     if nthreads <= 1:
         ndws_fpe_clear()
         _un_run(op, O__i, X__i, n)
         return ndws_fpe_read()
-    chunk = ((n + nthreads - 1) // nthreads + 63) & ~(<Py_ssize_t>63)
-    for c in prange(nthreads, schedule='static', num_threads=nthreads):
-        lo = c * chunk
-        hi = lo + chunk
-        if hi > n:
-            hi = n
-        if lo < hi:
-            ndws_fpe_clear()
-            _un_run(op, O__i + lo, X__i + lo, hi - lo)
-            fl |= ndws_fpe_read()
-    return fl
+    j.site, j.op, j.f64, j.O, j.X = _ELEMENTWISE, op, floating_t is float64_t, O__i, X__i
+    j.Y, j.r, j.n = NULL, 1, n
+    return run_blocks(_block, &j, (n + 63) // 64, nthreads, nthreads)
 
 
 # -- reductions: sums -----------------------------------------------------------------------------
@@ -325,14 +335,15 @@ cdef enum:
 
 
 cdef floating_t tree_sum(const floating_t* A__i, Py_ssize_t n, bint squares, floating_t mu,
-                         int nthreads) noexcept nogil:
-    """pairwise_sum (or pairwise_ssd when `squares`) of A[0:n], its top levels run in
-    parallel. Requires n > PW_BLOCKSIZE * 2**_TREE_DEPTH so every node above the leaves splits."""
+                         int nthreads, int* flags) noexcept nogil:
+    """pairwise_sum (or pairwise_ssd when `squares`) of A[0:n], leaves as pool blocks (their
+    flags ORed into `flags`). Requires n > PW_BLOCKSIZE * 2**_TREE_DEPTH (all nodes split)."""
     cdef Py_ssize_t lo[_TREE_LEAVES]
     cdef Py_ssize_t ln[_TREE_LEAVES]
     cdef floating_t part[_TREE_LEAVES]
     cdef Py_ssize_t n2, width
     cdef int level, k, count
+    cdef _Job j
     lo[0] = 0
     ln[0] = n
     count = 1
@@ -346,11 +357,9 @@ cdef floating_t tree_sum(const floating_t* A__i, Py_ssize_t n, bint squares, flo
             ln[2 * k + 1] = ln[k] - n2
             ln[2 * k] = n2
         count *= 2
-    for k in prange(_TREE_LEAVES, schedule='static', num_threads=nthreads):
-        if squares:
-            part[k] = pairwise_ssd(A__i + lo[k], ln[k], mu)
-        else:
-            part[k] = pairwise_sum(A__i + lo[k], ln[k])
+    j.site, j.f64, j.squares, j.X, j.Y = _LEAF, floating_t is float64_t, squares, A__i, &mu
+    j.O, j.idx, j.ln = part, lo, ln
+    flags[0] |= run_blocks(_block, &j, _TREE_LEAVES, _TREE_LEAVES, nthreads)
     # combine in the tree's own order: (0+1), (2+3), ... level by level
     width = _TREE_LEAVES
     while width > 1:

@@ -73,3 +73,12 @@ cdef extern from *:
 
 cdef void pool_run(job_fn fn, void* ctx, int helpers) noexcept nogil
 cdef void run_tasks(task_fn fn, void* ctx, Py_ssize_t ntasks, int nthreads) noexcept nogil
+
+# `run_blocks` (the ufuncs' loops): run_tasks over `ntasks` (at most n) static blocks of n items,
+# task c
+# calling fn(ctx, lo, hi, c) for its block [lo, hi) (OpenMP's schedule(static) split: the first
+# n % ntasks blocks get one more item), so the split never depends on who runs a block. Returns
+# the OR of what the calls returned: the NPY_FPE_* flags each task read on its own thread.
+ctypedef int (*block_fn)(void* ctx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t c) noexcept nogil
+cdef int run_blocks(block_fn fn, void* ctx, Py_ssize_t n, Py_ssize_t ntasks,
+                    int nthreads) noexcept nogil

@@ -1,9 +1,9 @@
 """ndws._threads: how many kernel threads a call may use, and when it drops the GIL.
 
 One policy for every native kernel (docs/architecture.md, "How x + y reaches a loop"): a
-wrapper asks `threads_for(work, grain)` with the GIL held, passes the count into its nogil region
-as `num_threads=`, and releases the GIL when `release_gil` says so. Below the arrays: it knows
-only the per-thread state of ndws._arena (each Python thread's own `num_threads` limit).
+wrapper asks `threads_for(work, grain)` with the GIL held, passes the count into its nogil loop
+(run_tasks' `nthreads`), and releases the GIL when `release_gil` says so. Below the arrays: it
+knows only the per-thread state of ndws._arena (each Python thread's own `num_threads` limit).
 """
 
 import numbers
@@ -22,8 +22,9 @@ __all__ = ["set_num_threads", "get_num_threads", "num_threads"]
 # ------------------------------------------------------------------------------------------------
 # Kernel threads
 #
-# Kernel threads come from two pools: the GEMM and the nn kernels run on ndws' own helper pool
-# (ndws/_pool.h, below), the ufuncs' loops on OpenMP's. Their size is `_pool_threads`:
+# Kernel threads come from ndws' own helper pool (ndws/_pool.h, below): the GEMM, the nn kernels
+# and the ufuncs' loops run on it (only ndws.evaluation's counting still runs an OpenMP region).
+# Its size is `_pool_threads`:
 # OMP_NUM_THREADS (what omp_get_max_threads() reports at import, the CPU count when unset)
 # until `set_num_threads` changes it. A Python thread may lower or raise its own limit with
 # `num_threads(n)` (ThreadState._nthreads), so N Python workers can each run 1-thread kernels
@@ -68,7 +69,10 @@ cdef int thread_limit() noexcept:
 #   ~2-4 ns for C = 10, against a few microseconds of OpenMP start-up.
 # These are standalone measurements. In a training step an OpenMP region also cost its
 # spinning worker afterwards, which took the second core from the GEMM's helper: that is why the
-# nn kernels now run on the GEMM's pool (run_tasks, below); the ufuncs' loops still use OpenMP.
+# nn kernels and the ufuncs' loops now run on the GEMM's pool (run_tasks, below). The
+# elementwise and reduce grains, measured on OpenMP, are kept: on the pool (`bench_ops.py --grain
+# --quick`, load average 1.2-2.6, us at 1 / 2 threads) add (out=) 65536: 9.1 / 5.2, 32768:
+# 4.6 / 2.8-4.5; sum 65536: 4.6 / 3.2-3.4, 32768: 2.4 / 2.1-2.3; sum(axis=0) 65536: 9.0 / 4.9.
 # Measured again on the pool (2-core Zen 4, float32, medians of 3000 calls, us at 1 / 2
 # threads), the nn kernels gain from much smaller calls than on OpenMP:
 # - nn_cheap: relu backward 16384: 2.45 / 2.59, 32768: 4.72 / 2.92, 65536: 9.22 / 5.22; relu
@@ -231,6 +235,43 @@ cdef void run_tasks(task_fn fn, void* ctx, Py_ssize_t ntasks, int nthreads) noex
     t.ntasks = ntasks
     t.next = 0
     ndws_pool_run(_claim_tasks, &t, <int>(nthreads - 1 if nthreads <= ntasks else ntasks - 1))
+
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    static inline void ndws_or_flags(int* flags, int v) {
+        __atomic_fetch_or(flags, v, __ATOMIC_RELAXED);   /* the pool's join orders it */
+    }
+    #else  /* no helper threads in such a build: every task runs on the caller */
+    static inline void ndws_or_flags(int* flags, int v) { *flags |= v; }
+    #endif
+    """
+    void ndws_or_flags(int* flags, int v) noexcept nogil
+
+
+ctypedef struct _Blocks:
+    block_fn fn
+    void* ctx
+    Py_ssize_t n, ntasks
+    int flags
+
+
+cdef void _block_task(void* p, Py_ssize_t c) noexcept nogil:
+    cdef _Blocks* b = <_Blocks*>p
+    cdef Py_ssize_t q = b.n // b.ntasks, extra = b.n % b.ntasks
+    cdef Py_ssize_t lo = c * q + (c if c < extra else extra)
+    cdef int fl = b.fn(b.ctx, lo, lo + q + (1 if c < extra else 0), c)
+    if fl:
+        ndws_or_flags(&b.flags, fl)
+
+
+cdef int run_blocks(block_fn fn, void* ctx, Py_ssize_t n, Py_ssize_t ntasks,
+                    int nthreads) noexcept nogil:
+    cdef _Blocks b
+    b.fn, b.ctx, b.n, b.ntasks, b.flags = fn, ctx, n, ntasks if ntasks < n else n, 0
+    run_tasks(_block_task, &b, b.ntasks, nthreads)
+    return b.flags
 
 
 cdef void _census_task(void* ctx, Py_ssize_t i) noexcept nogil:

@@ -32,7 +32,7 @@ from ndws._core cimport (NDArray, NDWS_MAXDIMS, Operators, install_operators, ch
                          RED_STD, RKW_NONE, RKW_DTYPE, RKW_DDOF)
 from ndws._dispatch cimport (place_result, arrays_overlap, as_operand, operand_error)
 from ndws._fallback cimport numpy_ufunc
-from ndws._threads cimport threads_for, release_gil, GRAIN_ELEMENTWISE, GRAIN_REDUCE
+from ndws._threads cimport threads_for, release_gil, run_blocks, GRAIN_ELEMENTWISE, GRAIN_REDUCE
 from ndws._arena cimport epoch_ptr, debug_mode_ptr, ndws_share
 
 import sys
@@ -478,10 +478,11 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
                       floating_t* O__r, int64_t* K__r,                                    # OUT
                       int nthreads) noexcept nogil:
     """Reduce each of `outer` dense rows of length r >= 1 (the last axis, or everything when
-    outer == 1). Returns the NPY_FPE_* flags of the sums. Rows run in parallel; one long row
-    runs its pairwise tree's top levels (sums) or fixed chunks (extremes) in parallel, with the
-    serial result's bits either way."""
-    cdef Py_ssize_t i, c, chunk, lo, hi, best_i
+    outer == 1). Returns the NPY_FPE_* flags of the sums. Static blocks of rows run in
+    parallel; one long row runs its pairwise tree's leaves (sums) or fixed chunks (extremes) in
+    parallel, with the serial result's bits either way."""
+    cdef Py_ssize_t i, c, chunk, best_i
+    cdef _Job j
     cdef int fl = 0
     cdef floating_t s, mu, q
     cdef Py_ssize_t idx[_TREE_LEAVES]
@@ -494,20 +495,14 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
         for i in range(outer):
             _flat_row(kind, A__ri + i * r, r, den, O__r, K__r, i, False)
         return 0 if extremes else ndws_fpe_read()
+    chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES  # extremes' fixed chunks, folded in order
+    j.site, j.op, j.f64, j.X, j.O, j.K = _FLAT, kind, floating_t is float64_t, A__ri, O__r, K__r
+    j.r, j.den, j.S, j.idx, j.step = r, den, vals, idx, 0 if outer > 1 else chunk
     if outer > 1:
-        for i in prange(outer, schedule='static', num_threads=nthreads):
-            fl |= _flat_row(kind, A__ri + i * r, r, den, O__r, K__r, i, True)
-        return fl
+        return run_blocks(_block, &j, outer, nthreads, nthreads)
+    if extremes:
+        run_blocks(_block, &j, _TREE_LEAVES, _TREE_LEAVES, nthreads)
     if kind == RED_MAX or kind == RED_MIN:
-        # fixed chunks (by length only), folded in order with the serial rule (_pick)
-        chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES
-        for c in prange(_TREE_LEAVES, schedule='static', num_threads=nthreads):
-            lo = c * chunk
-            hi = lo + chunk
-            if hi > r:
-                hi = r
-            if lo < hi:
-                vals[c] = extreme(A__ri + lo, hi - lo, want_max)
         s = vals[0]
         for c in range(1, _TREE_LEAVES):
             if c * chunk < r:
@@ -515,18 +510,8 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
         O__r[0] = s
         return 0
     if extremes:
-        # argmax/argmin: fixed chunks, then the chunks in order with the serial rule: a NaN
-        # ends the search, otherwise only a strictly better value replaces the best (the
-        # first index of the extreme)
-        chunk = (r + _TREE_LEAVES - 1) // _TREE_LEAVES
-        for c in prange(_TREE_LEAVES, schedule='static', num_threads=nthreads):
-            lo = c * chunk
-            hi = lo + chunk
-            if hi > r:
-                hi = r
-            idx[c] = -1
-            if lo < hi:
-                idx[c] = lo + arg_extreme(A__ri + lo, hi - lo, want_max)
+        # argmax/argmin: a NaN ends the search, otherwise only a strictly better value
+        # replaces the best (the first index of the extreme)
         best_i = idx[0]
         s = A__ri[best_i]
         for c in range(1, _TREE_LEAVES):
@@ -541,17 +526,54 @@ cdef int _reduce_flat(int kind, const floating_t* A__ri, Py_ssize_t outer, Py_ss
     if r <= PW_BLOCKSIZE * _TREE_LEAVES:
         return _flat_row(kind, A__ri, r, den, O__r, K__r, 0, True)
     ndws_fpe_clear()
-    s = <floating_t>0 + tree_sum(A__ri, r, False, <floating_t>0, nthreads)
-    fl = ndws_fpe_read()
+    s = <floating_t>0 + tree_sum(A__ri, r, False, <floating_t>0, nthreads, &fl)
+    fl |= ndws_fpe_read()
     if kind == RED_VAR or kind == RED_STD:
         mu = _finish(RED_MEAN, s, r)
         ndws_fpe_clear()
-        q = <floating_t>0 + tree_sum(A__ri, r, True, mu, nthreads)
+        q = <floating_t>0 + tree_sum(A__ri, r, True, mu, nthreads, &fl)
         fl |= ndws_fpe_read()
         O__r[0] = _root(kind, _finish(RED_VAR, q, den))
     else:
         O__r[0] = _finish(kind, s, r)
     return fl
+
+
+cdef inline int _piece(floating_t* O, _Job* j, Py_ssize_t lo, Py_ssize_t hi,
+                       Py_ssize_t c) noexcept nogil:
+    # block c of any loop (_Job.site): tree_sum's leaf lo, _reduce_strided's units [lo, hi) in
+    # the c-th scratch slice, _reduce_flat's rows [lo, hi) or one row's c-th chunk
+    cdef const floating_t* A = <const floating_t*>j.X
+    cdef bint want_max = j.op == RED_MAX or j.op == RED_ARGMAX
+    cdef int fl = 0
+    if j.site == _ELEMENTWISE:
+        return _ew_piece(O, j, lo, hi)
+    if j.site == _LEAF:
+        ndws_fpe_clear()
+        O[lo] = (pairwise_ssd(A + j.idx[lo], j.ln[lo], (<const floating_t*>j.Y)[0]) if j.squares
+                 else pairwise_sum(A + j.idx[lo], j.ln[lo]))
+        return ndws_fpe_read()
+    if j.site == _STRIDED:
+        for lo in range(lo, hi):
+            fl |= _strided_unit(j.op, A, j.r, j.n, j.den, O, j.K, <floating_t*>j.S + c * j.step,
+                                j.levels, j.cw, j.nch, lo)
+    elif j.step == 0:
+        for lo in range(lo, hi):
+            fl |= _flat_row(j.op, A + lo * j.r, j.r, j.den, O, j.K, lo, True)
+    else:
+        lo, hi = c * j.step, (c + 1) * j.step if (c + 1) * j.step < j.r else j.r
+        if j.op == RED_MAX or j.op == RED_MIN:
+            if lo < hi:
+                (<floating_t*>j.S)[c] = extreme(A + lo, hi - lo, want_max)
+        else:
+            j.idx[c] = lo + arg_extreme(A + lo, hi - lo, want_max) if lo < hi else -1
+    return fl
+
+
+cdef int _block(void* ctx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t c) noexcept nogil:
+    cdef _Job* j = <_Job*>ctx
+    return (_piece(<float64_t*>j.O, j, lo, hi, c) if j.f64
+            else _piece(<float32_t*>j.O, j, lo, hi, c))
 
 
 cdef inline int _strided_unit(int kind, const floating_t* A__orj, Py_ssize_t r,
@@ -593,23 +615,18 @@ cdef int _reduce_strided(int kind, const floating_t* A__orj, Py_ssize_t outer, P
                          floating_t* scratch, Py_ssize_t per_thread,
                          int nthreads) noexcept nogil:
     """Reduce A viewed as (outer, r, inner), inner > 1, over its middle axis, row after row
-    (sum_rows / extreme_rows). Tasks are (outer, column chunk) pairs; each thread works in its
-    own `per_thread` slice of `scratch` (rows_levels(r) + 1 rows of the chunk width; unused
-    by max/min). Chunks depend on `inner` only, and every output element is computed the
-    same way whatever the thread count."""
+    (sum_rows / extreme_rows). Units are (outer, column chunk) pairs, in at most `nthreads`
+    static blocks; block c works in the c-th `per_thread` slice of `scratch` (rows_levels(r) + 1
+    rows of the chunk width; unused by max/min). Chunks depend on `inner` only, and every
+    output element is computed the same way whatever the thread count."""
     cdef Py_ssize_t cw = _chunk_width(inner)
     cdef Py_ssize_t nch = (inner + cw - 1) // cw
-    cdef Py_ssize_t u, levels = rows_levels(r)
-    cdef int fl = 0
-    if nthreads <= 1:
-        for u in range(outer * nch):
-            fl |= _strided_unit(kind, A__orj, r, inner, den, O__oj, K__oj, scratch, levels,
-                                cw, nch, u)
-        return fl
-    for u in prange(outer * nch, schedule='static', num_threads=nthreads):
-        fl |= _strided_unit(kind, A__orj, r, inner, den, O__oj, K__oj,
-                            scratch + threadid() * per_thread, levels, cw, nch, u)
-    return fl
+    cdef Py_ssize_t levels = rows_levels(r)
+    cdef _Job j
+    j.site, j.op, j.f64, j.X, j.O, j.K, j.S = (_STRIDED, kind, floating_t is float64_t, A__orj,
+                                               O__oj, K__oj, scratch)
+    j.r, j.n, j.den, j.step, j.levels, j.cw, j.nch = r, inner, den, per_thread, levels, cw, nch
+    return run_blocks(_block, &j, outer * nch, nthreads, nthreads)
 
 
 cdef inline Py_ssize_t _chunk_width(Py_ssize_t inner) noexcept nogil:

@@ -424,3 +424,134 @@ def test_the_kernel_pool_is_shared_by_every_kernel_module():
     users = {name for name, src in text.items() if "run_tasks(" in src or "pool_run(" in src}
     assert {"_gemm_kernel.pxi", os.path.join("nn", "_updaters.pyx"),
             os.path.join("nn", "_activations.pyx"), os.path.join("nn", "_losses.pyx")} <= users
+
+
+# ------------------------------------------------------------------------------------------------
+# The ufuncs' loops on the kernel pool: the same bits at every thread count, and the
+# floating-point flags of every task (each is raised on the thread that ran it)
+
+@pytest.fixture
+def two_threads_small_grains(pool_size):
+    # grains of 1024 elements, so sizes of a few thousand already split into several tasks
+    from ndws import _threads
+    if not _openmp():
+        pytest.skip("a build without OpenMP runs every kernel on one thread")
+    ndws.set_num_threads(2)
+    saved = _threads._set_grains(elementwise=1024, reduce=1024)
+    yield
+    _threads._set_grains(**saved)
+
+
+def _bits(fn, threads):
+    with ndws.num_threads(threads):
+        r = fn()
+    return np.asarray(r.numpy()).tobytes(), r.numpy()
+
+
+_UFUNCS = {
+    "add": lambda x, y, s, r: ndws.add(x, y),
+    "divide": lambda x, y, s, r: x / y,
+    "scalar multiply": lambda x, y, s, r: x * 1.1,
+    "row-broadcast subtract": lambda x, y, s, r: s - r,
+    "maximum": lambda x, y, s, r: ndws.maximum(x, y),
+    "exp": lambda x, y, s, r: ndws.exp(x),
+    "tanh": lambda x, y, s, r: ndws.tanh(x),
+    "sqrt": lambda x, y, s, r: ndws.sqrt(ndws.abs(x)),
+    "sum": lambda x, y, s, r: ndws.sum(x),
+    "mean": lambda x, y, s, r: ndws.mean(x),
+    "var": lambda x, y, s, r: ndws.var(x),
+    "std rows": lambda x, y, s, r: ndws.std(s, axis=1),
+    "sum axis 0": lambda x, y, s, r: ndws.sum(s, axis=0),
+    "var axis 0": lambda x, y, s, r: ndws.var(s, axis=0),
+    "max": lambda x, y, s, r: ndws.max(x),
+    "min axis 0": lambda x, y, s, r: ndws.min(s, axis=0),
+    "argmax": lambda x, y, s, r: ndws.argmax(x),
+    "argmin rows": lambda x, y, s, r: ndws.argmin(s, axis=1),
+    # one unit of work (8 columns, one chunk): fewer blocks than threads
+    "mean axis 0 of 8 columns": lambda x, y, s, r: ndws.mean(
+        x[:x.shape[0] // 8 * 8].reshape(-1, 8), axis=0),
+}
+_ORACLE = {
+    "add": lambda a, b, sa, ra: a + b, "divide": lambda a, b, sa, ra: a / b,
+    "scalar multiply": lambda a, b, sa, ra: a * a.dtype.type(1.1),
+    "row-broadcast subtract": lambda a, b, sa, ra: sa - ra,
+    "maximum": lambda a, b, sa, ra: np.maximum(a, b), "exp": lambda a, b, sa, ra: np.exp(a),
+    "tanh": lambda a, b, sa, ra: np.tanh(a), "sqrt": lambda a, b, sa, ra: np.sqrt(np.abs(a)),
+    "sum": lambda a, b, sa, ra: a.sum(), "mean": lambda a, b, sa, ra: a.mean(),
+    "var": lambda a, b, sa, ra: a.var(), "std rows": lambda a, b, sa, ra: sa.std(axis=1),
+    "sum axis 0": lambda a, b, sa, ra: sa.sum(axis=0),
+    "var axis 0": lambda a, b, sa, ra: sa.var(axis=0), "max": lambda a, b, sa, ra: a.max(),
+    "min axis 0": lambda a, b, sa, ra: sa.min(axis=0), "argmax": lambda a, b, sa, ra: a.argmax(),
+    "argmin rows": lambda a, b, sa, ra: sa.argmin(axis=1),
+    "mean axis 0 of 8 columns": lambda a, b, sa, ra: a[:a.size // 8 * 8].reshape(-1, 8).mean(
+        axis=0),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [3000, 4096 + 13, 40000, 1 << 17])
+@pytest.mark.parametrize("name", sorted(_UFUNCS))
+def test_ufuncs_and_reductions_give_the_same_bits_on_two_threads_as_on_one(
+        two_threads_small_grains, name, n, dtype):
+    # sizes from under one leaf of the parallel sum tree to many chunks, odd ones included;
+    # 2-D operands of (n // 600, 600) rows (several 512-column chunks per row)
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n).astype(dtype)
+    b = (rng.random(n) + 0.5).astype(dtype)
+    sa = rng.standard_normal((n // 600, 600)).astype(dtype)
+    ra = rng.standard_normal(600).astype(dtype)
+    x, y, s, r = ndws.asarray(a), ndws.asarray(b), ndws.asarray(sa), ndws.asarray(ra)
+    one, got1 = _bits(lambda: _UFUNCS[name](x, y, s, r), 1)
+    two, got2 = _bits(lambda: _UFUNCS[name](x, y, s, r), 2)
+    assert two == one
+    want = _ORACLE[name](a, b, sa, ra)
+    assert got2.dtype == np.asarray(want).dtype
+    # (ndws sums along an axis pairwise, NumPy row after row: a few ulps of the sum apart)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    np.testing.assert_allclose(got2, want, rtol=tol, atol=tol)
+
+
+_OVERFLOWS = {
+    # (ndws call, NumPy's warning); the operand's overflowing values sit in its last chunk only
+    "multiply": (lambda x: x * x, "overflow encountered in multiply"),
+    "exp": (lambda x: ndws.exp(x), "overflow encountered in exp"),
+    "sum": (lambda x: ndws.sum(x), "overflow encountered in reduce"),
+    "sum rows": (lambda x: ndws.sum(x.reshape(512, 512), axis=1),
+                 "overflow encountered in reduce"),
+    # (128, 2048) over axis 0: four 512-column chunks, the last two in the second task
+    "sum axis 0": (lambda x: ndws.sum(x.reshape(128, 2048), axis=0),
+                   "overflow encountered in reduce"),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", sorted(_OVERFLOWS))
+def test_overflow_in_the_last_chunk_only_still_warns_and_raises(two_threads_small_grains,
+                                                                name, threads):
+    # floating-point flags are per thread: the chunk that overflows runs on whichever thread
+    # claimed it, and its flags must still reach NumPy's errstate handling
+    call, message = _OVERFLOWS[name]
+    a = np.ones(1 << 18, dtype=np.float32)
+    a[-700:] = 3e38
+    a[-2048 - 700:-2048] = 3e38    # the same columns of the row before, for "sum axis 0"
+    x = ndws.asarray(a)
+    with ndws.num_threads(threads):
+        with pytest.warns(RuntimeWarning, match=message):
+            got = call(x).numpy()
+        with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+            call(x)
+    assert np.isinf(got).any()
+    # and nothing is raised when nothing overflows
+    with ndws.num_threads(threads), np.errstate(all="raise"):
+        call(ndws.asarray(np.ones(1 << 18, dtype=np.float32)))
+
+
+def test_the_ufunc_loops_run_on_the_kernel_pool_not_openmp():
+    # one pool for every kernel (docs/architecture.md, "Kernel threads"): an OpenMP region in
+    # the ufuncs would leave its spinning workers on the cores the next kernel's helpers need
+    import pathlib
+    root = pathlib.Path(ndws.__file__).parent
+    for name in ("_loops.pxi", "_ufuncs.pyx"):
+        src = (root / name).read_text(encoding="utf-8")
+        assert "prange(" not in src and "cython.parallel" not in src, name
+        assert "run_blocks(" in src, name
