@@ -23,7 +23,7 @@ __all__ = ["set_num_threads", "get_num_threads", "num_threads"]
 # Kernel threads
 #
 # Kernel threads come from ndws' own helper pool (ndws/_pool.h, below): the GEMM, the nn kernels
-# and the ufuncs' loops run on it (only ndws.evaluation's counting still runs an OpenMP region).
+# the ufuncs' loops and ndws.evaluation's counting run on it (no kernel runs an OpenMP region).
 # Its size is `_pool_threads`:
 # OMP_NUM_THREADS (what omp_get_max_threads() reports at import, the CPU count when unset)
 # until `set_num_threads` changes it. A Python thread may lower or raise its own limit with

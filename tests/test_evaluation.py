@@ -446,6 +446,18 @@ def test_parallel_path_matches_serial():
     _counting.reduce_into(scratch, used, cm, counters)
     np.testing.assert_array_equal(cm, ev.get_confusion_matrix())
     assert counters[2] == ev.top_n_correct_count
+    # two blocks on the helper pool, for each pair of dtypes the tasks dispatch on
+    import ndws
+    for pdt, ldt in [(np.float32, np.uint8), (np.float64, np.float64), (np.float64, np.int64)]:
+        two = np.zeros((2, _counting.scratch_len(6)), np.int64)
+        with ndws.num_threads(2):
+            used = _counting.count(P.astype(pdt)[:, None, None, :],
+                                   L.astype(ldt)[:, None, None, :], None, 0, 0.5, None, 3, two)
+        assert used == 2
+        cm2, counters2 = np.zeros((6, 6), np.int64), np.zeros(4, np.int64)
+        _counting.reduce_into(two, used, cm2, counters2)
+        np.testing.assert_array_equal(cm2, cm)
+        np.testing.assert_array_equal(counters2, counters)
 
 
 # -- merge, serialisation ---------------------------------------------------------------------

@@ -8,12 +8,11 @@
 # Strides are in bytes and may be anything NumPy or an NDArray allows (negative, zero).
 cimport cython
 cimport numpy as cnp
-from cython.parallel cimport prange
 from libc.string cimport memset
 
 import numpy as np
 
-from ndws._threads cimport GRAIN_EVAL_ROWS, thread_limit, threads_for
+from ndws._threads cimport GRAIN_EVAL_ROWS, run_tasks, thread_limit, threads_for
 from ndws._typedefs cimport float32_t, float64_t, int32_t, int64_t, intp_t, uint8_t
 
 cnp.import_array()
@@ -209,18 +208,56 @@ cdef void _count_rows(const Block* P, const Block* L, const Params* prm, intp_t 
     out[cells + SLOT_TOPN_TOTAL] += top_all
 
 
+ctypedef struct CountJob:
+    const Block* P
+    const Block* L
+    const Params* prm
+    int64_t* scratch
+    intp_t row_len, n
+    int nthreads, pk, lk          # the predictions' and labels' dtypes (_label_kind's codes)
+
+
+cdef void _count_block(const CountJob* j, intp_t r0, intp_t r1, int64_t* s) noexcept nogil:
+    # rows [r0, r1) counted by the specialisation of the job's dtypes
+    if j.pk == 0:
+        if j.lk == 0:
+            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <float32_t*>NULL)
+        elif j.lk == 1:
+            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <float64_t*>NULL)
+        elif j.lk == 2:
+            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <int32_t*>NULL)
+        elif j.lk == 3:
+            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <int64_t*>NULL)
+        else:
+            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <uint8_t*>NULL)
+    elif j.lk == 0:
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <float32_t*>NULL)
+    elif j.lk == 1:
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <float64_t*>NULL)
+    elif j.lk == 2:
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <int32_t*>NULL)
+    elif j.lk == 3:
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <int64_t*>NULL)
+    else:
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <uint8_t*>NULL)
+
+
+cdef void _count_task(void* ctx, Py_ssize_t t) noexcept nogil:
+    cdef const CountJob* j = <const CountJob*>ctx
+    _count_block(j, t * j.n // j.nthreads, (t + 1) * j.n // j.nthreads,
+                 j.scratch + t * j.row_len)
+
+
 cdef void _count(const Block* P, const Block* L, const Params* prm, int64_t* scratch,
-                 intp_t row_len, int nthreads, pred_t* ptag, label_t* ltag) noexcept nogil:
-    # Each thread counts a fixed contiguous range of rows into its own scratch row, so the
-    # result never depends on thread timing. `ptag`/`ltag` only select the specialisation.
-    cdef intp_t n = P.n0 * P.n1 * P.n2
-    cdef int t
-    if nthreads <= 1:
-        _count_rows(P, L, prm, 0, n, scratch, ptag, ltag)
-        return
-    for t in prange(nthreads, schedule='static', num_threads=nthreads):
-        _count_rows(P, L, prm, t * n // nthreads, (t + 1) * n // nthreads,
-                    scratch + t * row_len, ptag, ltag)
+                 intp_t row_len, int nthreads, int pk, int lk) noexcept nogil:
+    # Block t of nthreads counts a fixed contiguous range of rows into its own scratch row, so
+    # the result never depends on which thread ran it. The blocks are tasks on ndws' helper
+    # pool (docs/architecture.md, "Kernel threads"), as every kernel's are.
+    cdef CountJob j
+    j.P, j.L, j.prm, j.scratch, j.row_len = P, L, prm, scratch, row_len
+    j.n = P.n0 * P.n1 * P.n2
+    j.nthreads, j.pk, j.lk = nthreads, pk, lk
+    run_tasks(_count_task, &j, nthreads, nthreads)
 
 
 cdef int _label_kind(int typenum) except -1:
@@ -336,28 +373,7 @@ def count(cnp.ndarray predictions, cnp.ndarray labels, object mask, int mode, do
         raise TypeError("predictions must be float32 or float64")
     lk = _label_kind(cnp.PyArray_TYPE(labels))
     with nogil:
-        if pk == 0:
-            if lk == 0:
-                _count(&P, &L, &prm, out, row_len, nt, <float32_t*>NULL, <float32_t*>NULL)
-            elif lk == 1:
-                _count(&P, &L, &prm, out, row_len, nt, <float32_t*>NULL, <float64_t*>NULL)
-            elif lk == 2:
-                _count(&P, &L, &prm, out, row_len, nt, <float32_t*>NULL, <int32_t*>NULL)
-            elif lk == 3:
-                _count(&P, &L, &prm, out, row_len, nt, <float32_t*>NULL, <int64_t*>NULL)
-            else:
-                _count(&P, &L, &prm, out, row_len, nt, <float32_t*>NULL, <uint8_t*>NULL)
-        else:
-            if lk == 0:
-                _count(&P, &L, &prm, out, row_len, nt, <float64_t*>NULL, <float32_t*>NULL)
-            elif lk == 1:
-                _count(&P, &L, &prm, out, row_len, nt, <float64_t*>NULL, <float64_t*>NULL)
-            elif lk == 2:
-                _count(&P, &L, &prm, out, row_len, nt, <float64_t*>NULL, <int32_t*>NULL)
-            elif lk == 3:
-                _count(&P, &L, &prm, out, row_len, nt, <float64_t*>NULL, <int64_t*>NULL)
-            else:
-                _count(&P, &L, &prm, out, row_len, nt, <float64_t*>NULL, <uint8_t*>NULL)
+        _count(&P, &L, &prm, out, row_len, nt, pk, lk)
     return nt
 
 
