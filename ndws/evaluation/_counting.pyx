@@ -217,35 +217,29 @@ ctypedef struct CountJob:
     int nthreads, pk, lk          # the predictions' and labels' dtypes (_label_kind's codes)
 
 
-cdef void _count_block(const CountJob* j, intp_t r0, intp_t r1, int64_t* s) noexcept nogil:
-    # rows [r0, r1) counted by the specialisation of the job's dtypes
-    if j.pk == 0:
-        if j.lk == 0:
-            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <float32_t*>NULL)
-        elif j.lk == 1:
-            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <float64_t*>NULL)
-        elif j.lk == 2:
-            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <int32_t*>NULL)
-        elif j.lk == 3:
-            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <int64_t*>NULL)
-        else:
-            _count_rows(j.P, j.L, j.prm, r0, r1, s, <float32_t*>NULL, <uint8_t*>NULL)
-    elif j.lk == 0:
-        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <float32_t*>NULL)
+cdef void _count_labels(const CountJob* j, intp_t r0, intp_t r1, int64_t* s,
+                       pred_t* ptag) noexcept nogil:
+    # rows [r0, r1) counted by the specialisation of the labels' dtype (the predictions' is
+    # `ptag`'s)
+    if j.lk == 0:
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, ptag, <float32_t*>NULL)
     elif j.lk == 1:
-        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <float64_t*>NULL)
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, ptag, <float64_t*>NULL)
     elif j.lk == 2:
-        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <int32_t*>NULL)
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, ptag, <int32_t*>NULL)
     elif j.lk == 3:
-        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <int64_t*>NULL)
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, ptag, <int64_t*>NULL)
     else:
-        _count_rows(j.P, j.L, j.prm, r0, r1, s, <float64_t*>NULL, <uint8_t*>NULL)
+        _count_rows(j.P, j.L, j.prm, r0, r1, s, ptag, <uint8_t*>NULL)
 
 
 cdef void _count_task(void* ctx, Py_ssize_t t) noexcept nogil:
     cdef const CountJob* j = <const CountJob*>ctx
-    _count_block(j, t * j.n // j.nthreads, (t + 1) * j.n // j.nthreads,
-                 j.scratch + t * j.row_len)
+    cdef intp_t r0 = t * j.n // j.nthreads, r1 = (t + 1) * j.n // j.nthreads
+    if j.pk == 0:
+        _count_labels(j, r0, r1, j.scratch + t * j.row_len, <float32_t*>NULL)
+    else:
+        _count_labels(j, r0, r1, j.scratch + t * j.row_len, <float64_t*>NULL)
 
 
 cdef void _count(const Block* P, const Block* L, const Params* prm, int64_t* scratch,
