@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -65,7 +64,7 @@ for path in (ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench_gemm import (harness_parser, load_average, run_role, run_worker, settle,  # noqa: E402
+from bench_gemm import (banner, harness_parser, load_average, run_role, run_worker, settle,  # noqa: E402
                         spread)
 
 TARGET = 1.0
@@ -495,9 +494,7 @@ def main():
     except ImportError:
         raise SystemExit("bench_conv needs PyTorch (pip install torch; never a dependency of "
                          "ndws)")
-    print(f"# bench_conv: {platform.machine()}, {os.cpu_count()} CPUs, python "
-          f"{platform.python_version()}{' (quick)' if args.quick else ''}; load average "
-          f"{load_average()} at the start")
+    banner("bench_conv", args.quick)
     results = []
     sections = []
     if args.section in ("all", "conv"):

@@ -227,6 +227,13 @@ def load_average():
         return "unknown"
 
 
+def banner(name, quick):
+    """The first line of a benchmark's report: the machine, Python and how busy it was."""
+    print(f"# {name}: {platform.machine()}, {os.cpu_count()} CPUs, python "
+          f"{platform.python_version()}, load average {load_average()} at the start"
+          f"{' (quick)' if quick else ''}")
+
+
 def harness_parser(doc):
     """The arguments every benchmark with a worker takes: --quick, --noisy, --threads, and the
     hidden --worker THREADS / --neighbour roles `run_worker` starts it in."""
@@ -305,8 +312,7 @@ def main():
     args = ap.parse_args()
     if run_role(args, worker):
         return
-    print(f"# bench_gemm: {platform.machine()}, {os.cpu_count()} CPUs, python "
-          f"{platform.python_version()}{' (quick)' if args.quick else ''}")
+    banner("bench_gemm", args.quick)
     passes, misses = sweep(args, run, report)
     print(f"\n# GFLOP/s medians (p10-p90: slowest to fastest decile of the samples); "
           f"target rows: {passes} PASS, {misses} MISS")

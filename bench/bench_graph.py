@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 import threading
@@ -55,7 +54,7 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import harness_parser, run_role, run_worker, settle, spread  # noqa: E402
+from bench_gemm import banner, harness_parser, run_role, run_worker, settle, spread  # noqa: E402
 
 MLP_BATCH, RES_BATCH, WIDTH, BLOCKS = 128, 32, 16, 3
 CLIENTS, REQUESTS = 32, 40
@@ -354,10 +353,7 @@ def main():
     args = ap.parse_args()
     if run_role(args, worker):
         return
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# bench_graph: {platform.machine()}, {os.cpu_count()} CPUs, python "
-          f"{platform.python_version()}, load average {load:.1f} at the start"
-          f"{' (quick)' if args.quick else ''}")
+    banner("bench_graph", args.quick)
     misses = 0
     for threads in [int(t) for t in args.threads.split(",")]:
         for noisy in ((False, True) if args.noisy else (False,)):

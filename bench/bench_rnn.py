@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -55,7 +54,7 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import (harness_parser, run_role, run_worker, settle, spread,  # noqa: E402
+from bench_gemm import (banner, harness_parser, run_role, run_worker, settle, spread,  # noqa: E402
                         sweep, worker_threads)
 
 B, N_IN, N, T = 64, 512, 512, 100
@@ -415,10 +414,7 @@ def main():
     args = ap.parse_args()
     if run_role(args, worker):
         return
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# bench_rnn: {platform.machine()}, {os.cpu_count()} CPUs, python "
-          f"{platform.python_version()}, load average {load:.1f} at the start"
-          f"{' (quick)' if args.quick else ''}")
+    banner("bench_rnn", args.quick)
     passes, misses = sweep(args, run, report)
     print(f"\n# medians of the samples (p10-p90: fastest to slowest decile); target rows: "
           f"{passes} PASS, {misses} MISS")
