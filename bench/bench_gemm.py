@@ -227,6 +227,28 @@ def load_average():
         return "unknown"
 
 
+def timed(contenders, rounds, per_round, inner=1):
+    """Medians (ms) and p10-p90 spreads of each contender's call (name -> fn), after two warm-up
+    calls each (learned workspaces, pools): `rounds` rounds in turn, each contender first
+    waiting for the previous one's library threads to settle and called once untimed (its
+    threads awake, as in a loop), then `per_round` samples, each the mean of `inner` calls."""
+    for fn in contenders.values():
+        fn()
+        fn()
+    times = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            settle()
+            fn()
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                times[name].append((time.perf_counter() - t0) / inner)
+    return {name: {"ms": statistics.median(ts) * 1e3, "spread": [v * 1e3 for v in spread(ts)],
+                   "n": len(ts)} for name, ts in times.items()}
+
+
 def banner(name, quick):
     """The first line of a benchmark's report: the machine, Python and how busy it was."""
     print(f"# {name}: {platform.machine()}, {os.cpu_count()} CPUs, python "

@@ -54,7 +54,8 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import banner, harness_parser, run_role, run_worker, settle, spread  # noqa: E402
+from bench_gemm import (banner, harness_parser, run_role, run_worker, settle,  # noqa: E402
+                        timed)
 
 MLP_BATCH, RES_BATCH, WIDTH, BLOCKS = 128, 32, 16, 3
 CLIENTS, REQUESTS = 32, 40
@@ -142,23 +143,6 @@ def torch_two_input(torch):
             z = torch.cat([h[:, -1], torch.relu(self.dense(side))], 1)
             return torch.softmax(self.out(z), 1)
     return Net()
-
-
-def timed(contenders, rounds, per_round):
-    for fn in contenders.values():              # warm up: learned workspaces, pools
-        fn()
-        fn()
-    times = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
-            settle()
-            fn()
-            for _ in range(per_round):
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-    return {name: {"ms": statistics.median(ts) * 1e3, "spread": [v * 1e3 for v in spread(ts)]}
-            for name, ts in times.items()}
 
 
 def serve_rate(call, seqs, sides):

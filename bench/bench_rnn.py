@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -54,8 +52,8 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import (banner, harness_parser, run_role, run_worker, settle, spread,  # noqa: E402
-                        sweep, worker_threads)
+from bench_gemm import (banner, harness_parser, run_role, run_worker, sweep, timed,  # noqa: E402
+                        worker_threads)
 
 B, N_IN, N, T = 64, 512, 512, 100
 TARGET = 1.0
@@ -329,23 +327,8 @@ def worker(threads, quick):
     per_round = 1 if quick else 2
     result = {}
     for row, contenders in rows.items():
-        n_inner = 50 if row == "rnn_time_step" else 1
-        for fn in contenders.values():          # warm up: scratch, pools, learned workspaces
-            fn()
-            fn()
-        times = {name: [] for name in contenders}
-        for _ in range(rounds):
-            for name, fn in contenders.items():
-                settle()
-                fn()                             # the library's threads awake, as in a loop
-                for _ in range(per_round):
-                    t0 = time.perf_counter()
-                    for _ in range(n_inner):
-                        fn()
-                    times[name].append((time.perf_counter() - t0) / n_inner)
-        result[row] = {name: {"ms": statistics.median(ts) * 1e3,
-                              "spread": [v * 1e3 for v in spread(ts)], "n": len(ts)}
-                       for name, ts in times.items()}
+        result[row] = timed(contenders, rounds, per_round,
+                            inner=50 if row == "rnn_time_step" else 1)
     mm = ndws.get_memory_manager()
     before = mm.allocation_statistics()["allocations"]
     ndws_train()
