@@ -280,6 +280,22 @@ def test_softmax_stable_and_1d(dtype, n, rng):
     _close(F.log_softmax(big), _log_softmax_ref(big, -1), dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_contiguous_rows_give_the_strided_bits(dtype, rng):
+    # a contiguous row takes a vectorised loop, a strided one the scalar loop: the same
+    # exponentials added in the same order, so the same bits (NaN and inf rows included)
+    x = (rng.standard_normal((9, 77)) * 5).astype(dtype)
+    x[3, 5], x[4, 0], x[5, 7] = np.nan, np.inf, -np.inf
+    wide = np.zeros((9, 154), dtype)
+    wide[:, ::2] = x
+    with np.errstate(all="ignore"):
+        dense = np.asarray(F.softmax(ndws.array(x), axis=1))
+        strided = np.asarray(F.softmax(ndws.array(wide)[:, ::2], axis=1))
+    np.testing.assert_array_equal(dense.view(np.uint8), strided.view(np.uint8))
+    assert np.isnan(dense[3]).all() and np.isnan(dense[4]).all()
+    assert dense[5, 7] == 0
+
+
 def test_softmax_errors():
     with pytest.raises(ValueError, match=r"softmax: axis 2 is out of bounds for an array of "
                                          r"dimension 2"):
