@@ -38,7 +38,7 @@ from ndws._dispatch cimport (float_arg, new_result, discard_result, whole_stride
 from ndws._gemm_types cimport GemmTable
 from ndws._linalg cimport gemm_table
 from ndws._threads cimport (threads_for, run_tasks, GRAIN_GEMM_F32, GRAIN_GEMM_F64,
-                            GRAIN_NN_UPDATE)
+                            GRAIN_NN_CHEAP, GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport (ACT_IDENTITY, ACT_SIGMOID, ACT_TANH, ACT_N_ELEMENTWISE,
                                    activation_code, act_tile_f32, act_tile_f64,
@@ -617,20 +617,59 @@ cdef void _copy2(const char* src, intp_t ss0, intp_t ss1, char* dst, intp_t ds0,
         i0 = i1
 
 
-cdef void _copy_time_major(const char* x, intp_t sb, intp_t sk, intp_t st, char* dst,
-                           intp_t B, intp_t T, intp_t nin, intp_t item) noexcept nogil:
-    # dst[t, b, :] := x[b, :, t] (logical NCW strides sb, sk, st), dst C-contiguous (T, B, nin)
+ctypedef struct _TMCopy:
+    const char* src
+    char* dst
+    intp_t sb, sk, st, B, T, nin, item, ntasks
+    bint back                          # True: time-major src into the (B, nin, T) view dst
+
+
+cdef void _tm_rows(const _TMCopy* c, intp_t b0, intp_t b1) noexcept nogil:
     cdef intp_t b
-    for b in range(B):
-        _copy2(x + b * sb * item, st, sk, dst + b * nin * item, B * nin, 1, T, nin, item)
+    for b in range(b0, b1):
+        if c.back:
+            _copy2(c.src + b * c.nin * c.item, c.B * c.nin, 1, c.dst + b * c.sb * c.item, c.st,
+                   c.sk, c.T, c.nin, c.item)
+        else:
+            _copy2(c.src + b * c.sb * c.item, c.st, c.sk, c.dst + b * c.nin * c.item,
+                   c.B * c.nin, 1, c.T, c.nin, c.item)
+
+
+cdef void _tm_task(void* ctx, Py_ssize_t i) noexcept nogil:
+    cdef const _TMCopy* c = <const _TMCopy*>ctx
+    _tm_rows(c, i * c.B // c.ntasks, (i + 1) * c.B // c.ntasks)
+
+
+cdef int _copy_threads(intp_t B, intp_t T, intp_t nin):
+    return threads_for(B * T * nin, GRAIN_NN_CHEAP)
+
+
+cdef void _copy_tm(const char* src, char* dst, intp_t sb, intp_t sk, intp_t st, intp_t B,
+                   intp_t T, intp_t nin, intp_t item, bint back, int nt) noexcept nogil:
+    # the (B, nin, T) view's copy to or from time-major rows on nt threads (_copy_threads),
+    # examples in parallel (a copy: the same bytes whoever copies them; serial, it was a
+    # twentieth of a 2-thread LSTM pass)
+    cdef _TMCopy c
+    c.src, c.dst, c.sb, c.sk, c.st = src, dst, sb, sk, st
+    c.B, c.T, c.nin, c.item, c.back = B, T, nin, item, back
+    c.ntasks = _imin(B, 4 * nt)
+    if nt <= 1 or c.ntasks <= 1:
+        _tm_rows(&c, 0, B)
+    else:
+        run_tasks(_tm_task, &c, c.ntasks, nt)
+
+
+cdef void _copy_time_major(const char* x, intp_t sb, intp_t sk, intp_t st, char* dst,
+                           intp_t B, intp_t T, intp_t nin, intp_t item, int nt) noexcept nogil:
+    # dst[t, b, :] := x[b, :, t] (logical NCW strides sb, sk, st), dst C-contiguous (T, B, nin)
+    _copy_tm(x, dst, sb, sk, st, B, T, nin, item, False, nt)
 
 
 cdef void _copy_from_time_major(const char* src, char* x, intp_t sb, intp_t sk, intp_t st,
-                                intp_t B, intp_t T, intp_t nin, intp_t item) noexcept nogil:
+                                intp_t B, intp_t T, intp_t nin, intp_t item, int nt
+                                ) noexcept nogil:
     # x[b, :, t] := src[t, b, :] (the inverse of _copy_time_major)
-    cdef intp_t b
-    for b in range(B):
-        _copy2(src + b * nin * item, B * nin, 1, x + b * sb * item, st, sk, T, nin, item)
+    _copy_tm(src, x, sb, sk, st, B, T, nin, item, True, nt)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1286,8 +1325,9 @@ cdef tuple rnn_forward(int kind, object x, object W, object RW, object b, object
                 memset(j.cbuf, 0, B * n * item)
         if copy_x:
             j.xr = base + z.xcopy
+            nt = _copy_threads(B, T, nin)
             with nogil:
-                _copy_time_major(X._data, xsb, xsk, xst, j.xr, B, T, nin, item)
+                _copy_time_major(X._data, xsb, xsk, xst, j.xr, B, T, nin, item, nt)
             j.xrs, j.xcs = nin, 1
         else:
             j.xr, j.xrs, j.xcs = X._data, rs, xsk
@@ -1344,7 +1384,7 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
     cdef intp_t B, T, nin, n, K, item, xsb, xsk, xst, rs, Tw, R
     cdef intp_t dsb = 0, dsk = 0, dst = 0, drs = 0
     cdef intp_t t0, t, hoff
-    cdef int nt, q
+    cdef int nt, q, nt_copy
     cdef bint copy_x, copy_dx = False, pack_rw
     cdef char* base
     cdef char* xw
@@ -1454,9 +1494,10 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
                          GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
         if copy_x:
             xw = base + z.xcopy
+            nt_copy = _copy_threads(B, Tw, nin)
             with nogil:
                 _copy_time_major(X._data + t0 * xst * item, xsb, xsk, xst, xw, B, Tw, nin,
-                                 item)
+                                 item, nt_copy)
             xsk, rs = 1, nin
         else:
             xw = X._data + t0 * B * rs * item
@@ -1494,12 +1535,13 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
                 else:
                     _zero_steps(dX, 1, t0)
             dxw = base + z.dxtmp if copy_dx else dX._data + t0 * B * drs * item
+            nt_copy = _copy_threads(B, Tw, nin)
             with nogil:
                 _gemm(&j, R, nin, K, j.dz, K, 1, Wa._data, _es(Wa, 1), _es(Wa, 0), 0.0, dxw,
                       nin if copy_dx else drs, 1 if copy_dx else dsk, nt)
                 if copy_dx:
                     _copy_from_time_major(dxw, dX._data + t0 * dst * item, dsb, dsk, dst, B,
-                                          Tw, nin, item)
+                                          Tw, nin, item, nt_copy)
         # the initial state's gradients: what step 0 sends back, unless the window is shorter
         if T == 0:
             _state_or_zero(DH, dH0, B, n)
