@@ -425,6 +425,27 @@ def test_one_and_two_threads_are_bit_identical(kind, dtype, rng):
     assert results[0] == results[1]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nt", [1, 2])
+def test_recurrent_product_gives_the_gemms_bits(dtype, nt, rng):
+    # the loop's h_{t-1} @ RW (the GEMM's micro-kernel on A where it lies, K block after K
+    # block) against ndws.gemm: 300 units make two K blocks and a zero-padded last panel,
+    # 20 examples two whole micro-kernel row tiles and 4 rows for the GEMM itself
+    B, nin, n, T = 20, 3, 300, 3
+    p = _problem(rng, "simple", B=B, nin=nin, n=n, T=T, dtype=dtype)
+    p["RW"] *= 0.1
+    with ndws.num_threads(nt):
+        y = F.simple_rnn_forward(p["x"], p["W"], p["RW"], p["b"], p["h0"],
+                                 activation="identity")[0].numpy()
+        h = p["h0"]
+        for t in range(T):
+            proj = ndws.gemm(ndws.asarray(np.ascontiguousarray(p["x"][:, :, t])), p["W"]).numpy()
+            rec = ndws.gemm(ndws.asarray(np.ascontiguousarray(h)), p["RW"]).numpy()
+            h = (proj + p["b"]) + rec                  # SimpleRnn's association (DL4J's)
+            np.testing.assert_array_equal(np.ascontiguousarray(y[:, :, t]).view(np.uint8),
+                                          h.view(np.uint8))
+
+
 def _cell_isas():
     from ndws.nn import _rnn
     return _rnn._cell_isas()
