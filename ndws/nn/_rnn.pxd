@@ -33,7 +33,5 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
 cdef Py_ssize_t rnn_scratch_bytes(int kind, object batch, object n_in, object n_out, object time,
                                   object dtype, bint backward, bint peep, bint cache, bint mask,
                                   bint loop, object back_length, str op) except -1
-# A size argument: an int in [lo, 2**48), else TypeError / ValueError naming `role`.
-cdef Py_ssize_t size_arg(object v, str op, str role, Py_ssize_t lo) except -1
 # Whether the cache holds the pre-activations (see lstm_cache_width) for these activations.
 cdef bint with_z(object activation, object gate_activation, str op) except -1

@@ -7,7 +7,8 @@ import numpy as np
 
 from ndws._typedefs cimport intp_t
 from ndws.nn._rnn cimport (K_LSTM, K_SIMPLE, lstm_cache_width, rnn_backward, rnn_forward,
-                          rnn_scratch_bytes, simple_rnn_cache_width, size_arg, with_z)
+                          rnn_scratch_bytes, simple_rnn_cache_width, with_z)
+from ndws.nn._rnn_args cimport size_arg
 
 __all__ = ["lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
            "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
