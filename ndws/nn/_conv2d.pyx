@@ -715,12 +715,15 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
         ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
         taps", "column taps" or "row taps" (the GEMM's tap groups), or "few channels"
         (ndws.nn._conv_few); ``forward_tasks``: how many tasks the forward is cut into (the
-        most threads it can use).
+        most threads it can use); ``weight_grad_tasks``: how many of the weight gradient's
+        product tasks can run at once (few channels: its groups of pieces, fixed by the shape;
+        the GEMM's: a chunk's tiles).
     """
     cdef str op = "_algorithms"
     cdef Geom g, f
     cdef FwdJob fj
     cdef FewFwdPlan ffp
+    cdef FewPlan fwp
     cdef intp_t xs[4]
     cdef intp_t MR, NR
     cdef WgPlan W
@@ -746,4 +749,8 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     _wg_plan(&g, MR, NR, dt.itemsize, &W)
     out["weight_grad"] = ("few channels" if _few_ok(&g) else "row taps" if W.rowmode
                           else "column taps" if W.kwmode else "channel taps")
+    out["weight_grad_tasks"] = W.ntiles
+    if _few_ok(&g):
+        _few_plan(&g, dt.itemsize, &fwp)
+        out["weight_grad_tasks"] = fwp.G
     return out
