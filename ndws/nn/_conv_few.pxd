@@ -18,7 +18,8 @@ ctypedef struct FewPlan:
     intp_t G                    # groups of consecutive pieces, each with its own accumulator
     intp_t acc_elems            # an accumulator: nab*nbb blocks of 4 x 4 pairs x 16 lanes
     intp_t shared_bytes         # the G accumulators
-    intp_t thread_bytes         # a thread's copy of one piece's planes
+    intp_t Wp                   # an input row, padded, as the piece's taps read it
+    intp_t thread_bytes         # a thread's copy of one piece's planes, and a padded row
 
 ctypedef struct FewJob:
     Geom g

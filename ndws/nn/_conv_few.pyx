@@ -32,15 +32,15 @@ from libc.string cimport memcpy, memset
 from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, ACT_RELU, act_tile_f32, act_tile_f64
-from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _take, _col_range
+from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _take
 from ndws.nn._conv_gemm cimport _pad_copy
 from ndws.nn._conv import _runnable_isas, _switch_isa
 
 cdef extern from "_few_loops.h" nogil:
     void ndws_few_dots_f32(const float32_t* dy, intp_t das, const float32_t* col, intp_t dcs,
-                           intp_t n16, float32_t* acc)
+                           intp_t n16, int load, float32_t* acc)
     void ndws_few_dots_f64(const float64_t* dy, intp_t das, const float64_t* col, intp_t dcs,
-                           intp_t n16, float64_t* acc)
+                           intp_t n16, int load, float64_t* acc)
     void ndws_few_row_f32(const float32_t* src, const intp_t* toff, intp_t K,
                           const float32_t* w, int nr, const float32_t* b, intp_t bs, int relu,
                           intp_t n, float32_t* y, intp_t ys)
@@ -84,7 +84,8 @@ cdef void _few_plan(const Geom* g, intp_t item, FewPlan* P) noexcept nogil:
     P.G = _imax(1, _imin(P.npieces, FEW_GROUPS))
     P.acc_elems = P.nab * P.nbb * BLOCK_ELEMS
     P.shared_bytes = _rup(P.G * P.acc_elems * item, ALIGN)
-    P.thread_bytes = _rup(P.piece_elems * item, ALIGN)
+    P.Wp = (g.OW - 1) * g.SW + g.EKW
+    P.thread_bytes = _rup((P.piece_elems + P.Wp) * item, ALIGN)
 
 
 cdef inline void _copy_row(floating_t* d, const floating_t* s, intp_t n, intp_t stride
@@ -114,8 +115,9 @@ cdef void _few_piece(const FewJob* j, intp_t s, floating_t* base) noexcept nogil
     cdef const FewPlan* P = &j.p
     cdef intp_t n = s // P.tpi, oh0 = (s % P.tpi) * P.R
     cdef intp_t rows = _imin(g.OH, oh0 + P.R) - oh0, cnt = rows * g.OW
-    cdef intp_t co, c, i, jj, r, ih, off, lo, hi, t
+    cdef intp_t co, c, i, jj, r, ih, lo, hi, t
     cdef floating_t* d
+    cdef floating_t* prow
     cdef const floating_t* src
     for co in range(0 if j.dy_direct else P.COp):
         d = base + co * P.Pp
@@ -129,32 +131,40 @@ cdef void _few_piece(const FewJob* j, intp_t s, floating_t* base) noexcept nogil
             for r in range(rows):
                 _copy_row(d + r * g.OW, src + r * j.ds[2], g.OW, j.ds[3])
         _zeros(d + cnt, P.Pp - cnt)
-    t = 0
+    # the taps' rows: each input row the piece reads once into a zero-padded row (prow, after
+    # the planes), then a kernel row's KW taps are slices of it (a tap's own zeros and copy per
+    # row took as many instructions as the dot products)
+    prow = base + P.piece_elems
+    lo = _imin(P.Wp, _imax(0, g.PL))
+    hi = _imax(lo, _imin(P.Wp, g.W + g.PL))
+    _zeros(prow, lo)                    # its padding, the same for every row
+    _zeros(prow + hi, P.Wp - hi)
     for c in range(g.C):
         for i in range(g.KH):
+            t = (c * g.KH + i) * g.KW
+            for r in range(rows):
+                ih = (oh0 + r) * g.SH - g.PT + i * g.DH
+                if ih < 0 or ih >= g.H:
+                    for jj in range(g.KW):
+                        _zeros(base + (P.COp + t + jj) * P.Pp + r * g.OW, g.OW)
+                    continue
+                src = (<const floating_t*>j.x + n * j.xs[0] + c * j.xs[1] + ih * j.xs[2]
+                       + (lo - g.PL) * j.xs[3])
+                _copy_row(prow + lo, src, hi - lo, j.xs[3])
+                for jj in range(g.KW):
+                    _copy_row(base + (P.COp + t + jj) * P.Pp + r * g.OW, prow + jj * g.DW,
+                              g.OW, g.SW)
             for jj in range(g.KW):
-                d = base + (P.COp + t) * P.Pp
-                t += 1
-                _col_range(jj, g.DW, g.PL, g.SW, g.W, g.OW, &off, &lo, &hi)
-                for r in range(rows):
-                    ih = (oh0 + r) * g.SH - g.PT + i * g.DH
-                    if ih < 0 or ih >= g.H:
-                        _zeros(d + r * g.OW, g.OW)
-                        continue
-                    src = (<const floating_t*>j.x + n * j.xs[0] + c * j.xs[1] + ih * j.xs[2]
-                           + (lo * g.SW + off) * j.xs[3])
-                    _zeros(d + r * g.OW, lo)
-                    _copy_row(d + r * g.OW + lo, src, hi - lo, g.SW * j.xs[3])
-                    _zeros(d + r * g.OW + hi, g.OW - hi)
-                _zeros(d + cnt, P.Pp - cnt)
+                _zeros(base + (P.COp + t + jj) * P.Pp + cnt, P.Pp - cnt)
     for t in range(P.K, P.Kp):
         _zeros(base + (P.COp + t) * P.Pp, P.Pp)
 
 
-cdef void _few_dots(const FewJob* j, intp_t s, const floating_t* base, floating_t* acc
-                    ) noexcept nogil:
-    # every block's 4 x 4 pairs over piece s (its planes at base) added to the accumulator,
-    # blocks of the same output channels one after another (their dY planes stay in L1)
+cdef void _few_dots(const FewJob* j, intp_t s, const floating_t* base, int load,
+                    floating_t* acc) noexcept nogil:
+    # every block's 4 x 4 pairs over piece s (its planes at base) added to the accumulator (or,
+    # load 0, stored into it), blocks of the same output channels one after another (their dY
+    # planes stay in L1)
     cdef const Geom* g = &j.g
     cdef const FewPlan* P = &j.p
     cdef intp_t oh0 = (s % P.tpi) * P.R, ab, bb, das = P.Pp
@@ -171,9 +181,11 @@ cdef void _few_dots(const FewJob* j, intp_t s, const floating_t* base, floating_
         for bb in range(P.nbb):
             a = acc + (ab * P.nbb + bb) * BLOCK_ELEMS
             if floating_t is float32_t:
-                ndws_few_dots_f32(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, a)
+                ndws_few_dots_f32(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, load,
+                                  a)
             else:
-                ndws_few_dots_f64(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, a)
+                ndws_few_dots_f64(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, load,
+                                  a)
 
 
 cdef void _few_group(const FewJob* j, intp_t grp, floating_t* buf) noexcept nogil:
@@ -184,10 +196,9 @@ cdef void _few_group(const FewJob* j, intp_t grp, floating_t* buf) noexcept nogi
     cdef intp_t lo = grp * q + _imin(grp, extra)
     cdef intp_t hi = lo + q + (1 if grp < extra else 0)
     cdef floating_t* acc = <floating_t*>j.acc + grp * P.acc_elems
-    _zeros(acc, P.acc_elems)
     for s in range(lo, hi):
         _few_piece(j, s, buf)
-        _few_dots(j, s, buf, acc)
+        _few_dots(j, s, buf, s > lo, acc)       # the group's first piece starts its sums
 
 
 cdef void _few_worker(void* ctx) noexcept nogil:
