@@ -113,13 +113,8 @@ static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdif
  * path's order). Vectors of VL positions, the last one overlapping the one before (the same values
  * again), one position at a time below a vector. */
 #if defined(NDWS_FEW_VECTORS)
-#define NDWS_FEW_ROW(NAME, T, V, IV, ATTR)                                                    \
-ATTR                                                                                          \
-static void NAME(const T* src, const ptrdiff_t* toff, ptrdiff_t K, const T* w, int nr,        \
-                 const T* b, ptrdiff_t bs, int relu, ptrdiff_t n, T* y, ptrdiff_t ys) {       \
-    enum { VL = (int)(sizeof(V) / sizeof(T)) };                                               \
-    ptrdiff_t p = 0, t;                                                                       \
-    int r;                                                                                    \
+/* the vectors of a row for NR (a constant 8: the sums stay in registers, or nr) channels */
+#define NDWS_FEW_ROW_VECTORS(T, V, IV, NR)                                                    \
     while (n >= VL && p < n) {                                                                \
         V acc[8], x, zero = {0};                                                              \
         if (p + VL > n)                                                                       \
@@ -132,7 +127,7 @@ static void NAME(const T* src, const ptrdiff_t* toff, ptrdiff_t K, const T* w, i
             for (r = 0; r < 8; r++)                                                           \
                 acc[r] += x * wt[r];                                                          \
         }                                                                                     \
-        for (r = 0; r < nr; r++) {                                                            \
+        for (r = 0; r < NR; r++) {                                                            \
             V v = acc[r];                                                                     \
             if (b)                                                                            \
                 v = v + b[r * bs];                                                            \
@@ -141,7 +136,18 @@ static void NAME(const T* src, const ptrdiff_t* toff, ptrdiff_t K, const T* w, i
             memcpy(y + r * ys + p, &v, sizeof(V));                                            \
         }                                                                                     \
         p += VL;                                                                              \
-    }                                                                                         \
+    }
+#define NDWS_FEW_ROW(NAME, T, V, IV, ATTR)                                                    \
+ATTR                                                                                          \
+static void NAME(const T* src, const ptrdiff_t* toff, ptrdiff_t K, const T* w, int nr,        \
+                 const T* b, ptrdiff_t bs, int relu, ptrdiff_t n, T* y, ptrdiff_t ys) {       \
+    enum { VL = (int)(sizeof(V) / sizeof(T)) };                                               \
+    ptrdiff_t p = 0, t;                                                                       \
+    int r;                                                                                    \
+    if (nr == 8)                                                                              \
+        NDWS_FEW_ROW_VECTORS(T, V, IV, 8)                                                     \
+    else                                                                                      \
+        NDWS_FEW_ROW_VECTORS(T, V, IV, nr)                                                    \
     NDWS_FEW_ROW_TAIL(T)                                                                      \
 }
 #else
