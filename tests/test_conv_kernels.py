@@ -336,13 +336,13 @@ def test_every_build_of_the_winograd_transforms(rng, isa):
 
 
 # The few-channel weight gradient (C_in <= 4): dY read in place (whole 16-lane rows, channels
-# in blocks of 4) or copied; images cut into pieces of rows and chunks of pieces (a 1x202x102
-# image of 16 planes: 40-row pieces, one per chunk)
+# in blocks of 4) or copied; images cut into pieces of rows and the pieces into groups (a
+# 1x202x102 image of 16 planes: 20-row pieces, 12 of them in 8 groups)
 FEW = [((2, 3, 8, 8, 8, (3, 3)), 1),       # dY in place
        ((3, 1, 12, 11, 6, (5, 5)), 0),     # copied: 7-wide rows, 6 channels
        ((2, 4, 9, 9, 5, (2, 2)), (1, 0, 2, 1)),
-       ((2, 1, 102, 202, 4, (3, 3)), 0),   # pieces and chunks, dY in place
-       ((1, 2, 102, 202, 5, (3, 3)), 1)]   # pieces and chunks, copied
+       ((2, 1, 102, 202, 4, (3, 3)), 0),   # pieces and groups, dY in place
+       ((1, 2, 102, 202, 5, (3, 3)), 1)]   # pieces and groups, copied
 
 
 # The few-channel forward (C_in <= 4, stride 1 along rows, rows of 16 or more outputs):
@@ -455,6 +455,42 @@ def test_few_channel_weight_gradient(rng, dtype, small_grains):
             gw = F.conv2d_backward(x, w, wide[..., ::2], s, p, d, need_input=False,
                                    need_bias=False)[1]
             close(gw, want, scale, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_channel_weight_gradient_groups_give_the_same_bits_on_1_2_and_3_threads(
+        rng, dtype, small_grains):
+    # The pieces go, in order, to a fixed number of groups (8 at most, by the shape), each
+    # summed into its own accumulator by whichever thread claims it, the accumulators added in
+    # group order at the end: 11 images into 8 groups (three of two pieces, five of one), 12
+    # pieces of rows into 8, one image cut into 4 pieces of 8 rows (4 groups); dY in place or
+    # copied (NHWC). The bits do not depend on the threads, nor on a scratch that holds copies
+    # for fewer threads than asked.
+    from ndws.nn import _conv2d
+    for shape, p, fmt, groups in [((11, 3, 16, 16, 8, (3, 3)), 1, "NCHW", 8),
+                                  ((11, 3, 16, 16, 8, (3, 3)), 1, "NHWC", 8),
+                                  ((2, 1, 102, 202, 4, (3, 3)), 0, "NCHW", 8),
+                                  ((1, 3, 32, 32, 32, (3, 3)), 1, "NCHW", 4)]:
+        x, w, _ = _data(rng, shape, dtype)
+        algos = _conv2d._algorithms(x.shape, w.shape, padding=p, dtype=dtype)
+        assert (algos["weight_grad"], algos["weight_grad_tasks"]) == ("few channels", groups)
+        dy = rng.standard_normal(ref_conv(x, w, None, 1, p).shape).astype(dtype)
+        xx, dyy = (nhwc(x), nhwc(dy)) if fmt == "NHWC" else (x, dy)
+        need = {n: F.conv2d_scratch_bytes(xx.shape, w.shape, padding=p, data_format=fmt,
+                                          dtype=dtype, backward=True, threads=n)
+                for n in (1, 2, 3)}
+        assert need[1] < need[2] < need[3]      # a copy of a piece per thread
+        got = []
+        for n, scratch in [(1, None), (2, None), (3, None), (3, need[1]), (3, need[2])]:
+            with ndws.num_threads(n):
+                gw = F.conv2d_backward(
+                    xx, w, dyy, padding=p, data_format=fmt, need_input=False, need_bias=False,
+                    scratch=None if scratch is None else np.empty(scratch, np.uint8))[1]
+            got.append(np.asarray(gw).copy())
+        for g in got[1:]:
+            assert np.array_equal(got[0], g)
+        close(got[0], ref_conv_backward(x, w, dy, 1, p)[1],
+              ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, p)[1], dtype)
 
 
 def test_few_channel_nan_stays_in_its_own_pairs(rng):

@@ -233,20 +233,21 @@ cdef int _wg_into(const Geom* g, bint f64, NDArray X, const intp_t* xs, NDArray 
 cdef inline void _wg_go(bint few, FewJob* fj, WgJob* j, char* shared, intp_t nbytes, char* dw,
                         const intp_t* dws, int nt) noexcept nogil:
     if few:
-        _few_run(fj, shared, dw, dws, nt)
+        _few_run(fj, shared, nbytes, dw, dws, nt)
     else:
         _wg_run(j, shared, nbytes, dw, dws, nt)
 
 
 cdef intp_t _wg_need(const Geom* g, bint f64, int nt) except -1:
     # the weight gradient's scratch on nt threads: with two or more, two more sets of chunk
-    # buffers let a chunk's copies run beside the previous chunk's products (_wg_run)
+    # buffers let a chunk's copies run beside the previous chunk's products (_wg_run); few
+    # channels': the groups' accumulators and a piece's copy per thread (_few_run)
     cdef WgPlan W
     cdef FewPlan F
     cdef intp_t MR, NR
     if _few_ok(g):
         _few_plan(g, 8 if f64 else 4, &F)
-        return F.shared_bytes
+        return F.shared_bytes + F.thread_bytes * _imin(nt, F.G)
     _tile_of(gemm_table(), f64, &MR, &NR)
     _wg_plan(g, MR, NR, 8 if f64 else 4, &W)
     if nt > 1 and W.nchunks > 1:
@@ -714,12 +715,15 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
         ``input_grad``: one of those (the flipped kernel) or "col2im"; ``weight_grad``: "channel
         taps", "column taps" or "row taps" (the GEMM's tap groups), or "few channels"
         (ndws.nn._conv_few); ``forward_tasks``: how many tasks the forward is cut into (the
-        most threads it can use).
+        most threads it can use); ``weight_grad_tasks``: how many of the weight gradient's
+        product tasks can run at once (few channels: its groups of pieces, fixed by the shape;
+        the GEMM's: a chunk's tiles).
     """
     cdef str op = "_algorithms"
     cdef Geom g, f
     cdef FwdJob fj
     cdef FewFwdPlan ffp
+    cdef FewPlan fwp
     cdef intp_t xs[4]
     cdef intp_t MR, NR
     cdef WgPlan W
@@ -745,4 +749,8 @@ def _algorithms(x_shape, w_shape, stride=1, padding=0, dilation=1, data_format="
     _wg_plan(&g, MR, NR, dt.itemsize, &W)
     out["weight_grad"] = ("few channels" if _few_ok(&g) else "row taps" if W.rowmode
                           else "column taps" if W.kwmode else "channel taps")
+    out["weight_grad_tasks"] = W.ntiles
+    if _few_ok(&g):
+        _few_plan(&g, dt.itemsize, &fwp)
+        out["weight_grad_tasks"] = fwp.G
     return out

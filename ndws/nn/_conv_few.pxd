@@ -5,16 +5,21 @@ from ndws.nn._conv cimport Geom
 
 cdef enum:
     FEW_CHANNELS = 4            # input channels up to this take this weight gradient
-    FEW_CHUNK_BYTES = 1 << 19   # a chunk's planes (dY's and the taps') stay in an L2 cache
+    FEW_PIECE_BYTES = 1 << 18   # a piece's planes (dY's and the taps') stay in a core's L2
+    FEW_PIECE_POSITIONS = 256   # pieces cut smaller for more groups keep this many positions
+    FEW_GROUPS = 8              # accumulators: the pieces go to at most this many groups
 
 ctypedef struct FewPlan:
     intp_t K, Kp, COp           # taps, and taps and output channels rounded up to blocks of 4
     intp_t R, tpi, npieces      # output rows per piece, pieces per image, pieces
     intp_t Pp                   # a piece's plane: R*OW positions rounded up to 16 lanes
     intp_t piece_elems          # (COp + Kp) planes
-    intp_t Bc                   # pieces per chunk
     intp_t nab, nbb             # blocks of output channels, of taps
-    intp_t shared_bytes
+    intp_t G                    # groups of consecutive pieces, each with its own accumulator
+    intp_t acc_elems            # an accumulator: nab*nbb blocks of 4 x 4 pairs x 16 lanes
+    intp_t shared_bytes         # the G accumulators
+    intp_t Wp                   # an input row, padded, as the piece's taps read it
+    intp_t thread_bytes         # a thread's copy of one piece's planes, and a padded row
 
 ctypedef struct FewJob:
     Geom g
@@ -24,18 +29,19 @@ ctypedef struct FewJob:
     intp_t xs[4]
     const char* dy
     intp_t ds[4]
-    bint dy_direct              # dY's planes read where they lie (not copied into buf)
-    char* buf                   # Bc pieces of piece_elems
-    char* acc                   # nab*nbb blocks of 4 x 4 pairs x 16 lanes
-    intp_t s0, ns               # the chunk: pieces s0 .. s0 + ns - 1
-    int phase                   # 1: copy the pieces' planes; 2: the blocks' dot products
+    bint dy_direct              # dY's planes read where they lie (not copied)
+    char* acc                   # G accumulators of acc_elems
+    char* thr                   # per thread: a piece's planes (thread_bytes)
+    long long next_group, next_slot
 
 # Whether convolution g's weight gradient takes this path.
 cdef bint _few_ok(const Geom* g) noexcept nogil
 cdef void _few_plan(const Geom* g, intp_t item, FewPlan* P) noexcept nogil
-# dW (logical strides dws) from x and dY (the job's pointers and strides set), the scratch
-# (P.shared_bytes) carved from `shared`, on nt threads.
-cdef void _few_run(FewJob* j, char* shared, char* dw, const intp_t* dws, int nt) noexcept nogil
+# dW (logical strides dws) from x and dY (the job's pointers and strides set), the scratch carved
+# from `shared` (nbytes of it: P.shared_bytes and P.thread_bytes per thread; at least one), on
+# up to nt threads (as many as the scratch holds copies for).
+cdef void _few_run(FewJob* j, char* shared, intp_t nbytes, char* dw, const intp_t* dws, int nt
+                   ) noexcept nogil
 
 
 ctypedef struct FewFwdPlan:

@@ -15,27 +15,32 @@ plane of its input values at the output positions (an im2col whose rows are row 
 input), dY keeps its planes, and every (output channel, tap) pair is a dot product of two planes
 held in 16 lanes (ndws/nn/_few_loops.h), 4 x 4 pairs at a time in registers.
 
-Output rows are cut into pieces (a few rows of one image, their planes within FEW_CHUNK_BYTES),
-pieces into chunks; per chunk, phase 1 copies each piece's planes (pieces in parallel) and
-phase 2 adds each block's dot products over the chunk to its lanes (blocks in parallel). Every
-lane sums its positions in one fixed order, and the lanes of a pair are summed in a fixed order
-at the end, so the result does not depend on the thread count.
+Output rows are cut into pieces (a few rows of one image, their planes within
+FEW_PIECE_BYTES, a core's L2), and the pieces, in order, into G groups of consecutive pieces
+(FEW_GROUPS at most, fixed by the shape). The whole gradient is one pool run: a thread claims a
+group, and for each of its pieces copies the planes into its own buffer and adds every block's
+dot products over them to the group's accumulator; at the end the groups' accumulators are
+added in group order and each pair's lanes in a fixed order. A piece's planes never leave the
+core that copied them (when two threads shared each chunk's planes, the second thread spent its
+time fetching the first one's cache lines and gained nothing), and every lane sums its
+positions in one fixed order whichever thread runs a group, so the result does not depend on
+the thread count.
 """
 
 from libc.string cimport memcpy, memset
 
-from ndws._threads cimport run_tasks, pool_run, ndws_claim
+from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, ACT_RELU, act_tile_f32, act_tile_f64
-from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _take, _col_range
+from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _take
 from ndws.nn._conv_gemm cimport _pad_copy
 from ndws.nn._conv import _runnable_isas, _switch_isa
 
 cdef extern from "_few_loops.h" nogil:
     void ndws_few_dots_f32(const float32_t* dy, intp_t das, const float32_t* col, intp_t dcs,
-                           intp_t n16, float32_t* acc)
+                           intp_t n16, int load, float32_t* acc)
     void ndws_few_dots_f64(const float64_t* dy, intp_t das, const float64_t* col, intp_t dcs,
-                           intp_t n16, float64_t* acc)
+                           intp_t n16, int load, float64_t* acc)
     void ndws_few_row_f32(const float32_t* src, const intp_t* toff, intp_t K,
                           const float32_t* w, int nr, const float32_t* b, intp_t bs, int relu,
                           intp_t n, float32_t* y, intp_t ys)
@@ -56,23 +61,31 @@ cdef bint _few_ok(const Geom* g) noexcept nogil:
 
 
 cdef void _few_plan(const Geom* g, intp_t item, FewPlan* P) noexcept nogil:
-    cdef intp_t planes, rows_fit
+    cdef intp_t planes, rows_fit, want
     P.K = g.C * g.KH * g.KW
     P.Kp = _rup(P.K, BLOCK)
     P.COp = _rup(g.CO, BLOCK)
     planes = P.COp + P.Kp
-    # as many output rows per piece as fit the chunk's bytes (at least one)
-    rows_fit = FEW_CHUNK_BYTES // _imax(1, planes * _imax(1, g.OW) * item)
+    # as many output rows per piece as fit the piece's bytes (at least one); with fewer images
+    # than groups, pieces of fewer rows (FEW_PIECE_POSITIONS or more) so a second thread gets
+    # a group too (one image: 4 pieces of 8 rows of VGG's 32x32)
+    rows_fit = FEW_PIECE_BYTES // _imax(1, planes * _imax(1, g.OW) * item)
     P.R = _imax(1, _imin(g.OH, rows_fit))
+    if g.N * _cdiv(g.OH, P.R) < FEW_GROUPS:
+        want = _imax(_cdiv(FEW_PIECE_POSITIONS, _imax(1, g.OW)),
+                     _cdiv(g.OH, _cdiv(FEW_GROUPS, _imax(1, g.N))))
+        P.R = _imax(1, _imin(P.R, want))
     P.tpi = _cdiv(g.OH, P.R)
     P.npieces = g.N * P.tpi
     P.Pp = _rup(P.R * g.OW, LANES)
     P.piece_elems = planes * P.Pp
-    P.Bc = _imax(1, _imin(P.npieces, FEW_CHUNK_BYTES // _imax(1, P.piece_elems * item)))
     P.nab = P.COp // BLOCK
     P.nbb = P.Kp // BLOCK
-    P.shared_bytes = (_rup(P.Bc * P.piece_elems * item, ALIGN)
-                      + _rup(P.nab * P.nbb * BLOCK_ELEMS * item, ALIGN))
+    P.G = _imax(1, _imin(P.npieces, FEW_GROUPS))
+    P.acc_elems = P.nab * P.nbb * BLOCK_ELEMS
+    P.shared_bytes = _rup(P.G * P.acc_elems * item, ALIGN)
+    P.Wp = (g.OW - 1) * g.SW + g.EKW
+    P.thread_bytes = _rup((P.piece_elems + P.Wp) * item, ALIGN)
 
 
 cdef inline void _copy_row(floating_t* d, const floating_t* s, intp_t n, intp_t stride
@@ -94,16 +107,17 @@ cdef inline void _zeros(floating_t* d, intp_t n) noexcept nogil:
         d[k] = 0
 
 
-cdef void _few_piece(FewJob* j, intp_t slot, floating_t dummy) noexcept nogil:
-    # phase 1: piece s0 + slot's planes: dY's (COp of them, zeros past CO) and each tap's input
-    # values at the piece's positions (zeros outside the image), each zero past its positions
+cdef void _few_piece(const FewJob* j, intp_t s, floating_t* base) noexcept nogil:
+    # piece s's planes into base: dY's (COp of them, zeros past CO; none when dY is read in
+    # place) and each tap's input values at the piece's positions (zeros outside the image),
+    # each zero past its positions
     cdef const Geom* g = &j.g
     cdef const FewPlan* P = &j.p
-    cdef intp_t s = j.s0 + slot, n = s // P.tpi, oh0 = (s % P.tpi) * P.R
+    cdef intp_t n = s // P.tpi, oh0 = (s % P.tpi) * P.R
     cdef intp_t rows = _imin(g.OH, oh0 + P.R) - oh0, cnt = rows * g.OW
-    cdef intp_t co, c, i, jj, r, ih, off, lo, hi, t
-    cdef floating_t* base = <floating_t*>j.buf + slot * P.piece_elems
+    cdef intp_t co, c, i, jj, r, ih, lo, hi, t
     cdef floating_t* d
+    cdef floating_t* prow
     cdef const floating_t* src
     for co in range(0 if j.dy_direct else P.COp):
         d = base + co * P.Pp
@@ -117,78 +131,107 @@ cdef void _few_piece(FewJob* j, intp_t slot, floating_t dummy) noexcept nogil:
             for r in range(rows):
                 _copy_row(d + r * g.OW, src + r * j.ds[2], g.OW, j.ds[3])
         _zeros(d + cnt, P.Pp - cnt)
-    t = 0
+    # the taps' rows: each input row the piece reads once into a zero-padded row (prow, after
+    # the planes), then a kernel row's KW taps are slices of it (a tap's own zeros and copy per
+    # row took as many instructions as the dot products)
+    prow = base + P.piece_elems
+    lo = _imin(P.Wp, _imax(0, g.PL))
+    hi = _imax(lo, _imin(P.Wp, g.W + g.PL))
+    _zeros(prow, lo)                    # its padding, the same for every row
+    _zeros(prow + hi, P.Wp - hi)
     for c in range(g.C):
         for i in range(g.KH):
+            t = (c * g.KH + i) * g.KW
+            for r in range(rows):
+                ih = (oh0 + r) * g.SH - g.PT + i * g.DH
+                if ih < 0 or ih >= g.H:
+                    for jj in range(g.KW):
+                        _zeros(base + (P.COp + t + jj) * P.Pp + r * g.OW, g.OW)
+                    continue
+                src = (<const floating_t*>j.x + n * j.xs[0] + c * j.xs[1] + ih * j.xs[2]
+                       + (lo - g.PL) * j.xs[3])
+                _copy_row(prow + lo, src, hi - lo, j.xs[3])
+                for jj in range(g.KW):
+                    _copy_row(base + (P.COp + t + jj) * P.Pp + r * g.OW, prow + jj * g.DW,
+                              g.OW, g.SW)
             for jj in range(g.KW):
-                d = base + (P.COp + t) * P.Pp
-                t += 1
-                _col_range(jj, g.DW, g.PL, g.SW, g.W, g.OW, &off, &lo, &hi)
-                for r in range(rows):
-                    ih = (oh0 + r) * g.SH - g.PT + i * g.DH
-                    if ih < 0 or ih >= g.H:
-                        _zeros(d + r * g.OW, g.OW)
-                        continue
-                    src = (<const floating_t*>j.x + n * j.xs[0] + c * j.xs[1] + ih * j.xs[2]
-                           + (lo * g.SW + off) * j.xs[3])
-                    _zeros(d + r * g.OW, lo)
-                    _copy_row(d + r * g.OW + lo, src, hi - lo, g.SW * j.xs[3])
-                    _zeros(d + r * g.OW + hi, g.OW - hi)
-                _zeros(d + cnt, P.Pp - cnt)
+                _zeros(base + (P.COp + t + jj) * P.Pp + cnt, P.Pp - cnt)
     for t in range(P.K, P.Kp):
         _zeros(base + (P.COp + t) * P.Pp, P.Pp)
 
 
-cdef void _few_block(FewJob* j, intp_t blk, floating_t dummy) noexcept nogil:
-    # phase 2: block blk's 4 x 4 pairs over the chunk's pieces, in order
+cdef void _few_dots(const FewJob* j, intp_t s, const floating_t* base, int load,
+                    floating_t* acc) noexcept nogil:
+    # every block's 4 x 4 pairs over piece s (its planes at base) added to the accumulator (or,
+    # load 0, stored into it), blocks of the same output channels one after another (their dY
+    # planes stay in L1)
     cdef const Geom* g = &j.g
     cdef const FewPlan* P = &j.p
-    cdef intp_t ab = blk // P.nbb, bb = blk % P.nbb, slot, s, oh0, rows, n16, das = P.Pp
-    cdef floating_t* acc = <floating_t*>j.acc + blk * BLOCK_ELEMS
-    cdef const floating_t* base
+    cdef intp_t oh0 = (s % P.tpi) * P.R, ab, bb, das = P.Pp
+    cdef intp_t n16 = _cdiv((_imin(g.OH, oh0 + P.R) - oh0) * g.OW, LANES)
     cdef const floating_t* dyp
-    for slot in range(j.ns):
-        s = j.s0 + slot
-        oh0 = (s % P.tpi) * P.R
-        rows = _imin(g.OH, oh0 + P.R) - oh0
-        n16 = _cdiv(rows * g.OW, LANES)
-        base = <const floating_t*>j.buf + slot * P.piece_elems
+    cdef floating_t* a
+    for ab in range(P.nab):
         if j.dy_direct:
             dyp = (<const floating_t*>j.dy + (s // P.tpi) * j.ds[0] + ab * BLOCK * j.ds[1]
                    + oh0 * j.ds[2])
             das = j.ds[1]
         else:
             dyp = base + ab * BLOCK * P.Pp
-        if floating_t is float32_t:
-            ndws_few_dots_f32(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, acc)
-        else:
-            ndws_few_dots_f64(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, acc)
+        for bb in range(P.nbb):
+            a = acc + (ab * P.nbb + bb) * BLOCK_ELEMS
+            if floating_t is float32_t:
+                ndws_few_dots_f32(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, load,
+                                  a)
+            else:
+                ndws_few_dots_f64(dyp, das, base + (P.COp + bb * BLOCK) * P.Pp, P.Pp, n16, load,
+                                  a)
 
 
-cdef void _few_task(void* ctx, Py_ssize_t t) noexcept nogil:
-    # task t of the job's phase (1: copy piece t's planes; 2: block t's dot products)
+cdef void _few_group(const FewJob* j, intp_t grp, floating_t* buf) noexcept nogil:
+    # group grp: its pieces (a fixed, balanced split of the pieces in order), each copied into
+    # this thread's buffer and summed into the group's accumulator
+    cdef const FewPlan* P = &j.p
+    cdef intp_t q = P.npieces // P.G, extra = P.npieces % P.G, s
+    cdef intp_t lo = grp * q + _imin(grp, extra)
+    cdef intp_t hi = lo + q + (1 if grp < extra else 0)
+    cdef floating_t* acc = <floating_t*>j.acc + grp * P.acc_elems
+    for s in range(lo, hi):
+        _few_piece(j, s, buf)
+        _few_dots(j, s, buf, s > lo, acc)       # the group's first piece starts its sums
+
+
+cdef void _few_worker(void* ctx) noexcept nogil:
+    # the caller and every helper that joins: a buffer of its own, then groups until none is left
     cdef FewJob* j = <FewJob*>ctx
-    if j.phase == 1:
+    cdef char* mine = j.thr + ndws_claim(&j.next_slot) * j.p.thread_bytes
+    cdef long long grp
+    while True:
+        grp = ndws_claim(&j.next_group)
+        if grp >= j.p.G:
+            return
         if j.f64:
-            _few_piece(j, t, <float64_t>0)
+            _few_group(j, <intp_t>grp, <float64_t*>mine)
         else:
-            _few_piece(j, t, <float32_t>0)
-    elif j.f64:
-        _few_block(j, t, <float64_t>0)
-    else:
-        _few_block(j, t, <float32_t>0)
+            _few_group(j, <intp_t>grp, <float32_t*>mine)
 
 
 cdef void _few_scatter(const FewJob* j, char* dw, const intp_t* dws, floating_t dummy
                        ) noexcept nogil:
-    # dW[co, tap] := the pair's 16 lanes, summed pairwise in a fixed order
+    # dW[co, tap] := the pair's 16 lanes, the groups' accumulators added in group order into
+    # the first one, then its lanes summed pairwise in a fixed order
     cdef const Geom* g = &j.g
     cdef const FewPlan* P = &j.p
-    cdef const floating_t* acc = <const floating_t*>j.acc
+    cdef floating_t* acc = <floating_t*>j.acc
+    cdef const floating_t* other
     cdef const floating_t* v
     cdef floating_t* out = <floating_t*>dw
     cdef floating_t s8[8]
-    cdef intp_t co, t, c, i, jj, k
+    cdef intp_t co, t, c, i, jj, k, grp
+    for grp in range(1, P.G):
+        other = acc + grp * P.acc_elems
+        for k in range(P.acc_elems):
+            acc[k] += other[k]
     for co in range(g.CO):
         for t in range(P.K):
             v = (acc + ((co // BLOCK) * P.nbb + t // BLOCK) * BLOCK_ELEMS
@@ -202,26 +245,26 @@ cdef void _few_scatter(const FewJob* j, char* dw, const intp_t* dws, floating_t 
                 ((s8[0] + s8[4]) + (s8[2] + s8[6])) + ((s8[1] + s8[5]) + (s8[3] + s8[7])))
 
 
-cdef void _few_run(FewJob* j, char* shared, char* dw, const intp_t* dws, int nt) noexcept nogil:
+cdef void _few_run(FewJob* j, char* shared, intp_t nbytes, char* dw, const intp_t* dws, int nt
+                   ) noexcept nogil:
     cdef const FewPlan* P = &j.p
     cdef char* cur = shared
     cdef intp_t item = 8 if j.f64 else 4
-    j.buf = _take(&cur, P.Bc * P.piece_elems * item)
-    j.acc = _take(&cur, P.nab * P.nbb * BLOCK_ELEMS * item)
-    memset(j.acc, 0, P.nab * P.nbb * BLOCK_ELEMS * item)
+    j.acc = _take(&cur, P.G * P.acc_elems * item)
+    j.thr = shared + P.shared_bytes
+    # as many threads as there are groups and copies in the scratch (at least one)
+    nt = <int>_imax(1, _imin(_imin(nt, P.G), (nbytes - P.shared_bytes) // P.thread_bytes))
     # dY read in place when a piece's rows are one run of whole 16-lane vectors in every plane
     # and the blocks have no padding channels (VGG's and LeNet's first layers in NCHW): its
     # copy was a quarter of the call (a 4 MiB dY streamed through the scratch)
     j.dy_direct = (j.ds[3] == 1 and j.ds[2] == j.g.OW and (P.R * j.g.OW) % LANES == 0
                    and ((j.g.OH % P.R) * j.g.OW) % LANES == 0 and j.g.CO % BLOCK == 0)
-    j.s0 = 0
-    while j.s0 < P.npieces:
-        j.ns = _imin(P.Bc, P.npieces - j.s0)
-        j.phase = 1
-        run_tasks(_few_task, j, j.ns, nt)
-        j.phase = 2
-        run_tasks(_few_task, j, P.nab * P.nbb, nt)
-        j.s0 += j.ns
+    j.next_group = 0
+    j.next_slot = 0
+    if nt <= 1:
+        _few_worker(j)
+    else:
+        pool_run(_few_worker, j, nt - 1)
     if j.f64:
         _few_scatter(j, dw, dws, <float64_t>0)
     else:

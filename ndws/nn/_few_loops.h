@@ -41,7 +41,8 @@ typedef long long ndws_few_i64x2 __attribute__((vector_size(16)));
 #define NDWS_FEW_VECTORS 1
 #endif
 
-/* acc[(a*4 + b)*16 + l] += sum_{s < n16} dy[a*das + s*16 + l] * col[b*dcs + s*16 + l] for the
+/* acc[(a*4 + b)*16 + l] += sum_{s < n16} dy[a*das + s*16 + l] * col[b*dcs + s*16 + l] (:= with
+ * load 0: the sums start from +0 instead of acc, the same bits as a zeroed acc) for the
  * block's a < 4 output channels and b < 4 taps, lane l = h*VL + (lane within vector h). BA
  * output channels share one pass over the positions, their sums and dY vectors in registers,
  * one tap's vectors loaded at a time: AVX-512 float32 holds 4 x 4 sums + 4 + 1 in 21 of its 32
@@ -51,7 +52,7 @@ typedef long long ndws_few_i64x2 __attribute__((vector_size(16)));
 #define NDWS_FEW_DOTS(NAME, T, V, ATTR, BA)                                                   \
 ATTR                                                                                          \
 static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdiff_t n16,      \
-                 T* acc) {                                                                    \
+                 int load, T* acc) {                                                          \
     enum { VL = (int)(sizeof(V) / sizeof(T)), H = NDWS_FEW_LANES / VL };                      \
     int a0, a, b, h;                                                                          \
     ptrdiff_t s;                                                                              \
@@ -60,8 +61,11 @@ static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdif
         for (a = 0; a < BA; a++)                                                              \
             for (b = 0; b < NDWS_FEW_BLOCK; b++)                                              \
                 for (h = 0; h < H; h++)                                                       \
-                    memcpy(&sum[a][b][h], acc + ((a0 + a) * NDWS_FEW_BLOCK + b)               \
-                           * NDWS_FEW_LANES + h * VL, sizeof(V));                             \
+                    if (load)                                                                 \
+                        memcpy(&sum[a][b][h], acc + ((a0 + a) * NDWS_FEW_BLOCK + b)           \
+                               * NDWS_FEW_LANES + h * VL, sizeof(V));                         \
+                    else                                                                      \
+                        memset(&sum[a][b][h], 0, sizeof(V));                                  \
         for (s = 0; s < n16; s++) {                                                           \
             for (a = 0; a < BA; a++)                                                          \
                 for (h = 0; h < H; h++)                                                       \
@@ -86,13 +90,13 @@ static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdif
 /* no vector extensions: the same lanes, one at a time */
 #define NDWS_FEW_DOTS(NAME, T, V, ATTR, BA)                                                   \
 static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdiff_t n16,      \
-                 T* acc) {                                                                    \
+                 int load, T* acc) {                                                          \
     int a, b, l;                                                                              \
     ptrdiff_t s;                                                                              \
     for (a = 0; a < NDWS_FEW_BLOCK; a++)                                                      \
         for (b = 0; b < NDWS_FEW_BLOCK; b++)                                                  \
             for (l = 0; l < NDWS_FEW_LANES; l++) {                                            \
-                T t = acc[(a * NDWS_FEW_BLOCK + b) * NDWS_FEW_LANES + l];                     \
+                T t = load ? acc[(a * NDWS_FEW_BLOCK + b) * NDWS_FEW_LANES + l] : 0;          \
                 for (s = 0; s < n16; s++)                                                     \
                     t += dy[a * das + s * NDWS_FEW_LANES + l]                                 \
                         * col[b * dcs + s * NDWS_FEW_LANES + l];                              \
@@ -109,13 +113,8 @@ static void NAME(const T* dy, ptrdiff_t das, const T* col, ptrdiff_t dcs, ptrdif
  * path's order). Vectors of VL positions, the last one overlapping the one before (the same values
  * again), one position at a time below a vector. */
 #if defined(NDWS_FEW_VECTORS)
-#define NDWS_FEW_ROW(NAME, T, V, IV, ATTR)                                                    \
-ATTR                                                                                          \
-static void NAME(const T* src, const ptrdiff_t* toff, ptrdiff_t K, const T* w, int nr,        \
-                 const T* b, ptrdiff_t bs, int relu, ptrdiff_t n, T* y, ptrdiff_t ys) {       \
-    enum { VL = (int)(sizeof(V) / sizeof(T)) };                                               \
-    ptrdiff_t p = 0, t;                                                                       \
-    int r;                                                                                    \
+/* the vectors of a row for NR (a constant 8: the sums stay in registers, or nr) channels */
+#define NDWS_FEW_ROW_VECTORS(T, V, IV, NR)                                                    \
     while (n >= VL && p < n) {                                                                \
         V acc[8], x, zero = {0};                                                              \
         if (p + VL > n)                                                                       \
@@ -128,7 +127,7 @@ static void NAME(const T* src, const ptrdiff_t* toff, ptrdiff_t K, const T* w, i
             for (r = 0; r < 8; r++)                                                           \
                 acc[r] += x * wt[r];                                                          \
         }                                                                                     \
-        for (r = 0; r < nr; r++) {                                                            \
+        for (r = 0; r < NR; r++) {                                                            \
             V v = acc[r];                                                                     \
             if (b)                                                                            \
                 v = v + b[r * bs];                                                            \
@@ -137,7 +136,18 @@ static void NAME(const T* src, const ptrdiff_t* toff, ptrdiff_t K, const T* w, i
             memcpy(y + r * ys + p, &v, sizeof(V));                                            \
         }                                                                                     \
         p += VL;                                                                              \
-    }                                                                                         \
+    }
+#define NDWS_FEW_ROW(NAME, T, V, IV, ATTR)                                                    \
+ATTR                                                                                          \
+static void NAME(const T* src, const ptrdiff_t* toff, ptrdiff_t K, const T* w, int nr,        \
+                 const T* b, ptrdiff_t bs, int relu, ptrdiff_t n, T* y, ptrdiff_t ys) {       \
+    enum { VL = (int)(sizeof(V) / sizeof(T)) };                                               \
+    ptrdiff_t p = 0, t;                                                                       \
+    int r;                                                                                    \
+    if (nr == 8)                                                                              \
+        NDWS_FEW_ROW_VECTORS(T, V, IV, 8)                                                     \
+    else                                                                                      \
+        NDWS_FEW_ROW_VECTORS(T, V, IV, nr)                                                    \
     NDWS_FEW_ROW_TAIL(T)                                                                      \
 }
 #else
@@ -181,8 +191,9 @@ NDWS_FEW_DOTS(ndws_few_dots_f64_avx512, double, ndws_few_f64x8, NDWS_CONV_AVX512
 /* The variant in use, set by ndws_few_use (module load, tests). */
 static struct {
     const char* isa;
-    void (*dots_f32)(const float*, ptrdiff_t, const float*, ptrdiff_t, ptrdiff_t, float*);
-    void (*dots_f64)(const double*, ptrdiff_t, const double*, ptrdiff_t, ptrdiff_t, double*);
+    void (*dots_f32)(const float*, ptrdiff_t, const float*, ptrdiff_t, ptrdiff_t, int, float*);
+    void (*dots_f64)(const double*, ptrdiff_t, const double*, ptrdiff_t, ptrdiff_t, int,
+                     double*);
     void (*row_f32)(const float*, const ptrdiff_t*, ptrdiff_t, const float*, int, const float*,
                     ptrdiff_t, int, ptrdiff_t, float*, ptrdiff_t);
     void (*row_f64)(const double*, const ptrdiff_t*, ptrdiff_t, const double*, int,
@@ -221,11 +232,11 @@ static int ndws_few_use(const char* isa) {
 static inline const char* ndws_few_isa(void) { return ndws_few.isa; }
 
 static inline void ndws_few_dots_f32(const float* dy, ptrdiff_t das, const float* col,
-                                     ptrdiff_t dcs, ptrdiff_t n16, float* acc)
-{ ndws_few.dots_f32(dy, das, col, dcs, n16, acc); }
+                                     ptrdiff_t dcs, ptrdiff_t n16, int load, float* acc)
+{ ndws_few.dots_f32(dy, das, col, dcs, n16, load, acc); }
 static inline void ndws_few_dots_f64(const double* dy, ptrdiff_t das, const double* col,
-                                     ptrdiff_t dcs, ptrdiff_t n16, double* acc)
-{ ndws_few.dots_f64(dy, das, col, dcs, n16, acc); }
+                                     ptrdiff_t dcs, ptrdiff_t n16, int load, double* acc)
+{ ndws_few.dots_f64(dy, das, col, dcs, n16, load, acc); }
 
 #define NDWS_FEW_ROW_CALL(T, S)                                                               \
 static inline void ndws_few_row_##S(const T* src, const ptrdiff_t* toff, ptrdiff_t K,         \
