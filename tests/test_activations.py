@@ -296,6 +296,39 @@ def test_softmax_contiguous_rows_give_the_strided_bits(dtype, rng):
     assert dense[5, 7] == 0
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["relu", "leaky_relu"])
+def test_relu_loops_give_the_strided_bits(name, dtype, rng):
+    # contiguous arrays take the per-instruction-set loops of _act_loops.h, strided ones the
+    # scalar path: the same bits, forward and backward, through NaN, +-0, +-inf and subnormals
+    # (-0 * 0: the gradient's sign), alone and as a dense layer's bias + activation epilogue
+    tiny = np.finfo(dtype).smallest_subnormal
+    special = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, tiny, -tiny, 1.0, -1.0], dtype)
+    x = np.concatenate([special, (rng.standard_normal(1000) * 3).astype(dtype)])
+    g = np.concatenate([np.array([1, -1, -2, np.inf, 3, -1, 1, np.nan, -0.0], dtype),
+                        rng.standard_normal(1000).astype(dtype)])
+    kw = {"alpha": 0.3} if name == "leaky_relu" else {}
+    f, fb = getattr(F, name), _bwd(name)
+    with np.errstate(invalid="ignore"):
+        y = f(x, **kw).numpy()
+        assert y.tobytes() == np.ascontiguousarray(f(x[::-1], **kw).numpy()[::-1]).tobytes()
+        d = fb(x, g, **kw).numpy()
+        d_strided = fb(x[::-1], g[::-1], **kw).numpy()[::-1]
+    assert d.tobytes() == np.ascontiguousarray(d_strided).tobytes()
+    ref = np.where(x > 0, x, 0 if name == "relu" else dtype(0.3) * x).astype(dtype)
+    np.testing.assert_array_equal(y[1:], ref[1:])
+    assert np.isnan(y[0]) and np.isnan(d[0]) and np.isnan(d[7])
+    # the fused epilogue: Y := f(X @ W + b) against the activation applied after
+    a = (rng.standard_normal((7, 5)) * 2).astype(dtype)
+    w = rng.standard_normal((5, 9)).astype(dtype)
+    b = rng.standard_normal(9).astype(dtype)
+    fused = F.linear(a, w, b, name if name == "relu" else "leakyrelu").numpy()
+    plain = F.linear(a, w, b, "identity").numpy()
+    alpha = 0.01
+    np.testing.assert_array_equal(fused, np.where(plain > 0, plain,
+                                                  0 if name == "relu" else dtype(alpha) * plain))
+
+
 def test_softmax_errors():
     with pytest.raises(ValueError, match=r"softmax: axis 2 is out of bounds for an array of "
                                          r"dimension 2"):

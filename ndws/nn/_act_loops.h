@@ -49,7 +49,47 @@ static void ndws_tanh_bwd_##SFX(const T* X, const T* G, T* D, ptrdiff_t n) {    
     }                                                                                         \
 }
 
+/* relu and leaky relu (a: its slope), the expressions of _activations.pyx's _act and _dact:
+   as Cython loops they were a call of a shared loop with the activation a run-time switch per
+   element (gcc keeps that loop out of line), 7x slower than a vectorised pass. */
+#define NDWS_RELU_LOOPS(SFX, T)                                                               \
+NDWS_ISA_CLONES                                                                               \
+static void ndws_relu_##SFX(const T* X, T* Y, ptrdiff_t n) {                                  \
+    for (ptrdiff_t i = 0; i < n; i++) {                                                       \
+        T v = X[i];                                                                           \
+        Y[i] = v < 0 ? (T)0 : v;                  /* NaN passes through */                    \
+    }                                                                                         \
+}                                                                                             \
+NDWS_ISA_CLONES                                                                               \
+static void ndws_relu_bwd_##SFX(const T* X, const T* G, T* D, ptrdiff_t n) {                  \
+    for (ptrdiff_t i = 0; i < n; i++) {                                                       \
+        T v = X[i];                                                                           \
+        T d = (T)(v > 0);                                                                     \
+        if (v != v) d = v;                                                                    \
+        D[i] = G[i] * d;                                                                      \
+    }                                                                                         \
+}                                                                                             \
+NDWS_ISA_CLONES                                                                               \
+static void ndws_leaky_relu_##SFX(T a, const T* X, T* Y, ptrdiff_t n) {                       \
+    for (ptrdiff_t i = 0; i < n; i++) {                                                       \
+        T v = X[i];                                                                           \
+        Y[i] = v > 0 ? v : a * v;                                                             \
+    }                                                                                         \
+}                                                                                             \
+NDWS_ISA_CLONES                                                                               \
+static void ndws_leaky_relu_bwd_##SFX(T a, const T* X, const T* G, T* D, ptrdiff_t n) {       \
+    for (ptrdiff_t i = 0; i < n; i++) {                                                       \
+        T v = X[i];                                                                           \
+        T d = a;                                                                              \
+        if (v > 0) d = 1;                                                                     \
+        if (v != v) d = v;                                                                    \
+        D[i] = G[i] * d;                                                                      \
+    }                                                                                         \
+}
+
 NDWS_ACT_LOOPS(f32, float, ndws_sigmoidf1, ndws_tanhf1)
+NDWS_RELU_LOOPS(f32, float)
+NDWS_RELU_LOOPS(f64, double)
 NDWS_ACT_LOOPS(f64, double, ndws_sigmoid1, ndws_tanh1)
 
 #endif /* NDWS_ACT_LOOPS_H */

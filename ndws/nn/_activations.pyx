@@ -23,7 +23,8 @@ from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid,
 
 cnp.import_array()
 
-# sigmoid and tanh over contiguous arrays, built per instruction set (see the header)
+# sigmoid, tanh, relu and leaky relu over contiguous arrays, built per instruction set (see the
+# header)
 cdef extern from "_act_loops.h" nogil:
     void ndws_sigmoid_f32(const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
     void ndws_tanh_f32(const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
@@ -37,12 +38,37 @@ cdef extern from "_act_loops.h" nogil:
                               Py_ssize_t n) noexcept
     void ndws_tanh_bwd_f64(const float64_t* X, const float64_t* G, float64_t* D,
                            Py_ssize_t n) noexcept
+    void ndws_relu_f32(const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_relu_f64(const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_relu_bwd_f32(const float32_t* X, const float32_t* G, float32_t* D,
+                           Py_ssize_t n) noexcept
+    void ndws_relu_bwd_f64(const float64_t* X, const float64_t* G, float64_t* D,
+                           Py_ssize_t n) noexcept
+    void ndws_leaky_relu_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_leaky_relu_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_leaky_relu_bwd_f32(float32_t a, const float32_t* X, const float32_t* G,
+                                 float32_t* D, Py_ssize_t n) noexcept
+    void ndws_leaky_relu_bwd_f64(float64_t a, const float64_t* X, const float64_t* G,
+                                 float64_t* D, Py_ssize_t n) noexcept
 
 
-cdef inline bint _isa_fwd(int code, const floating_t* X, floating_t* Y, intp_t n) noexcept nogil:
+cdef inline bint _isa_fwd(int code, floating_t a, const floating_t* X, floating_t* Y,
+                          intp_t n) noexcept nogil:
     # Y := f(X) over n contiguous elements with the per-instruction-set loops of _act_loops.h
-    # (the same bits as _act: gcc vectorises neither _act's sigmoid nor its tanh in the loops
-    # below); False for the other activations
+    # (the same bits as _act: gcc vectorises none of these in the loops below); False for the
+    # other activations
+    if code == ACT_RELU:
+        if floating_t is float32_t:
+            ndws_relu_f32(X, Y, n)
+        else:
+            ndws_relu_f64(X, Y, n)
+        return True
+    if code == ACT_LEAKY_RELU:
+        if floating_t is float32_t:
+            ndws_leaky_relu_f32(a, X, Y, n)
+        else:
+            ndws_leaky_relu_f64(a, X, Y, n)
+        return True
     if code == ACT_SIGMOID:
         if floating_t is float32_t:
             ndws_sigmoid_f32(X, Y, n)
@@ -58,9 +84,21 @@ cdef inline bint _isa_fwd(int code, const floating_t* X, floating_t* Y, intp_t n
     return False
 
 
-cdef inline bint _isa_bwd(int code, const floating_t* X, const floating_t* G, floating_t* D,
-                          intp_t n) noexcept nogil:
+cdef inline bint _isa_bwd(int code, floating_t a, const floating_t* X, const floating_t* G,
+                          floating_t* D, intp_t n) noexcept nogil:
     # D := f'(X) * G over n contiguous elements, as _isa_fwd
+    if code == ACT_RELU:
+        if floating_t is float32_t:
+            ndws_relu_bwd_f32(X, G, D, n)
+        else:
+            ndws_relu_bwd_f64(X, G, D, n)
+        return True
+    if code == ACT_LEAKY_RELU:
+        if floating_t is float32_t:
+            ndws_leaky_relu_bwd_f32(a, X, G, D, n)
+        else:
+            ndws_leaky_relu_bwd_f64(a, X, G, D, n)
+        return True
     if code == ACT_SIGMOID:
         if floating_t is float32_t:
             ndws_sigmoid_bwd_f32(X, G, D, n)
@@ -286,7 +324,7 @@ cdef inline void _fwd_loop(int code, floating_t a, const floating_t* X__i, intp_
 cdef void _fwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # IN
                   floating_t* Y__i, intp_t ys, intp_t n) noexcept nogil:      # OUT
     """Y[i*ys] := f(X[i*xs]) for i < n."""
-    if xs == 1 and ys == 1 and _isa_fwd(code, X__i, Y__i, n):
+    if xs == 1 and ys == 1 and _isa_fwd(code, a, X__i, Y__i, n):
         return
     # one call per code with a literal constant: gcc inlines _act into a loop of its own
     # (relu, leaky_relu and the identity then vectorise)
@@ -344,7 +382,7 @@ cdef void _bwd_1d(int code, floating_t a, const floating_t* X__i, intp_t xs,  # 
                   const floating_t* G__i, intp_t gs,                          # IN
                   floating_t* D__i, intp_t ds, intp_t n) noexcept nogil:      # OUT
     """D[i*ds] := f'(X[i*xs]) * G[i*gs] for i < n."""
-    if xs == 1 and gs == 1 and ds == 1 and _isa_bwd(code, X__i, G__i, D__i, n):
+    if xs == 1 and gs == 1 and ds == 1 and _isa_bwd(code, a, X__i, G__i, D__i, n):
         return
     if code == ACT_RELU:
         _bwd_loop(ACT_RELU, a, X__i, xs, G__i, gs, D__i, ds, n)
@@ -471,11 +509,12 @@ cdef inline void _bias_act_rows(int code, floating_t a, floating_t* Y__ij,      
     cdef floating_t* row
     for i in range(m):
         row = Y__ij + i * rs
-        if code == ACT_SIGMOID or code == ACT_TANH:
+        if (code == ACT_SIGMOID or code == ACT_TANH or code == ACT_RELU
+                or code == ACT_LEAKY_RELU):
             if B__j != NULL:
                 for j in range(n):
                     row[j] = row[j] + B__j[j]
-            _isa_fwd(code, row, row, n)
+            _isa_fwd(code, a, row, row, n)
         elif B__j != NULL:
             for j in range(n):
                 row[j] = _act(code, a, row[j] + B__j[j])
