@@ -162,6 +162,13 @@ cdef void _sum_plane_bwd(const PoolJob* j, const floating_t* gc, floating_t* dxc
                         r[k * d3] += gv
 
 
+cdef extern from "_pool_loops.h" nogil:
+    void ndws_max2x2_f32(const float32_t* r0, const float32_t* r1, Py_ssize_t ow_n,
+                         float32_t* y, int32_t* idx, int32_t base, int32_t w) noexcept
+    void ndws_max2x2_f64(const float64_t* r0, const float64_t* r1, Py_ssize_t ow_n,
+                         float64_t* y, int32_t* idx, int32_t base, int32_t w) noexcept
+
+
 cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
                          int32_t* ic) noexcept nogil:
     # MAX over whole windows (`_whole_windows`): the first largest value, a NaN winning, as
@@ -179,6 +186,14 @@ cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
         yr = yc + oh * ys2
         ir = ic + oh * is2 if ic != NULL else NULL
         base = oh * SH * W
+        if KH == 2 and KW == 2 and SW == 2:
+            # the common 2x2 / 2: a vectorised row (nn/_pool_loops.h), the same taps in the
+            # same order by selects
+            if floating_t is float32_t:
+                ndws_max2x2_f32(row, row + xs2, OW, yr, ir, <int32_t>base, <int32_t>W)
+            else:
+                ndws_max2x2_f64(row, row + xs2, OW, yr, ir, <int32_t>base, <int32_t>W)
+            continue
         for ow in range(OW):
             if KH == 2 and KW == 2:
                 # LeNet's and VGG's 2x2: the four taps in the general loop's order
