@@ -36,6 +36,20 @@ cdef inline NDArray place_result(NDArray out, object dtype, int ndim, const Py_s
     return out
 
 
+# -- names -----------------------------------------------------------------------------------
+
+# A str argument naming one of two choices in any case (a layout: 'NCHW' or 'NHWC', 'NCW' or
+# 'NWC'): False for `first`, True for `second`, else ValueError naming the argument.
+cdef inline bint second_name(object v, str op, str role, str first, str second) except -1:
+    if isinstance(v, str):
+        f = v.upper()
+        if f == first:
+            return False
+        if f == second:
+            return True
+    raise ValueError(f"{op}: {role} must be '{first}' or '{second}', got {v!r}")
+
+
 # -- operands for NumPy ----------------------------------------------------------------------
 
 # A NumPy view of an operand (an NDArray checked and viewed, a numeric NumPy array or

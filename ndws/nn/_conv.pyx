@@ -15,7 +15,7 @@ import numpy as np
 
 from ndws._core cimport NDArray, check_array, pin_foreign
 from ndws._dispatch cimport (float_arg, new_result, discard_result, whole_strides, shape_of,
-                             arrays_overlap)
+                             arrays_overlap, second_name)
 from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, ACT_N_ELEMENTWISE, activation_code, copy_into
@@ -70,13 +70,7 @@ cdef int parse_padding(object v, str op, str role, intp_t* out) except -1:
 
 
 cdef bint parse_format(object data_format, str op) except -1:
-    if isinstance(data_format, str):
-        f = data_format.upper()
-        if f == "NCHW":
-            return False
-        if f == "NHWC":
-            return True
-    raise ValueError(f"{op}: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
+    return second_name(data_format, op, "data_format", "NCHW", "NHWC")
 
 
 cdef int window_output(Geom* g, str op) except -1:

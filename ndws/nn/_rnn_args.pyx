@@ -9,7 +9,7 @@ import numpy as np
 from ndws._arena cimport Arena
 from ndws._core cimport NDArray, check_array, pin_foreign
 from ndws._dispatch cimport (float_arg, new_result, discard_result, whole_strides, shape_of,
-                             arrays_overlap)
+                             arrays_overlap, second_name)
 from ndws._typedefs cimport intp_t
 from ndws.nn._activations cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, activation_code,
                                    copy_into)
@@ -39,13 +39,7 @@ cdef int _shape_is(NDArray a, tuple shape, str op, str role, str what) except -1
 
 
 cdef bint _ncw(object data_format, str op) except -1:
-    if isinstance(data_format, str):
-        f = data_format.upper()
-        if f == "NCW":
-            return True
-        if f == "NWC":
-            return False
-    raise ValueError(f"{op}: data_format must be 'NCW' or 'NWC', got {data_format!r}")
+    return not second_name(data_format, op, "data_format", "NCW", "NWC")
 
 
 cdef tuple _seq_shape(intp_t B, intp_t c, intp_t T, bint ncw):
