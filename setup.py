@@ -83,7 +83,12 @@ GEMM_ISAS = {
 #: flags of one module (GCC/Clang): the updaters' sqrt loops vectorize only without errno (a
 #: sqrt that may set errno is a call the vectorizer cannot widen: Adam, RMSProp and AdaGrad ran
 #: one element at a time, 18 ns each); the results are the same bits, NaN and inf included
-MODULE_FLAGS = {"ndws.nn._updaters": ["-fno-math-errno"]}
+MODULE_FLAGS = {"ndws.nn._updaters": ["-fno-math-errno"],
+                # the per-activation loops are `cdef inline` helpers called with a literal
+                # activation code; gcc kept them out of line (many call sites, large bodies),
+                # so each element paid a switch on the code and no loop vectorised: forced
+                # inline, each call site folds its code away
+                "ndws.nn._activations": ["-DCYTHON_INLINE=inline __attribute__((always_inline))"]}
 ISA_PROBE = "#include <immintrin.h>\nint main(void) { return 0; }\n"
 
 
