@@ -77,6 +77,19 @@ cdef void softmax_rows_f64(bint log_, float64_t* Y, intp_t m, intp_t n,
 # `out=` that clashes with an input receives the result computed in a temporary.
 cdef void copy_into(NDArray src, NDArray dst) noexcept
 
+# One call's allocations, for the kernel-entry contract's rollback (docs/architecture.md), the
+# base of the convolutions' and the time loops' _Call: the arrays placed for the call (`made`)
+# and the temporaries computed in place of an output that overlaps an input (`temps`, pairs of
+# temporary and output). fail() gives every placed array back, newest first; finish() copies
+# each temporary into its output, then gives the temporaries back.
+cdef class _CallAllocations:
+    cdef str op
+    cdef list made
+    cdef list temps
+
+    cdef void fail(self)
+    cdef void finish(self)
+
 # The entry of every elementwise activation, forward or (bwd) backward (g: grad_output, required
 # then), and of the softmax / log-softmax along `axis`: x and g read with ndws._dispatch's
 # checks (errors name `op` and the argument), the result placed or written to `out` (a clashing

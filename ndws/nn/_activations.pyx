@@ -821,6 +821,24 @@ cdef void copy_into(NDArray src, NDArray dst) noexcept:
                 <float64_t*>dst._data, 1)
 
 
+cdef class _CallAllocations:
+    def __cinit__(self, str op):
+        self.op = op
+        self.made = []
+        self.temps = []
+
+    cdef void fail(self):
+        for a in reversed(self.made):
+            discard_result(<NDArray>a)
+        self.made = []
+
+    cdef void finish(self):
+        for t, target in self.temps:
+            copy_into(<NDArray>t, <NDArray>target)
+        for t, target in reversed(self.temps):
+            discard_result(<NDArray>t)
+
+
 cdef inline Grain _grain(int code) noexcept:
     # memory-bound activations (compares and a multiply or two) vs those with a transcendental
     # function or a division per element

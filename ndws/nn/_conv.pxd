@@ -6,6 +6,7 @@
 from ndws._core cimport NDArray
 from ndws._gemm_types cimport GemmTable
 from ndws._typedefs cimport float32_t, floating_t, intp_t
+from ndws.nn._activations cimport _CallAllocations
 
 cdef enum:
     TILE_MAX = 1024         # elements of a stack tile: >= MR * NR of every GEMM build
@@ -142,15 +143,10 @@ cdef class _Scratch:
     cdef _Scratch get(object scratch, intp_t need, str op, tuple inputs)
 
 
-# The allocations of one call, for the contract's rollback (docs/architecture.md).
-cdef class _Call:
-    cdef str op
-    cdef list made
-    cdef list temps
-
+# The allocations of one call, for the contract's rollback (docs/architecture.md; fail() and
+# finish() are _CallAllocations').
+cdef class _Call(_CallAllocations):
     cdef NDArray out(self, object out, object dtype, int ndim, const intp_t* shape, str role)
     cdef _Scratch scratch(self, object scratch, intp_t need_min, intp_t need_full,
                           tuple others)
     cdef NDArray temp_for(self, NDArray target, tuple inputs)
-    cdef void fail(self)
-    cdef void finish(self)

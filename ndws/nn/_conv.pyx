@@ -14,11 +14,11 @@ cimport numpy as cnp
 import numpy as np
 
 from ndws._core cimport NDArray, check_array, pin_foreign
-from ndws._dispatch cimport (float_arg, new_result, discard_result, whole_strides, shape_of,
+from ndws._dispatch cimport (float_arg, new_result, whole_strides, shape_of,
                              arrays_overlap, second_name)
 from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
-from ndws.nn._activations cimport ACT_IDENTITY, ACT_N_ELEMENTWISE, activation_code, copy_into
+from ndws.nn._activations cimport ACT_IDENTITY, ACT_N_ELEMENTWISE, activation_code
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
@@ -359,15 +359,11 @@ cdef void _shape4(intp_t a, intp_t b, intp_t c, intp_t d, bint nhwc, intp_t* sha
     else:
         shape[1], shape[2], shape[3] = b, c, d
 
-cdef class _Call:
+cdef class _Call(_CallAllocations):
     """The allocations of one call, for the contract's rollback (docs/architecture.md): results
     and an internal scratch placed in the current workspace, temporaries for outputs that
     overlap an input (computed there, copied into the output by finish()). fail() gives every
     internal allocation back, newest first; finish() gives back the temporaries (the newest)."""
-    def __cinit__(self, str op):
-        self.op = op
-        self.made = []
-        self.temps = []
 
     cdef NDArray out(self, object out, object dtype, int ndim, const intp_t* shape, str role):
         cdef NDArray r
@@ -397,17 +393,6 @@ cdef class _Call:
                 self.temps.append((t, target))
                 return t
         return target
-
-    cdef void fail(self):
-        for a in reversed(self.made):
-            discard_result(<NDArray>a)
-        self.made = []
-
-    cdef void finish(self):
-        for t, target in self.temps:
-            copy_into(<NDArray>t, <NDArray>target)
-        for t, target in reversed(self.temps):
-            discard_result(<NDArray>t)
 
 cdef int _distinct(tuple outs, tuple names, str op) except -1:
     # user outputs of one call must not share memory

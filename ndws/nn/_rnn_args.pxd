@@ -4,6 +4,7 @@
 from ndws._arena cimport Arena
 from ndws._core cimport NDArray
 from ndws._typedefs cimport intp_t
+from ndws.nn._activations cimport _CallAllocations
 
 cdef enum:
     ALIGN = 64             # scratch parts start on cache lines
@@ -30,14 +31,10 @@ cdef Arena _loop_workspace(object ws, str op)
 cdef Py_ssize_t size_arg(object v, str op, str role, Py_ssize_t lo) except -1
 
 
-cdef class _Call:
-    cdef str op
-    cdef list made
-    cdef list temps
+# (fail() and finish() are _CallAllocations')
+cdef class _Call(_CallAllocations):
     cdef list outs
 
     cdef NDArray _place(self, object dtype, tuple shape)
     cdef NDArray out(self, object out, object dtype, tuple shape, str role, tuple inputs)
     cdef char* scratch(self, object scratch, intp_t need, tuple arrays) except NULL
-    cdef void fail(self)
-    cdef void finish(self)

@@ -8,11 +8,11 @@ import numpy as np
 
 from ndws._arena cimport Arena
 from ndws._core cimport NDArray, check_array, pin_foreign
-from ndws._dispatch cimport (float_arg, new_result, discard_result, whole_strides, shape_of,
+from ndws._dispatch cimport (float_arg, new_result, whole_strides, shape_of,
                              arrays_overlap, second_name)
 from ndws._typedefs cimport intp_t
-from ndws.nn._activations cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, activation_code,
-                                   copy_into)
+from ndws.nn._activations cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, _CallAllocations,
+                                   activation_code)
 from ndws._core import from_numpy as _from_numpy
 from ndws.workspace import DummyWorkspace as _DummyWorkspace
 
@@ -87,16 +87,13 @@ cdef Arena _loop_workspace(object ws, str op):
     return <Arena>ws
 
 
-cdef class _Call:
+cdef class _Call(_CallAllocations):
     """The allocations of one call, for the contract's rollback (docs/architecture.md): results
     and scratch placed in the current workspace, temporaries for outputs that overlap an input
     (computed there, copied into the output by finish()). fail() gives every placed array
     back, newest first."""
 
     def __cinit__(self, str op):
-        self.op = op
-        self.made = []
-        self.temps = []
         self.outs = []
 
     cdef NDArray _place(self, object dtype, tuple shape):
@@ -185,17 +182,6 @@ cdef class _Call:
             raise ValueError(f"{self.op}: scratch has {a._size * a._itemsize} bytes, the call "
                              f"needs {need + ALIGN} (see {helper}_scratch_bytes)")
         return a._data + off
-
-    cdef void fail(self):
-        for a in reversed(self.made):
-            discard_result(<NDArray>a)
-        self.made = []
-
-    cdef void finish(self):
-        for t, target in self.temps:
-            copy_into(<NDArray>t, <NDArray>target)
-        for t, target in reversed(self.temps):
-            discard_result(<NDArray>t)
 
 
 cdef Py_ssize_t size_arg(object v, str op, str role, Py_ssize_t lo) except -1:
