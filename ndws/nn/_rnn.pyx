@@ -597,50 +597,49 @@ cdef int _gemm_rw(const Job* j, const char* a, intp_t rsa, char* c, intp_t rsc, 
     return 0
 
 
+cdef int _step_product(Job* j, intp_t b0, intp_t b1, int nt) noexcept nogil:
+    # rows b0 .. b1 - 1 of the step's recurrent product into S: dz_{t+1} @ RW^T backward (the
+    # error step t + 1 sends to h_t), h_{t-1} @ RW forward (the recurrent part of every gate),
+    # zeros forward without a previous state (its product with a zero state); 0, or -1 when
+    # the GEMM's packing scratch failed
+    cdef intp_t item = j.item
+    if j.has_s:
+        if j.bwd:
+            return _rw_product(j, b1 - b0, j.dz + ((j.t + 1 - j.t0) * j.B + b0) * j.K * item,
+                               j.K, j.S + b0 * j.n * item, j.n, 1, nt)
+        return _rw_product(j, b1 - b0, j.hbuf + b0 * j.n * item, j.n, j.S + b0 * j.K * item,
+                           j.K, 1, nt)
+    if not j.bwd:
+        memset(j.S + b0 * j.K * item, 0, (b1 - b0) * j.K * item)
+    return 0
+
+
 cdef void _step_task(void* ctx, Py_ssize_t i) noexcept nogil:
     # group i of a step: its rows of the recurrent product, then its examples' cells. Both
     # only read the group's own rows of the previous step (h_{t-1}, or dz_{t+1} backward), so
     # a step is one pool run, with no wait between the product and the cells; a row's product
     # is the same whatever rows one product gets, so the bits are the two-phase step's.
     cdef Job* j = <Job*>ctx
-    cdef intp_t b0 = i * j.grp, b1 = _imin(b0 + j.grp, j.B), item = j.item
-    cdef int ret = 0
-    if j.has_s:
-        if j.bwd:
-            ret = _rw_product(j, b1 - b0, j.dz + ((j.t + 1 - j.t0) * j.B + b0) * j.K * item,
-                              j.K, j.S + b0 * j.n * item, j.n, 1, 1)
-        else:
-            ret = _rw_product(j, b1 - b0, j.hbuf + b0 * j.n * item, j.n,
-                              j.S + b0 * j.K * item, j.K, 1, 1)
-        if ret != 0:
-            j.step_failed = 1           # (raised by the caller after the run)
-            return
-    elif not j.bwd:
-        memset(j.S + b0 * j.K * item, 0, (b1 - b0) * j.K * item)    # a zero state's product
+    cdef intp_t b0 = i * j.grp, b1 = _imin(b0 + j.grp, j.B)
+    if _step_product(j, b0, b1, 1) != 0:
+        j.step_failed = 1           # (raised by the caller after the run)
+        return
     _rows(j, b0, b1)
 
 
 cdef int _run_step(Job* j) except -1 nogil:
-    # the step's recurrent product (when there is one) and its cells
-    cdef intp_t m = j.n if j.bwd else j.K
+    # the step's recurrent product and its cells: one pool run of example groups (_plan_steps),
+    # or the product on nt_gemm threads and then the cells
     if j.nt_step > 1:
         j.step_failed = 0
         run_tasks(_step_task, j, j.nsteptasks, j.nt_step)
-        if j.step_failed:
-            with gil:
-                raise MemoryError("could not allocate the GEMM's packing scratch")
-        return 0
-    if j.has_s:
-        if j.bwd:
-            # S := dz_{t+1} @ RW^T, the error step t + 1 sends to h_t
-            _gemm_rw(j, j.dz + (j.t + 1 - j.t0) * j.B * j.K * j.item, j.K, j.S, j.n, 1,
-                     j.nt_gemm)
-        else:
-            # S := h_{t-1} @ RW, the recurrent part of every gate
-            _gemm_rw(j, j.hbuf, j.n, j.S, j.K, 1, j.nt_gemm)
-    elif not j.bwd and j.B > 0:
-        memset(j.S, 0, j.B * m * j.item)            # the product with a zero state
-    _run_rows(j)
+    else:
+        j.step_failed = _step_product(j, 0, j.B, j.nt_gemm) != 0
+        if not j.step_failed:
+            _run_rows(j)
+    if j.step_failed:
+        with gil:
+            raise MemoryError("could not allocate the GEMM's packing scratch")
     return 0
 
 
