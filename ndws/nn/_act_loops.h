@@ -49,9 +49,10 @@ static void ndws_tanh_bwd_##SFX(const T* X, const T* G, T* D, ptrdiff_t n) {    
     }                                                                                         \
 }
 
-/* relu and leaky relu (a: its slope), the expressions of _activations.pyx's _act and _dact:
-   as Cython loops they were a call of a shared loop with the activation a run-time switch per
-   element (gcc keeps that loop out of line), 7x slower than a vectorised pass. */
+/* relu and leaky relu (a: its slope), the expressions of _activations.pyx's _act and _dact,
+   at every instruction set's width: that module is built for the x86-64 baseline, where relu's
+   loop runs 4 lanes (forward 0.145 against 0.10 ms for 1M float32) and gcc leaves leaky relu's
+   forward select a branch (5.0 against 0.10 ms). */
 #define NDWS_RELU_LOOPS(SFX, T)                                                               \
 NDWS_ISA_CLONES                                                                               \
 static void ndws_relu_##SFX(const T* X, T* Y, ptrdiff_t n) {                                  \

@@ -17,7 +17,6 @@ from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, sam
 from ndws._threads cimport (threads_for, release_gil, run_tasks, Grain, GRAIN_NN_CHEAP,
                             GRAIN_NN_TRANSC)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
-from ndws._vmath cimport ndws_expf1, ndws_exp1
 from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid, _isinf,
                             _copysign)
 
@@ -446,13 +445,8 @@ cdef void _softmax_row(bint log_, const floating_t* X__k, intp_t xs,   # IN
     elif xs == 1 and ys == 1:
         # a contiguous row: the same exponentials made by a loop the compiler vectorises, then
         # added in the same order (the same sum to the bit); Y may be X, elementwise in place
-        # (_exp's own definitions, always inlined: gcc keeps _exp itself out of line here)
-        if floating_t is float32_t:
-            for k in range(n):
-                Y__k[k] = ndws_expf1(X__k[k] - mx)
-        else:
-            for k in range(n):
-                Y__k[k] = ndws_exp1(X__k[k] - mx)
+        for k in range(n):
+            Y__k[k] = _exp(X__k[k] - mx)
         for k in range(n):
             s += Y__k[k]
         e = <floating_t>(1.0 / s)
