@@ -74,11 +74,19 @@ cdef extern from *:
 cdef void pool_run(job_fn fn, void* ctx, int helpers) noexcept nogil
 cdef void run_tasks(task_fn fn, void* ctx, Py_ssize_t ntasks, int nthreads) noexcept nogil
 
+# Block c of n items cut into nblocks static blocks, [lo[0], hi[0]) (OpenMP's schedule(static)
+# split: the first n % nblocks blocks get one more item): what run_blocks' tasks and any other
+# fixed split that must not depend on the thread count use.
+cdef inline void static_block(Py_ssize_t n, Py_ssize_t nblocks, Py_ssize_t c, Py_ssize_t* lo,
+                              Py_ssize_t* hi) noexcept nogil:
+    cdef Py_ssize_t q = n // nblocks, extra = n % nblocks
+    lo[0] = c * q + (c if c < extra else extra)
+    hi[0] = lo[0] + q + (1 if c < extra else 0)
+
 # `run_blocks` (the ufuncs' loops): run_tasks over `ntasks` (at most n) static blocks of n items,
-# task c
-# calling fn(ctx, lo, hi, c) for its block [lo, hi) (OpenMP's schedule(static) split: the first
-# n % ntasks blocks get one more item), so the split never depends on who runs a block. Returns
-# the OR of what the calls returned: the NPY_FPE_* flags each task read on its own thread.
+# task c calling fn(ctx, lo, hi, c) for its block [lo, hi) (static_block), so the split never
+# depends on who runs a block. Returns the OR of what the calls returned: the NPY_FPE_* flags
+# each task read on its own thread.
 ctypedef int (*block_fn)(void* ctx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t c) noexcept nogil
 cdef int run_blocks(block_fn fn, void* ctx, Py_ssize_t n, Py_ssize_t ntasks,
                     int nthreads) noexcept nogil

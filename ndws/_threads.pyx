@@ -259,9 +259,10 @@ ctypedef struct _Blocks:
 
 cdef void _block_task(void* p, Py_ssize_t c) noexcept nogil:
     cdef _Blocks* b = <_Blocks*>p
-    cdef Py_ssize_t q = b.n // b.ntasks, extra = b.n % b.ntasks
-    cdef Py_ssize_t lo = c * q + (c if c < extra else extra)
-    cdef int fl = b.fn(b.ctx, lo, lo + q + (1 if c < extra else 0), c)
+    cdef Py_ssize_t lo, hi
+    cdef int fl
+    static_block(b.n, b.ntasks, c, &lo, &hi)
+    fl = b.fn(b.ctx, lo, hi, c)
     if fl:
         ndws_or_flags(&b.flags, fl)
 

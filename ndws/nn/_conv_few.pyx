@@ -29,7 +29,7 @@ the thread count.
 
 from libc.string cimport memcpy, memset
 
-from ndws._threads cimport pool_run, ndws_claim
+from ndws._threads cimport pool_run, ndws_claim, static_block
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, ACT_RELU, act_tile_f32, act_tile_f64
 from ndws.nn._conv cimport Geom, ALIGN, _rup, _cdiv, _imin, _imax, _take
@@ -192,10 +192,9 @@ cdef void _few_group(const FewJob* j, intp_t grp, floating_t* buf) noexcept nogi
     # group grp: its pieces (a fixed, balanced split of the pieces in order), each copied into
     # this thread's buffer and summed into the group's accumulator
     cdef const FewPlan* P = &j.p
-    cdef intp_t q = P.npieces // P.G, extra = P.npieces % P.G, s
-    cdef intp_t lo = grp * q + _imin(grp, extra)
-    cdef intp_t hi = lo + q + (1 if grp < extra else 0)
+    cdef intp_t s, lo, hi
     cdef floating_t* acc = <floating_t*>j.acc + grp * P.acc_elems
+    static_block(P.npieces, P.G, grp, &lo, &hi)
     for s in range(lo, hi):
         _few_piece(j, s, buf)
         _few_dots(j, s, buf, s > lo, acc)       # the group's first piece starts its sums
