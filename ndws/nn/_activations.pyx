@@ -18,7 +18,7 @@ from ndws._threads cimport (threads_for, release_gil, run_tasks, Grain, GRAIN_NN
                             GRAIN_NN_TRANSC)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid, _isinf,
-                            _copysign)
+                            _copysign, _shifted_exps)
 
 cnp.import_array()
 
@@ -443,12 +443,9 @@ cdef void _softmax_row(bint log_, const floating_t* X__k, intp_t xs,   # IN
         for k in range(n):
             Y__k[k * ys] = <floating_t>(X__k[k * xs] - lse)
     elif xs == 1 and ys == 1:
-        # a contiguous row: the same exponentials made by a loop the compiler vectorises, then
-        # added in the same order (the same sum to the bit); Y may be X, elementwise in place
-        for k in range(n):
-            Y__k[k] = _exp(X__k[k] - mx)
-        for k in range(n):
-            s += Y__k[k]
+        # a contiguous row: the same exponentials made by a vectorised loop, then added in the
+        # same order (the same sum to the bit); Y may be X, elementwise in place
+        s = _shifted_exps(X__k, mx, Y__k, n, s)
         e = <floating_t>(1.0 / s)
         for k in range(n):
             Y__k[k] = Y__k[k] * e

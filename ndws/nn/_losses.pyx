@@ -13,7 +13,7 @@ from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, sam
 from ndws._threads cimport threads_for, run_tasks, GRAIN_NN_TRANSC
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws.nn._activations cimport copy_into
-from ndws.nn._math cimport _exp, _fabs, _log, _log1p, _sigmoid
+from ndws.nn._math cimport _exp, _fabs, _log, _log1p, _shifted_exps, _sigmoid
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
@@ -101,10 +101,7 @@ cdef double _sce_row(const LossArgs* A, const floating_t* X__k, const floating_t
         k0 = 0
         while k0 < c:
             kb = c - k0 if c - k0 < SCE_BLOCK else SCE_BLOCK
-            for k in range(kb):
-                ebuf[k] = _exp(X__k[k0 + k] - mx)
-            for k in range(kb):
-                s += ebuf[k]
+            s = _shifted_exps(X__k + k0, mx, ebuf, kb, s)
             k0 += kb
     else:
         for k in range(c):

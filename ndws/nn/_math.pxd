@@ -4,7 +4,7 @@
 # call per element.
 from libc.math cimport (copysign, copysignf, erfc, erfcf, expm1, expm1f, fabs, fabsf,
                         log, logf, log1p, log1pf, sqrt, sqrtf)
-from ndws._typedefs cimport float32_t, floating_t
+from ndws._typedefs cimport float32_t, floating_t, intp_t
 from ndws._vmath cimport (ndws_expf1, ndws_exp1, ndws_tanhf1, ndws_tanh1, ndws_sigmoidf1,
                           ndws_sigmoid1)
 
@@ -78,6 +78,19 @@ cdef inline floating_t _sigmoid(floating_t v) noexcept nogil:
         return ndws_sigmoidf1(v)
     else:
         return ndws_sigmoid1(v)
+
+
+cdef inline double _shifted_exps(const floating_t* X, floating_t shift, floating_t* E, intp_t n,
+                                 double s) noexcept nogil:
+    # E[k] := exp(X[k] - shift) over n contiguous values (a loop gcc vectorises; E may be X),
+    # then s + E[0] + E[1] + ... added in that order in double: a softmax row's exponentials
+    # and its running sum (the same sum to the bit whatever the block sizes a caller uses)
+    cdef intp_t k
+    for k in range(n):
+        E[k] = _exp(X[k] - shift)
+    for k in range(n):
+        s += E[k]
+    return s
 
 
 cdef inline bint _isinf(floating_t v) noexcept nogil:
