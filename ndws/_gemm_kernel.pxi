@@ -198,6 +198,81 @@ cdef inline void _ukr_f64(intp_t kc, const float64_t* A__pi,     # IN  packed, k
                 ndws_vstore_f64(C__ij + r * ldc + v * NDWS_VLEN_F64, ndws_vmul_f64(va, acc[r][v]))
 
 
+# The same tile one vector wide (the first VLEN of the NR columns): a C edge whose last panel
+# holds at most VLEN columns (N = 200 on AVX-512: six panels of 32 and one of 8) costs half the
+# full tile's fmas. Every column gets the full kernel's operations in the same order (its own
+# fma chain over p, then alpha and beta), so the bits do not depend on which kernel ran.
+
+cdef inline void _ukr1_f32(intp_t kc, const float32_t* A__pi, const float32_t* B__pj,
+                           intp_t ldb, float32_t* C__ij, intp_t ldc, float32_t alpha,
+                           float32_t beta, bint load_c) noexcept nogil:
+    cdef ndws_vf32 acc[NDWS_MR_F32]
+    cdef ndws_vf32 bv, av, va, vb
+    cdef intp_t p
+    cdef int r
+    for r in range(NDWS_MR_F32):
+        acc[r] = ndws_vzero_f32()
+    for p in range(kc):
+        bv = ndws_vload_f32(B__pj)
+        for r in range(NDWS_MR_F32):
+            av = ndws_vset1_f32(A__pi[r])
+            acc[r] = ndws_vfmadd_f32(av, bv, acc[r])
+        A__pi += NDWS_MR_F32
+        B__pj += ldb
+    va = ndws_vset1_f32(alpha)
+    if load_c:
+        vb = ndws_vset1_f32(beta)
+        for r in range(NDWS_MR_F32):
+            ndws_vstore_f32(C__ij + r * ldc, ndws_vfmadd_f32(
+                va, acc[r], ndws_vmul_f32(vb, ndws_vload_f32(C__ij + r * ldc))))
+    else:
+        for r in range(NDWS_MR_F32):
+            ndws_vstore_f32(C__ij + r * ldc, ndws_vmul_f32(va, acc[r]))
+
+
+cdef inline void _ukr1_f64(intp_t kc, const float64_t* A__pi, const float64_t* B__pj,
+                           intp_t ldb, float64_t* C__ij, intp_t ldc, float64_t alpha,
+                           float64_t beta, bint load_c) noexcept nogil:
+    cdef ndws_vf64 acc[NDWS_MR_F64]
+    cdef ndws_vf64 bv, av, va, vb
+    cdef intp_t p
+    cdef int r
+    for r in range(NDWS_MR_F64):
+        acc[r] = ndws_vzero_f64()
+    for p in range(kc):
+        bv = ndws_vload_f64(B__pj)
+        for r in range(NDWS_MR_F64):
+            av = ndws_vset1_f64(A__pi[r])
+            acc[r] = ndws_vfmadd_f64(av, bv, acc[r])
+        A__pi += NDWS_MR_F64
+        B__pj += ldb
+    va = ndws_vset1_f64(alpha)
+    if load_c:
+        vb = ndws_vset1_f64(beta)
+        for r in range(NDWS_MR_F64):
+            ndws_vstore_f64(C__ij + r * ldc, ndws_vfmadd_f64(
+                va, acc[r], ndws_vmul_f64(vb, ndws_vload_f64(C__ij + r * ldc))))
+    else:
+        for r in range(NDWS_MR_F64):
+            ndws_vstore_f64(C__ij + r * ldc, ndws_vmul_f64(va, acc[r]))
+
+
+cdef inline void _ukr_edge(intp_t kc, const floating_t* A__pi, const floating_t* B__pj,
+                           intp_t ldb, floating_t* C__ij, intp_t ldc, floating_t alpha,
+                           floating_t beta, bint load_c, intp_t nr) noexcept nogil:
+    # the tile for a panel of nr <= NR valid columns: one vector wide when they fit in one
+    if floating_t is float32_t:
+        if NDWS_NV_F32 > 1 and nr <= NDWS_VLEN_F32:
+            _ukr1_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+        else:
+            _ukr_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+    else:
+        if NDWS_NV_F64 > 1 and nr <= NDWS_VLEN_F64:
+            _ukr1_f64(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+        else:
+            _ukr_f64(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+
+
 cdef inline void _ukr(intp_t kc, const floating_t* A__pi, const floating_t* B__pj, intp_t ldb,
                       floating_t* C__ij, intp_t ldc, floating_t alpha, floating_t beta,
                       bint load_c) noexcept nogil:
@@ -492,7 +567,8 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                                 for r in range(mr):
                                     for j in range(nr):
                                         Ct[r * NR + j] = cij[r * rs_c + j * cs_c]
-                            _ukr(kc, Ablk + ir * kc, bp, ldb, Ct, NR, alpha, beta, load_c)
+                            _ukr_edge(kc, Ablk + ir * kc, bp, ldb, Ct, NR, alpha, beta,
+                                      load_c, nr)
                             for r in range(mr):
                                 for j in range(nr):
                                     cij[r * rs_c + j * cs_c] = Ct[r * NR + j]

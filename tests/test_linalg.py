@@ -455,6 +455,33 @@ def test_one_and_two_threads_bit_identical(isa, rng, dtype):
         check_close(two, a, b)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_narrow_last_panel_gives_the_bits_of_a_full_one(isa, rng, dtype):
+    # A last panel of at most one vector of valid columns (N = NR*q + r, r <= VLEN) runs a
+    # tile one vector wide; padding B with zero columns to a whole panel puts the same columns
+    # in a full tile instead: each column is the same fma chain either way, so the same bits,
+    # with and without beta (the tile's load of C), in both orientations, every row count
+    nr = blocking(dtype)["nr"]
+    for r in sorted({1, 3, max(1, nr // 4), max(1, nr // 2)}):
+        for m, k in [(37, 200), (8, 513), (5, 31)]:
+            n = 2 * nr + r
+            a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+            c0 = rand(rng, (m, n), dtype)
+            bpad = np.zeros((k, 3 * nr), dtype)
+            bpad[:, :n] = b
+            cpad = np.zeros((m, 3 * nr), dtype)
+            cpad[:, :n] = c0
+            A = ndws.asarray(a)
+            got = la.gemm(A, ndws.asarray(b), out=ndws.asarray(c0.copy()), alpha=0.5,
+                          beta=-1.25).numpy()
+            full = la.gemm(A, ndws.asarray(bpad), out=ndws.asarray(cpad), alpha=0.5,
+                           beta=-1.25).numpy()[:, :n]
+            np.testing.assert_array_equal(got, full)
+            np.testing.assert_array_equal(la.matmul(A, ndws.asarray(b)).numpy(),
+                                          la.matmul(A, ndws.asarray(bpad)).numpy()[:, :n])
+            check_close(got, a, b, alpha=0.5, beta=-1.25, c=c0)
+
+
 def test_threads_bit_identical_when_a_is_too_big_to_keep_packed(rng):
     # 600 x 1800 float64 is over the 8 MiB of packed A a thread keeps for all its chunks: the
     # chunks then pack their own A blocks (one chunk per thread), with the same bits
