@@ -336,7 +336,7 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws._threads": ["ndws/_pool.h"],
            "ndws.nn._iteration": ["ndws/_tls.h"],
            "ndws.nn._activations": ["ndws/_vmath.h", "ndws/nn/_act_loops.h"],
-           "ndws.nn._losses": ["ndws/_vmath.h"],
+           "ndws.nn._losses": ["ndws/_vmath.h", "ndws/nn/_act_loops.h"],
            "ndws.nn._pool": ["ndws/nn/_pool_loops.h"],
            "ndws.nn._rnn": ["ndws/_tls.h", "ndws/_vmath.h",
                             "ndws/nn/_rnn_cell.h"],

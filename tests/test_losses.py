@@ -257,6 +257,37 @@ def test_strided_inputs_and_grad_out(kind, dtype, rng):
     _check(kind, dtype, (loss, xx[1:]), exp)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("labels", ["probabilities", "one-hot", "index"])
+def test_softmax_cross_entropy_contiguous_rows_give_the_strided_bits(labels, dtype, rng):
+    # contiguous rows run per-instruction-set loops (their exponentials and the gradient),
+    # strided ones the scalar code: the same expressions, so the same loss and gradient bits,
+    # at widths around every vector width, with -inf, huge and tiny logits in some rows
+    for c in (1, 3, 16, 17, 77, 300):
+        x = (rng.standard_normal((9, c)) * 4).astype(dtype)
+        x[2, -1] = 80.0
+        x[3, :] = -1e-30
+        ids = rng.integers(0, c, 9)
+        if c > 1:
+            x[1, 0] = -np.inf    # an impossible class: never row 1's label
+            ids[1] = c - 1
+        if labels == "index":
+            t = ids
+        elif labels == "one-hot":
+            t = np.eye(c, dtype=dtype)[ids]
+        else:
+            t = rng.random((9, c)).astype(dtype) + dtype(0.01)
+            if c > 1:
+                t[1, 0] = 0
+            t /= t.sum(axis=1, keepdims=True)
+        got = F.softmax_cross_entropy(ndws.array(x), t, reduction="sum")
+        xs = ndws.array(np.asfortranarray(x))                 # column-major: strided rows
+        ts = np.asfortranarray(t) if labels != "index" else t
+        ref = F.softmax_cross_entropy(xs, ts, reduction="sum")
+        assert np.isfinite(got[0]) and got[0] == ref[0]
+        np.testing.assert_array_equal(got[1].numpy(), ref[1].numpy())
+
+
 @pytest.mark.parametrize("kind", LOSSES)
 @pytest.mark.parametrize("masked", [False, True])
 def test_gradients_by_finite_differences(kind, masked, rng):

@@ -13,7 +13,8 @@ from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, sam
 from ndws._threads cimport threads_for, run_tasks, GRAIN_NN_TRANSC
 from ndws._typedefs cimport float32_t, float64_t, floating_t, int32_t, int64_t, intp_t
 from ndws.nn._activations cimport copy_into
-from ndws.nn._math cimport _exp, _fabs, _log, _log1p, _shifted_exps, _sigmoid
+from ndws.nn._math cimport (_exp, _fabs, _log, _log1p, _shifted_exps, _sigmoid, ndws_sce_grad_f32,
+                            ndws_sce_grad_f64)
 from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
@@ -127,17 +128,21 @@ cdef double _sce_row(const LossArgs* A, const floating_t* X__k, const floating_t
         elif xc == 1 and dc == 1 and M__k == NULL and (label >= 0 or tc == 1):
             # the contiguous case of the loop below, branch-free so that it vectorises: the
             # same expression per element (an index label's q is 1 at the label, else 0)
+            # (the per-instruction-set loop of _act_loops.h, the same expression)
             if label >= 0:
                 # (the label's logit read first: D may be X itself, written in place)
                 q = <floating_t>(coef * (qsum * _exp(<floating_t>(X__k[label] - lse))
                                          - <floating_t>1))
-                for k in range(c):
-                    D__k[k] = <floating_t>(coef * (qsum * _exp(<floating_t>(X__k[k] - lse))))
+                if floating_t is float32_t:
+                    ndws_sce_grad_f32(X__k, NULL, lse, coef, qsum, D__k, c)
+                else:
+                    ndws_sce_grad_f64(X__k, NULL, lse, coef, qsum, D__k, c)
                 D__k[label] = q
             else:
-                for k in range(c):
-                    D__k[k] = <floating_t>(coef * (qsum * _exp(<floating_t>(X__k[k] - lse))
-                                                   - T__k[k]))
+                if floating_t is float32_t:
+                    ndws_sce_grad_f32(X__k, T__k, lse, coef, qsum, D__k, c)
+                else:
+                    ndws_sce_grad_f64(X__k, T__k, lse, coef, qsum, D__k, c)
         else:
             for k in range(c):
                 if label >= 0:

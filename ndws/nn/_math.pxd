@@ -4,9 +4,20 @@
 # call per element.
 from libc.math cimport (copysign, copysignf, erfc, erfcf, expm1, expm1f, fabs, fabsf,
                         log, logf, log1p, log1pf, sqrt, sqrtf)
-from ndws._typedefs cimport float32_t, floating_t, intp_t
+from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._vmath cimport (ndws_expf1, ndws_exp1, ndws_tanhf1, ndws_tanh1, ndws_sigmoidf1,
                           ndws_sigmoid1)
+
+# the softmax rows' loops, built per instruction set (see the header)
+cdef extern from "_act_loops.h" nogil:
+    void ndws_shifted_exps_f32(const float32_t* X, float32_t shift, float32_t* E,
+                               Py_ssize_t n) noexcept
+    void ndws_shifted_exps_f64(const float64_t* X, float64_t shift, float64_t* E,
+                               Py_ssize_t n) noexcept
+    void ndws_sce_grad_f32(const float32_t* X, const float32_t* Q, double lse, double coef,
+                           double qsum, float32_t* D, Py_ssize_t n) noexcept
+    void ndws_sce_grad_f64(const float64_t* X, const float64_t* Q, double lse, double coef,
+                           double qsum, float64_t* D, Py_ssize_t n) noexcept
 
 
 cdef inline floating_t _exp(floating_t v) noexcept nogil:
@@ -86,8 +97,10 @@ cdef inline double _shifted_exps(const floating_t* X, floating_t shift, floating
     # then s + E[0] + E[1] + ... added in that order in double: a softmax row's exponentials
     # and its running sum (the same sum to the bit whatever the block sizes a caller uses)
     cdef intp_t k
-    for k in range(n):
-        E[k] = _exp(X[k] - shift)
+    if floating_t is float32_t:
+        ndws_shifted_exps_f32(X, shift, E, n)
+    else:
+        ndws_shifted_exps_f64(X, shift, E, n)
     for k in range(n):
         s += E[k]
     return s
