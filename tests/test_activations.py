@@ -329,6 +329,60 @@ def test_relu_loops_give_the_strided_bits(name, dtype, rng):
                                                   0 if name == "relu" else dtype(alpha) * plain))
 
 
+def _fwd(name):
+    if name == "gelu_tanh":
+        return lambda x, **k: F.gelu(x, approximate="tanh", **k)
+    return getattr(F, name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["swish", "rectified_tanh", "softsign", "gelu_tanh", "selu",
+                                  "elu"])
+def test_element_function_loops_give_the_strided_bits(name, dtype, rng):
+    # contiguous arrays take _act_loops.h's per-instruction-set loops over the element
+    # functions the strided (scalar) path calls too: the same bits, through NaN, +-0, +-inf,
+    # subnormals, the special cases' edges (GELU_BIG, 1e30) and a spread of ordinary values;
+    # and the limits at +-inf that the formulas alone would turn into NaN
+    tiny = np.finfo(dtype).smallest_subnormal
+    special = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, tiny, -tiny, 1.0, -1.0, 1e4, -1e4,
+                        1.0001e4, -1.0001e4, 3e30 if dtype == np.float32 else 1e31, -1e31, 88.0,
+                        -88.0, 700.0 if dtype == np.float64 else 90.0, -104.0], dtype)
+    x = np.concatenate([special, (rng.standard_normal(3000) * 4).astype(dtype)])
+    g = rng.standard_normal(x.size).astype(dtype)
+    g[:4] = [1, -1, -2, 3]
+    kw = {"alpha": 0.7} if name == "elu" else {}
+    fb = _bwd(name)
+    with np.errstate(all="ignore"):
+        d = fb(x, g, **kw).numpy()
+        d_strided = np.ascontiguousarray(fb(x[::-1], g[::-1], **kw).numpy()[::-1])
+        np.testing.assert_array_equal(d, d_strided)
+        assert d[~np.isnan(d)].tobytes() == d_strided[~np.isnan(d)].tobytes()
+        if name not in ("selu", "elu"):          # (their forward is not one of these loops)
+            f = _fwd(name)
+            y = f(x).numpy()
+            y_strided = np.ascontiguousarray(f(x[::-1]).numpy()[::-1])
+            np.testing.assert_array_equal(y, y_strided)
+            assert y[~np.isnan(y)].tobytes() == y_strided[~np.isnan(y)].tobytes()
+            assert np.isnan(y[0]) and np.isfinite(y[1:3]).all()
+            lim = {"swish": (np.inf, 0.0), "rectified_tanh": (1.0, 0.0),
+                   "softsign": (1.0, -1.0), "gelu_tanh": (np.inf, 0.0)}[name]
+            assert (y[3], y[4]) == lim
+    assert np.isnan(d[0])
+    if name in ("swish", "gelu_tanh"):
+        assert (d[3], d[4]) == (1.0 * g[3], 0.0)          # the derivative's limits, not NaN
+    # the values against the float64 formulas
+    want = {"swish": lambda v: v / (1 + np.exp(-v)),
+            "rectified_tanh": lambda v: np.maximum(np.tanh(v), 0),
+            "softsign": lambda v: v / (1 + np.abs(v)),
+            "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi)
+                                                          * (v + 0.044715 * v ** 3)))}
+    if name in want:
+        v = x[19:].astype(np.float64)
+        f32 = dtype == np.float32
+        np.testing.assert_allclose(y[19:], want[name](v), rtol=2e-6 if f32 else 1e-14,
+                                   atol=1e-6 if f32 else 1e-14)
+
+
 def test_softmax_errors():
     with pytest.raises(ValueError, match=r"softmax: axis 2 is out of bounds for an array of "
                                          r"dimension 2"):

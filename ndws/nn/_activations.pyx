@@ -17,7 +17,7 @@ from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, sam
 from ndws._threads cimport (threads_for, release_gil, run_tasks, Grain, GRAIN_NN_CHEAP,
                             GRAIN_NN_TRANSC)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
-from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid, _isinf,
+from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid,
                             _copysign, _shifted_exps)
 
 cnp.import_array()
@@ -49,6 +49,53 @@ cdef extern from "_act_loops.h" nogil:
                                  float32_t* D, Py_ssize_t n) noexcept
     void ndws_leaky_relu_bwd_f64(float64_t a, const float64_t* X, const float64_t* G,
                                  float64_t* D, Py_ssize_t n) noexcept
+    # the element functions both paths share, and their loops (see the header)
+    float32_t ndws_swish_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_rectified_tanh_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_softsign_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_gelu_tanh_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_dswish_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_drectified_tanh_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_dselu_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_delu_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_dgelu_tanh_f32(float32_t a, float32_t v) noexcept
+    void ndws_swish_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_rectified_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_softsign_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_gelu_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_dswish_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                             Py_ssize_t n) noexcept
+    void ndws_drectified_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                             Py_ssize_t n) noexcept
+    void ndws_dselu_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                             Py_ssize_t n) noexcept
+    void ndws_delu_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                             Py_ssize_t n) noexcept
+    void ndws_dgelu_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                             Py_ssize_t n) noexcept
+    float64_t ndws_swish_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_rectified_tanh_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_softsign_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_gelu_tanh_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_dswish_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_drectified_tanh_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_dselu_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_delu_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_dgelu_tanh_f64(float64_t a, float64_t v) noexcept
+    void ndws_swish_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_rectified_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_softsign_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_gelu_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_dswish_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
+                             Py_ssize_t n) noexcept
+    void ndws_drectified_tanh_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
+                             Py_ssize_t n) noexcept
+    void ndws_dselu_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
+                             Py_ssize_t n) noexcept
+    void ndws_delu_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
+                             Py_ssize_t n) noexcept
+    void ndws_dgelu_tanh_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
+                             Py_ssize_t n) noexcept
 
 
 cdef inline bint _isa_fwd(int code, floating_t a, const floating_t* X, floating_t* Y,
@@ -80,6 +127,30 @@ cdef inline bint _isa_fwd(int code, floating_t a, const floating_t* X, floating_
         else:
             ndws_tanh_f64(X, Y, n)
         return True
+    if code == ACT_SWISH:
+        if floating_t is float32_t:
+            ndws_swish_loop_f32(a, X, Y, n)
+        else:
+            ndws_swish_loop_f64(a, X, Y, n)
+        return True
+    if code == ACT_RECTIFIEDTANH:
+        if floating_t is float32_t:
+            ndws_rectified_tanh_loop_f32(a, X, Y, n)
+        else:
+            ndws_rectified_tanh_loop_f64(a, X, Y, n)
+        return True
+    if code == ACT_SOFTSIGN:
+        if floating_t is float32_t:
+            ndws_softsign_loop_f32(a, X, Y, n)
+        else:
+            ndws_softsign_loop_f64(a, X, Y, n)
+        return True
+    if code == ACT_GELU_TANH:
+        if floating_t is float32_t:
+            ndws_gelu_tanh_loop_f32(a, X, Y, n)
+        else:
+            ndws_gelu_tanh_loop_f64(a, X, Y, n)
+        return True
     return False
 
 
@@ -110,28 +181,41 @@ cdef inline bint _isa_bwd(int code, floating_t a, const floating_t* X, const flo
         else:
             ndws_tanh_bwd_f64(X, G, D, n)
         return True
+    if code == ACT_SWISH:
+        if floating_t is float32_t:
+            ndws_dswish_loop_f32(a, X, G, D, n)
+        else:
+            ndws_dswish_loop_f64(a, X, G, D, n)
+        return True
+    if code == ACT_RECTIFIEDTANH:
+        if floating_t is float32_t:
+            ndws_drectified_tanh_loop_f32(a, X, G, D, n)
+        else:
+            ndws_drectified_tanh_loop_f64(a, X, G, D, n)
+        return True
+    if code == ACT_SELU:
+        if floating_t is float32_t:
+            ndws_dselu_loop_f32(a, X, G, D, n)
+        else:
+            ndws_dselu_loop_f64(a, X, G, D, n)
+        return True
+    if code == ACT_ELU:
+        if floating_t is float32_t:
+            ndws_delu_loop_f32(a, X, G, D, n)
+        else:
+            ndws_delu_loop_f64(a, X, G, D, n)
+        return True
+    if code == ACT_GELU_TANH:
+        if floating_t is float32_t:
+            ndws_dgelu_tanh_loop_f32(a, X, G, D, n)
+        else:
+            ndws_dgelu_tanh_loop_f64(a, X, G, D, n)
+        return True
     return False
 
-# (C macros, so they stay compile-time double literals exactly as written, in nogil code).
-# GELU_BIG: |x| beyond which GELU is exactly x (x > 0) or 0 (x < 0) in both precisions: the
-# formulas would give inf*0 = NaN at +-inf, so large inputs take the limit directly.
-# SELU's constants are libnd4j's (ops.h, Klambauer et al.'s values); RationalTanh's are DL4J's
-# (ActivationRationalTanh: 1.7159 tanh(2x/3) approximated with 1.41645), written as decimals:
-# libnd4j writes them as float literals (1.7159f), so its float64 kernel uses their float32
-# roundings (differences of a few 1e-8, docs/porting-from-dl4j.md).
-cdef extern from *:
-    """
-    #define NDWS_SQRT1_2 0.70710678118654752440
-    #define NDWS_INV_SQRT_2PI 0.39894228040143267794
-    #define NDWS_SQRT_2_PI 0.79788456080286535588
-    #define NDWS_GELU_C 0.044715
-    #define NDWS_GELU_BIG 1.0e4
-    #define NDWS_SELU_ALPHA 1.6732632423543772848170429916717
-    #define NDWS_SELU_LAMBDA 1.0507009873554804934193349852946
-    #define NDWS_RTANH_A 1.7159
-    #define NDWS_RTANH_C 1.41645
-    #define NDWS_TWO_THIRDS 0.66666666666666666667
-    """
+# the activations' constants: C macros of _act_loops.h (which says where each comes from), so
+# they stay double literals exactly as written, in nogil code
+cdef extern from "_act_loops.h":
     const double SQRT1_2 "NDWS_SQRT1_2"
     const double INV_SQRT_2PI "NDWS_INV_SQRT_2PI"
     const double SQRT_2_PI "NDWS_SQRT_2_PI"
@@ -147,6 +231,51 @@ cdef extern from *:
 # ------------------------------------------------------------------------------------------------
 # Elementwise activations: value and derivative of one element (inlined into one loop per
 # activation by _fwd_1d / _bwd_1d).
+
+cdef inline floating_t _elem(int code, floating_t a, floating_t v) noexcept nogil:
+    # f(v) of the activations whose element function is _act_loops.h's (the one definition the
+    # per-instruction-set loops use too)
+    if floating_t is float32_t:
+        if code == ACT_SWISH:
+            return ndws_swish_f32(a, v)
+        if code == ACT_RECTIFIEDTANH:
+            return ndws_rectified_tanh_f32(a, v)
+        if code == ACT_SOFTSIGN:
+            return ndws_softsign_f32(a, v)
+        return ndws_gelu_tanh_f32(a, v)
+    else:
+        if code == ACT_SWISH:
+            return ndws_swish_f64(a, v)
+        if code == ACT_RECTIFIEDTANH:
+            return ndws_rectified_tanh_f64(a, v)
+        if code == ACT_SOFTSIGN:
+            return ndws_softsign_f64(a, v)
+        return ndws_gelu_tanh_f64(a, v)
+
+
+cdef inline floating_t _delem(int code, floating_t a, floating_t v) noexcept nogil:
+    # f'(v) likewise
+    if floating_t is float32_t:
+        if code == ACT_SWISH:
+            return ndws_dswish_f32(a, v)
+        if code == ACT_RECTIFIEDTANH:
+            return ndws_drectified_tanh_f32(a, v)
+        if code == ACT_SELU:
+            return ndws_dselu_f32(a, v)
+        if code == ACT_ELU:
+            return ndws_delu_f32(a, v)
+        return ndws_dgelu_tanh_f32(a, v)
+    else:
+        if code == ACT_SWISH:
+            return ndws_dswish_f64(a, v)
+        if code == ACT_RECTIFIEDTANH:
+            return ndws_drectified_tanh_f64(a, v)
+        if code == ACT_SELU:
+            return ndws_dselu_f64(a, v)
+        if code == ACT_ELU:
+            return ndws_delu_f64(a, v)
+        return ndws_dgelu_tanh_f64(a, v)
+
 
 cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil:
     cdef floating_t t, u
@@ -169,10 +298,7 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
         # x * Phi(x) with Phi through erfc: no cancellation for negative x
         return v * <floating_t>0.5 * _erfc(-v * <floating_t>SQRT1_2)
     elif code == ACT_GELU_TANH:
-        if _fabs(v) > GELU_BIG:
-            return v if v > 0 else 0
-        t = _tanh(<floating_t>SQRT_2_PI * (v + <floating_t>GELU_C * v * v * v))
-        return <floating_t>0.5 * v * (1 + t)
+        return _elem(ACT_GELU_TANH, a, v)
     elif code == ACT_HARDTANH:
         return -1 if v < -1 else (1 if v > 1 else v)       # NaN passes through
     elif code == ACT_HARDSIGMOID:
@@ -183,19 +309,8 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
         if v > 0:
             return <floating_t>SELU_LAMBDA * v
         return <floating_t>(SELU_LAMBDA * SELU_ALPHA) * _expm1(v)
-    elif code == ACT_SWISH:
-        if _isinf(v):
-            return v if v > 0 else 0                      # inf * sigmoid(-inf) would be NaN
-        return v * _sigmoid(v)
-    elif code == ACT_SOFTSIGN:
-        # beyond 1e30 the quotient is already +-1 in both precisions; the selects make it so
-        # at +-inf too (inf / inf would be NaN) without a branch
-        t = v / (1 + _fabs(v))
-        if v > <floating_t>1e30:
-            t = 1
-        if v < <floating_t>-1e30:
-            t = -1
-        return t
+    elif code == ACT_SWISH or code == ACT_SOFTSIGN:
+        return _elem(code, a, v)
     elif code == ACT_RATIONALTANH:
         # 1.7159 * sgn(d) * (1 - 1/a), d = 2x/3, a = 1 + |d| + d^2 + 1.41645 d^4; a overflowing
         # to inf gives the limit +-1.7159
@@ -204,8 +319,7 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
         u = 1 - 1 / (1 + u + u * u + <floating_t>RTANH_C * (u * u) * (u * u))
         return <floating_t>RTANH_A * _copysign(u, t)        # u is 0 at 0: sgn(0) = 0
     elif code == ACT_RECTIFIEDTANH:
-        t = _tanh(v)
-        return 0 if t < 0 else t                          # NaN passes through
+        return _elem(ACT_RECTIFIEDTANH, a, v)
     elif code == ACT_CUBE:
         return v * v * v
     elif code == ACT_THRESHOLDEDRELU:
@@ -256,35 +370,21 @@ cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g)
             d = 0
         if v != v:
             d = v
-    elif code == ACT_SELU:
-        d = <floating_t>SELU_LAMBDA if v > 0 else <floating_t>(SELU_LAMBDA * SELU_ALPHA) * _exp(v)
-    elif code == ACT_SWISH:
-        # s + x s (1 - s) with s and 1 - s from one exp(-|x|) (no cancellation in 1 - s); the
-        # limits at +-inf directly (inf * 0 would be NaN). libnd4j's e^x (x + e^x + 1) /
-        # (e^x + 1)^2 overflows to NaN for x > 88 in float32.
-        if _isinf(v):
-            d = 1 if v > 0 else 0
-        else:
-            t = _exp(-_fabs(v))
-            s = 1 / (1 + t)
-            if v >= 0:
-                d = s + v * s * (t * s)
-            else:
-                d = t * s + v * (t * s) * s
+    elif code == ACT_SELU or code == ACT_SWISH:
+        # (swish's: s + x s (1 - s) from one exp(-|x|), the limits at +-inf directly; libnd4j's
+        # e^x (x + e^x + 1) / (e^x + 1)^2 overflows to NaN for x > 88 in float32)
+        d = _delem(code, a, v)
     elif code == ACT_SOFTSIGN:
         t = 1 + _fabs(v)
         d = 1 / (t * t)
     elif code == ACT_RATIONALTANH:
         d = _drtanh(v)
     elif code == ACT_RECTIFIEDTANH:
-        t = _tanh(v)
-        d = 1 - t * t if v > 0 else 0
-        if v != v:
-            d = v
+        d = _delem(ACT_RECTIFIEDTANH, a, v)
     elif code == ACT_CUBE:
         d = 3 * v * v
     elif code == ACT_ELU:
-        d = 1 if v > 0 else a * _exp(v)
+        d = _delem(ACT_ELU, a, v)
     elif code == ACT_SIGMOID or code == ACT_SOFTPLUS:
         s = _sigmoid(v)
         d = s * (1 - s) if code == ACT_SIGMOID else s
@@ -298,12 +398,7 @@ cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g)
             d = (<floating_t>0.5 * _erfc(-v * <floating_t>SQRT1_2)
                  + v * <floating_t>INV_SQRT_2PI * _exp(<floating_t>-0.5 * v * v))
     elif code == ACT_GELU_TANH:
-        if _fabs(v) > GELU_BIG:
-            d = 1 if v > 0 else 0
-        else:
-            t = _tanh(<floating_t>SQRT_2_PI * (v + <floating_t>GELU_C * v * v * v))
-            d = (<floating_t>0.5 * (1 + t) + <floating_t>0.5 * v * (1 - t * t)
-                 * <floating_t>SQRT_2_PI * (1 + <floating_t>(3 * GELU_C) * v * v))
+        d = _delem(ACT_GELU_TANH, a, v)
     else:
         return g
     return g * d

@@ -104,8 +104,3 @@ cdef inline double _shifted_exps(const floating_t* X, floating_t shift, floating
     for k in range(n):
         s += E[k]
     return s
-
-
-cdef inline bint _isinf(floating_t v) noexcept nogil:
-    # +-inf (not NaN): v - v is NaN exactly for infinities and NaN, and NaN != NaN
-    return v == v and v - v != v - v
