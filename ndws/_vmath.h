@@ -1,12 +1,13 @@
-/* ndws' own exp, tanh and sigmoid: branch-free scalar functions that gcc vectorises inside a
+/* ndws' own exp, expm1, tanh and sigmoid: branch-free scalar functions that gcc vectorises inside a
  * loop, one definition for the core's ufuncs (ndws/_cmath.h includes this file) and ndws.nn's
  * kernels (ndws/nn/_math.pxd, through ndws/_vmath.pxd). glibc's expf/tanhf/exp/tanh are a call
  * per element that no loop around them can vectorise: tanh over 1M float32 took 34 ms in the nn
  * kernels against NumPy's 0.4 ms.
  *
- * Accuracy against extended precision (tests/test_activations.py sweeps tanh and sigmoid):
- * exp within 1.0 ulp (float32) and 1.7 ulp (float64), tanh within 1.3 ulp, sigmoid within 2.5
- * ulp (largest errors measured: 0.98, 1.64, 1.19 and 2.40 ulp); NaN in gives NaN out, +-inf
+ * Accuracy against extended precision (tests/test_activations.py sweeps tanh, sigmoid and, below
+ * 0 through ELU, expm1): exp within 1.0 ulp (float32) and 1.7 ulp (float64), tanh within 1.3 ulp,
+ * sigmoid within 2.5 ulp, expm1 within 1.1 ulp (largest errors measured: 0.98, 1.64, 1.19,
+ * 2.40, and 0.80 / 1.04 ulp); NaN in gives NaN out, +-inf
  * their limits, and no special input raises a floating-point flag
  * (the ufuncs report flags to NumPy's errstate). Plain C, no -ffast-math: every element takes
  * the same separately rounded operations whatever the vector width, so a loop built for AVX-512
@@ -125,6 +126,43 @@ NDWS_VINLINE float ndws_sigmoidf1(float x) {
     return num / (1.0f + e);
 }
 
+/* expm1(x) = exp(x) - 1 without the cancellation near 0: x = n*ln2 + r (|r| <= ln2/2, ln2 split
+   as in ndws_expf_core), expm1(r) by its Taylor series to r^8 (the first omitted term is below
+   2^-30 of the result on that range), then expm1(x) = 2^n expm1(r) + (2^n - 1): the product is
+   exact and 2^n - 1 too for |n| <= 24, so the result rounds once. x is clamped to [-20, 20]:
+   below, expm1 is -1 in float32 (e^-20 < 2^-25); above 20, exp(x) - 1 rounds to exp(x) and
+   that takes over (overflow to inf beyond 88.72). x = +-0 and NaN return x; -inf gives -1.
+   Accuracy against extended precision: tests/test_activations.py sweeps it. */
+NDWS_VINLINE float ndws_expm1f1(float x) {
+    const float shift = 12582912.0f;                   /* 1.5 * 2^23 */
+    uint32_t ix = ndws_f32_bits(x);
+    uint32_t ax = ix & 0x7fffffffu;
+    int neg = (ix >> 31) != 0;
+    int big = !neg & (ax > 0x41a00000u);               /* x > 20 (+inf; NaN: below) */
+    uint32_t cx = ndws_sel(neg & (ax > 0x41a00000u), 0xc1a00000u, ix);       /* x < -20: -20 */
+    cx = ndws_sel(big | (ax > 0x7f800000u), 0u, cx);  /* the big and NaN lanes compute on 0 */
+    float c = ndws_f32_from_bits(cx);
+    float t = c * 1.44269504088896341f + shift;
+    float nf = t - shift;
+    int32_t n = (int32_t)ndws_f32_bits(t) - (int32_t)0x4b400000;
+    float r = c - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    float p = 2.48015873e-5f;                          /* 1/8! */
+    p = p * r + 1.98412698e-4f;                        /* 1/7! */
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    float em = r + (r * r) * p;
+    float sc = ndws_f32_from_bits((uint32_t)(n + 127) << 23);
+    float y = sc * em + (sc - 1.0f);
+    float e = ndws_expf1(x) - 1.0f;                    /* x > 20 */
+    uint32_t iy = ndws_sel(big, ndws_f32_bits(e), ndws_f32_bits(y));
+    iy = ndws_sel((ax == 0u) | (ax > 0x7f800000u), ix, iy);
+    return ndws_f32_from_bits(iy);
+}
+
 /* ------------------------------------------------------------------------------------------- */
 /* float64: the same constructions on 64-bit bits. */
 
@@ -202,6 +240,45 @@ NDWS_VINLINE double ndws_tanh1(double x) {
     ib = ndws_sel64(ax < 0x3e30000000000000ULL, ax, ib);
     ib = ndws_sel64(ax > 0x7ff0000000000000ULL, ix, ib | sg);
     return ndws_f64_from_bits(ib);
+}
+
+/* expm1 in float64: ndws_expm1f1's construction with ndws_exp_core's ln2 split, the Taylor
+   series to r^14 (the first omitted term below 2^-60 of the result), x clamped to [-40, 40]
+   (e^-40 < 2^-57; above 40, exp(x) - 1 rounds to exp(x)). */
+NDWS_VINLINE double ndws_expm1d1(double x) {
+    const double shift = 6755399441055744.0;           /* 1.5 * 2^52 */
+    uint64_t ix = ndws_f64_bits(x);
+    uint64_t ax = ix & 0x7fffffffffffffffULL;
+    int neg = (ix >> 63) != 0;
+    int big = !neg & (ax > 0x4044000000000000ULL);     /* x > 40 */
+    uint64_t cx = ndws_sel64(neg & (ax > 0x4044000000000000ULL), 0xc044000000000000ULL, ix);
+    cx = ndws_sel64(big | (ax > 0x7ff0000000000000ULL), 0u, cx);
+    double c = ndws_f64_from_bits(cx);
+    double t = c * 1.4426950408889634073599 + shift;
+    double nf = t - shift;
+    int64_t n = (int64_t)ndws_f64_bits(t) - (int64_t)0x4338000000000000LL;
+    double r = c - nf * 6.93145751953125E-1;
+    r = r - nf * 1.42860682030941723212E-6;
+    double p = 1.1470745597729725e-11;                 /* 1/14! */
+    p = p * r + 1.6059043836821613e-10;                /* 1/13! */
+    p = p * r + 2.08767569878681e-09;
+    p = p * r + 2.505210838544172e-08;
+    p = p * r + 2.755731922398589e-07;
+    p = p * r + 2.7557319223985893e-06;
+    p = p * r + 2.48015873015873e-05;
+    p = p * r + 0.0001984126984126984;
+    p = p * r + 0.001388888888888889;
+    p = p * r + 0.008333333333333333;
+    p = p * r + 0.041666666666666664;
+    p = p * r + 0.16666666666666666;
+    p = p * r + 0.5;
+    double em = r + (r * r) * p;
+    double sc = ndws_f64_from_bits((uint64_t)(n + 1023) << 52);
+    double y = sc * em + (sc - 1.0);
+    double e = ndws_exp1(x) - 1.0;                     /* x > 40 */
+    uint64_t iy = ndws_sel64(big, ndws_f64_bits(e), ndws_f64_bits(y));
+    iy = ndws_sel64((ax == 0u) | (ax > 0x7ff0000000000000ULL), ix, iy);
+    return ndws_f64_from_bits(iy);
 }
 
 NDWS_VINLINE double ndws_sigmoid1(double x) {

@@ -432,8 +432,8 @@ def _ulps(got, ref, dtype):
     return np.abs(got.astype(np.longdouble) - ref) / spacing
 
 
-#: largest error of ndws' own tanh and sigmoid (ndws/_vmath.h) in ulps, both dtypes (data)
-ULPS = {"tanh": 1.3, "sigmoid": 2.5}
+#: largest error of ndws' own tanh, sigmoid and expm1 (ndws/_vmath.h) in ulps, both dtypes
+ULPS = {"tanh": 1.3, "sigmoid": 2.5, "expm1": 1.1}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -470,6 +470,30 @@ def test_own_sigmoid_and_tanh_are_accurate(dtype):
     s = F.sigmoid(special).numpy()
     assert s[:4].tolist() == [0.5, 0.5, 1.0, 0.0] and np.isnan(s[4])
     assert np.array_equal(F.tanh(-x).numpy(), -F.tanh(x).numpy())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_own_expm1_is_accurate(dtype):
+    # ELU with alpha 1 is expm1 below 0 (ndws/_vmath.h's, branch-free): a dense sweep over the
+    # Taylor range (n = 0), the reconstructed one (2^n expm1(r) + 2^n - 1), the clamp and the
+    # subnormals, against extended precision; SELU's negative branch is the same function
+    mags = np.concatenate([np.geomspace(np.finfo(dtype).smallest_subnormal, 1e-3, 3000),
+                           np.linspace(1e-3, 45, 90001),
+                           [0.3465, 0.3466, 0.3467, 1.0397, 1.0398, 17.0, 17.4, 20.0, 20.001,
+                            36.0, 37.5, 40.0, 40.001, 1e3, 3e38]])
+    x = (-mags).astype(dtype)
+    e = F.elu(x, alpha=1.0).numpy()
+    assert _ulps(e, np.expm1(x.astype(np.longdouble)), dtype).max() <= ULPS["expm1"]
+    s = F.selu(x).numpy()
+    ref = np.longdouble(SELU_LAMBDA * SELU_ALPHA) * np.expm1(x.astype(np.longdouble))
+    assert _ulps(s, ref, dtype).max() <= ULPS["expm1"] + 1.0    # (one more rounding)
+    special = np.array([0.0, -0.0, -np.inf, np.nan, np.inf, 5.0], dtype)
+    e = F.elu(special, alpha=1.0).numpy()
+    assert e[:3].tolist() == [0.0, 0.0, -1.0] and np.signbit(e[1]) and np.isnan(e[3])
+    assert e[4] == np.inf and e[5] == 5.0
+    # contiguous loops and the strided path: one element function, the same bits
+    for f in (lambda v: F.elu(v, alpha=0.7), F.selu):
+        assert f(x).numpy().tobytes() == np.ascontiguousarray(f(x[::-1]).numpy()[::-1]).tobytes()
 
 
 def test_own_exp_in_the_ufunc_and_the_nn_kernels_is_one_definition():

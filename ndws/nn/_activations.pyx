@@ -17,7 +17,7 @@ from ndws._dispatch cimport (new_result, discard_result, float_arg, out_arg, sam
 from ndws._threads cimport (threads_for, release_gil, run_tasks, Grain, GRAIN_NN_CHEAP,
                             GRAIN_NN_TRANSC)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
-from ndws.nn._math cimport (_exp, _expm1, _log1p, _tanh, _erfc, _fabs, _sigmoid,
+from ndws.nn._math cimport (_exp, _log1p, _tanh, _erfc, _fabs, _sigmoid,
                             _copysign, _shifted_exps)
 
 cnp.import_array()
@@ -51,6 +51,8 @@ cdef extern from "_act_loops.h" nogil:
                                  float64_t* D, Py_ssize_t n) noexcept
     # the element functions both paths share, and their loops (see the header)
     float32_t ndws_swish_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_elu_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_selu_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_rectified_tanh_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_softsign_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_gelu_tanh_f32(float32_t a, float32_t v) noexcept
@@ -60,6 +62,8 @@ cdef extern from "_act_loops.h" nogil:
     float32_t ndws_delu_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_dgelu_tanh_f32(float32_t a, float32_t v) noexcept
     void ndws_swish_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_elu_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_selu_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
     void ndws_rectified_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
     void ndws_softsign_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
     void ndws_gelu_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
@@ -74,6 +78,8 @@ cdef extern from "_act_loops.h" nogil:
     void ndws_dgelu_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
                              Py_ssize_t n) noexcept
     float64_t ndws_swish_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_elu_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_selu_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_rectified_tanh_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_softsign_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_gelu_tanh_f64(float64_t a, float64_t v) noexcept
@@ -83,6 +89,8 @@ cdef extern from "_act_loops.h" nogil:
     float64_t ndws_delu_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_dgelu_tanh_f64(float64_t a, float64_t v) noexcept
     void ndws_swish_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_elu_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_selu_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
     void ndws_rectified_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
     void ndws_softsign_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
     void ndws_gelu_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
@@ -126,6 +134,18 @@ cdef inline bint _isa_fwd(int code, floating_t a, const floating_t* X, floating_
             ndws_tanh_f32(X, Y, n)
         else:
             ndws_tanh_f64(X, Y, n)
+        return True
+    if code == ACT_ELU:
+        if floating_t is float32_t:
+            ndws_elu_loop_f32(a, X, Y, n)
+        else:
+            ndws_elu_loop_f64(a, X, Y, n)
+        return True
+    if code == ACT_SELU:
+        if floating_t is float32_t:
+            ndws_selu_loop_f32(a, X, Y, n)
+        else:
+            ndws_selu_loop_f64(a, X, Y, n)
         return True
     if code == ACT_SWISH:
         if floating_t is float32_t:
@@ -238,6 +258,10 @@ cdef inline floating_t _elem(int code, floating_t a, floating_t v) noexcept nogi
     if floating_t is float32_t:
         if code == ACT_SWISH:
             return ndws_swish_f32(a, v)
+        if code == ACT_ELU:
+            return ndws_elu_f32(a, v)
+        if code == ACT_SELU:
+            return ndws_selu_f32(a, v)
         if code == ACT_RECTIFIEDTANH:
             return ndws_rectified_tanh_f32(a, v)
         if code == ACT_SOFTSIGN:
@@ -246,6 +270,10 @@ cdef inline floating_t _elem(int code, floating_t a, floating_t v) noexcept nogi
     else:
         if code == ACT_SWISH:
             return ndws_swish_f64(a, v)
+        if code == ACT_ELU:
+            return ndws_elu_f64(a, v)
+        if code == ACT_SELU:
+            return ndws_selu_f64(a, v)
         if code == ACT_RECTIFIEDTANH:
             return ndws_rectified_tanh_f64(a, v)
         if code == ACT_SOFTSIGN:
@@ -284,7 +312,7 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
     elif code == ACT_LEAKY_RELU:
         return v if v > 0 else a * v
     elif code == ACT_ELU:
-        return v if v > 0 else a * _expm1(v)      # expm1: exact near 0
+        return _elem(ACT_ELU, a, v)               # expm1: exact near 0
     elif code == ACT_SIGMOID:
         return _sigmoid(v)
     elif code == ACT_TANH:
@@ -306,9 +334,7 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
         return 0 if t < 0 else (1 if t > 1 else t)
     elif code == ACT_SELU:
         # expm1 rather than libnd4j's alpha*exp(x) - alpha: exact near 0
-        if v > 0:
-            return <floating_t>SELU_LAMBDA * v
-        return <floating_t>(SELU_LAMBDA * SELU_ALPHA) * _expm1(v)
+        return _elem(ACT_SELU, a, v)
     elif code == ACT_SWISH or code == ACT_SOFTSIGN:
         return _elem(code, a, v)
     elif code == ACT_RATIONALTANH:

@@ -2,7 +2,7 @@
 # each kernel module compiles it into its own loops. exp, tanh and sigmoid are ndws' own
 # branch-free functions (ndws/_vmath.h), which gcc vectorises inside those loops; libm's are a
 # call per element.
-from libc.math cimport (copysign, copysignf, erfc, erfcf, expm1, expm1f, fabs, fabsf,
+from libc.math cimport (copysign, copysignf, erfc, erfcf, fabs, fabsf,
                         log, logf, log1p, log1pf, sqrt, sqrtf)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws._vmath cimport (ndws_expf1, ndws_exp1, ndws_tanhf1, ndws_tanh1, ndws_sigmoidf1,
@@ -25,13 +25,6 @@ cdef inline floating_t _exp(floating_t v) noexcept nogil:
         return ndws_expf1(v)
     else:
         return ndws_exp1(v)
-
-
-cdef inline floating_t _expm1(floating_t v) noexcept nogil:
-    if floating_t is float32_t:
-        return expm1f(v)
-    else:
-        return expm1(v)
 
 
 cdef inline floating_t _log(floating_t v) noexcept nogil:
