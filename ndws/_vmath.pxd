@@ -1,4 +1,4 @@
-# ndws' own branch-free exp, tanh and sigmoid (ndws/_vmath.h: one definition for the core's
+# ndws' own branch-free exp, tanh, sigmoid and float32 log1p (ndws/_vmath.h: one definition for the core's
 # ufuncs and ndws.nn's kernels); accuracy and NaN/inf rules are stated there.
 cdef extern from "_vmath.h" nogil:
     float ndws_expf1(float x) noexcept
@@ -7,3 +7,4 @@ cdef extern from "_vmath.h" nogil:
     double ndws_exp1(double x) noexcept
     double ndws_tanh1(double x) noexcept
     double ndws_sigmoid1(double x) noexcept
+    float ndws_log1pf1(float x) noexcept

@@ -288,6 +288,24 @@ def test_softmax_cross_entropy_contiguous_rows_give_the_strided_bits(labels, dty
         np.testing.assert_array_equal(got[1].numpy(), ref[1].numpy())
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["bce", "mse", "mae"] + NEW_EW)
+def test_elementwise_contiguous_rows_give_the_strided_bits(kind, dtype, rng):
+    # contiguous unmasked rows run each loss a block at a time in a loop of its own (vectorised),
+    # strided ones element by element: the same element function, the same sums in the same
+    # order, so the same loss, gradient and per-example losses to the bit (rows wider than a
+    # block included), and the values against NumPy's
+    x, t = make(kind, 5, 700, dtype, rng)
+    if kind in ("bce", "mse", "mae"):
+        x[0, :4] = [0.0, -0.0, 40.0, -40.0]
+    got = FN[kind](ndws.array(x), t, reduction="sum")
+    ref = FN[kind](ndws.array(np.asfortranarray(x)), np.asfortranarray(t), reduction="sum")
+    assert got[0] == ref[0]
+    np.testing.assert_array_equal(got[1].numpy(), ref[1].numpy())
+    assert got[1].numpy().tobytes() == np.ascontiguousarray(ref[1].numpy()).tobytes()
+    _check(kind, dtype, FN[kind](ndws.array(x), t), reference(kind, x, t))
+
+
 @pytest.mark.parametrize("kind", LOSSES)
 @pytest.mark.parametrize("masked", [False, True])
 def test_gradients_by_finite_differences(kind, masked, rng):
