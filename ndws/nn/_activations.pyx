@@ -64,19 +64,22 @@ cdef extern from "_act_loops.h" nogil:
     void ndws_swish_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
     void ndws_elu_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
     void ndws_selu_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
-    void ndws_rectified_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
-    void ndws_softsign_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
-    void ndws_gelu_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_rectified_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y,
+                                      Py_ssize_t n) noexcept
+    void ndws_softsign_loop_f32(float32_t a, const float32_t* X, float32_t* Y,
+                                Py_ssize_t n) noexcept
+    void ndws_gelu_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y,
+                                 Py_ssize_t n) noexcept
     void ndws_dswish_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
-                             Py_ssize_t n) noexcept
-    void ndws_drectified_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
-                             Py_ssize_t n) noexcept
+                              Py_ssize_t n) noexcept
+    void ndws_drectified_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G,
+                                       float32_t* D, Py_ssize_t n) noexcept
     void ndws_dselu_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
                              Py_ssize_t n) noexcept
     void ndws_delu_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
-                             Py_ssize_t n) noexcept
+                            Py_ssize_t n) noexcept
     void ndws_dgelu_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
-                             Py_ssize_t n) noexcept
+                                  Py_ssize_t n) noexcept
     float64_t ndws_swish_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_elu_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_selu_f64(float64_t a, float64_t v) noexcept
@@ -91,19 +94,106 @@ cdef extern from "_act_loops.h" nogil:
     void ndws_swish_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
     void ndws_elu_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
     void ndws_selu_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
-    void ndws_rectified_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
-    void ndws_softsign_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
-    void ndws_gelu_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_rectified_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y,
+                                      Py_ssize_t n) noexcept
+    void ndws_softsign_loop_f64(float64_t a, const float64_t* X, float64_t* Y,
+                                Py_ssize_t n) noexcept
+    void ndws_gelu_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y,
+                                 Py_ssize_t n) noexcept
     void ndws_dswish_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
-                             Py_ssize_t n) noexcept
-    void ndws_drectified_tanh_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
-                             Py_ssize_t n) noexcept
+                              Py_ssize_t n) noexcept
+    void ndws_drectified_tanh_loop_f64(float64_t a, const float64_t* X, const float64_t* G,
+                                       float64_t* D, Py_ssize_t n) noexcept
     void ndws_dselu_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
                              Py_ssize_t n) noexcept
     void ndws_delu_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
-                             Py_ssize_t n) noexcept
+                            Py_ssize_t n) noexcept
     void ndws_dgelu_tanh_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
-                             Py_ssize_t n) noexcept
+                                  Py_ssize_t n) noexcept
+
+
+# The per-instruction-set loops of _act_loops.h by activation code (NULL: the activation has
+# none), one table per precision and direction, filled once below. All take the activation's
+# parameter `a`; relu, sigmoid and tanh, which have none, through the wrappers here.
+ctypedef void (*_fwd_f32)(float32_t, const float32_t*, float32_t*, Py_ssize_t) noexcept nogil
+ctypedef void (*_fwd_f64)(float64_t, const float64_t*, float64_t*, Py_ssize_t) noexcept nogil
+ctypedef void (*_bwd_f32)(float32_t, const float32_t*, const float32_t*, float32_t*,
+                          Py_ssize_t) noexcept nogil
+ctypedef void (*_bwd_f64)(float64_t, const float64_t*, const float64_t*, float64_t*,
+                          Py_ssize_t) noexcept nogil
+cdef _fwd_f32 _FWD_F32[ACT_N_ELEMENTWISE]
+cdef _fwd_f64 _FWD_F64[ACT_N_ELEMENTWISE]
+cdef _bwd_f32 _BWD_F32[ACT_N_ELEMENTWISE]
+cdef _bwd_f64 _BWD_F64[ACT_N_ELEMENTWISE]
+
+
+cdef void _relu32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept nogil:
+    ndws_relu_f32(X, Y, n)
+cdef void _relu64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept nogil:
+    ndws_relu_f64(X, Y, n)
+cdef void _sigmoid32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept nogil:
+    ndws_sigmoid_f32(X, Y, n)
+cdef void _sigmoid64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept nogil:
+    ndws_sigmoid_f64(X, Y, n)
+cdef void _tanh32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept nogil:
+    ndws_tanh_f32(X, Y, n)
+cdef void _tanh64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept nogil:
+    ndws_tanh_f64(X, Y, n)
+cdef void _drelu32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                   Py_ssize_t n) noexcept nogil:
+    ndws_relu_bwd_f32(X, G, D, n)
+cdef void _drelu64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
+                   Py_ssize_t n) noexcept nogil:
+    ndws_relu_bwd_f64(X, G, D, n)
+cdef void _dsigmoid32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                      Py_ssize_t n) noexcept nogil:
+    ndws_sigmoid_bwd_f32(X, G, D, n)
+cdef void _dsigmoid64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
+                      Py_ssize_t n) noexcept nogil:
+    ndws_sigmoid_bwd_f64(X, G, D, n)
+cdef void _dtanh32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                   Py_ssize_t n) noexcept nogil:
+    ndws_tanh_bwd_f32(X, G, D, n)
+cdef void _dtanh64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
+                   Py_ssize_t n) noexcept nogil:
+    ndws_tanh_bwd_f64(X, G, D, n)
+
+
+cdef void _fill_loop_tables() noexcept:
+    cdef int i
+    for i in range(ACT_N_ELEMENTWISE):
+        _FWD_F32[i] = NULL
+        _FWD_F64[i] = NULL
+        _BWD_F32[i] = NULL
+        _BWD_F64[i] = NULL
+    _FWD_F32[ACT_RELU], _FWD_F64[ACT_RELU] = _relu32, _relu64
+    _BWD_F32[ACT_RELU], _BWD_F64[ACT_RELU] = _drelu32, _drelu64
+    _FWD_F32[ACT_SIGMOID], _FWD_F64[ACT_SIGMOID] = _sigmoid32, _sigmoid64
+    _BWD_F32[ACT_SIGMOID], _BWD_F64[ACT_SIGMOID] = _dsigmoid32, _dsigmoid64
+    _FWD_F32[ACT_TANH], _FWD_F64[ACT_TANH] = _tanh32, _tanh64
+    _BWD_F32[ACT_TANH], _BWD_F64[ACT_TANH] = _dtanh32, _dtanh64
+    _FWD_F32[ACT_LEAKY_RELU] = ndws_leaky_relu_f32
+    _FWD_F64[ACT_LEAKY_RELU] = ndws_leaky_relu_f64
+    _BWD_F32[ACT_LEAKY_RELU] = ndws_leaky_relu_bwd_f32
+    _BWD_F64[ACT_LEAKY_RELU] = ndws_leaky_relu_bwd_f64
+    _FWD_F32[ACT_ELU], _FWD_F64[ACT_ELU] = ndws_elu_loop_f32, ndws_elu_loop_f64
+    _BWD_F32[ACT_ELU], _BWD_F64[ACT_ELU] = ndws_delu_loop_f32, ndws_delu_loop_f64
+    _FWD_F32[ACT_SELU], _FWD_F64[ACT_SELU] = ndws_selu_loop_f32, ndws_selu_loop_f64
+    _BWD_F32[ACT_SELU], _BWD_F64[ACT_SELU] = ndws_dselu_loop_f32, ndws_dselu_loop_f64
+    _FWD_F32[ACT_SWISH], _FWD_F64[ACT_SWISH] = ndws_swish_loop_f32, ndws_swish_loop_f64
+    _BWD_F32[ACT_SWISH], _BWD_F64[ACT_SWISH] = ndws_dswish_loop_f32, ndws_dswish_loop_f64
+    _FWD_F32[ACT_RECTIFIEDTANH] = ndws_rectified_tanh_loop_f32
+    _FWD_F64[ACT_RECTIFIEDTANH] = ndws_rectified_tanh_loop_f64
+    _BWD_F32[ACT_RECTIFIEDTANH] = ndws_drectified_tanh_loop_f32
+    _BWD_F64[ACT_RECTIFIEDTANH] = ndws_drectified_tanh_loop_f64
+    _FWD_F32[ACT_SOFTSIGN], _FWD_F64[ACT_SOFTSIGN] = ndws_softsign_loop_f32, ndws_softsign_loop_f64
+    _FWD_F32[ACT_GELU_TANH] = ndws_gelu_tanh_loop_f32
+    _FWD_F64[ACT_GELU_TANH] = ndws_gelu_tanh_loop_f64
+    _BWD_F32[ACT_GELU_TANH] = ndws_dgelu_tanh_loop_f32
+    _BWD_F64[ACT_GELU_TANH] = ndws_dgelu_tanh_loop_f64
+
+
+_fill_loop_tables()
 
 
 cdef inline bint _isa_fwd(int code, floating_t a, const floating_t* X, floating_t* Y,
@@ -111,127 +201,33 @@ cdef inline bint _isa_fwd(int code, floating_t a, const floating_t* X, floating_
     # Y := f(X) over n contiguous elements with the per-instruction-set loops of _act_loops.h
     # (the same bits as _act: gcc vectorises none of these in the loops below); False for the
     # other activations
-    if code == ACT_RELU:
-        if floating_t is float32_t:
-            ndws_relu_f32(X, Y, n)
-        else:
-            ndws_relu_f64(X, Y, n)
-        return True
-    if code == ACT_LEAKY_RELU:
-        if floating_t is float32_t:
-            ndws_leaky_relu_f32(a, X, Y, n)
-        else:
-            ndws_leaky_relu_f64(a, X, Y, n)
-        return True
-    if code == ACT_SIGMOID:
-        if floating_t is float32_t:
-            ndws_sigmoid_f32(X, Y, n)
-        else:
-            ndws_sigmoid_f64(X, Y, n)
-        return True
-    if code == ACT_TANH:
-        if floating_t is float32_t:
-            ndws_tanh_f32(X, Y, n)
-        else:
-            ndws_tanh_f64(X, Y, n)
-        return True
-    if code == ACT_ELU:
-        if floating_t is float32_t:
-            ndws_elu_loop_f32(a, X, Y, n)
-        else:
-            ndws_elu_loop_f64(a, X, Y, n)
-        return True
-    if code == ACT_SELU:
-        if floating_t is float32_t:
-            ndws_selu_loop_f32(a, X, Y, n)
-        else:
-            ndws_selu_loop_f64(a, X, Y, n)
-        return True
-    if code == ACT_SWISH:
-        if floating_t is float32_t:
-            ndws_swish_loop_f32(a, X, Y, n)
-        else:
-            ndws_swish_loop_f64(a, X, Y, n)
-        return True
-    if code == ACT_RECTIFIEDTANH:
-        if floating_t is float32_t:
-            ndws_rectified_tanh_loop_f32(a, X, Y, n)
-        else:
-            ndws_rectified_tanh_loop_f64(a, X, Y, n)
-        return True
-    if code == ACT_SOFTSIGN:
-        if floating_t is float32_t:
-            ndws_softsign_loop_f32(a, X, Y, n)
-        else:
-            ndws_softsign_loop_f64(a, X, Y, n)
-        return True
-    if code == ACT_GELU_TANH:
-        if floating_t is float32_t:
-            ndws_gelu_tanh_loop_f32(a, X, Y, n)
-        else:
-            ndws_gelu_tanh_loop_f64(a, X, Y, n)
-        return True
-    return False
+    if code < 0 or code >= ACT_N_ELEMENTWISE:
+        return False
+    if floating_t is float32_t:
+        if _FWD_F32[code] == NULL:
+            return False
+        _FWD_F32[code](a, X, Y, n)
+    else:
+        if _FWD_F64[code] == NULL:
+            return False
+        _FWD_F64[code](a, X, Y, n)
+    return True
 
 
 cdef inline bint _isa_bwd(int code, floating_t a, const floating_t* X, const floating_t* G,
                           floating_t* D, intp_t n) noexcept nogil:
     # D := f'(X) * G over n contiguous elements, as _isa_fwd
-    if code == ACT_RELU:
-        if floating_t is float32_t:
-            ndws_relu_bwd_f32(X, G, D, n)
-        else:
-            ndws_relu_bwd_f64(X, G, D, n)
-        return True
-    if code == ACT_LEAKY_RELU:
-        if floating_t is float32_t:
-            ndws_leaky_relu_bwd_f32(a, X, G, D, n)
-        else:
-            ndws_leaky_relu_bwd_f64(a, X, G, D, n)
-        return True
-    if code == ACT_SIGMOID:
-        if floating_t is float32_t:
-            ndws_sigmoid_bwd_f32(X, G, D, n)
-        else:
-            ndws_sigmoid_bwd_f64(X, G, D, n)
-        return True
-    if code == ACT_TANH:
-        if floating_t is float32_t:
-            ndws_tanh_bwd_f32(X, G, D, n)
-        else:
-            ndws_tanh_bwd_f64(X, G, D, n)
-        return True
-    if code == ACT_SWISH:
-        if floating_t is float32_t:
-            ndws_dswish_loop_f32(a, X, G, D, n)
-        else:
-            ndws_dswish_loop_f64(a, X, G, D, n)
-        return True
-    if code == ACT_RECTIFIEDTANH:
-        if floating_t is float32_t:
-            ndws_drectified_tanh_loop_f32(a, X, G, D, n)
-        else:
-            ndws_drectified_tanh_loop_f64(a, X, G, D, n)
-        return True
-    if code == ACT_SELU:
-        if floating_t is float32_t:
-            ndws_dselu_loop_f32(a, X, G, D, n)
-        else:
-            ndws_dselu_loop_f64(a, X, G, D, n)
-        return True
-    if code == ACT_ELU:
-        if floating_t is float32_t:
-            ndws_delu_loop_f32(a, X, G, D, n)
-        else:
-            ndws_delu_loop_f64(a, X, G, D, n)
-        return True
-    if code == ACT_GELU_TANH:
-        if floating_t is float32_t:
-            ndws_dgelu_tanh_loop_f32(a, X, G, D, n)
-        else:
-            ndws_dgelu_tanh_loop_f64(a, X, G, D, n)
-        return True
-    return False
+    if code < 0 or code >= ACT_N_ELEMENTWISE:
+        return False
+    if floating_t is float32_t:
+        if _BWD_F32[code] == NULL:
+            return False
+        _BWD_F32[code](a, X, G, D, n)
+    else:
+        if _BWD_F64[code] == NULL:
+            return False
+        _BWD_F64[code](a, X, G, D, n)
+    return True
 
 # the activations' constants: C macros of _act_loops.h (which says where each comes from), so
 # they stay double literals exactly as written, in nogil code
