@@ -209,6 +209,20 @@ NDWS_VINLINE T ndws_softsign_##SFX(T a, T v) {                                  
     t = FROM(SEL(v > (T)1e30, BITS(one), BITS(t)));                                           \
     return FROM(SEL(v < (T)-1e30, BITS(mone), BITS(t)));                                      \
 }                                                                                             \
+/* d/dx of DL4J's rational tanh: 1.7159 * 2/3 * (1 + 2u + 4c u^3) / a^2, u = |2x/3| (libnd4j's  \
+   formula), as (n / a) / a: a overflowing to inf then gives 0, not inf/inf. u is capped where \
+   a is already inf and n still finite (1e12 in float32, 1e100 in float64), so the derivative  \
+   goes to 0 where libnd4j's gives NaN (|x| > 6e12 in float32); NaN passes the cap */          \
+NDWS_VINLINE T ndws_drational_tanh_##SFX(T a, T v) {                                           \
+    T u = FROM(BITS((T)NDWS_TWO_THIRDS * v) & ABS);                                           \
+    T big = (T)(sizeof(T) == 4 ? 1e12 : 1e100);                                               \
+    T den, num;                                                                               \
+    (void)a;                                                                                  \
+    u = FROM(SEL(u > big, BITS(big), BITS(u)));                                               \
+    den = 1 + u + u * u + (T)NDWS_RTANH_C * (u * u) * (u * u);                                \
+    num = 1 + 2 * u + (T)(4 * NDWS_RTANH_C) * u * u * u;                                      \
+    return (T)(NDWS_RTANH_A * NDWS_TWO_THIRDS) * (num / den) / den;                           \
+}                                                                                             \
 /* GELU, tanh approximation: 0.5 v (1 + tanh(sqrt(2/pi) (v + c v^3))); beyond GELU_BIG (and at \
    +-inf, where the formula gives inf * 0) exactly v or 0 */                                  \
 NDWS_VINLINE T ndws_gelu_tanh_##SFX(T a, T v) {                                               \
@@ -248,7 +262,7 @@ NDWS_ELEM_LOOPS(swish, SFX, T) NDWS_DELEM_LOOPS(swish, SFX, T)                  
 NDWS_ELEM_LOOPS(rectified_tanh, SFX, T) NDWS_DELEM_LOOPS(rectified_tanh, SFX, T)              \
 NDWS_ELEM_LOOPS(selu, SFX, T) NDWS_DELEM_LOOPS(selu, SFX, T)                                  \
 NDWS_ELEM_LOOPS(elu, SFX, T) NDWS_DELEM_LOOPS(elu, SFX, T)                                    \
-NDWS_ELEM_LOOPS(softsign, SFX, T)                                                             \
+NDWS_ELEM_LOOPS(softsign, SFX, T) NDWS_DELEM_LOOPS(rational_tanh, SFX, T)                     \
 NDWS_ELEM_LOOPS(gelu_tanh, SFX, T) NDWS_DELEM_LOOPS(gelu_tanh, SFX, T)
 
 NDWS_ELEM_FUNCS(f32, float, uint32_t, ndws_f32_bits, ndws_f32_from_bits, ndws_sel, 0x80000000u,

@@ -57,6 +57,7 @@ cdef extern from "_act_loops.h" nogil:
     float32_t ndws_softsign_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_gelu_tanh_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_dswish_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_drational_tanh_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_drectified_tanh_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_dselu_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_delu_f32(float32_t a, float32_t v) noexcept
@@ -70,6 +71,8 @@ cdef extern from "_act_loops.h" nogil:
                                 Py_ssize_t n) noexcept
     void ndws_gelu_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y,
                                  Py_ssize_t n) noexcept
+    void ndws_drational_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G,
+                                      float32_t* D, Py_ssize_t n) noexcept
     void ndws_dswish_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
                               Py_ssize_t n) noexcept
     void ndws_drectified_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G,
@@ -87,6 +90,7 @@ cdef extern from "_act_loops.h" nogil:
     float64_t ndws_softsign_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_gelu_tanh_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_dswish_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_drational_tanh_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_drectified_tanh_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_dselu_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_delu_f64(float64_t a, float64_t v) noexcept
@@ -100,6 +104,8 @@ cdef extern from "_act_loops.h" nogil:
                                 Py_ssize_t n) noexcept
     void ndws_gelu_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y,
                                  Py_ssize_t n) noexcept
+    void ndws_drational_tanh_loop_f64(float64_t a, const float64_t* X, const float64_t* G,
+                                      float64_t* D, Py_ssize_t n) noexcept
     void ndws_dswish_loop_f64(float64_t a, const float64_t* X, const float64_t* G, float64_t* D,
                               Py_ssize_t n) noexcept
     void ndws_drectified_tanh_loop_f64(float64_t a, const float64_t* X, const float64_t* G,
@@ -187,6 +193,8 @@ cdef void _fill_loop_tables() noexcept:
     _BWD_F32[ACT_RECTIFIEDTANH] = ndws_drectified_tanh_loop_f32
     _BWD_F64[ACT_RECTIFIEDTANH] = ndws_drectified_tanh_loop_f64
     _FWD_F32[ACT_SOFTSIGN], _FWD_F64[ACT_SOFTSIGN] = ndws_softsign_loop_f32, ndws_softsign_loop_f64
+    _BWD_F32[ACT_RATIONALTANH] = ndws_drational_tanh_loop_f32
+    _BWD_F64[ACT_RATIONALTANH] = ndws_drational_tanh_loop_f64
     _FWD_F32[ACT_GELU_TANH] = ndws_gelu_tanh_loop_f32
     _FWD_F64[ACT_GELU_TANH] = ndws_gelu_tanh_loop_f64
     _BWD_F32[ACT_GELU_TANH] = ndws_dgelu_tanh_loop_f32
@@ -282,6 +290,8 @@ cdef inline floating_t _delem(int code, floating_t a, floating_t v) noexcept nog
     if floating_t is float32_t:
         if code == ACT_SWISH:
             return ndws_dswish_f32(a, v)
+        if code == ACT_RATIONALTANH:
+            return ndws_drational_tanh_f32(a, v)
         if code == ACT_RECTIFIEDTANH:
             return ndws_drectified_tanh_f32(a, v)
         if code == ACT_SELU:
@@ -292,6 +302,8 @@ cdef inline floating_t _delem(int code, floating_t a, floating_t v) noexcept nog
     else:
         if code == ACT_SWISH:
             return ndws_dswish_f64(a, v)
+        if code == ACT_RATIONALTANH:
+            return ndws_drational_tanh_f64(a, v)
         if code == ACT_RECTIFIEDTANH:
             return ndws_drectified_tanh_f64(a, v)
         if code == ACT_SELU:
@@ -349,21 +361,6 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
     return v
 
 
-cdef inline floating_t _drtanh(floating_t v) noexcept nogil:
-    # d/dx of ACT_RATIONALTANH: 1.7159 * 2/3 * (1 + 2u + 4c u^3) / a^2, u = |2x/3| (libnd4j's
-    # formula), as (n / a) / a: a overflowing to inf then gives 0, not inf/inf. u is capped
-    # where a is already inf and n still finite (1e12 in float32, 1e100 in float64), so the
-    # derivative goes to 0 where libnd4j's gives NaN (|x| > 6e12 in float32). No branch: the
-    # loop vectorises.
-    cdef floating_t u = _fabs(<floating_t>TWO_THIRDS * v)
-    cdef floating_t big = <floating_t>(1e12 if floating_t is float32_t else 1e100)
-    cdef floating_t a, n
-    u = big if u > big else u                   # NaN passes
-    a = 1 + u + u * u + <floating_t>RTANH_C * (u * u) * (u * u)
-    n = 1 + 2 * u + <floating_t>(4 * RTANH_C) * u * u * u
-    return <floating_t>(RTANH_A * TWO_THIRDS) * (n / a) / a
-
-
 cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g) noexcept nogil:
     # g * f'(v); f'(NaN) is NaN for every activation but identity
     cdef floating_t s, t, d
@@ -400,7 +397,7 @@ cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g)
         t = 1 + _fabs(v)
         d = 1 / (t * t)
     elif code == ACT_RATIONALTANH:
-        d = _drtanh(v)
+        d = _delem(ACT_RATIONALTANH, a, v)
     elif code == ACT_RECTIFIEDTANH:
         d = _delem(ACT_RECTIFIEDTANH, a, v)
     elif code == ACT_CUBE:
