@@ -1,10 +1,12 @@
-/* The loops of the activations recurrent gates use (sigmoid and tanh, forward and backward), in
- * C so that the compiler builds them once per instruction set and picks one at load time (GCC's
- * target_clones: AVX-512, AVX2 or the x86-64 baseline), over ndws' branch-free exp and tanh
- * (ndws/_vmath.h). ndws/nn/_activations.pyx runs its contiguous sigmoid and tanh loops here;
- * inside its generic per-activation loops gcc neither inlines the element function nor
- * vectorises the loop: tanh over 1M float32 took 34 ms with glibc's tanhf, 22 ms with the
- * branch-free scalar, and runs at about 1 ms here (AVX-512).
+/* The activations' loops over contiguous arrays (sigmoid, tanh, relu, leaky relu, and the
+ * element functions below: swish, ELU, SELU, softsign, rectified and rational tanh, GELU's tanh
+ * form), a softmax row's exponentials and the softmax cross-entropy gradient, in C so that the
+ * compiler builds them once per instruction set and picks one at load time (GCC's
+ * target_clones: AVX-512, AVX2 or the x86-64 baseline), over ndws' branch-free exp, expm1, tanh
+ * and sigmoid (ndws/_vmath.h). ndws/nn/_activations.pyx (through its tables by activation code)
+ * and _losses.pyx run them; that module's own loops are built for the baseline and, with a
+ * branch per element, gcc did not vectorise them: tanh over 1M float32 took 34 ms with glibc's
+ * tanhf, 22 ms with the branch-free scalar, and runs at about 1 ms here (AVX-512).
  *
  * Every clone computes each element with the same separately rounded operations as the scalar
  * code of _activations.pyx (fp-contract=off: no fused multiply-add), so contiguous and strided
