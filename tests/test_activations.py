@@ -337,7 +337,7 @@ def _fwd(name):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", ["swish", "rectified_tanh", "softsign", "gelu_tanh", "selu",
-                                  "elu", "rational_tanh"])
+                                  "elu", "rational_tanh", "hardtanh"])
 def test_element_function_loops_give_the_strided_bits(name, dtype, rng):
     # contiguous arrays take _act_loops.h's per-instruction-set loops over the element
     # functions the strided (scalar) path calls too: the same bits, through NaN, +-0, +-inf,
@@ -365,7 +365,8 @@ def test_element_function_loops_give_the_strided_bits(name, dtype, rng):
             assert y[~np.isnan(y)].tobytes() == y_strided[~np.isnan(y)].tobytes()
             assert np.isnan(y[0]) and np.isfinite(y[1:3]).all()
             lim = {"swish": (np.inf, 0.0), "rectified_tanh": (1.0, 0.0),
-                   "softsign": (1.0, -1.0), "gelu_tanh": (np.inf, 0.0)}[name]
+                   "softsign": (1.0, -1.0), "gelu_tanh": (np.inf, 0.0),
+                   "hardtanh": (1.0, -1.0)}[name]
             assert (y[3], y[4]) == lim
     assert np.isnan(d[0])
     if name in ("swish", "gelu_tanh"):
@@ -374,6 +375,7 @@ def test_element_function_loops_give_the_strided_bits(name, dtype, rng):
     want = {"swish": lambda v: v / (1 + np.exp(-v)),
             "rectified_tanh": lambda v: np.maximum(np.tanh(v), 0),
             "softsign": lambda v: v / (1 + np.abs(v)),
+            "hardtanh": lambda v: np.clip(v, -1, 1),
             "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi)
                                                           * (v + 0.044715 * v ** 3)))}
     if name in want:

@@ -1,7 +1,7 @@
 /* The activations' loops over contiguous arrays (sigmoid, tanh, relu, leaky relu, and the
- * element functions below: swish, ELU, SELU, softsign, rectified and rational tanh, GELU's tanh
- * form), a softmax row's exponentials and the softmax cross-entropy gradient, in C so that the
- * compiler builds them once per instruction set and picks one at load time (GCC's
+ * element functions below: hardtanh, swish, ELU, SELU, softsign, rectified and rational tanh,
+ * GELU's tanh form), a softmax row's exponentials and the softmax cross-entropy gradient, in C
+ * so that the compiler builds them once per instruction set and picks one at load time (GCC's
  * target_clones: AVX-512, AVX2 or the x86-64 baseline), over ndws' branch-free exp, expm1, tanh
  * and sigmoid (ndws/_vmath.h). ndws/nn/_activations.pyx (through its tables by activation code)
  * and _losses.pyx run them; that module's own loops are built for the baseline and, with a
@@ -153,6 +153,13 @@ NDWS_VINLINE T ndws_selu_##SFX(T a, T v) {                                      
     (void)a;                                                                                  \
     return FROM(SEL(v > 0, BITS(up), BITS(down)));                                            \
 }                                                                                             \
+/* DL4J's hardtanh: clip(v, -1, 1), NaN passing through (the baseline loop's nested selects    \
+   ran at half relu's speed) */                                                               \
+NDWS_VINLINE T ndws_hardtanh_##SFX(T a, T v) {                                                \
+    T one = 1, mone = -1;                                                                     \
+    (void)a;                                                                                  \
+    return FROM(SEL(v < -1, BITS(mone), SEL(v > 1, BITS(one), BITS(v))));                     \
+}                                                                                             \
 /* swish: v * sigmoid(v); +-inf: their limits v and 0 (inf * sigmoid(-inf) would be NaN) */   \
 NDWS_VINLINE T ndws_swish_##SFX(T a, T v) {                                                   \
     UT u = BITS(v);                                                                           \
@@ -265,6 +272,7 @@ NDWS_ELEM_LOOPS(rectified_tanh, SFX, T) NDWS_DELEM_LOOPS(rectified_tanh, SFX, T)
 NDWS_ELEM_LOOPS(selu, SFX, T) NDWS_DELEM_LOOPS(selu, SFX, T)                                  \
 NDWS_ELEM_LOOPS(elu, SFX, T) NDWS_DELEM_LOOPS(elu, SFX, T)                                    \
 NDWS_ELEM_LOOPS(softsign, SFX, T) NDWS_DELEM_LOOPS(rational_tanh, SFX, T)                     \
+NDWS_ELEM_LOOPS(hardtanh, SFX, T)                                                             \
 NDWS_ELEM_LOOPS(gelu_tanh, SFX, T) NDWS_DELEM_LOOPS(gelu_tanh, SFX, T)
 
 NDWS_ELEM_FUNCS(f32, float, uint32_t, ndws_f32_bits, ndws_f32_from_bits, ndws_sel, 0x80000000u,

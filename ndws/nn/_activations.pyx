@@ -51,6 +51,7 @@ cdef extern from "_act_loops.h" nogil:
                                  float64_t* D, Py_ssize_t n) noexcept
     # the element functions both paths share, and their loops (see the header)
     float32_t ndws_swish_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_hardtanh_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_elu_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_selu_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_rectified_tanh_f32(float32_t a, float32_t v) noexcept
@@ -63,6 +64,8 @@ cdef extern from "_act_loops.h" nogil:
     float32_t ndws_delu_f32(float32_t a, float32_t v) noexcept
     float32_t ndws_dgelu_tanh_f32(float32_t a, float32_t v) noexcept
     void ndws_swish_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_hardtanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y,
+                                Py_ssize_t n) noexcept
     void ndws_elu_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
     void ndws_selu_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
     void ndws_rectified_tanh_loop_f32(float32_t a, const float32_t* X, float32_t* Y,
@@ -84,6 +87,7 @@ cdef extern from "_act_loops.h" nogil:
     void ndws_dgelu_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
                                   Py_ssize_t n) noexcept
     float64_t ndws_swish_f64(float64_t a, float64_t v) noexcept
+    float64_t ndws_hardtanh_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_elu_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_selu_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_rectified_tanh_f64(float64_t a, float64_t v) noexcept
@@ -96,6 +100,8 @@ cdef extern from "_act_loops.h" nogil:
     float64_t ndws_delu_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_dgelu_tanh_f64(float64_t a, float64_t v) noexcept
     void ndws_swish_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
+    void ndws_hardtanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y,
+                                Py_ssize_t n) noexcept
     void ndws_elu_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
     void ndws_selu_loop_f64(float64_t a, const float64_t* X, float64_t* Y, Py_ssize_t n) noexcept
     void ndws_rectified_tanh_loop_f64(float64_t a, const float64_t* X, float64_t* Y,
@@ -193,6 +199,8 @@ cdef void _fill_loop_tables() noexcept:
     _BWD_F32[ACT_RECTIFIEDTANH] = ndws_drectified_tanh_loop_f32
     _BWD_F64[ACT_RECTIFIEDTANH] = ndws_drectified_tanh_loop_f64
     _FWD_F32[ACT_SOFTSIGN], _FWD_F64[ACT_SOFTSIGN] = ndws_softsign_loop_f32, ndws_softsign_loop_f64
+    _FWD_F32[ACT_HARDTANH] = ndws_hardtanh_loop_f32
+    _FWD_F64[ACT_HARDTANH] = ndws_hardtanh_loop_f64
     _BWD_F32[ACT_RATIONALTANH] = ndws_drational_tanh_loop_f32
     _BWD_F64[ACT_RATIONALTANH] = ndws_drational_tanh_loop_f64
     _FWD_F32[ACT_GELU_TANH] = ndws_gelu_tanh_loop_f32
@@ -260,6 +268,8 @@ cdef inline floating_t _elem(int code, floating_t a, floating_t v) noexcept nogi
     # f(v) of the activations whose element function is _act_loops.h's (the one definition the
     # per-instruction-set loops use too)
     if floating_t is float32_t:
+        if code == ACT_HARDTANH:
+            return ndws_hardtanh_f32(a, v)
         if code == ACT_SWISH:
             return ndws_swish_f32(a, v)
         if code == ACT_ELU:
@@ -272,6 +282,8 @@ cdef inline floating_t _elem(int code, floating_t a, floating_t v) noexcept nogi
             return ndws_softsign_f32(a, v)
         return ndws_gelu_tanh_f32(a, v)
     else:
+        if code == ACT_HARDTANH:
+            return ndws_hardtanh_f64(a, v)
         if code == ACT_SWISH:
             return ndws_swish_f64(a, v)
         if code == ACT_ELU:
@@ -336,7 +348,7 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
     elif code == ACT_GELU_TANH:
         return _elem(ACT_GELU_TANH, a, v)
     elif code == ACT_HARDTANH:
-        return -1 if v < -1 else (1 if v > 1 else v)       # NaN passes through
+        return _elem(ACT_HARDTANH, a, v)                  # NaN passes through
     elif code == ACT_HARDSIGMOID:
         t = <floating_t>0.2 * v + <floating_t>0.5
         return 0 if t < 0 else (1 if t > 1 else t)
