@@ -86,6 +86,10 @@ cdef bint self_overlapping(const Operand* o) noexcept
 # pinned view, array_likes converted with `dtype` when given, odd byte strides through a
 # contiguous copy), TypeError naming `role` otherwise.
 cdef NDArray float_arg(object x, str op, str role, object dtype=*)
+# An array argument as it is (no conversion): an NDArray, or a NumPy array wrapped without a
+# copy; another thread's array through a pinned view; checked (stale, destroyed); TypeError
+# naming `role` for anything else. Outputs, caches, scratch and index arrays start here.
+cdef NDArray array_arg(object x, str op, str role)
 # A checked, writeable output of like's dtype and shape (`ref` names `like` in the messages).
 cdef NDArray out_arg(object out, NDArray like, str op, str role, str ref)
 # b must have a's dtype (TypeError) and shape (ValueError); `ref` names a.

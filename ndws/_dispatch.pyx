@@ -221,18 +221,24 @@ cdef tuple shape_of(NDArray a):
     return tuple([a._shape[d] for d in range(a._ndim)])
 
 
-cdef NDArray out_arg(object out, NDArray like, str op, str role, str ref):
-    """A checked, writeable output of like's dtype and shape."""
-    cdef NDArray o
-    out = pin_foreign(out, op, role)
-    if isinstance(out, NDArray):
-        o = <NDArray>out
-    elif isinstance(out, np.ndarray):
-        o = <NDArray>_from_numpy(out)
+cdef NDArray array_arg(object x, str op, str role):
+    """An NDArray or NumPy array argument, unconverted, pinned when foreign, and checked."""
+    cdef NDArray a
+    x = pin_foreign(x, op, role)
+    if isinstance(x, NDArray):
+        a = <NDArray>x
+    elif isinstance(x, np.ndarray):
+        a = <NDArray>_from_numpy(x)
     else:
         raise TypeError(f"{op}: {role} must be an NDArray or numpy.ndarray, "
-                        f"got {type(out).__name__}")
-    check_array(o, op, role)
+                        f"got {type(x).__name__}")
+    check_array(a, op, role)
+    return a
+
+
+cdef NDArray out_arg(object out, NDArray like, str op, str role, str ref):
+    """A checked, writeable output of like's dtype and shape."""
+    cdef NDArray o = array_arg(out, op, role)
     if not o._writeable:
         raise ValueError(f"{op}: {role} is read-only")
     if not whole_strides(o):

@@ -13,13 +13,12 @@ cimport numpy as cnp
 
 import numpy as np
 
-from ndws._core cimport NDArray, check_array, pin_foreign
-from ndws._dispatch cimport (float_arg, new_result, whole_strides, shape_of,
+from ndws._core cimport NDArray
+from ndws._dispatch cimport (array_arg, float_arg, new_result, whole_strides, shape_of,
                              arrays_overlap, second_name)
 from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, ACT_N_ELEMENTWISE, activation_code
-from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
 
@@ -147,17 +146,8 @@ cdef int _check_size(int ndim, const intp_t* shape, intp_t itemsize, str op, str
 
 cdef NDArray out_array(object out, object dtype, int ndim, const intp_t* shape, str op,
                        str role):
-    cdef NDArray o
+    cdef NDArray o = array_arg(out, op, role)
     cdef int d
-    out = pin_foreign(out, op, role)
-    if isinstance(out, NDArray):
-        o = <NDArray>out
-    elif isinstance(out, np.ndarray):
-        o = <NDArray>_from_numpy(out)
-    else:
-        raise TypeError(f"{op}: {role} must be an NDArray or numpy.ndarray, "
-                        f"got {type(out).__name__}")
-    check_array(o, op, role)
     if o._dtype != dtype:
         raise TypeError(f"{op}: {role} has dtype {o._dtype}, expected {dtype}")
     if not o._writeable:
@@ -198,15 +188,7 @@ cdef class _Scratch:
             shape[0] = need + ALIGN
             s.arr = new_result(_U8, 1, shape, op)
         else:
-            scratch = pin_foreign(scratch, op, "scratch")
-            if isinstance(scratch, NDArray):
-                a = <NDArray>scratch
-            elif isinstance(scratch, np.ndarray):
-                a = <NDArray>_from_numpy(scratch)
-            else:
-                raise TypeError(f"{op}: scratch must be an NDArray or numpy.ndarray, got "
-                                f"{type(scratch).__name__}")
-            check_array(a, op, "scratch")
+            a = array_arg(scratch, op, "scratch")
             if not a._writeable:
                 raise ValueError(f"{op}: scratch is read-only")
             if not a.flags.c_contiguous:

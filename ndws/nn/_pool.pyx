@@ -19,14 +19,14 @@ cimport numpy as cnp
 
 import numpy as np
 
-from ndws._core cimport NDArray, check_array, pin_foreign
-from ndws._dispatch cimport float_arg, shape_of, arrays_overlap, new_result, discard_result
+from ndws._core cimport NDArray
+from ndws._dispatch cimport (array_arg, float_arg, shape_of, arrays_overlap, new_result,
+                             discard_result)
 from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t, int32_t
 from ndws.nn._activations cimport copy_into
 from ndws.nn._conv cimport (Geom, _imin, _cdiv, parse_pair, parse_padding, parse_format,
                             window_geom, arg4, logical, format_shape, out_array, place)
-from ndws._core import from_numpy as _from_numpy
 
 cnp.import_array()
 
@@ -525,14 +525,7 @@ cdef object _pool_bwd(str op, int kind, object x, object grad_output, object ker
     logical(G, nhwc, dims, j.ys)
     j.y = G._data
     if indices is not None:
-        indices = pin_foreign(indices, op, "indices")
-        if isinstance(indices, np.ndarray):
-            indices = _from_numpy(indices)
-        if not isinstance(indices, NDArray):
-            raise TypeError(f"{op}: indices must be an NDArray or numpy.ndarray, got "
-                            f"{type(indices).__name__}")
-        I = <NDArray>indices
-        check_array(I, op, "indices")
+        I = array_arg(indices, op, "indices")
         if I._dtype != _I32:
             raise TypeError(f"{op}: indices must be int32 (max_pool2d's), got {I._dtype}")
         if shape_of(I) != expected:

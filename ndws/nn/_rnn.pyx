@@ -40,7 +40,7 @@ import numpy as np
 
 from ndws._arena cimport Arena
 from ndws._core cimport NDArray, check_array, pin_foreign
-from ndws._dispatch cimport shape_of, arrays_overlap
+from ndws._dispatch cimport array_arg, shape_of, arrays_overlap
 from ndws._gemm_types cimport GemmTable
 from ndws._linalg cimport gemm_table
 from ndws._threads cimport (threads_for, run_tasks, GRAIN_GEMM_F32, GRAIN_GEMM_F64,
@@ -1084,16 +1084,7 @@ cdef int _zero2(char* p, intp_t s0, intp_t s1, intp_t n0, intp_t n1, intp_t item
 cdef NDArray _cache_arg(object cache, object dtype, tuple shape, str op, bint write):
     # the cache: C-contiguous (its rows are read and written as one block), of the shape the
     # activations decide (lstm_cache_shape / simple_rnn_cache_shape)
-    cdef NDArray c
-    cache = pin_foreign(cache, op, "cache")
-    if isinstance(cache, NDArray):
-        c = <NDArray>cache
-    elif isinstance(cache, np.ndarray):
-        c = <NDArray>_from_numpy(cache)
-    else:
-        raise TypeError(f"{op}: cache must be an NDArray or numpy.ndarray, got "
-                        f"{type(cache).__name__}")
-    check_array(c, op, "cache")
+    cdef NDArray c = array_arg(cache, op, "cache")
     if c._dtype != dtype:
         raise TypeError(f"{op}: cache has dtype {c._dtype}, expected {dtype} (the dtype of x)")
     if shape_of(c) != shape:

@@ -7,13 +7,12 @@ cimport numpy as cnp
 import numpy as np
 
 from ndws._arena cimport Arena
-from ndws._core cimport NDArray, check_array, pin_foreign
-from ndws._dispatch cimport (float_arg, new_result, whole_strides, shape_of,
+from ndws._core cimport NDArray
+from ndws._dispatch cimport (array_arg, float_arg, new_result, whole_strides, shape_of,
                              arrays_overlap, second_name)
 from ndws._typedefs cimport intp_t
 from ndws.nn._activations cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, _CallAllocations,
                                    activation_code)
-from ndws._core import from_numpy as _from_numpy
 from ndws.workspace import DummyWorkspace as _DummyWorkspace
 
 cnp.import_array()
@@ -116,15 +115,7 @@ cdef class _Call(_CallAllocations):
             o = self._place(dtype, shape)
             self.outs.append((role, o))
             return o
-        out = pin_foreign(out, self.op, role)
-        if isinstance(out, NDArray):
-            o = <NDArray>out
-        elif isinstance(out, np.ndarray):
-            o = <NDArray>_from_numpy(out)
-        else:
-            raise TypeError(f"{self.op}: {role} must be an NDArray or numpy.ndarray, got "
-                            f"{type(out).__name__}")
-        check_array(o, self.op, role)
+        o = array_arg(out, self.op, role)
         if not o._writeable:
             raise ValueError(f"{self.op}: {role} is read-only")
         if o._dtype != dtype:
@@ -160,15 +151,7 @@ cdef class _Call(_CallAllocations):
             a = new_result(_U8, 1, shape, self.op)
             self.made.append(a)
         else:
-            scratch = pin_foreign(scratch, self.op, "scratch")
-            if isinstance(scratch, NDArray):
-                a = <NDArray>scratch
-            elif isinstance(scratch, np.ndarray):
-                a = <NDArray>_from_numpy(scratch)
-            else:
-                raise TypeError(f"{self.op}: scratch must be an NDArray or numpy.ndarray, got "
-                                f"{type(scratch).__name__}")
-            check_array(a, self.op, "scratch")
+            a = array_arg(scratch, self.op, "scratch")
             if not a._writeable:
                 raise ValueError(f"{self.op}: scratch is read-only")
             if not a.flags.c_contiguous:
