@@ -90,6 +90,9 @@ cdef NDArray float_arg(object x, str op, str role, object dtype=*)
 # copy; another thread's array through a pinned view; checked (stale, destroyed); TypeError
 # naming `role` for anything else. Outputs, caches, scratch and index arrays start here.
 cdef NDArray array_arg(object x, str op, str role)
+# A caller's `scratch=` array: an array argument that is writeable, C-contiguous and overlaps
+# none of `others` (the call's inputs and outputs; None entries skipped), ValueError otherwise.
+cdef NDArray scratch_arg(object scratch, str op, tuple others)
 # A checked, writeable output of like's dtype and shape (`ref` names `like` in the messages).
 cdef NDArray out_arg(object out, NDArray like, str op, str role, str ref)
 # b must have a's dtype (TypeError) and shape (ValueError); `ref` names a.

@@ -236,6 +236,19 @@ cdef NDArray array_arg(object x, str op, str role):
     return a
 
 
+cdef NDArray scratch_arg(object scratch, str op, tuple others):
+    """A caller's scratch array, checked to be writeable, C-contiguous and apart from `others`."""
+    cdef NDArray a = array_arg(scratch, op, "scratch")
+    if not a._writeable:
+        raise ValueError(f"{op}: scratch is read-only")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{op}: scratch must be C-contiguous")
+    for other in others:
+        if other is not None and arrays_overlap(a, <NDArray>other):
+            raise ValueError(f"{op}: scratch overlaps an input or output array")
+    return a
+
+
 cdef NDArray out_arg(object out, NDArray like, str op, str role, str ref):
     """A checked, writeable output of like's dtype and shape."""
     cdef NDArray o = array_arg(out, op, role)

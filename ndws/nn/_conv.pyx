@@ -14,8 +14,8 @@ cimport numpy as cnp
 import numpy as np
 
 from ndws._core cimport NDArray
-from ndws._dispatch cimport (array_arg, float_arg, new_result, whole_strides, shape_of,
-                             arrays_overlap, second_name)
+from ndws._dispatch cimport (array_arg, scratch_arg, float_arg, new_result, whole_strides,
+                             shape_of, arrays_overlap, second_name)
 from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, ACT_N_ELEMENTWISE, activation_code
@@ -182,21 +182,12 @@ cdef class _Scratch:
     cdef _Scratch get(object scratch, intp_t need, str op, tuple inputs):
         cdef _Scratch s = _Scratch.__new__(_Scratch)
         cdef intp_t shape[1]
-        cdef NDArray a
         cdef intp_t off
         if scratch is None:
             shape[0] = need + ALIGN
             s.arr = new_result(_U8, 1, shape, op)
         else:
-            a = array_arg(scratch, op, "scratch")
-            if not a._writeable:
-                raise ValueError(f"{op}: scratch is read-only")
-            if not a.flags.c_contiguous:
-                raise ValueError(f"{op}: scratch must be C-contiguous")
-            for other in inputs:
-                if other is not None and arrays_overlap(a, <NDArray>other):
-                    raise ValueError(f"{op}: scratch overlaps an input or output array")
-            s.arr = a
+            s.arr = scratch_arg(scratch, op, inputs)
         off = (-<size_t>s.arr._data) % ALIGN
         s.base = s.arr._data + off
         s.nbytes = s.arr._size * s.arr._itemsize - off

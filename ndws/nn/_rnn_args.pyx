@@ -8,8 +8,8 @@ import numpy as np
 
 from ndws._arena cimport Arena
 from ndws._core cimport NDArray
-from ndws._dispatch cimport (array_arg, float_arg, new_result, whole_strides, shape_of,
-                             arrays_overlap, second_name)
+from ndws._dispatch cimport (array_arg, scratch_arg, float_arg, new_result, whole_strides,
+                             shape_of, arrays_overlap, second_name)
 from ndws._typedefs cimport intp_t
 from ndws.nn._activations cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, _CallAllocations,
                                    activation_code)
@@ -151,14 +151,7 @@ cdef class _Call(_CallAllocations):
             a = new_result(_U8, 1, shape, self.op)
             self.made.append(a)
         else:
-            a = array_arg(scratch, self.op, "scratch")
-            if not a._writeable:
-                raise ValueError(f"{self.op}: scratch is read-only")
-            if not a.flags.c_contiguous:
-                raise ValueError(f"{self.op}: scratch must be C-contiguous")
-            for other in arrays:
-                if other is not None and arrays_overlap(a, <NDArray>other):
-                    raise ValueError(f"{self.op}: scratch overlaps an input or output array")
+            a = scratch_arg(scratch, self.op, arrays)
         off = (-<size_t>a._data) % ALIGN
         if a._size * a._itemsize - off < need:
             helper = "lstm" if self.op.startswith("lstm") else "simple_rnn"
