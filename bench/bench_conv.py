@@ -23,7 +23,10 @@ Each thread count runs in a fresh interpreter with OMP_NUM_THREADS set before th
 imported (and ``torch.set_num_threads`` / ``ndws.set_num_threads``). The contenders take turns
 in blocks of samples over several rounds, each block after the previous contender's library
 threads stopped spinning (bench_gemm's `settle`); medians and the p10-p90 spread are over all
-samples, and every ratio compares numbers from the same run.
+samples, and every ratio compares numbers from the same run. A sample of a single convolution
+is the mean time of the calls made in 16 ms (two of the busy neighbour's periods): a block of
+a few millisecond-long calls otherwise falls wholly in the neighbour's busy or idle phase, and
+a median over six blocks said which contender had been luckier.
 
 ``--noisy`` measures every thread count twice: quiet, then with a neighbour process pinned to
 the last CPU, busy 4 ms / idle 4 ms (bench_gemm's neighbour).
@@ -64,10 +67,11 @@ for path in (ROOT, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench_gemm import (banner, harness_parser, load_average, run_role, run_worker, settle,  # noqa: E402
-                        spread)
+from bench_gemm import (NEIGHBOUR_PERIOD, banner, harness_parser, load_average,  # noqa: E402
+                        run_role, run_worker, settle, spread, timed)
 
 TARGET = 1.0
+SPAN = 2 * NEIGHBOUR_PERIOD    # seconds of calls per sample of a single convolution
 
 # name, batch, c_in, height, width, c_out, kernel, padding, depthwise
 ROWS = [
@@ -185,27 +189,11 @@ def worker(threads, quick):
     for row in ROWS:
         calls, flops = _contenders(row, threads)
         out = {"case": row[0], "flops": flops}
-        # a batch-1 call takes tens of microseconds: more samples per block for a steady median
-        samples = per_block * (10 if row[1] == 1 else 1)
-        for phase in (0, 1):
-            times = {name: [] for name in calls}
-            for fns in calls.values():       # warm up: scratch, pools, oneDNN primitives
-                fns[phase]()
-                fns[phase]()
-            for _ in range(rounds):
-                for name, fns in calls.items():
-                    settle()
-                    t0 = time.perf_counter()
-                    while time.perf_counter() - t0 < 0.005:
-                        fns[phase]()
-                    for _ in range(samples):
-                        t0 = time.perf_counter()
-                        fns[phase]()
-                        times[name].append(time.perf_counter() - t0)
-            key = "fwd" if phase == 0 else "fwdbwd"
-            out[key] = {name: {"ms": statistics.median(ts) * 1e3,
-                               "spread": [t * 1e3 for t in spread(ts)]}
-                        for name, ts in times.items()}
+        for phase, key in ((0, "fwd"), (1, "fwdbwd")):
+            # each sample averages the calls of two of the busy neighbour's periods, so every
+            # contender's samples see its busy and idle phases alike (see bench_gemm.timed)
+            out[key] = timed({name: fns[phase] for name, fns in calls.items()}, rounds,
+                             per_block, span=SPAN)
         rows.append(out)
     info = {"threads": threads, "torch": torch.__version__,
             "mkldnn": bool(torch.backends.mkldnn.is_available()),

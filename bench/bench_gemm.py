@@ -44,6 +44,7 @@ if ROOT not in sys.path:
 
 TARGET = 0.95
 NEIGHBOUR_BUSY = NEIGHBOUR_IDLE = 0.004   # seconds
+NEIGHBOUR_PERIOD = NEIGHBOUR_BUSY + NEIGHBOUR_IDLE
 
 
 def neighbour_main():
@@ -227,24 +228,36 @@ def load_average():
         return "unknown"
 
 
-def timed(contenders, rounds, per_round, inner=1):
+def timed(contenders, rounds, per_round, inner=1, span=None):
     """Medians (ms) and p10-p90 spreads of each contender's call (name -> fn), after two warm-up
     calls each (learned workspaces, pools): `rounds` rounds in turn, each contender first
     waiting for the previous one's library threads to settle and called once untimed (its
-    threads awake, as in a loop), then `per_round` samples, each the mean of `inner` calls."""
-    for fn in contenders.values():
+    threads awake, as in a loop), then `per_round` samples, each the mean of `inner` calls.
+
+    With `span` (seconds), each contender's `inner` is instead chosen from its second warm-up
+    call so that a sample lasts about `span` (several NEIGHBOUR_PERIODs): a call shorter than the busy neighbour's period
+    otherwise lands whole blocks of samples in its busy or its idle phase, by luck, and the
+    medians compare luck (see `neighbour_main`)."""
+    inners = {}
+    for name, fn in contenders.items():
         fn()
-        fn()
+        one = 1.0
+        for _ in range(2):
+            t0 = time.perf_counter()
+            fn()
+            one = min(one, max(time.perf_counter() - t0, 1e-7))
+        inners[name] = inner if span is None else max(1, int(span / one + 0.5))
     times = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
             settle()
             fn()
+            n = inners[name]
             for _ in range(per_round):
                 t0 = time.perf_counter()
-                for _ in range(inner):
+                for _ in range(n):
                     fn()
-                times[name].append((time.perf_counter() - t0) / inner)
+                times[name].append((time.perf_counter() - t0) / n)
     return {name: {"ms": statistics.median(ts) * 1e3, "spread": [v * 1e3 for v in spread(ts)],
                    "n": len(ts)} for name, ts in times.items()}
 
