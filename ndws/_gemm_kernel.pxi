@@ -293,12 +293,14 @@ cdef inline void _ukr(intp_t kc, const floating_t* A__pi, const floating_t* B__p
 # aoff == NULL means A is packed (A + p*MR, ars == 1); boff == NULL means B is packed
 # (B + p*NR). load_c adds the product to C instead of overwriting it. Bc (with an indirect B)
 # receives the B rows as they are loaded, packed (Bc + p*NR): the first A panel over a block of B
-# packs it for the others at the cost of two stores per MR*NV fmas.
+# packs it for the others at the cost of two stores per MR*NV fmas. Without Bc, a caller that
+# needs at most VLEN columns (ncols) gets the tile one vector wide: the other columns of C are
+# not written, and each written column is the same fma chain, so the bits do not change.
 
 cdef inline void _ind_f32(intp_t kc, const float32_t* A, const intp_t* aoff, intp_t ars,
                           const float32_t* B, const intp_t* boff, float32_t* C, intp_t ldc,
                           bint load_c, float32_t* Bc, bint a_packed, bint b_packed,
-                          bint b_copy) noexcept nogil:
+                          bint b_copy, bint narrow) noexcept nogil:
     cdef ndws_vf32 acc[NDWS_MR_F32][NDWS_NV_F32]
     cdef ndws_vf32 bv[NDWS_NV_F32]
     cdef ndws_vf32 av
@@ -306,22 +308,23 @@ cdef inline void _ind_f32(intp_t kc, const float32_t* A, const intp_t* aoff, int
     cdef const float32_t* b
     cdef intp_t p
     cdef int r, v
+    cdef int nv = 1 if narrow else NDWS_NV_F32      # narrow: the first vector only
     for r in range(NDWS_MR_F32):
-        for v in range(NDWS_NV_F32):
+        for v in range(nv):
             acc[r][v] = ndws_vzero_f32()
     for p in range(kc):
         a = A + p * NDWS_MR_F32 if a_packed else A + aoff[p]
         b = B + p * NDWS_NR_F32 if b_packed else B + boff[p]
-        for v in range(NDWS_NV_F32):
+        for v in range(nv):
             bv[v] = ndws_vload_f32(b + v * NDWS_VLEN_F32)
             if b_copy:
                 ndws_vstore_f32(Bc + p * NDWS_NR_F32 + v * NDWS_VLEN_F32, bv[v])
         for r in range(NDWS_MR_F32):
             av = ndws_vset1_f32(a[r] if a_packed else a[r * ars])
-            for v in range(NDWS_NV_F32):
+            for v in range(nv):
                 acc[r][v] = ndws_vfmadd_f32(av, bv[v], acc[r][v])
     for r in range(NDWS_MR_F32):
-        for v in range(NDWS_NV_F32):
+        for v in range(nv):
             if load_c:
                 acc[r][v] = ndws_vadd_f32(ndws_vload_f32(C + r * ldc + v * NDWS_VLEN_F32),
                                           acc[r][v])
@@ -331,7 +334,7 @@ cdef inline void _ind_f32(intp_t kc, const float32_t* A, const intp_t* aoff, int
 cdef inline void _ind_f64(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
                           const float64_t* B, const intp_t* boff, float64_t* C, intp_t ldc,
                           bint load_c, float64_t* Bc, bint a_packed, bint b_packed,
-                          bint b_copy) noexcept nogil:
+                          bint b_copy, bint narrow) noexcept nogil:
     cdef ndws_vf64 acc[NDWS_MR_F64][NDWS_NV_F64]
     cdef ndws_vf64 bv[NDWS_NV_F64]
     cdef ndws_vf64 av
@@ -339,22 +342,23 @@ cdef inline void _ind_f64(intp_t kc, const float64_t* A, const intp_t* aoff, int
     cdef const float64_t* b
     cdef intp_t p
     cdef int r, v
+    cdef int nv = 1 if narrow else NDWS_NV_F64      # narrow: the first vector only
     for r in range(NDWS_MR_F64):
-        for v in range(NDWS_NV_F64):
+        for v in range(nv):
             acc[r][v] = ndws_vzero_f64()
     for p in range(kc):
         a = A + p * NDWS_MR_F64 if a_packed else A + aoff[p]
         b = B + p * NDWS_NR_F64 if b_packed else B + boff[p]
-        for v in range(NDWS_NV_F64):
+        for v in range(nv):
             bv[v] = ndws_vload_f64(b + v * NDWS_VLEN_F64)
             if b_copy:
                 ndws_vstore_f64(Bc + p * NDWS_NR_F64 + v * NDWS_VLEN_F64, bv[v])
         for r in range(NDWS_MR_F64):
             av = ndws_vset1_f64(a[r] if a_packed else a[r * ars])
-            for v in range(NDWS_NV_F64):
+            for v in range(nv):
                 acc[r][v] = ndws_vfmadd_f64(av, bv[v], acc[r][v])
     for r in range(NDWS_MR_F64):
-        for v in range(NDWS_NV_F64):
+        for v in range(nv):
             if load_c:
                 acc[r][v] = ndws_vadd_f64(ndws_vload_f64(C + r * ldc + v * NDWS_VLEN_F64),
                                           acc[r][v])
@@ -363,34 +367,54 @@ cdef inline void _ind_f64(intp_t kc, const float64_t* A, const intp_t* aoff, int
 
 cdef void _ukr_ind_f32(intp_t kc, const float32_t* A, const intp_t* aoff, intp_t ars,
                        const float32_t* B, const intp_t* boff, float32_t* C, intp_t ldc,
-                       int load_c, float32_t* Bc) noexcept nogil:
-    # the three kinds of operand the convolutions use get their own loop (constant flags fold
-    # into the inlined body; with more call sites gcc stops inlining it); the rest share one
-    if aoff == NULL and boff == NULL:
-        _ind_f32(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, True, False)
+                       int load_c, float32_t* Bc, intp_t ncols) noexcept nogil:
+    # the kinds of operand the convolutions use get their own loop (constant flags fold into
+    # the inlined body; with more call sites gcc stops inlining it); the rest share one
+    if NDWS_NV_F32 > 1 and ncols <= NDWS_VLEN_F32 and Bc == NULL:
+        # one vector wide (the last tap group of row taps: 16 of 48 columns)
+        if aoff != NULL and boff != NULL:
+            _ind_f32(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, False, False, True)
+        else:
+            _ind_f32(kc, A, aoff, ars if aoff != NULL else 1, B, boff, C, ldc, load_c, Bc,
+                     aoff == NULL, boff == NULL, False, True)
+    elif aoff == NULL and boff == NULL:
+        _ind_f32(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, True, False, False)
     elif aoff == NULL and Bc != NULL:
-        _ind_f32(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, False, True)
+        _ind_f32(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, False, True, False)
     elif boff == NULL:
-        _ind_f32(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, True, False)
+        _ind_f32(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, True, False, False)
+    elif aoff != NULL and Bc == NULL:
+        # both read in place (row taps: dY and the channels-last copy)
+        _ind_f32(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, False, False, False)
     else:
         _ind_f32(kc, A, aoff, ars if aoff != NULL else 1, B, boff, C, ldc, load_c, Bc,
-                 aoff == NULL, False, Bc != NULL)
+                 aoff == NULL, False, Bc != NULL, False)
 
 
 cdef void _ukr_ind_f64(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
                        const float64_t* B, const intp_t* boff, float64_t* C, intp_t ldc,
-                       int load_c, float64_t* Bc) noexcept nogil:
-    # the three kinds of operand the convolutions use get their own loop (constant flags fold
-    # into the inlined body; with more call sites gcc stops inlining it); the rest share one
-    if aoff == NULL and boff == NULL:
-        _ind_f64(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, True, False)
+                       int load_c, float64_t* Bc, intp_t ncols) noexcept nogil:
+    # the kinds of operand the convolutions use get their own loop (constant flags fold into
+    # the inlined body; with more call sites gcc stops inlining it); the rest share one
+    if NDWS_NV_F64 > 1 and ncols <= NDWS_VLEN_F64 and Bc == NULL:
+        # one vector wide (the last tap group of row taps: 16 of 48 columns)
+        if aoff != NULL and boff != NULL:
+            _ind_f64(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, False, False, True)
+        else:
+            _ind_f64(kc, A, aoff, ars if aoff != NULL else 1, B, boff, C, ldc, load_c, Bc,
+                     aoff == NULL, boff == NULL, False, True)
+    elif aoff == NULL and boff == NULL:
+        _ind_f64(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, True, False, False)
     elif aoff == NULL and Bc != NULL:
-        _ind_f64(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, False, True)
+        _ind_f64(kc, A, aoff, 1, B, boff, C, ldc, load_c, Bc, True, False, True, False)
     elif boff == NULL:
-        _ind_f64(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, True, False)
+        _ind_f64(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, True, False, False)
+    elif aoff != NULL and Bc == NULL:
+        # both read in place (row taps: dY and the channels-last copy)
+        _ind_f64(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, False, False, False, False)
     else:
         _ind_f64(kc, A, aoff, ars if aoff != NULL else 1, B, boff, C, ldc, load_c, Bc,
-                 aoff == NULL, False, Bc != NULL)
+                 aoff == NULL, False, Bc != NULL, False)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -37,12 +37,14 @@ ctypedef long long (*count_fn)() noexcept nogil
 # + sum_{p < kc} A[aoff[p] + i*ars] * B[boff[p] + j], with aoff == NULL for a packed A (A + p*MR)
 # and boff == NULL for a packed B (B + p*NR). Every element is the GEMM's fma chain over p.
 # Bc (NULL, or with an indirect B): receives B's rows packed, Bc[p*NR + j] = B[boff[p] + j].
+# ncols: the columns of C the caller needs (NR, or fewer); without Bc, at most a vector's worth
+# computes only the first vector of columns (the rest of C's tile is not written).
 ctypedef void (*ukr_ind_f32_fn)(intp_t kc, const float32_t* A, const intp_t* aoff, intp_t ars,
                                 const float32_t* B, const intp_t* boff, float32_t* C,
-                                intp_t ldc, int load_c, float32_t* Bc) noexcept nogil
+                                intp_t ldc, int load_c, float32_t* Bc, intp_t ncols) noexcept nogil
 ctypedef void (*ukr_ind_f64_fn)(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
                                 const float64_t* B, const intp_t* boff, float64_t* C,
-                                intp_t ldc, int load_c, float64_t* Bc) noexcept nogil
+                                intp_t ldc, int load_c, float64_t* Bc, intp_t ncols) noexcept nogil
 # B packed once for many products with it (the recurrent weights of a time loop): `pack_b_*`
 # copies a k x n B (any strides) into `packed_b_elems(k, n, is_f64)` elements in the layout the
 # kernel packs B into itself (K blocks of the balanced KC, each a row of zero-padded NR-wide

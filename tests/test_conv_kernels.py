@@ -308,23 +308,32 @@ def test_every_build_of_the_winograd_transforms(rng, isa):
     # the transforms only add, subtract and halve: every build gives the baseline's bits, for
     # rows of tiles shorter than a vector (7), one (8) and longer (17: overlapping blocks), full
     # and partial weight panels (16 and 20 output channels), bias, activation, and the input
-    # gradient (the forward on the flipped kernel)
+    # gradient (the forward on the flipped kernel); rows of unit stride and not (NHWC, a
+    # reversed view), odd output widths (a last 2x2 block of one column)
     from ndws.nn import _conv2d, _winograd
-    cases = [((2, 16, 13, 14, 16), np.float32), ((1, 17, 16, 16, 20), np.float64),
-             ((1, 16, 34, 20, 16), np.float32)]
+    cases = [((2, 16, 13, 14, 16), np.float32, None), ((1, 17, 16, 16, 20), np.float64, None),
+             ((1, 16, 34, 20, 16), np.float32, None), ((2, 16, 11, 13, 16), np.float32, "NHWC"),
+             ((1, 16, 10, 19, 16), np.float64, "reversed")]
     results = {}
     for name in ("baseline", isa):
         with _build(name, _winograd._wino_isas, _winograd._use_wino_isa):
             out = []
-            for (N, C, H, W, O), dtype in cases:
+            for (N, C, H, W, O), dtype, how in cases:
                 r = np.random.default_rng(7)
                 x, w, b = _data(r, (N, C, H, W, O, (3, 3)), dtype)
                 assert _conv2d._algorithms(x.shape, w.shape, padding=1)["forward"] == "winograd"
-                y = np.asarray(F.conv2d(x, w, b, padding=1, activation="relu")).copy()
+                fmt = "NHWC" if how == "NHWC" else "NCHW"
+                xin = nhwc(x) if how == "NHWC" else x
+                if how == "reversed":
+                    xin = np.ascontiguousarray(x[..., ::-1])[..., ::-1]
+                back = nchw if how == "NHWC" else np.asarray
+                y = back(F.conv2d(xin, w, b, padding=1, activation="relu",
+                                  data_format=fmt)).copy()
                 close(y, np.maximum(ref_conv(x, w, b, 1, 1), 0),
                       ref_conv(np.abs(x), np.abs(w), np.abs(b), 1, 1), dtype)
                 dy = r.standard_normal(y.shape).astype(dtype)
-                gx = np.asarray(F.conv2d_backward(x, w, dy, padding=1)[0]).copy()
+                gx = back(F.conv2d_backward(xin, w, nhwc(dy) if how == "NHWC" else dy,
+                                            padding=1, data_format=fmt)[0]).copy()
                 close(gx, ref_conv_backward(x, w, dy, 1, 1)[0],
                       ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), 1, 1)[0], dtype)
                 out += [y, gx]
@@ -836,6 +845,40 @@ def test_weight_gradient_chunks_give_the_same_bits_on_one_and_two_threads(rng, d
             assert np.array_equal(got[1], got[i])
         close(got[1], ref_conv_backward(x, w, dy, s, p)[1],
               ref_conv_backward(np.abs(x), w, np.abs(dy), s, p)[1], dtype)
+
+
+@pytest.mark.parametrize("isa", la.available_isas())
+def test_row_taps_give_the_bits_of_channel_taps(rng, isa):
+    # Row taps (tiles of MR output channels x NR (kernel column, channel) pairs) and channel
+    # taps (MR channels at one kernel position x NR output channels) sum the same products in
+    # the same order. A row's last group of at most one vector of pairs (AVX-512 float32: 5 x 3
+    # = 15, 12 x 3 = 36 = 32 + 4, 16 x 3 = 48 = 32 + 16) runs a tile one vector wide, which
+    # must not change a bit either. 2*MR output channels take row taps, 4*MR channel taps; the
+    # first 2*MR of the latter see the same dY.
+    from ndws.nn import _conv2d
+    prev = la._use_isa(isa)
+    try:
+        for dtype in DTYPES:
+            mr = la._gemm_info()[np.dtype(dtype).name]["mr"]
+            hits = 0
+            for c in (5, 8, 12, 16, 24):
+                x = rng.standard_normal((3, c, 20, 20)).astype(dtype)
+                dy = rng.standard_normal((3, 4 * mr, 20, 20)).astype(dtype)
+                w_row, w_cha = (np.zeros((k * mr, c, 3, 3), dtype) for k in (2, 4))
+                kinds = [_conv2d._algorithms(x.shape, w_.shape, 1, 1, 1)["weight_grad"]
+                         for w_ in (w_row, w_cha)]
+                if kinds != ["row taps", "channel taps"]:
+                    continue
+                hits += 1
+                row = F.conv2d_backward(x, w_row, np.ascontiguousarray(dy[:, :2 * mr]), 1, 1,
+                                        need_input=False, need_bias=False)[1]
+                cha = F.conv2d_backward(x, w_cha, dy, 1, 1, need_input=False,
+                                        need_bias=False)[1]
+                np.testing.assert_array_equal(np.asarray(row), np.asarray(cha)[:2 * mr])
+            # the tile grids of the AVX-512 build take row taps for some of these channel counts
+            assert hits > 0 or isa != "avx512"
+    finally:
+        la._use_isa(prev)
 
 
 @pytest.mark.parametrize("isa", la.available_isas())

@@ -74,12 +74,15 @@ cdef inline void _col_range(intp_t kw, intp_t DW, intp_t PL, intp_t SW, intp_t W
 
 cdef inline void _ukr(const GemmTable* T, intp_t kc, const floating_t* A, const intp_t* aoff,
                       intp_t ars, const floating_t* B, const intp_t* boff, floating_t* C,
-                      intp_t ldc, int load_c, floating_t* Bc=NULL) noexcept nogil:
-    # the GEMM build's indirect micro-kernel (ndws/_gemm_types.pxd) of C's dtype
+                      intp_t ldc, int load_c, floating_t* Bc=NULL,
+                      intp_t ncols=0x40000000) noexcept nogil:
+    # the GEMM build's indirect micro-kernel (ndws/_gemm_types.pxd) of C's dtype; ncols: the
+    # tile's columns the caller needs (fewer than a vector's worth run one vector wide; the
+    # default: all)
     if floating_t is float32_t:
-        T.ukr_ind_f32(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc)
+        T.ukr_ind_f32(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, ncols)
     else:
-        T.ukr_ind_f64(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc)
+        T.ukr_ind_f64(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, ncols)
 
 
 # An int >= lo (and below the size limit) into out[0] (TypeError/ValueError naming role).

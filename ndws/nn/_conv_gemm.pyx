@@ -688,7 +688,7 @@ cdef void _wg_tile(WgJob* j, intp_t ch, intp_t t, floating_t dummy) noexcept nog
              + cb * W.MR * j.ds[1], j.dyoff, j.ds[1],
              <const floating_t*>j.pad[st] + i * g.DH * W.ps + (grp % W.ngr) * W.NR,
              j.posoff, <floating_t*>j.acc + cb * W.MR * W.ngroups * W.NR + grp * W.NR,
-             W.ngroups * W.NR, ch > 0)
+             W.ngroups * W.NR, ch > 0, NULL, g.KW * g.C - (grp % W.ngr) * W.NR)
         return
     if W.kwmode:
         # grp = (c*KH + i)*nkwb + kwb: MR consecutive kernel columns of channel c, row i

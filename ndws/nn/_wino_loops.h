@@ -226,7 +226,63 @@ static void NAME(const T* w, ptrdiff_t ws0, ptrdiff_t ws1, ptrdiff_t ws2, ptrdif
     }                                                                                         \
 }
 
+/* The copies around the transforms. A task's input rows, each split into its even then its odd
+ * columns: dst[c*ps + i*2Wh + e] := x[c, row0 + i, col0 + 2e] and dst[... + Wh + e] := x[...,
+ * col0 + 2e + 1] (0 outside the image; rows past `rows` up to Hmax zeroed); and a row of 2x2
+ * output blocks put back together, y[2e] := a[e], y[2e + 1] := b[e]. Compiled per instruction
+ * set they are vector permutes; in the baseline-built Cython module they were scalar stores
+ * or 4-lane loads, a quarter of a 16->16 3x3 convolution's time. */
+#define NDWS_WINO_COPIES(NAME, T, ATTR)                                                       \
+ATTR                                                                                          \
+static void NAME##_rows(const T* xn, ptrdiff_t xs1, ptrdiff_t xs2, ptrdiff_t sw, ptrdiff_t C, \
+                        ptrdiff_t H, ptrdiff_t W, ptrdiff_t row0, ptrdiff_t rows,             \
+                        ptrdiff_t col0, ptrdiff_t Wh, ptrdiff_t ps, ptrdiff_t Hmax,           \
+                        T* __restrict dst) {                                                  \
+    ptrdiff_t c, i, e, par;                                                                   \
+    for (c = 0; c < C; c++) {                                                                 \
+        for (i = 0; i < Hmax; i++) {                                                          \
+            T* __restrict d = dst + c * ps + i * 2 * Wh;                                      \
+            ptrdiff_t ih = row0 + i;                                                          \
+            const T* s;                                                                       \
+            if (i >= rows || ih < 0 || ih >= H) {                                             \
+                memset(d, 0, (size_t)(2 * Wh) * sizeof(T));                                   \
+                continue;                                                                     \
+            }                                                                                 \
+            s = xn + c * xs1 + ih * xs2;                                                      \
+            for (par = 0; par < 2; par++, d += Wh) {                                          \
+                /* e with 0 <= col0 + 2e + par < W */                                         \
+                ptrdiff_t iw = col0 + par, lo = iw >= 0 ? 0 : (-iw + 1) / 2, hi = 0;          \
+                if (W > iw)                                                                   \
+                    hi = (W - iw + 1) / 2 < Wh ? (W - iw + 1) / 2 : Wh;                       \
+                if (hi < lo)                                                                  \
+                    hi = lo;                                                                  \
+                for (e = 0; e < lo; e++)                                                      \
+                    d[e] = 0;                                                                 \
+                if (sw == 1)                                                                  \
+                    for (e = lo; e < hi; e++)                                                 \
+                        d[e] = s[iw + 2 * e];                                                 \
+                else                                                                          \
+                    for (e = lo; e < hi; e++)                                                 \
+                        d[e] = s[(iw + 2 * e) * sw];                                          \
+                for (e = hi; e < Wh; e++)                                                     \
+                    d[e] = 0;                                                                 \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+}                                                                                             \
+ATTR                                                                                          \
+static void NAME##_scatter2(const T* __restrict a, const T* __restrict b, ptrdiff_t n,        \
+                            T* __restrict y) {                                                \
+    ptrdiff_t e;                                                                              \
+    for (e = 0; e < n; e++) {                                                                 \
+        y[2 * e] = a[e];                                                                      \
+        y[2 * e + 1] = b[e];                                                                  \
+    }                                                                                         \
+}
+
 #define NDWS_WINO_ALL(SUFFIX, ATTR)                                                           \
+NDWS_WINO_COPIES(ndws_wino_f32_##SUFFIX, float, ATTR)                                        \
+NDWS_WINO_COPIES(ndws_wino_f64_##SUFFIX, double, ATTR)                                       \
 NDWS_WINO_INPUT(ndws_wino_input_f32_##SUFFIX, float, ndws_wino_vf32, ATTR)                    \
 NDWS_WINO_INPUT(ndws_wino_input_f64_##SUFFIX, double, ndws_wino_vf64, ATTR)                   \
 NDWS_WINO_OUTPUT(ndws_wino_output_f32_##SUFFIX, float, ndws_wino_vf32, ATTR)                  \
@@ -253,9 +309,19 @@ static struct {
                         int, int, float*, ptrdiff_t);
     void (*weights_f64)(const double*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t,
                         int, int, double*, ptrdiff_t);
+    void (*rows_f32)(const float*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                     ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                     float*);
+    void (*rows_f64)(const double*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                     ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                     double*);
+    void (*scatter2_f32)(const float*, const float*, ptrdiff_t, float*);
+    void (*scatter2_f64)(const double*, const double*, ptrdiff_t, double*);
 } ndws_wino = {"baseline", ndws_wino_input_f32_base, ndws_wino_input_f64_base,
                ndws_wino_output_f32_base, ndws_wino_output_f64_base,
-               ndws_wino_weights_f32_base, ndws_wino_weights_f64_base};
+               ndws_wino_weights_f32_base, ndws_wino_weights_f64_base,
+               ndws_wino_f32_base_rows, ndws_wino_f64_base_rows,
+               ndws_wino_f32_base_scatter2, ndws_wino_f64_base_scatter2};
 
 #define NDWS_WINO_SET(name, suffix) do {                                                   \
         ndws_wino.isa = name;                                                               \
@@ -265,6 +331,10 @@ static struct {
         ndws_wino.output_f64 = ndws_wino_output_f64_##suffix;                               \
         ndws_wino.weights_f32 = ndws_wino_weights_f32_##suffix;                             \
         ndws_wino.weights_f64 = ndws_wino_weights_f64_##suffix;                             \
+        ndws_wino.rows_f32 = ndws_wino_f32_##suffix##_rows;                                 \
+        ndws_wino.rows_f64 = ndws_wino_f64_##suffix##_rows;                                 \
+        ndws_wino.scatter2_f32 = ndws_wino_f32_##suffix##_scatter2;                         \
+        ndws_wino.scatter2_f64 = ndws_wino_f64_##suffix##_scatter2;                         \
     } while (0)
 
 /* Use the loops built for `isa` ("avx512", "avx2" or "baseline"): 1, or 0 (nothing changed)
@@ -299,7 +369,14 @@ static inline void ndws_wino_output_##S(const T* m, ptrdiff_t st, ptrdiff_t n, T
 static inline void ndws_wino_weights_##S(const T* w, ptrdiff_t ws0, ptrdiff_t ws1,            \
                                          ptrdiff_t ws2, ptrdiff_t ws3, ptrdiff_t C,           \
                                          int nrows, int mr, T* U, ptrdiff_t us)               \
-{ ndws_wino.weights_##S(w, ws0, ws1, ws2, ws3, C, nrows, mr, U, us); }
+{ ndws_wino.weights_##S(w, ws0, ws1, ws2, ws3, C, nrows, mr, U, us); }                      \
+static inline void ndws_wino_rows_##S(const T* xn, ptrdiff_t xs1, ptrdiff_t xs2, ptrdiff_t sw,  \
+                                      ptrdiff_t C, ptrdiff_t H, ptrdiff_t W, ptrdiff_t row0,   \
+                                      ptrdiff_t rows, ptrdiff_t col0, ptrdiff_t Wh,            \
+                                      ptrdiff_t ps, ptrdiff_t Hmax, T* dst)                    \
+{ ndws_wino.rows_##S(xn, xs1, xs2, sw, C, H, W, row0, rows, col0, Wh, ps, Hmax, dst); }        \
+static inline void ndws_wino_scatter2_##S(const T* a, const T* b, ptrdiff_t n, T* y)           \
+{ ndws_wino.scatter2_##S(a, b, n, y); }
 
 NDWS_WINO_CALLS(float, f32)
 NDWS_WINO_CALLS(double, f64)

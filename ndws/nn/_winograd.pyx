@@ -23,8 +23,6 @@ Work: 2.25x fewer multiplications; the transforms cost about 2 + 1.5 adds per in
 value per channel. Measured on the 2-core Zen 4 against the direct driver: see docs/kernels.md.
 """
 
-from libc.string cimport memset
-
 from ndws._gemm_types cimport GemmTable
 from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
@@ -45,6 +43,14 @@ cdef extern from "_wino_loops.h" nogil:
                                intp_t ws3, intp_t C, int nrows, int mr, float32_t* U, intp_t us)
     void ndws_wino_weights_f64(const float64_t* w, intp_t ws0, intp_t ws1, intp_t ws2,
                                intp_t ws3, intp_t C, int nrows, int mr, float64_t* U, intp_t us)
+    void ndws_wino_rows_f32(const float32_t* xn, intp_t xs1, intp_t xs2, intp_t sw, intp_t C,
+                            intp_t H, intp_t W, intp_t row0, intp_t rows, intp_t col0,
+                            intp_t Wh, intp_t ps, intp_t Hmax, float32_t* dst)
+    void ndws_wino_rows_f64(const float64_t* xn, intp_t xs1, intp_t xs2, intp_t sw, intp_t C,
+                            intp_t H, intp_t W, intp_t row0, intp_t rows, intp_t col0,
+                            intp_t Wh, intp_t ps, intp_t Hmax, float64_t* dst)
+    void ndws_wino_scatter2_f32(const float32_t* a, const float32_t* b, intp_t n, float32_t* y)
+    void ndws_wino_scatter2_f64(const float64_t* a, const float64_t* b, intp_t n, float64_t* y)
     int ndws_wino_use(const char* isa)
     const char* ndws_wino_isa()
 
@@ -109,41 +115,6 @@ cdef void _wino_weights(const floating_t* w, const intp_t* ws, const Geom* g, in
                                   <int>MR, U + q * g.C * MR, nap * g.C * MR)
 
 
-cdef void _wino_rows(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, intp_t W,
-                     intp_t row0, intp_t rows, intp_t col0, intp_t Wh, intp_t ps, intp_t Hmax,
-                     floating_t* dst) noexcept nogil:
-    """The task's padded input rows, each row split into its even columns then its odd ones:
-    dst[c*ps + i*2Wh + e] := x[c, row0 + i, col0 + 2e], dst[... + Wh + e] := x[..., col0 + 2e
-    + 1] (0 outside the image). A tile's 4x4 patch then reads columns 2b..2b+3 as even[b],
-    odd[b], even[b+1], odd[b+1]: unit-stride vectors across the tiles of a row."""
-    cdef intp_t c, i, ih, e, iw, par, lo, hi, sw = xs[3], Ws = 2 * Wh
-    cdef floating_t* d
-    cdef const floating_t* s
-    for c in range(C):
-        for i in range(rows):
-            d = dst + c * ps + i * Ws
-            ih = row0 + i
-            if ih < 0 or ih >= H:
-                memset(d, 0, Ws * sizeof(floating_t))
-                continue
-            s = xn + c * xs[1] + ih * xs[2]
-            for par in range(2):
-                # e with 0 <= col0 + 2e + par < W
-                iw = col0 + par
-                lo = 0 if iw >= 0 else (-iw + 1) // 2
-                hi = _imin(Wh, (W - iw + 1) // 2) if W > iw else 0
-                if hi < lo:
-                    hi = lo
-                for e in range(lo):
-                    d[par * Wh + e] = 0
-                for e in range(lo, hi):
-                    d[par * Wh + e] = s[(iw + 2 * e) * sw]
-                for e in range(hi, Wh):
-                    d[par * Wh + e] = 0
-        if rows < Hmax:
-            memset(dst + c * ps + rows * Ws, 0, (Hmax - rows) * Ws * sizeof(floating_t))
-
-
 cdef inline intp_t _wino_segments(const WinoPlan* P, intp_t t0, intp_t cnt, intp_t* sa,
                                   intp_t* sb, intp_t* sj, intp_t* sl) noexcept nogil:
     # the panel's tiles as runs along one tile row: (tile row, first column, panel index, length)
@@ -196,7 +167,7 @@ cdef void _wino_output(const WinoJob* j, const floating_t* M, intp_t n, intp_t c
     cdef const Geom* g = &j.g
     cdef const WinoPlan* P = &j.p
     cdef intp_t MR = P.MR, NR = P.NR, S = MR * NR, rv = _imin(MR, g.CO - co0), r, b, u, ns
-    cdef intp_t oh, ow, n_, k, y2 = j.ys[2], y3 = j.ys[3]
+    cdef intp_t oh, ow, n_, nf, k, y2 = j.ys[2], y3 = j.ys[3]
     cdef intp_t sa[64]
     cdef intp_t sb[64]
     cdef intp_t sj[64]
@@ -224,11 +195,20 @@ cdef void _wino_output(const WinoJob* j, const floating_t* M, intp_t n, intp_t c
                 if oh + k >= g.OH:
                     break
                 yr = <floating_t*>j.y + n * j.ys[0] + (co0 + r) * j.ys[1] + (oh + k) * y2
-                for b in range(n_):
-                    ow = 2 * (sb[u] + b)
-                    yr[ow * y3] = o[2 * k][b]
-                    if ow + 1 < g.OW:
+                # whole 2x2 blocks; the last one of an odd width has one column
+                nf = _imin(n_, (g.OW - 2 * sb[u]) // 2)
+                if y3 == 1:
+                    if floating_t is float32_t:
+                        ndws_wino_scatter2_f32(o[2 * k], o[2 * k + 1], nf, yr + 2 * sb[u])
+                    else:
+                        ndws_wino_scatter2_f64(o[2 * k], o[2 * k + 1], nf, yr + 2 * sb[u])
+                else:
+                    for b in range(nf):
+                        ow = 2 * (sb[u] + b)
+                        yr[ow * y3] = o[2 * k][b]
                         yr[(ow + 1) * y3] = o[2 * k + 1][b]
+                if nf < n_:
+                    yr[2 * (sb[u] + nf) * y3] = o[2 * k][nf]
 
 
 cdef void _wino_task(WinoJob* j, floating_t* buf, floating_t* V, floating_t* M, intp_t t
@@ -239,9 +219,17 @@ cdef void _wino_task(WinoJob* j, floating_t* buf, floating_t* V, floating_t* M, 
     cdef intp_t trows = _imin(P.TH, a0 + P.R) - a0, ntiles = trows * P.TW
     cdef intp_t MR = P.MR, NR = P.NR, C = g.C, t0, cnt, ap, xi
     cdef const floating_t* U = <const floating_t*>j.U
-    # the task's input rows: 2*trows + 2 of them from output row 2*a0, zero padded, split
-    _wino_rows(<const floating_t*>j.x + n * j.xs[0], j.xs, C, g.H, g.W, 2 * a0 - g.PT,
-               2 * trows + 2, -g.PL, P.Ws // 2, P.ps, P.Hs, buf)
+    # the task's input rows: 2*trows + 2 of them from output row 2*a0, zero padded, each split
+    # into its even then its odd columns (a tile's 4x4 patch then reads columns 2b..2b+3 as
+    # even[b], odd[b], even[b+1], odd[b+1]: unit-stride vectors across the tiles of a row)
+    if floating_t is float32_t:
+        ndws_wino_rows_f32(<const float32_t*>j.x + n * j.xs[0], j.xs[1], j.xs[2], j.xs[3], C,
+                           g.H, g.W, 2 * a0 - g.PT, 2 * trows + 2, -g.PL, P.Ws // 2, P.ps,
+                           P.Hs, buf)
+    else:
+        ndws_wino_rows_f64(<const float64_t*>j.x + n * j.xs[0], j.xs[1], j.xs[2], j.xs[3], C,
+                           g.H, g.W, 2 * a0 - g.PT, 2 * trows + 2, -g.PL, P.Ws // 2, P.ps,
+                           P.Hs, buf)
     t0 = 0
     while t0 < ntiles:
         cnt = _imin(NR, ntiles - t0)
