@@ -848,6 +848,34 @@ def test_weight_gradient_chunks_give_the_same_bits_on_one_and_two_threads(rng, d
 
 
 @pytest.mark.parametrize("isa", la.available_isas())
+def test_an_image_gets_the_same_bits_alone_and_in_a_batch(rng, isa):
+    # Every output is its own fma chain over the taps, whichever tile computes it: alone, an
+    # image's last panel of positions (or Winograd tiles) is short and may run a tile one
+    # vector wide; in a batch the same outputs sit in full panels. Also channel panels of
+    # fewer than a vector (20 = 16 + 4 output channels of a 1x1 with positions as the rows).
+    from ndws.nn import _conv2d
+    prev = la._use_isa(isa)
+    try:
+        seen = set()
+        for (N, C, H, W, O, k), p in [((3, 16, 6, 7, 16, (3, 3)), 1),
+                                      ((3, 16, 9, 9, 24, (3, 3)), 1),
+                                      ((3, 20, 10, 10, 50, (5, 5)), 0),
+                                      ((3, 64, 7, 7, 20, (1, 1)), 0),
+                                      ((3, 8, 9, 11, 12, (2, 2)), 0)]:
+            for dtype in DTYPES:
+                x, w, b = _data(rng, (N, C, H, W, O, k), dtype)
+                seen.add(_conv2d._algorithms(x.shape, w.shape, padding=p)["forward"])
+                whole = np.asarray(F.conv2d(x, w, b, padding=p))
+                for i in range(N):
+                    alone = np.asarray(F.conv2d(x[i:i + 1], w, b, padding=p))
+                    np.testing.assert_array_equal(alone[0], whole[i])
+        # (and positions for the 1x1 where the build's tile grid picks them: the baseline's)
+        assert {"winograd", "packed", "direct"} <= seen, seen
+    finally:
+        la._use_isa(prev)
+
+
+@pytest.mark.parametrize("isa", la.available_isas())
 def test_row_taps_give_the_bits_of_channel_taps(rng, isa):
     # Row taps (tiles of MR output channels x NR (kernel column, channel) pairs) and channel
     # taps (MR channels at one kernel position x NR output channels) sum the same products in

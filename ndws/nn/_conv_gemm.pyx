@@ -356,17 +356,17 @@ cdef void _fwd_task_pos(FwdJob* j, floating_t* apanel, floating_t* tiles, intp_t
             ars = 1
         for cb in range(P.nap):
             tile = tiles + cb * MR * NR
+            cv = _imin(NR, g.CO - cb * NR)          # the panel's channels (C's columns)
             for kb in range(P.nkb):
                 pc = kb * P.kc
                 kc = _imin(P.kc, K - pc)
                 if aoff != NULL:
                     _ukr(j.T, kc, A, aoff + pc, ars, Bw + (cb * K + pc) * NR, NULL, tile, NR,
-                         kb > 0)
+                         kb > 0, NULL, cv)
                 else:
                     _ukr(j.T, kc, A + pc * MR, NULL, 1, Bw + (cb * K + pc) * NR, NULL, tile,
-                         NR, kb > 0)
+                         NR, kb > 0, NULL, cv)
             # bias per column (channel), activation, then each channel's cnt positions
-            cv = _imin(NR, g.CO - cb * NR)
             if bias != NULL:
                 for jj in range(cv):
                     bv = bias[(cb * NR + jj) * j.bs]
@@ -434,7 +434,7 @@ cdef void _fwd_task(FwdJob* j, floating_t* buf, floating_t* panel, floating_t* t
                 _pack_panel(j, src, q0, nq, pc, kc, panel)
             while ap < P.nap:
                 _ukr(j.T, kc, A + ap * K * MR + pc * MR, NULL, 1, panel, NULL,
-                     tiles + ap * MR * NR, NR, kb > 0)
+                     tiles + ap * MR * NR, NR, kb > 0, NULL, nq - q0)
                 ap += 1
         for ap in range(P.nap):
             _fwd_store(j, tiles + ap * MR * NR, n, ap * MR, q0, ws if direct else g.OW, oh0,

@@ -237,7 +237,7 @@ cdef void _wino_task(WinoJob* j, floating_t* buf, floating_t* V, floating_t* M, 
         for ap in range(P.nap):
             for xi in range(16):
                 _ukr(j.T, C, U + (xi * P.nap + ap) * C * MR, NULL, 1, V + xi * P.vs, NULL,
-                     M + xi * MR * NR, NR, 0)
+                     M + xi * MR * NR, NR, 0, NULL, cnt)
             _wino_output(j, M, n, ap * MR, 2 * a0, t0, cnt)
         t0 += NR
 
