@@ -275,19 +275,46 @@ cdef int run_blocks(block_fn fn, void* ctx, Py_ssize_t n, Py_ssize_t ntasks,
     return b.flags
 
 
+ctypedef struct _Items:
+    task_fn fn
+    void* ctx
+
+
+cdef int _items_block(void* p, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t c) noexcept nogil:
+    cdef _Items* it = <_Items*>p
+    cdef Py_ssize_t i
+    for i in range(lo, hi):
+        it.fn(it.ctx, i)
+    return 0
+
+
+cdef void run_items(task_fn fn, void* ctx, Py_ssize_t n, int nthreads) noexcept nogil:
+    cdef _Items it
+    cdef Py_ssize_t nb = 16 * <Py_ssize_t>nthreads
+    if nthreads <= 1:
+        run_tasks(fn, ctx, n, 1)
+        return
+    it.fn = fn
+    it.ctx = ctx
+    run_blocks(_items_block, &it, n, nb if nb < n else n, nthreads)
+
+
 cdef void _census_task(void* ctx, Py_ssize_t i) noexcept nogil:
     cdef long long* counts = <long long*>ctx
     ndws_claim(&counts[i])          # an atomic increment: helpers may run indices concurrently
 
 
-def _run_tasks_census(Py_ssize_t ntasks, int nthreads):
-    """How many times run_tasks ran each of `ntasks` indices on `nthreads` threads (for the
-    tests: every index exactly once, whoever claimed it)."""
+def _run_tasks_census(Py_ssize_t ntasks, int nthreads, bint items=False):
+    """How many times run_tasks (run_items with `items`) ran each of `ntasks` indices on
+    `nthreads` threads (for the tests: every index exactly once, whoever claimed it)."""
     import numpy as np
     if ntasks < 0 or nthreads < 1:
         raise ValueError("_run_tasks_census: ntasks >= 0 and nthreads >= 1")
     counts = np.zeros(ntasks, dtype=np.int64)
     cdef long long[::1] c = counts
     with nogil:
-        run_tasks(_census_task, &c[0] if ntasks > 0 else NULL, ntasks, nthreads)
+        if items:
+            run_items(_census_task, &c[0] if ntasks > 0 else NULL, ntasks, nthreads)
+        else:
+            run_tasks(_census_task, &c[0] if ntasks > 0 else NULL, ntasks, nthreads)
     return counts

@@ -405,10 +405,12 @@ def test_a_manager_wraps_its_threads_core_state_and_nothing_else():
 
 @pytest.mark.parametrize("ntasks, nthreads", [(0, 2), (1, 2), (7, 1), (8, 2), (64, 2), (1000, 3),
                                               (5, 64)])
-def test_the_kernel_pool_runs_every_task_exactly_once(ntasks, nthreads):
+@pytest.mark.parametrize("items", [False, True])
+def test_the_kernel_pool_runs_every_task_exactly_once(ntasks, nthreads, items):
+    # (items: run_items, the small items claimed in blocks of them)
     from ndws._threads import _run_tasks_census
     for _ in range(50):        # many jobs, so helpers join some of them mid-way
-        counts = _run_tasks_census(ntasks, nthreads)
+        counts = _run_tasks_census(ntasks, nthreads, items)
         assert counts.tolist() == [1] * ntasks
 
 

@@ -8,7 +8,7 @@ every element is summed in one fixed order whatever the thread count (docs/kerne
 
 from ndws._core cimport NDArray
 from ndws._dispatch cimport shape_of
-from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
+from ndws._threads cimport threads_for, release_gil, run_items, run_tasks, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, act_tile_f32, act_tile_f64
 from ndws.nn._conv cimport (Geom, _cdiv, _imin, _imax, _col_range, parse_format, window_geom,
@@ -564,9 +564,9 @@ def depthwise_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, data_format=
         nt = _dw_threads(&j, j.g.N * j.g.CO)
         if release_gil(R._size * R._itemsize, nt):
             with nogil:
-                run_tasks(_dw_task, &j, j.g.N * j.g.CO, nt)
+                run_items(_dw_task, &j, j.g.N * j.g.CO, nt)
         else:
-            run_tasks(_dw_task, &j, j.g.N * j.g.CO, nt)
+            run_items(_dw_task, &j, j.g.N * j.g.CO, nt)
         call.finish()
     except BaseException:
         call.fail()
@@ -626,7 +626,7 @@ def depthwise_conv2d_backward(x, w, grad_output, stride=1, padding=0, dilation=1
             j.dx = RX._data
             with nogil:
                 j.kind = DW_DX
-                run_tasks(_dw_task, &j, j.g.N * j.g.C, <int>_imin(nt, j.g.N * j.g.C))
+                run_items(_dw_task, &j, j.g.N * j.g.C, <int>_imin(nt, j.g.N * j.g.C))
         if nw and RW._size:
             _wstrides(RW, j.dws)
             j.dw = RW._data

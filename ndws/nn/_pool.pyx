@@ -22,7 +22,7 @@ import numpy as np
 from ndws._core cimport NDArray
 from ndws._dispatch cimport (array_arg, float_arg, shape_of, arrays_overlap, new_result,
                              discard_result)
-from ndws._threads cimport threads_for, release_gil, run_tasks, GRAIN_NN_CHEAP
+from ndws._threads cimport threads_for, release_gil, run_items, GRAIN_NN_CHEAP
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t, int32_t
 from ndws.nn._activations cimport copy_into
 from ndws.nn._conv cimport (Geom, _imin, _cdiv, parse_pair, parse_padding, parse_format,
@@ -385,9 +385,9 @@ cdef int _run(PoolJob* j, intp_t nbytes) except -1:
         nt = 1
     if release_gil(nbytes, nt):
         with nogil:
-            run_tasks(_pool_task, j, planes, nt)
+            run_items(_pool_task, j, planes, nt)
     else:
-        run_tasks(_pool_task, j, planes, nt)
+        run_items(_pool_task, j, planes, nt)
     return 0
 
 
@@ -848,9 +848,9 @@ cdef object _move(str op, object x, object data_format, object out, intp_t top, 
             nt = <int>_imin(j.N * j.C, threads_for(Y._size + X._size, GRAIN_NN_CHEAP))
             if release_gil(Y._size * Y._itemsize, nt):
                 with nogil:
-                    run_tasks(_move_task, &j, j.N * j.C, nt)
+                    run_items(_move_task, &j, j.N * j.C, nt)
             else:
-                run_tasks(_move_task, &j, j.N * j.C, nt)
+                run_items(_move_task, &j, j.N * j.C, nt)
         if temp:
             copy_into(R, Y)
             discard_result(R)
