@@ -431,6 +431,16 @@ cdef inline void _tpack(const floating_t* src, intp_t lds, intp_t R, intp_t P,
         ndws_tpack_f64(src, lds, R, P, dst, ldd)
 
 
+cdef void _tpose_f32(const float32_t* src, intp_t lds, intp_t R, intp_t P, float32_t* dst,
+                     intp_t ldd) noexcept nogil:
+    _tpack(src, lds, R, P, dst, ldd)
+
+
+cdef void _tpose_f64(const float64_t* src, intp_t lds, intp_t R, intp_t P, float64_t* dst,
+                     intp_t ldd) noexcept nogil:
+    _tpack(src, lds, R, P, dst, ldd)
+
+
 cdef void _pack_a(intp_t mc, intp_t kc, intp_t MR,
                   const floating_t* A__ip, intp_t rs_a, intp_t cs_a,   # IN  mc x kc block of A
                   floating_t* Ap__pi) noexcept nogil:                  # OUT ceil(mc/MR) panels
@@ -1076,6 +1086,8 @@ _TABLE.scratch_allocations = _scratch_allocations
 _TABLE.scratch_buffers = _scratch_buffers
 _TABLE.ukr_ind_f32 = _ukr_ind_f32
 _TABLE.ukr_ind_f64 = _ukr_ind_f64
+_TABLE.tpose_f32 = _tpose_f32
+_TABLE.tpose_f64 = _tpose_f64
 _TABLE.pack_b_f32 = _spack_b
 _TABLE.pack_b_f64 = _dpack_b
 _TABLE.packed_b_elems = _packed_b_elems

@@ -45,6 +45,12 @@ ctypedef void (*ukr_ind_f32_fn)(intp_t kc, const float32_t* A, const intp_t* aof
 ctypedef void (*ukr_ind_f64_fn)(intp_t kc, const float64_t* A, const intp_t* aoff, intp_t ars,
                                 const float64_t* B, const intp_t* boff, float64_t* C,
                                 intp_t ldc, int load_c, float64_t* Bc, intp_t ncols) noexcept nogil
+# A transposed copy, dst[p*ldd + r] := src[r*lds + p] for r < R, p < P (the packing's register
+# block transposes): the convolutions' tiles whose rows are output positions go to NCHW planes.
+ctypedef void (*tpose_f32_fn)(const float32_t* src, intp_t lds, intp_t R, intp_t P,
+                              float32_t* dst, intp_t ldd) noexcept nogil
+ctypedef void (*tpose_f64_fn)(const float64_t* src, intp_t lds, intp_t R, intp_t P,
+                              float64_t* dst, intp_t ldd) noexcept nogil
 # B packed once for many products with it (the recurrent weights of a time loop): `pack_b_*`
 # copies a k x n B (any strides) into `packed_b_elems(k, n, is_f64)` elements in the layout the
 # kernel packs B into itself (K blocks of the balanced KC, each a row of zero-padded NR-wide
@@ -74,6 +80,8 @@ ctypedef struct GemmTable:
     int kc_f32, mc_f32, nc_f32, kc_f64, mc_f64, nc_f64   # cache blocking (show_config, tests)
     ukr_ind_f32_fn ukr_ind_f32
     ukr_ind_f64_fn ukr_ind_f64
+    tpose_f32_fn tpose_f32
+    tpose_f64_fn tpose_f64
     pack_b_f32_fn pack_b_f32
     pack_b_f64_fn pack_b_f64
     packed_size_fn packed_b_elems

@@ -85,6 +85,15 @@ cdef inline void _ukr(const GemmTable* T, intp_t kc, const floating_t* A, const 
         T.ukr_ind_f64(kc, A, aoff, ars, B, boff, C, ldc, load_c, Bc, ncols)
 
 
+cdef inline void _tpose(const GemmTable* T, const floating_t* src, intp_t lds, intp_t R,
+                        intp_t P, floating_t* dst, intp_t ldd) noexcept nogil:
+    # dst[p*ldd + r] := src[r*lds + p]: the GEMM build's register-block transposes
+    if floating_t is float32_t:
+        T.tpose_f32(src, lds, R, P, dst, ldd)
+    else:
+        T.tpose_f64(src, lds, R, P, dst, ldd)
+
+
 # An int >= lo (and below the size limit) into out[0] (TypeError/ValueError naming role).
 cdef int _int_arg(object v, str op, str role, intp_t lo, intp_t* out) except -1
 # An int or a pair of ints, each >= lo, into out[0], out[1] (TypeError/ValueError naming role).

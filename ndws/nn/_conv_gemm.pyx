@@ -21,7 +21,7 @@ from ndws._threads cimport pool_run, ndws_claim
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport ACT_IDENTITY, ACT_RELU, act_tile_f32, act_tile_f64
 from ndws.nn._conv cimport (Geom, ALIGN, TILE_MAX, _rup, _cdiv, _imin, _imax, _take, _ukr,
-                            _panel_rows)
+                            _tpose, _panel_rows)
 
 cdef extern from *:
     void __builtin_prefetch(const void* p) noexcept nogil
@@ -325,7 +325,6 @@ cdef void _fwd_task_pos(FwdJob* j, floating_t* apanel, floating_t* tiles, intp_t
     cdef floating_t* tile
     cdef floating_t* yn = <floating_t*>j.y + n * j.ys[0]
     cdef floating_t* d
-    cdef floating_t bv
     cdef bint flat = j.xs[2] == g.W * j.xs[3] and j.ys[2] == g.OW * j.ys[3]
     p0 = 0
     while p0 < npos:
@@ -366,17 +365,22 @@ cdef void _fwd_task_pos(FwdJob* j, floating_t* apanel, floating_t* tiles, intp_t
                 else:
                     _ukr(j.T, kc, A + pc * MR, NULL, 1, Bw + (cb * K + pc) * NR, NULL, tile,
                          NR, kb > 0, NULL, cv)
-            # bias per column (channel), activation, then each channel's cnt positions
+            # bias per column (channel), activation, then each channel's cnt positions: a
+            # transposed copy into planes whose positions are contiguous (the scalar copy was a
+            # fifth of 1x1 256->64's forward)
             if bias != NULL:
-                for jj in range(cv):
-                    bv = bias[(cb * NR + jj) * j.bs]
-                    for r in range(cnt):
-                        tile[r * NR + jj] += bv
+                for r in range(cnt):
+                    for jj in range(cv):
+                        tile[r * NR + jj] += bias[(cb * NR + jj) * j.bs]
             if j.act != ACT_IDENTITY:
                 if floating_t is float32_t:
                     act_tile_f32(j.act, <float32_t>j.alpha, tile, cnt, NR, NR, 1)
                 else:
                     act_tile_f64(j.act, j.alpha, tile, cnt, NR, NR, 1)
+            if flat and j.ys[3] == 1:
+                _tpose(j.T, tile, NR, cnt, cv, yn + cb * NR * j.ys[1] + oh0 * g.OW + p0,
+                       j.ys[1])
+                continue
             for jj in range(cv):
                 d = yn + (cb * NR + jj) * j.ys[1]
                 if flat:
