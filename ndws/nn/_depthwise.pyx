@@ -94,6 +94,16 @@ cdef extern from "_dw_loops.h" nogil:
                           intp_t R, intp_t dw, int KW, intp_t n, double* out)
     void ndws_dw_dots_f64(const float64_t* g, intp_t gr, const float64_t* x, intp_t xr,
                           intp_t R, intp_t dw, int KW, intp_t n, double* out)
+    void ndws_dw_plane_f32(float32_t* y, intp_t ys, const float32_t* p, intp_t ps, intp_t xs,
+                           intp_t dw, const float32_t* w, int KH, int KW, float32_t b,
+                           intp_t rows, intp_t n)
+    void ndws_dw_plane_f64(float64_t* y, intp_t ys, const float64_t* p, intp_t ps, intp_t xs,
+                           intp_t dw, const float64_t* w, int KH, int KW, float64_t b,
+                           intp_t rows, intp_t n)
+    void ndws_dw_pad_f32(const float32_t* src, intp_t s2, intp_t s3, intp_t H, intp_t W,
+                         intp_t top, intp_t left, intp_t Hp, intp_t Wp, float32_t* buf)
+    void ndws_dw_pad_f64(const float64_t* src, intp_t s2, intp_t s3, intp_t H, intp_t W,
+                         intp_t top, intp_t left, intp_t Hp, intp_t Wp, float64_t* buf)
     int ndws_dw_use(const char* isa)
     const char* ndws_dw_isa()
 
@@ -137,33 +147,25 @@ cdef inline void _dw_row(floating_t* y, const floating_t* x, intp_t xs, intp_t d
         ndws_dw_row_f64(y, x, xs, dw, w, <int>KH, <int>KW, b, n)
 
 
+cdef inline void _dw_plane(floating_t* y, intp_t ys, const floating_t* p, intp_t ps,
+                           intp_t xs, intp_t dw, const floating_t* w, intp_t KH, intp_t KW,
+                           floating_t b, intp_t rows, intp_t n) noexcept nogil:
+    # `rows` output rows (row stride ys) of the row kernel over p + oh*ps (ndws/nn/_dw_loops.h)
+    if floating_t is float32_t:
+        ndws_dw_plane_f32(y, ys, p, ps, xs, dw, w, <int>KH, <int>KW, b, rows, n)
+    else:
+        ndws_dw_plane_f64(y, ys, p, ps, xs, dw, w, <int>KH, <int>KW, b, rows, n)
+
+
 cdef inline void _dw_pad_plane(const floating_t* src, intp_t s2, intp_t s3, intp_t H,
                                intp_t W, intp_t top, intp_t left, intp_t Hp, intp_t Wp,
                                floating_t* buf) noexcept nogil:
     # buf[i*Wp + j] := src[(i - top)*s2 + (j - left)*s3], 0 outside (a negative top or left
-    # crops). Plain loops: the rows of a small plane are shorter than a libc call is worth
-    # (memset/memcpy per row were a third of a depthwise weight gradient's instructions)
-    cdef intp_t i, jj, ih, lo = _imin(Wp, _imax(0, left)), hi = _imax(lo, _imin(Wp, W + left))
-    cdef floating_t* d
-    cdef const floating_t* r
-    for i in range(Hp):
-        d = buf + i * Wp
-        ih = i - top
-        if ih < 0 or ih >= H:
-            for jj in range(Wp):
-                d[jj] = 0
-            continue
-        r = src + ih * s2 + (lo - left) * s3
-        for jj in range(lo):
-            d[jj] = 0
-        if s3 == 1:
-            for jj in range(hi - lo):
-                d[lo + jj] = r[jj]
-        else:
-            for jj in range(hi - lo):
-                d[lo + jj] = r[jj * s3]
-        for jj in range(hi, Wp):
-            d[jj] = 0
+    # crops), in C per instruction set (ndws/nn/_dw_loops.h)
+    if floating_t is float32_t:
+        ndws_dw_pad_f32(src, s2, s3, H, W, top, left, Hp, Wp, buf)
+    else:
+        ndws_dw_pad_f64(src, s2, s3, H, W, top, left, Hp, Wp, buf)
 
 
 cdef inline floating_t _dw_point(const floating_t* x, intp_t xs, const floating_t* w,
@@ -204,14 +206,14 @@ cdef void _dw_fwd_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nog
         if Hp * Wp <= DW_PLANE:
             # the plane, padded, in L1: every row is the row kernel's, no border
             _dw_pad_plane(xc, j.xs[2], 1, g.H, g.W, g.PT, g.PL, Hp, Wp, plane)
-            for oh in range(g.OH):
-                yr = <floating_t*>j.y + n * j.ys[0] + o * j.ys[1] + oh * j.ys[2]
-                _dw_row(yr, plane + oh * g.SH * Wp, Wp * g.DH, g.DW, wl, g.KH, g.KW, b0, g.OW)
-                if j.act != ACT_IDENTITY:
-                    if floating_t is float32_t:
-                        act_tile_f32(j.act, <float32_t>j.alpha, yr, 1, g.OW, 0, 1)
-                    else:
-                        act_tile_f64(j.act, j.alpha, yr, 1, g.OW, 0, 1)
+            yr = <floating_t*>j.y + n * j.ys[0] + o * j.ys[1]
+            _dw_plane(yr, j.ys[2], plane, g.SH * Wp, Wp * g.DH, g.DW, wl, g.KH, g.KW, b0, g.OH,
+                      g.OW)
+            if j.act != ACT_IDENTITY:
+                if floating_t is float32_t:
+                    act_tile_f32(j.act, <float32_t>j.alpha, yr, g.OH, g.OW, j.ys[2], 1)
+                else:
+                    act_tile_f64(j.act, j.alpha, yr, g.OH, g.OW, j.ys[2], 1)
             return
     for oh in range(g.OH):
         yr = <floating_t*>j.y + n * j.ys[0] + o * j.ys[1] + oh * j.ys[2]
@@ -277,9 +279,7 @@ cdef void _dw_dx_plane(const DwJob* j, intp_t t, floating_t dummy) noexcept nogi
             Hp = g.H + g.EKH - 1
             Wp = g.W + g.EKW - 1
             _dw_pad_plane(dyc, j.ys[2], 1, g.OH, g.OW, PT2, PL2, Hp, Wp, plane)
-            for h in range(g.H):
-                _dw_row(dxc + h * j.dxs[2], plane + h * Wp, Wp * g.DH, g.DW, wf, g.KH, g.KW, 0,
-                        g.W)
+            _dw_plane(dxc, j.dxs[2], plane, Wp, Wp * g.DH, g.DW, wf, g.KH, g.KW, 0, g.H, g.W)
             return
         f = g[0]
         f.SW = 1

@@ -74,6 +74,97 @@ static void NAME(T* y, const T* x, ptrdiff_t xs, ptrdiff_t dw, const T* w, int K
     }                                                                                         \
 }
 
+/* A whole output plane from a padded plane p (every tap inside): row oh of y (row stride ys)
+ * is the row kernel's output row over p + oh*ps, for oh < rows. Four rows at a time: one block
+ * of each is four independent fma chains in flight (one row's blocks are a chain each, of
+ * KH*KW dependent fmas, the latency the row kernel waits on), each output the row kernel's
+ * expression, so the same bits. Narrow rows (under a block) go row by row. */
+#if defined(NDWS_DW_VECTORS)
+#define NDWS_DW_PLANE4(T, V)                                                                  \
+    if (n >= NDWS_DW_BLOCK)                                                                   \
+        for (; oh + 4 <= rows; oh += 4) {                                                     \
+            const T* q0 = p + oh * ps;                                                        \
+            T* y0 = y + oh * ys;                                                              \
+            ptrdiff_t i = 0;                                                                  \
+            while (i < n) {                                                                   \
+                V a0 = (V){0} + b, a1 = a0, a2 = a0, a3 = a0, xv;                             \
+                int kh, kw;                                                                   \
+                if (i + NDWS_DW_BLOCK > n)                                                    \
+                    i = n - NDWS_DW_BLOCK;                                                    \
+                for (kh = 0; kh < KH; kh++)                                                   \
+                    for (kw = 0; kw < KW; kw++) {                                             \
+                        const T* q = q0 + kh * xs + kw * dw + i;                              \
+                        T wv = w[kh * KW + kw];                                               \
+                        memcpy(&xv, q, sizeof(V));                                            \
+                        a0 += wv * xv;                                                        \
+                        memcpy(&xv, q + ps, sizeof(V));                                       \
+                        a1 += wv * xv;                                                        \
+                        memcpy(&xv, q + 2 * ps, sizeof(V));                                   \
+                        a2 += wv * xv;                                                        \
+                        memcpy(&xv, q + 3 * ps, sizeof(V));                                   \
+                        a3 += wv * xv;                                                        \
+                    }                                                                         \
+                memcpy(y0 + i, &a0, sizeof(V));                                               \
+                memcpy(y0 + ys + i, &a1, sizeof(V));                                          \
+                memcpy(y0 + 2 * ys + i, &a2, sizeof(V));                                      \
+                memcpy(y0 + 3 * ys + i, &a3, sizeof(V));                                      \
+                i += NDWS_DW_BLOCK;                                                           \
+            }                                                                                 \
+        }
+#else
+#define NDWS_DW_PLANE4(T, V)
+#endif
+
+#define NDWS_DW_PLANE(NAME, ROW, T, V, ATTR)                                                  \
+ATTR                                                                                          \
+static void NAME(T* y, ptrdiff_t ys, const T* p, ptrdiff_t ps, ptrdiff_t xs, ptrdiff_t dw,    \
+                 const T* w, int KH, int KW, T b, ptrdiff_t rows, ptrdiff_t n) {              \
+    ptrdiff_t oh = 0;                                                                         \
+    NDWS_DW_PLANE4(T, V)                                                                      \
+    for (; oh < rows; oh++)                                                                   \
+        ROW(y + oh * ys, p + oh * ps, xs, dw, w, KH, KW, b, n);                               \
+}
+
+/* The padded plane: buf[i*Wp + j] := src[(i - top)*s2 + (j - left)*s3], 0 outside (a negative
+ * top or left crops). Built per instruction set: in the baseline-built Cython module these
+ * copies were a quarter of a 3x3 depthwise forward. */
+#define NDWS_DW_PAD(NAME, T, ATTR)                                                            \
+ATTR                                                                                          \
+static void NAME(const T* src, ptrdiff_t s2, ptrdiff_t s3, ptrdiff_t H, ptrdiff_t W,          \
+                 ptrdiff_t top, ptrdiff_t left, ptrdiff_t Hp, ptrdiff_t Wp, T* buf) {         \
+    ptrdiff_t i, j, lo = left < 0 ? 0 : (left < Wp ? left : Wp);                              \
+    ptrdiff_t hi = W + left < Wp ? W + left : Wp;                                             \
+    if (hi < lo)                                                                              \
+        hi = lo;                                                                              \
+    for (i = 0; i < Hp; i++) {                                                                \
+        T* d = buf + i * Wp;                                                                  \
+        ptrdiff_t ih = i - top;                                                               \
+        const T* r;                                                                           \
+        if (ih < 0 || ih >= H) {                                                              \
+            for (j = 0; j < Wp; j++)                                                          \
+                d[j] = 0;                                                                     \
+            continue;                                                                         \
+        }                                                                                     \
+        r = src + ih * s2 + (lo - left) * s3;                                                 \
+        for (j = 0; j < lo; j++)                                                              \
+            d[j] = 0;                                                                         \
+        if (s3 == 1)                                                                          \
+            for (j = 0; j < hi - lo; j++)                                                     \
+                d[lo + j] = r[j];                                                             \
+        else                                                                                  \
+            for (j = 0; j < hi - lo; j++)                                                     \
+                d[lo + j] = r[j * s3];                                                        \
+        for (j = hi; j < Wp; j++)                                                             \
+            d[j] = 0;                                                                         \
+    }                                                                                         \
+}
+
+#define NDWS_DW_PLANES(SFX, ATTR)                                                             \
+NDWS_DW_PLANE(ndws_dw_plane_f32_##SFX, ndws_dw_row_f32_##SFX, float, ndws_dw_vf32, ATTR)      \
+NDWS_DW_PLANE(ndws_dw_plane_f64_##SFX, ndws_dw_row_f64_##SFX, double, ndws_dw_vf64, ATTR)     \
+NDWS_DW_PAD(ndws_dw_pad_f32_##SFX, float, ATTR)                                               \
+NDWS_DW_PAD(ndws_dw_pad_f64_##SFX, double, ATTR)
+
 NDWS_DW_ROW(ndws_dw_row_f32_base, float, ndws_dw_vf32, )
 NDWS_DW_ROW(ndws_dw_row_f64_base, double, ndws_dw_vf64, )
 #if defined(NDWS_DW_X86)
@@ -81,6 +172,11 @@ NDWS_DW_ROW(ndws_dw_row_f32_avx2, float, ndws_dw_vf32, NDWS_DW_AVX2)
 NDWS_DW_ROW(ndws_dw_row_f64_avx2, double, ndws_dw_vf64, NDWS_DW_AVX2)
 NDWS_DW_ROW(ndws_dw_row_f32_avx512, float, ndws_dw_vf32, NDWS_DW_AVX512)
 NDWS_DW_ROW(ndws_dw_row_f64_avx512, double, ndws_dw_vf64, NDWS_DW_AVX512)
+#endif
+NDWS_DW_PLANES(base, )
+#if defined(NDWS_DW_X86)
+NDWS_DW_PLANES(avx2, NDWS_DW_AVX2)
+NDWS_DW_PLANES(avx512, NDWS_DW_AVX512)
 #endif
 
 /* out[kw] += sum_{r < R} sum_{i < n} g[r*gr + i] * x[r*xr + kw*dw + i] for kw < KW: the kernel
@@ -201,8 +297,17 @@ static struct {
                      int, ptrdiff_t, double*);
     void (*dots_f64)(const double*, ptrdiff_t, const double*, ptrdiff_t, ptrdiff_t, ptrdiff_t,
                      int, ptrdiff_t, double*);
+    void (*plane_f32)(float*, ptrdiff_t, const float*, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                      const float*, int, int, float, ptrdiff_t, ptrdiff_t);
+    void (*plane_f64)(double*, ptrdiff_t, const double*, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                      const double*, int, int, double, ptrdiff_t, ptrdiff_t);
+    void (*pad_f32)(const float*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                    ptrdiff_t, ptrdiff_t, ptrdiff_t, float*);
+    void (*pad_f64)(const double*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t,
+                    ptrdiff_t, ptrdiff_t, ptrdiff_t, double*);
 } ndws_dw = {"baseline", ndws_dw_row_f32_base, ndws_dw_row_f64_base, ndws_dw_dots_f32_base,
-             ndws_dw_dots_f64_base};
+             ndws_dw_dots_f64_base, ndws_dw_plane_f32_base, ndws_dw_plane_f64_base,
+             ndws_dw_pad_f32_base, ndws_dw_pad_f64_base};
 
 #define NDWS_DW_SET(name, suffix) do {                                                     \
         ndws_dw.isa = name;                                                                 \
@@ -210,6 +315,10 @@ static struct {
         ndws_dw.row_f64 = ndws_dw_row_f64_##suffix;                                         \
         ndws_dw.dots_f32 = ndws_dw_dots_f32_##suffix;                                       \
         ndws_dw.dots_f64 = ndws_dw_dots_f64_##suffix;                                       \
+        ndws_dw.plane_f32 = ndws_dw_plane_f32_##suffix;                                     \
+        ndws_dw.plane_f64 = ndws_dw_plane_f64_##suffix;                                     \
+        ndws_dw.pad_f32 = ndws_dw_pad_f32_##suffix;                                         \
+        ndws_dw.pad_f64 = ndws_dw_pad_f64_##suffix;                                         \
     } while (0)
 
 /* Use the loops built for `isa` ("avx512", "avx2" or "baseline"): 1, or 0 (nothing changed)
@@ -252,5 +361,17 @@ static inline void ndws_dw_dots_f64(const double* g, ptrdiff_t gr, const double*
                                     ptrdiff_t xr, ptrdiff_t R, ptrdiff_t dw, int KW,
                                     ptrdiff_t n, double* out)
 { ndws_dw.dots_f64(g, gr, x, xr, R, dw, KW, n, out); }
+
+#define NDWS_DW_PLANE_CALLS(T, S)                                                             \
+static inline void ndws_dw_plane_##S(T* y, ptrdiff_t ys, const T* p, ptrdiff_t ps,             \
+                                     ptrdiff_t xs, ptrdiff_t dw, const T* w, int KH, int KW,   \
+                                     T b, ptrdiff_t rows, ptrdiff_t n)                         \
+{ ndws_dw.plane_##S(y, ys, p, ps, xs, dw, w, KH, KW, b, rows, n); }                            \
+static inline void ndws_dw_pad_##S(const T* src, ptrdiff_t s2, ptrdiff_t s3, ptrdiff_t H,      \
+                                   ptrdiff_t W, ptrdiff_t top, ptrdiff_t left, ptrdiff_t Hp,   \
+                                   ptrdiff_t Wp, T* buf)                                       \
+{ ndws_dw.pad_##S(src, s2, s3, H, W, top, left, Hp, Wp, buf); }
+NDWS_DW_PLANE_CALLS(float, f32)
+NDWS_DW_PLANE_CALLS(double, f64)
 
 #endif /* NDWS_DW_LOOPS_H */
