@@ -127,9 +127,15 @@ static void NAME(T* y, ptrdiff_t ys, const T* p, ptrdiff_t ps, ptrdiff_t xs, ptr
 
 /* The padded plane: buf[i*Wp + j] := src[(i - top)*s2 + (j - left)*s3], 0 outside (a negative
  * top or left crops). Built per instruction set: in the baseline-built Cython module these
- * copies were a quarter of a 3x3 depthwise forward. */
+ * copies were a quarter of a 3x3 depthwise forward. The loops stay loops (GCC would call memset
+ * and memcpy for a row's one or two padding zeros and its 32 values). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NDWS_DW_NO_LIBC __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define NDWS_DW_NO_LIBC
+#endif
 #define NDWS_DW_PAD(NAME, T, ATTR)                                                            \
-ATTR                                                                                          \
+ATTR NDWS_DW_NO_LIBC                                                                          \
 static void NAME(const T* src, ptrdiff_t s2, ptrdiff_t s3, ptrdiff_t H, ptrdiff_t W,          \
                  ptrdiff_t top, ptrdiff_t left, ptrdiff_t Hp, ptrdiff_t Wp, T* buf) {         \
     ptrdiff_t i, j, lo = left < 0 ? 0 : (left < Wp ? left : Wp);                              \
