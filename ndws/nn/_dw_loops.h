@@ -16,11 +16,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define NDWS_DW_X86 1
-#define NDWS_DW_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
-#define NDWS_DW_AVX2 __attribute__((target("avx2,fma")))
-#endif
+#include "_conv_isa.h"
 
 #define NDWS_DW_BLOCK 16        /* outputs kept in registers: one AVX-512 float32 vector */
 
@@ -127,15 +123,9 @@ static void NAME(T* y, ptrdiff_t ys, const T* p, ptrdiff_t ps, ptrdiff_t xs, ptr
 
 /* The padded plane: buf[i*Wp + j] := src[(i - top)*s2 + (j - left)*s3], 0 outside (a negative
  * top or left crops). Built per instruction set: in the baseline-built Cython module these
- * copies were a quarter of a 3x3 depthwise forward. The loops stay loops (GCC would call memset
- * and memcpy for a row's one or two padding zeros and its 32 values). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define NDWS_DW_NO_LIBC __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#else
-#define NDWS_DW_NO_LIBC
-#endif
+ * copies were a quarter of a 3x3 depthwise forward. */
 #define NDWS_DW_PAD(NAME, T, ATTR)                                                            \
-ATTR NDWS_DW_NO_LIBC                                                                          \
+ATTR NDWS_NO_LIBC_LOOPS                                                                       \
 static void NAME(const T* src, ptrdiff_t s2, ptrdiff_t s3, ptrdiff_t H, ptrdiff_t W,          \
                  ptrdiff_t top, ptrdiff_t left, ptrdiff_t Hp, ptrdiff_t Wp, T* buf) {         \
     ptrdiff_t i, j, lo = left < 0 ? 0 : (left < Wp ? left : Wp);                              \
@@ -173,16 +163,16 @@ NDWS_DW_PAD(ndws_dw_pad_f64_##SFX, double, ATTR)
 
 NDWS_DW_ROW(ndws_dw_row_f32_base, float, ndws_dw_vf32, )
 NDWS_DW_ROW(ndws_dw_row_f64_base, double, ndws_dw_vf64, )
-#if defined(NDWS_DW_X86)
-NDWS_DW_ROW(ndws_dw_row_f32_avx2, float, ndws_dw_vf32, NDWS_DW_AVX2)
-NDWS_DW_ROW(ndws_dw_row_f64_avx2, double, ndws_dw_vf64, NDWS_DW_AVX2)
-NDWS_DW_ROW(ndws_dw_row_f32_avx512, float, ndws_dw_vf32, NDWS_DW_AVX512)
-NDWS_DW_ROW(ndws_dw_row_f64_avx512, double, ndws_dw_vf64, NDWS_DW_AVX512)
+#if defined(NDWS_CONV_X86)
+NDWS_DW_ROW(ndws_dw_row_f32_avx2, float, ndws_dw_vf32, NDWS_CONV_AVX2)
+NDWS_DW_ROW(ndws_dw_row_f64_avx2, double, ndws_dw_vf64, NDWS_CONV_AVX2)
+NDWS_DW_ROW(ndws_dw_row_f32_avx512, float, ndws_dw_vf32, NDWS_CONV_AVX512)
+NDWS_DW_ROW(ndws_dw_row_f64_avx512, double, ndws_dw_vf64, NDWS_CONV_AVX512)
 #endif
 NDWS_DW_PLANES(base, )
-#if defined(NDWS_DW_X86)
-NDWS_DW_PLANES(avx2, NDWS_DW_AVX2)
-NDWS_DW_PLANES(avx512, NDWS_DW_AVX512)
+#if defined(NDWS_CONV_X86)
+NDWS_DW_PLANES(avx2, NDWS_CONV_AVX2)
+NDWS_DW_PLANES(avx512, NDWS_CONV_AVX512)
 #endif
 
 /* out[kw] += sum_{r < R} sum_{i < n} g[r*gr + i] * x[r*xr + kw*dw + i] for kw < KW: the kernel
@@ -285,11 +275,11 @@ static void NAME(const T* g, ptrdiff_t gr, const T* x, ptrdiff_t xr, ptrdiff_t R
 
 NDWS_DW_DOTS(ndws_dw_dots_f32_base, float, ndws_dw_vf32, ndws_dw_vi32, )
 NDWS_DW_DOTS(ndws_dw_dots_f64_base, double, ndws_dw_vf64, ndws_dw_vi64, )
-#if defined(NDWS_DW_X86)
-NDWS_DW_DOTS(ndws_dw_dots_f32_avx2, float, ndws_dw_vf32, ndws_dw_vi32, NDWS_DW_AVX2)
-NDWS_DW_DOTS(ndws_dw_dots_f64_avx2, double, ndws_dw_vf64, ndws_dw_vi64, NDWS_DW_AVX2)
-NDWS_DW_DOTS(ndws_dw_dots_f32_avx512, float, ndws_dw_vf32, ndws_dw_vi32, NDWS_DW_AVX512)
-NDWS_DW_DOTS(ndws_dw_dots_f64_avx512, double, ndws_dw_vf64, ndws_dw_vi64, NDWS_DW_AVX512)
+#if defined(NDWS_CONV_X86)
+NDWS_DW_DOTS(ndws_dw_dots_f32_avx2, float, ndws_dw_vf32, ndws_dw_vi32, NDWS_CONV_AVX2)
+NDWS_DW_DOTS(ndws_dw_dots_f64_avx2, double, ndws_dw_vf64, ndws_dw_vi64, NDWS_CONV_AVX2)
+NDWS_DW_DOTS(ndws_dw_dots_f32_avx512, float, ndws_dw_vf32, ndws_dw_vi32, NDWS_CONV_AVX512)
+NDWS_DW_DOTS(ndws_dw_dots_f64_avx512, double, ndws_dw_vf64, ndws_dw_vi64, NDWS_CONV_AVX512)
 #endif
 
 /* The variant in use: one pointer per loop, set by ndws_dw_use (module load, tests). */
@@ -330,26 +320,21 @@ static struct {
 /* Use the loops built for `isa` ("avx512", "avx2" or "baseline"): 1, or 0 (nothing changed)
  * when they were not built or this CPU (and OS) cannot run them. */
 static int ndws_dw_use(const char* isa) {
-    if (strcmp(isa, "baseline") == 0) {
+    switch (ndws_conv_isa(isa)) {
+    case 0:
         NDWS_DW_SET("baseline", base);
         return 1;
-    }
-#if defined(NDWS_DW_X86)
-    __builtin_cpu_init();
-    if (strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2")
-            && __builtin_cpu_supports("fma")) {
+#if defined(NDWS_CONV_X86)
+    case 1:
         NDWS_DW_SET("avx2", avx2);
         return 1;
-    }
-    if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f")
-            && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")
-            && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2")
-            && __builtin_cpu_supports("fma")) {
+    case 2:
         NDWS_DW_SET("avx512", avx512);
         return 1;
-    }
 #endif
-    return 0;
+    default:
+        return 0;
+    }
 }
 
 static inline const char* ndws_dw_isa(void) { return ndws_dw.isa; }

@@ -233,7 +233,7 @@ static void NAME(const T* w, ptrdiff_t ws0, ptrdiff_t ws1, ptrdiff_t ws2, ptrdif
  * set they are vector permutes; in the baseline-built Cython module they were scalar stores
  * or 4-lane loads, a quarter of a 16->16 3x3 convolution's time. */
 #define NDWS_WINO_COPIES(NAME, T, ATTR)                                                       \
-ATTR                                                                                          \
+ATTR NDWS_NO_LIBC_LOOPS                                                                       \
 static void NAME##_rows(const T* xn, ptrdiff_t xs1, ptrdiff_t xs2, ptrdiff_t sw, ptrdiff_t C, \
                         ptrdiff_t H, ptrdiff_t W, ptrdiff_t row0, ptrdiff_t rows,             \
                         ptrdiff_t col0, ptrdiff_t Wh, ptrdiff_t ps, ptrdiff_t Hmax,           \
