@@ -31,7 +31,10 @@ Rows:
 Each thread count runs in a fresh interpreter with OMP_NUM_THREADS and torch.set_num_threads
 equal; contenders take turns in rounds (bench_gemm's `settle` between them), figures are
 medians (p10-p90), every ratio compares numbers of the same run. ``--noisy`` repeats each
-configuration with a neighbour busy 4 ms / idle 4 ms on a core.
+configuration with a neighbour busy 4 ms / idle 4 ms on a core. A sample of a call shorter
+than 16 ms is the mean of the calls made in 16 ms (two of the neighbour's periods; see
+bench_gemm.timed): the MLP rows' calls take about a millisecond, and single-call samples put
+whole blocks of them in the neighbour's busy or idle phase.
 
 Usage::
 
@@ -54,8 +57,8 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import (banner, harness_parser, run_role, run_worker, settle,  # noqa: E402
-                        timed)
+from bench_gemm import (NEIGHBOUR_PERIOD, banner, harness_parser, run_role,  # noqa: E402
+                        run_worker, settle, timed)
 
 MLP_BATCH, RES_BATCH, WIDTH, BLOCKS = 128, 32, 16, 3
 CLIENTS, REQUESTS = 32, 40
@@ -189,10 +192,12 @@ def worker(threads, quick):
     x = rng.random((MLP_BATCH, 784), dtype=np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, MLP_BATCH)]
     ds, mds = DataSet(x, y), MultiDataSet([x], [y])
+    span = 2 * NEIGHBOUR_PERIOD
     rows["mlp fit"] = timed({"network": lambda: net.fit(ds, progress=False),
-                             "graph": lambda: g.fit(mds, progress=False)}, rounds, per_round * 4)
+                             "graph": lambda: g.fit(mds, progress=False)}, rounds, per_round * 4,
+                            span=span)
     rows["mlp output"] = timed({"network": lambda: net.output(x), "graph": lambda: g.output(x)},
-                               rounds, per_round * 4)
+                               rounds, per_round * 4, span=span)
 
     # -- the residual network against PyTorch eager --
     res = resnet_graph()
@@ -211,7 +216,7 @@ def worker(threads, quick):
             loss(tnet(xt), yt).backward()
             opt.step()
         contenders["torch"] = torch_step
-    rows["resnet fit"] = timed(contenders, rounds, per_round)
+    rows["resnet fit"] = timed(contenders, rounds, per_round, span=span)
 
     # -- the pooled workspaces against the widest cut (counted: the same at any load) --
     memory = None
