@@ -1,6 +1,6 @@
-/* ndws' own exp, expm1, tanh, sigmoid and float32 log1p: branch-free scalar functions that gcc
- * vectorises inside a loop, one definition for the core's ufuncs (ndws/_cmath.h includes this
- * file) and ndws.nn's kernels (ndws/nn/_math.pxd, through ndws/_vmath.pxd). glibc's
+/* ndws' own exp, expm1, tanh, sigmoid, and float32 log1p and erfc: branch-free scalar
+ * functions that gcc vectorises inside a loop, one definition for the core's ufuncs
+ * (ndws/_cmath.h includes this file) and ndws.nn's kernels (ndws/nn/_math.pxd, through ndws/_vmath.pxd). glibc's
  * expf/tanhf/exp/tanh are a call per element that no loop around them can vectorise: tanh over
  * 1M float32 took 34 ms in the nn kernels against NumPy's 0.4 ms.
  *
@@ -163,6 +163,32 @@ NDWS_VINLINE float ndws_expm1f1(float x) {
     uint32_t iy = ndws_sel(big, ndws_f32_bits(e), ndws_f32_bits(y));
     iy = ndws_sel((ax == 0u) | (ax > 0x7f800000u), ix, iy);
     return ndws_f32_from_bits(iy);
+}
+
+/* erfc(x) in float32, branch-free: Numerical Recipes' erfcc (a Chebyshev fit whose fractional
+   error is below 1.2e-7 for every x in exact arithmetic): t = 1/(1 + |x|/2), erfc(|x|) =
+   t exp(t P(t) - 1.26551223 - x^2), and erfc(x) = 2 - erfc(|x|) for x < 0. One exp and one
+   division. In float32 the rounding of x^2 adds a relative error of about x^2 2^-24, so the
+   largest relative error is 7.8e-6, at |x| = 8.7 where erfc is 1e-34; GELU, its user, rounds
+   its own argument x/sqrt(2) with an error of the same size (tests/test_activations.py sweeps
+   GELU). NaN gives NaN, erfc(+inf) = 0 (t = 0 and exp(-inf) = 0, no inf * 0), erfc(-inf) = 2. */
+NDWS_VINLINE float ndws_erfcf1(float x) {
+    uint32_t ix = ndws_f32_bits(x);
+    float z = ndws_f32_from_bits(ix & 0x7fffffffu);
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    float r = t * ndws_expf1(p - z * z);
+    return ndws_f32_from_bits(ndws_sel((ix >> 31) != 0, ndws_f32_bits(2.0f - r),
+                                       ndws_f32_bits(r)));
 }
 
 /* log1p(x) in float32, branch-free: u = 1 + x rounded, then log1p(x) = log(u) - ((u - 1) - x) / u

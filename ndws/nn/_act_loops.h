@@ -1,12 +1,13 @@
 /* The activations' loops over contiguous arrays (sigmoid, tanh, relu, leaky relu, and the
  * element functions below: hardtanh, swish, ELU, SELU, softsign, rectified and rational tanh,
- * GELU's tanh form), a softmax row's exponentials and the softmax cross-entropy gradient, in C
- * so that the compiler builds them once per instruction set and picks one at load time (GCC's
- * target_clones: AVX-512, AVX2 or the x86-64 baseline), over ndws' branch-free exp, expm1, tanh
- * and sigmoid (ndws/_vmath.h). ndws/nn/_activations.pyx (through its tables by activation code)
- * and _losses.pyx run them; that module's own loops are built for the baseline and, with a
- * branch per element, gcc did not vectorise them: tanh over 1M float32 took 34 ms with glibc's
- * tanhf, 22 ms with the branch-free scalar, and runs at about 1 ms here (AVX-512).
+ * GELU's tanh form, float32 GELU), a softmax row's exponentials and the softmax cross-entropy
+ * gradient, in C so that the compiler builds them once per instruction set and picks one at
+ * load time (GCC's target_clones: AVX-512, AVX2 or the x86-64 baseline), over ndws'
+ * branch-free exp, expm1, tanh, sigmoid and erfc (ndws/_vmath.h). ndws/nn/_activations.pyx
+ * (through its tables by activation code) and _losses.pyx run them; that module's own loops
+ * are built for the baseline and, with a branch per element, gcc did not vectorise them: tanh
+ * over 1M float32 took 34 ms with glibc's tanhf, 22 ms with the branch-free scalar, and runs
+ * at about 1 ms here (AVX-512).
  *
  * Every clone computes each element with the same separately rounded operations as the scalar
  * code of _activations.pyx (fp-contract=off: no fused multiply-add), so contiguous and strided
@@ -282,6 +283,29 @@ NDWS_ELEM_FUNCS(f64, double, uint64_t, ndws_f64_bits, ndws_f64_from_bits, ndws_s
                 ndws_expm1d1, ndws_tanh1, ndws_sigmoid1)
 NDWS_ELEM_ALL(f32, float)
 NDWS_ELEM_ALL(f64, double)
+
+/* GELU (the erf form) in float32: v Phi(v) = 0.5 v erfc(-v/sqrt(2)) (no cancellation for
+   negative v) with ndws' erfc; its derivative Phi(v) + v phi(v). Beyond GELU_BIG (and at +-inf,
+   where v * 0 would be NaN) exactly v or 0, and 1 or 0. float64 keeps glibc's erfc, a call per
+   element (_activations.pyx), as it keeps glibc's log1p. */
+NDWS_VINLINE float ndws_gelu_f32(float a, float v) {
+    uint32_t u = ndws_f32_bits(v);
+    int big = ndws_f32_from_bits(u & 0x7fffffffu) > NDWS_GELU_BIG;
+    float w = ndws_f32_from_bits(ndws_sel(big, 0, u));
+    float r = w * 0.5f * ndws_erfcf1(-w * (float)NDWS_SQRT1_2);
+    (void)a;
+    return ndws_f32_from_bits(ndws_sel(big, ndws_sel(v > 0, u, 0), ndws_f32_bits(r)));
+}
+NDWS_VINLINE float ndws_dgelu_f32(float a, float v) {
+    uint32_t u = ndws_f32_bits(v);
+    int big = ndws_f32_from_bits(u & 0x7fffffffu) > NDWS_GELU_BIG;
+    float w = ndws_f32_from_bits(ndws_sel(big, 0, u));
+    float d = 0.5f * ndws_erfcf1(-w * (float)NDWS_SQRT1_2)
+              + w * (float)NDWS_INV_SQRT_2PI * ndws_expf1(-0.5f * w * w);
+    (void)a;
+    return ndws_f32_from_bits(ndws_sel(big, ndws_sel(v > 0, 0x3f800000u, 0), ndws_f32_bits(d)));
+}
+NDWS_ELEM_LOOPS(gelu, f32, float) NDWS_DELEM_LOOPS(gelu, f32, float)
 
 NDWS_SOFTMAX_LOOPS(f32, float, ndws_expf1)
 NDWS_SOFTMAX_LOOPS(f64, double, ndws_exp1)

@@ -86,6 +86,11 @@ cdef extern from "_act_loops.h" nogil:
                             Py_ssize_t n) noexcept
     void ndws_dgelu_tanh_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
                                   Py_ssize_t n) noexcept
+    float32_t ndws_gelu_f32(float32_t a, float32_t v) noexcept
+    float32_t ndws_dgelu_f32(float32_t a, float32_t v) noexcept
+    void ndws_gelu_loop_f32(float32_t a, const float32_t* X, float32_t* Y, Py_ssize_t n) noexcept
+    void ndws_dgelu_loop_f32(float32_t a, const float32_t* X, const float32_t* G, float32_t* D,
+                             Py_ssize_t n) noexcept
     float64_t ndws_swish_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_hardtanh_f64(float64_t a, float64_t v) noexcept
     float64_t ndws_elu_f64(float64_t a, float64_t v) noexcept
@@ -203,6 +208,8 @@ cdef void _fill_loop_tables() noexcept:
     _FWD_F64[ACT_HARDTANH] = ndws_hardtanh_loop_f64
     _BWD_F32[ACT_RATIONALTANH] = ndws_drational_tanh_loop_f32
     _BWD_F64[ACT_RATIONALTANH] = ndws_drational_tanh_loop_f64
+    _FWD_F32[ACT_GELU] = ndws_gelu_loop_f32
+    _BWD_F32[ACT_GELU] = ndws_dgelu_loop_f32
     _FWD_F32[ACT_GELU_TANH] = ndws_gelu_tanh_loop_f32
     _FWD_F64[ACT_GELU_TANH] = ndws_gelu_tanh_loop_f64
     _BWD_F32[ACT_GELU_TANH] = ndws_dgelu_tanh_loop_f32
@@ -341,10 +348,13 @@ cdef inline floating_t _act(int code, floating_t a, floating_t v) noexcept nogil
         # log(1 + e^v) = max(v, 0) + log1p(e^-|v|): no overflow, exactly v for large v
         return (v if v > 0 else 0) + _log1p(_exp(-_fabs(v)))
     elif code == ACT_GELU:
-        if _fabs(v) > GELU_BIG:
-            return v if v > 0 else 0
-        # x * Phi(x) with Phi through erfc: no cancellation for negative x
-        return v * <floating_t>0.5 * _erfc(-v * <floating_t>SQRT1_2)
+        if floating_t is float32_t:
+            return ndws_gelu_f32(a, v)          # ndws' erfc (_act_loops.h)
+        else:
+            if _fabs(v) > GELU_BIG:
+                return v if v > 0 else 0
+            # x * Phi(x) with Phi through erfc: no cancellation for negative x
+            return v * <floating_t>0.5 * _erfc(-v * <floating_t>SQRT1_2)
     elif code == ACT_GELU_TANH:
         return _elem(ACT_GELU_TANH, a, v)
     elif code == ACT_HARDTANH:
@@ -423,7 +433,9 @@ cdef inline floating_t _dact(int code, floating_t a, floating_t v, floating_t g)
         t = _tanh(v)
         d = 1 - t * t
     elif code == ACT_GELU:
-        if _fabs(v) > GELU_BIG:
+        if floating_t is float32_t:
+            d = ndws_dgelu_f32(a, v)
+        elif _fabs(v) > GELU_BIG:
             d = 1 if v > 0 else 0
         else:
             d = (<floating_t>0.5 * _erfc(-v * <floating_t>SQRT1_2)
