@@ -860,8 +860,7 @@ def test_an_image_gets_the_same_bits_alone_and_in_a_batch(rng, isa):
     # vector wide; in a batch the same outputs sit in full panels. Also channel panels of
     # fewer than a vector (20 = 16 + 4 output channels of a 1x1 with positions as the rows).
     from ndws.nn import _conv2d
-    prev = la._use_isa(isa)
-    try:
+    with _build(isa, la.available_isas, la._use_isa):
         seen = set()
         for (N, C, H, W, O, k), p in [((3, 16, 6, 7, 16, (3, 3)), 1),
                                       ((3, 16, 9, 9, 24, (3, 3)), 1),
@@ -877,8 +876,6 @@ def test_an_image_gets_the_same_bits_alone_and_in_a_batch(rng, isa):
                     np.testing.assert_array_equal(alone[0], whole[i])
         # (and positions for the 1x1 where the build's tile grid picks them: the baseline's)
         assert {"winograd", "packed", "direct"} <= seen, seen
-    finally:
-        la._use_isa(prev)
 
 
 @pytest.mark.parametrize("isa", la.available_isas())
@@ -890,8 +887,7 @@ def test_row_taps_give_the_bits_of_channel_taps(rng, isa):
     # must not change a bit either. 2*MR output channels take row taps, 4*MR channel taps; the
     # first 2*MR of the latter see the same dY.
     from ndws.nn import _conv2d
-    prev = la._use_isa(isa)
-    try:
+    with _build(isa, la.available_isas, la._use_isa):
         for dtype in DTYPES:
             mr = la._gemm_info()[np.dtype(dtype).name]["mr"]
             hits = 0
@@ -911,15 +907,12 @@ def test_row_taps_give_the_bits_of_channel_taps(rng, isa):
                 np.testing.assert_array_equal(np.asarray(row), np.asarray(cha)[:2 * mr])
             # the tile grids of the AVX-512 build take row taps for some of these channel counts
             assert hits > 0 or isa != "avx512"
-    finally:
-        la._use_isa(prev)
 
 
 @pytest.mark.parametrize("isa", la.available_isas())
 def test_every_gemm_build_computes_the_same_convolution(rng, isa):
     # each build has its own register tile (MR x NR): the panels' edges move
-    prev = la._use_isa(isa)
-    try:
+    with _build(isa, la.available_isas, la._use_isa):
         for shape, (s, p, d) in [(SHAPES[0], (1, 1, 1)), (SHAPES[2], (2, 1, 1)),
                                  (SHAPES[1], (1, 0, 1)), ((2, 9, 6, 7, 13, (3, 3)), (1, 1, 2))]:
             for dtype in DTYPES:
@@ -933,8 +926,6 @@ def test_every_gemm_build_computes_the_same_convolution(rng, isa):
                 scale = ref_conv_backward(np.abs(x), np.abs(w), np.abs(dy), s, p, d)
                 for g_, r_, s_ in zip(got, want, scale):
                     close(g_, r_, s_, dtype)
-    finally:
-        la._use_isa(prev)
 
 
 def test_results_and_scratch_are_placed_in_the_current_workspace(rng):
