@@ -595,11 +595,13 @@ cdef void _wg_plan(const Geom* g, intp_t MR, intp_t NR, intp_t item, WgPlan* W) 
                       + _rup((2 * W.nchunks + W.ntiles) * 8, ALIGN))
 
 
-cdef void _hwc_copy(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, intp_t W,
-                    intp_t row0, intp_t rows, intp_t col0, intp_t Ws, floating_t* dst,
-                    intp_t total) noexcept nogil:
+cdef void _hwc_copy(const GemmTable* T, const floating_t* xn, const intp_t* xs, intp_t C,
+                    intp_t H, intp_t W, intp_t row0, intp_t rows, intp_t col0, intp_t Ws,
+                    floating_t* dst, intp_t total) noexcept nogil:
     """dst[(i*Ws + j)*C + c] := x[c, row0 + i, col0 + j] (0 outside the image) for i < rows,
-    j < Ws: channels last; the rest up to `total` elements zeroed."""
+    j < Ws: channels last (a row's transpose by the GEMM build's register blocks when x's
+    rows are contiguous: element by element it was a tenth of the 16->16 weight gradient);
+    the rest up to `total` elements zeroed."""
     cdef intp_t i, ih, j, c, iw, lo = _imin(Ws, _imax(0, -col0))
     cdef intp_t hi = _imax(lo, _imin(Ws, W - col0))
     cdef floating_t* d
@@ -612,10 +614,13 @@ cdef void _hwc_copy(const floating_t* xn, const intp_t* xs, intp_t C, intp_t H, 
             continue
         if lo:
             memset(d, 0, lo * C * sizeof(floating_t))
-        for c in range(C):
-            s = xn + c * xs[1] + ih * xs[2] + col0 * xs[3]
-            for j in range(lo, hi):
-                d[j * C + c] = s[j * xs[3]]
+        if xs[3] == 1:
+            _tpose(T, xn + ih * xs[2] + col0 + lo, xs[1], C, hi - lo, d + lo * C, C)
+        else:
+            for c in range(C):
+                s = xn + c * xs[1] + ih * xs[2] + col0 * xs[3]
+                for j in range(lo, hi):
+                    d[j * C + c] = s[j * xs[3]]
         if hi < Ws:
             memset(d + hi * C, 0, (Ws - hi) * C * sizeof(floating_t))
     if total > rows * Ws * C:
@@ -635,8 +640,8 @@ cdef void _wg_pre(WgJob* j, intp_t ch, intp_t t, floating_t dummy) noexcept nogi
     cdef floating_t* dst
     cdef floating_t* d
     if W.rowmode:
-        _hwc_copy(<const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W, -g.PT,
-                  W.Hs, -g.PL, W.Ws, <floating_t*>j.pad[st] + t * W.img, W.img)
+        _hwc_copy(j.T, <const floating_t*>j.x + (n0 + t) * j.xs[0], j.xs, g.C, g.H, g.W,
+                  -g.PT, W.Hs, -g.PL, W.Ws, <floating_t*>j.pad[st] + t * W.img, W.img)
         return
     if not j.inplace:
         if t < nb:
