@@ -659,20 +659,25 @@ cdef void _wg_pre(WgJob* j, intp_t ch, intp_t t, floating_t dummy) noexcept nogi
     # stay in L1 while each channel's run is written down a column: a channel's column over
     # a whole image touches a cache line per position (res 16->16 on 32x32: 1024 lines, past
     # L1, for every one of the 32 channels)
+    # (a dY image whose positions follow each other: the GEMM build's register-block
+    # transposes; element by element this copy was a sixth of 64->64's weight gradient)
     q0 = 0
     oh0 = ow0 = 0
     while q0 < P:
         qn = _imin(WG_PACK_ROWS, P - q0)
-        for jj in range(cv):
-            src = dyn + jj * j.ds[1]
-            oh, ow = oh0, ow0
-            d = dst + q0 * NR + jj
-            for q in range(qn):
-                d[q * NR] = src[oh * j.ds[2] + ow * j.ds[3]]
-                ow += 1
-                if ow == g.OW:
-                    ow = 0
-                    oh += 1
+        if j.ds[3] == 1 and j.ds[2] == g.OW:
+            _tpose(j.T, dyn + q0, j.ds[1], cv, qn, dst + q0 * NR, NR)
+        else:
+            for jj in range(cv):
+                src = dyn + jj * j.ds[1]
+                oh, ow = oh0, ow0
+                d = dst + q0 * NR + jj
+                for q in range(qn):
+                    d[q * NR] = src[oh * j.ds[2] + ow * j.ds[3]]
+                    ow += 1
+                    if ow == g.OW:
+                        ow = 0
+                        oh += 1
         if cv < NR:
             for q in range(qn):
                 memset(dst + (q0 + q) * NR + cv, 0, (NR - cv) * sizeof(floating_t))
