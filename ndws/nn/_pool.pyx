@@ -163,10 +163,12 @@ cdef void _sum_plane_bwd(const PoolJob* j, const floating_t* gc, floating_t* dxc
 
 
 cdef extern from "_pool_loops.h" nogil:
-    void ndws_max2x2_f32(const float32_t* r0, const float32_t* r1, Py_ssize_t ow_n,
-                         float32_t* y, int32_t* idx, int32_t base, int32_t w) noexcept
-    void ndws_max2x2_f64(const float64_t* r0, const float64_t* r1, Py_ssize_t ow_n,
-                         float64_t* y, int32_t* idx, int32_t base, int32_t w) noexcept
+    void ndws_max2x2_f32(const float32_t* x, Py_ssize_t xs2, Py_ssize_t sh, Py_ssize_t oh_n,
+                         Py_ssize_t ow_n, float32_t* y, Py_ssize_t ys2, int32_t* idx,
+                         Py_ssize_t is2, int32_t w) noexcept
+    void ndws_max2x2_f64(const float64_t* x, Py_ssize_t xs2, Py_ssize_t sh, Py_ssize_t oh_n,
+                         Py_ssize_t ow_n, float64_t* y, Py_ssize_t ys2, int32_t* idx,
+                         Py_ssize_t is2, int32_t w) noexcept
 
 
 cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
@@ -181,19 +183,19 @@ cdef void _max_plane_fwd(const PoolJob* j, const floating_t* xc, floating_t* yc,
     cdef floating_t* yr
     cdef int32_t* ir
     cdef floating_t v, acc
+    if KH == 2 and KW == 2 and SW == 2:
+        # the common 2x2 / 2: vectorised rows (nn/_pool_loops.h), the same taps in the same
+        # order by selects, the whole plane in one call
+        if floating_t is float32_t:
+            ndws_max2x2_f32(xc, xs2, SH, OH, OW, yc, ys2, ic, is2, <int32_t>W)
+        else:
+            ndws_max2x2_f64(xc, xs2, SH, OH, OW, yc, ys2, ic, is2, <int32_t>W)
+        return
     for oh in range(OH):
         row = xc + oh * SH * xs2
         yr = yc + oh * ys2
         ir = ic + oh * is2 if ic != NULL else NULL
         base = oh * SH * W
-        if KH == 2 and KW == 2 and SW == 2:
-            # the common 2x2 / 2: a vectorised row (nn/_pool_loops.h), the same taps in the
-            # same order by selects
-            if floating_t is float32_t:
-                ndws_max2x2_f32(row, row + xs2, OW, yr, ir, <int32_t>base, <int32_t>W)
-            else:
-                ndws_max2x2_f64(row, row + xs2, OW, yr, ir, <int32_t>base, <int32_t>W)
-            continue
         for ow in range(OW):
             if KH == 2 and KW == 2:
                 # LeNet's and VGG's 2x2: the four taps in the general loop's order
