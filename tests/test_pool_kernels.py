@@ -170,21 +170,24 @@ def test_max_pool_ties_nan_and_all_padding_rules(rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_max_pool_2x2_rows_wide_enough_for_vectors(rng, dtype):
     # 2x2 / 2 rows run a vectorised loop (nn/_pool_loops.h): 37 outputs a row fill whole
-    # vectors and a remainder; NaN in every tap position, ties of equal values and of -0 / +0
-    # (the first wins: its index and its sign), -inf and inf, against the reference
+    # vectors and a remainder taken by integer selects; in both, NaN in every tap position,
+    # ties of equal values and of -0 / +0 (the first wins: its index and its sign), -inf and
+    # inf, against the reference
     x = rng.standard_normal((2, 3, 8, 75)).astype(dtype)
-    for q, (r, c) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
-        x[0, 0, 2 * q + r, 2 * (5 + q) + c] = np.nan          # each tap of a window
-    x[0, 1, 2:4, 10:12] = np.nan
-    x[1, 0, 0:2, 20:22] = 4.0
-    x[1, 1, 4, 30], x[1, 1, 4, 31], x[1, 1, 5, 30], x[1, 1, 5, 31] = -0.0, 0.0, 0.0, -0.0
-    x[1, 2, 6, 40:42], x[1, 2, 7, 40:42] = -np.inf, np.inf
+    for at in (0, 56):                                   # (outputs 5-20, then 33-36 of 37)
+        for q, (r, c) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+            x[0, 0, 2 * q + r, at + 2 * (5 + q) + c] = np.nan  # each tap of a window
+        x[0, 1, 2:4, at + 10:at + 12] = np.nan
+        x[1, 0, 0:2, at + 12:at + 14] = 4.0
+        x[1, 1, 4, at + 14], x[1, 1, 4, at + 15] = -0.0, 0.0
+        x[1, 1, 5, at + 14], x[1, 1, 5, at + 15] = 0.0, -0.0
+        x[1, 2, 6, at + 16:at + 18], x[1, 2, 7, at + 16:at + 18] = -np.inf, np.inf
     ref, idx = ref_pool(x, "max", 2, None, 0, 1, False, 2.0)
     ref = ref.astype(dtype)
     y, i = F.max_pool2d(x, 2, return_indices=True)
     np.testing.assert_array_equal(np.asarray(i), idx)
     np.testing.assert_array_equal(np.asarray(y).view(np.uint8), ref.view(np.uint8))
-    assert np.signbit(np.asarray(y)[1, 1, 2, 15])
+    assert np.signbit(np.asarray(y)[1, 1, 2, 7]) and np.signbit(np.asarray(y)[1, 1, 2, 35])
     y_only = F.max_pool2d(x, 2)
     np.testing.assert_array_equal(np.asarray(y_only).view(np.uint8), ref.view(np.uint8))
 
