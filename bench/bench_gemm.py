@@ -229,15 +229,16 @@ def load_average():
 
 
 def timed(contenders, rounds, per_round, inner=1, span=None):
-    """Medians (ms) and p10-p90 spreads of each contender's call (name -> fn), after two warm-up
-    calls each (learned workspaces, pools): `rounds` rounds in turn, each contender first
-    waiting for the previous one's library threads to settle and called once untimed (its
-    threads awake, as in a loop), then `per_round` samples, each the mean of `inner` calls.
+    """Medians (ms) and p10-p90 spreads of each contender's call (name -> fn), after three
+    warm-up calls each (learned workspaces, pools; the last two timed): `rounds` rounds in
+    turn, each contender first waiting for the previous one's library threads to settle and
+    called once untimed (its threads awake, as in a loop), then `per_round` samples, each the
+    mean of `inner` calls.
 
-    With `span` (seconds), each contender's `inner` is instead chosen from its second warm-up
-    call so that a sample lasts about `span` (several NEIGHBOUR_PERIODs): a call shorter than the busy neighbour's period
-    otherwise lands whole blocks of samples in its busy or its idle phase, by luck, and the
-    medians compare luck (see `neighbour_main`)."""
+    With `span` (seconds), each contender's `inner` is instead chosen from the faster of its
+    two timed warm-up calls so that a sample lasts about `span` (several NEIGHBOUR_PERIODs): a
+    call shorter than the busy neighbour's period otherwise lands whole blocks of samples in
+    its busy or its idle phase, by luck, and the medians compare luck (see `neighbour_main`)."""
     inners = {}
     for name, fn in contenders.items():
         fn()

@@ -1,8 +1,8 @@
 /* ndws' own exp, expm1, tanh, sigmoid, and float32 log1p and erfc: branch-free scalar
  * functions that gcc vectorises inside a loop, one definition for the core's ufuncs
- * (ndws/_cmath.h includes this file) and ndws.nn's kernels (ndws/nn/_math.pxd, through ndws/_vmath.pxd). glibc's
- * expf/tanhf/exp/tanh are a call per element that no loop around them can vectorise: tanh over
- * 1M float32 took 34 ms in the nn kernels against NumPy's 0.4 ms.
+ * (ndws/_cmath.h includes this file) and ndws.nn's kernels (ndws/nn/_math.pxd, through
+ * ndws/_vmath.pxd). glibc's expf/tanhf/exp/tanh are a call per element that no loop around
+ * them can vectorise: tanh over 1M float32 took 34 ms in the nn kernels against NumPy's 0.4 ms.
  *
  * Accuracy against extended precision (tests/test_activations.py sweeps tanh, sigmoid and, below
  * 0 through ELU, expm1): exp within 1.0 ulp (float32) and 1.7 ulp (float64), tanh within 1.3 ulp,

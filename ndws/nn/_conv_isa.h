@@ -1,6 +1,7 @@
 /* The instruction sets the convolutions' C loops are built for (ndws/nn/_few_loops.h,
- * ndws/nn/_wino_loops.h, ndws/nn/_dw_loops.h): GCC target attributes on one source give an AVX-512, an AVX2 and a
- * baseline build of each loop, and a module picks one when it loads, the tests each in turn.
+ * ndws/nn/_wino_loops.h, ndws/nn/_dw_loops.h): GCC target attributes on one source give an
+ * AVX-512, an AVX2 and a baseline build of each loop, and a module picks one when it loads,
+ * the tests each in turn.
  */
 #ifndef NDWS_CONV_ISA_H
 #define NDWS_CONV_ISA_H
