@@ -332,7 +332,7 @@ DEPENDS = {"ndws._ufuncs": ["ndws/_loops.pxi", "ndws/_entries.pxi", "ndws/_cmath
            "ndws._fallback": ["ndws/_poison.h", "ndws/_tls.h"],
            "ndws._core": ["ndws/_poison.h", "ndws/_tls.h", "ndws/_dlpack.h"],
            "ndws._arena": ["ndws/_poison.h", "ndws/_tls.h"],
-           "ndws._memory": ["ndws/_poison.h"],
+           "ndws._memory": ["ndws/_poison.h", "ndws/_pages.h"],
            "ndws._threads": ["ndws/_pool.h"],
            "ndws.nn._iteration": ["ndws/_tls.h"],
            "ndws.nn._activations": ["ndws/_vmath.h", "ndws/nn/_act_loops.h"],

@@ -101,6 +101,11 @@ _BLOCK_KIND_NAMES = ("detached", "main", "spill", "pinned", "external", "foreign
                      "static")
 
 
+# large blocks get transparent huge pages (see there)
+cdef extern from "_pages.h" nogil:
+    void ndws_advise_huge(void* raw, size_t nbytes)
+
+
 cdef MemoryBlock allocate_block(Py_ssize_t nbytes, bint zero, int kind):
     # Over-allocate by ALIGNMENT-1 and round the pointer up: portable (no posix_memalign), and
     # calloc hands large zeroed requests straight from mmap'd pages.
@@ -114,6 +119,7 @@ cdef MemoryBlock allocate_block(Py_ssize_t nbytes, bint zero, int kind):
         raw = malloc(total)
     if raw == NULL:
         raise MemoryError(f"ndws: unable to allocate {nbytes} bytes for array data")
+    ndws_advise_huge(raw, total)
     b.raw = raw
     b.data = <char*>((<uintptr_t>raw + <uintptr_t>(NDWS_ALIGNMENT - 1))
                      & ~(<uintptr_t>(NDWS_ALIGNMENT - 1)))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gc
 import operator
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -1262,3 +1265,55 @@ def test_fill_read_only_raises_like_numpy():
     base.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         ndws.from_numpy(base).fill(1.0)
+
+
+
+_HUGE_PAGES_PROBE = """
+import numpy as np, ndws
+
+def vm_flags(address):
+    inside = False
+    for line in open("/proc/self/smaps"):
+        span = line.split()[0].split("-")
+        if len(span) == 2 and all(c in "0123456789abcdef" for c in span[0] + span[1]):
+            lo, hi = (int(v, 16) for v in span)
+            inside = lo <= address < hi
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+
+def address(a):
+    return np.asarray(a).__array_interface__["data"][0]
+
+def heap(nbytes):
+    return ndws.empty((nbytes // 4,), dtype=np.float32)
+
+def workspace(nbytes):
+    ws = ndws.workspace(f"HUGE_{nbytes}", ndws.WorkspaceConfiguration(
+        initial_size=nbytes, policy_allocation="STRICT", policy_learning="NONE"))
+    with ws:
+        return ws, ndws.empty((nbytes // 4,), dtype=np.float32).numpy()
+
+keep = []
+for make in (heap, workspace):
+    small, big = make(1 << 20), make(8 << 20)        # the small one first: a fresh mapping
+    keep += [small, big]
+    small_at = address(small if make is heap else small[1])
+    big_at = address(big if make is heap else big[1])
+    whole = (big_at + (2 << 20) - 1) & ~((2 << 20) - 1)
+    print(make.__name__, "hg" in vm_flags(whole), "hg" in vm_flags(whole + (4 << 20) - 1),
+          "hg" in vm_flags(small_at))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel/mm/transparent_hugepage"),
+                    reason="transparent huge pages are a Linux feature this kernel lacks")
+def test_large_array_data_is_advised_huge_pages_small_is_not():
+    # A block of 4 MiB or more asks for transparent huge pages on its whole 2 MiB pages (its
+    # TLB entries are then a 512th); smaller blocks keep the allocator's pages. In a fresh
+    # interpreter: a block freed earlier in this one may have left advised pages in the heap.
+    env = dict(os.environ)
+    env["PYTHONPATH"] = (os.path.dirname(os.path.dirname(os.path.abspath(ndws.__file__)))
+                         + os.pathsep + env.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", _HUGE_PAGES_PROBE], env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert out == ["heap", "True", "True", "False", "workspace", "True", "True", "False"]
