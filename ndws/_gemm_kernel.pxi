@@ -76,6 +76,13 @@ cdef extern from "_simd.h" nogil:
     ndws_vf64 ndws_vadd_f64(ndws_vf64 a, ndws_vf64 b)
     float64_t ndws_fma_f64(float64_t a, float64_t b, float64_t c)
     ndws_vf64 ndws_vfmadd_f64(ndws_vf64 a, ndws_vf64 b, ndws_vf64 c)
+    enum:
+        NDWS_HALF_F32
+        NDWS_HALF_F64
+    void ndws_ukrh_f32(intp_t kc, const float32_t* A, const float32_t* B, intp_t ldb,
+                       float32_t* C, intp_t ldc, float32_t alpha, float32_t beta, int load_c)
+    void ndws_ukrh_f64(intp_t kc, const float64_t* A, const float64_t* B, intp_t ldb,
+                       float64_t* C, intp_t ldc, float64_t alpha, float64_t beta, int load_c)
     void ndws_tpack_f32(const float32_t* src, intp_t lds, intp_t R, intp_t P, float32_t* dst,
                         intp_t ldd)
     void ndws_tpack_f64(const float64_t* src, intp_t lds, intp_t R, intp_t P, float64_t* dst,
@@ -199,8 +206,8 @@ cdef inline void _ukr_f64(intp_t kc, const float64_t* A__pi,     # IN  packed, k
 
 
 # The same tile one vector wide (the first VLEN of the NR columns): a C edge whose last panel
-# holds at most VLEN columns (N = 200 on AVX-512: six panels of 32 and one of 8) costs half the
-# full tile's fmas. Every column gets the full kernel's operations in the same order (its own
+# holds at most VLEN columns (N = 77 on AVX-512: two panels of 32 and one of 13) costs half the
+# full tile's fmas; at most half a vector takes _simd.h's half tile instead. Every column gets the full kernel's operations in the same order (its own
 # fma chain over p, then alpha and beta), so the bits do not depend on which kernel ran.
 
 cdef inline void _ukr1_f32(intp_t kc, const float32_t* A__pi, const float32_t* B__pj,
@@ -260,14 +267,19 @@ cdef inline void _ukr1_f64(intp_t kc, const float64_t* A__pi, const float64_t* B
 cdef inline void _ukr_edge(intp_t kc, const floating_t* A__pi, const floating_t* B__pj,
                            intp_t ldb, floating_t* C__ij, intp_t ldc, floating_t alpha,
                            floating_t beta, bint load_c, intp_t nr) noexcept nogil:
-    # the tile for a panel of nr <= NR valid columns: one vector wide when they fit in one
+    # the tile for a panel of nr <= NR valid columns: half a vector or one vector wide when
+    # they fit in one (_simd.h: the half tile)
     if floating_t is float32_t:
-        if NDWS_NV_F32 > 1 and nr <= NDWS_VLEN_F32:
+        if NDWS_HALF_F32 and nr <= NDWS_HALF_F32:
+            ndws_ukrh_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+        elif NDWS_NV_F32 > 1 and nr <= NDWS_VLEN_F32:
             _ukr1_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
         else:
             _ukr_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
     else:
-        if NDWS_NV_F64 > 1 and nr <= NDWS_VLEN_F64:
+        if NDWS_HALF_F64 and nr <= NDWS_HALF_F64:
+            ndws_ukrh_f64(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+        elif NDWS_NV_F64 > 1 and nr <= NDWS_VLEN_F64:
             _ukr1_f64(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
         else:
             _ukr_f64(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
@@ -511,7 +523,7 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
     cdef floating_t alpha = <floating_t>P.alpha
     cdef floating_t beta0 = <floating_t>P.beta
     cdef floating_t beta
-    cdef intp_t MR, NR, MC, NC, KC = P.kc
+    cdef intp_t MR, NR, MC, NC, KC = P.kc, half
     cdef intp_t jc, nc, pc, kc, ic, mc, mcb, nmb, jr, nr, ir, mr, ldb, r, j, align
     cdef intp_t jc_b, pc_b, ic_b, jr_b, ir_b
     cdef bint load_c, last, direct_b
@@ -527,11 +539,13 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
         NR = NDWS_NR_F32
         MC = NDWS_MC_F32
         NC = NDWS_NC_F32
+        half = NDWS_HALF_F32
     else:
         MR = NDWS_MR_F64
         NR = NDWS_NR_F64
         MC = NDWS_MC_F64
         NC = NDWS_NC_F64
+        half = NDWS_HALF_F64
     if i0 >= i1 or j0 >= j1:
         return
     # scratch layout (each part 64-byte aligned): A block | B panel | B edge panel | C tile
@@ -594,6 +608,10 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                         cij = C + (ic + ir) * rs_c + (jc + jr) * cs_c
                         if mr == MR and nr == NR and cs_c == 1:
                             _ukr(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c)
+                        elif mr == MR and nr == half and cs_c == 1:
+                            # the half tile's rows are exactly its columns: no tile buffer
+                            _ukr_edge(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta,
+                                      load_c, nr)
                         else:
                             # same micro-kernel on a tile buffer, so edge elements are
                             # computed exactly like interior ones

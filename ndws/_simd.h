@@ -173,6 +173,75 @@ static inline double ndws_fma_f64(double a, double b, double c) { return ndws_vf
 #define NDWS_NR_F32 (NDWS_NV_F32 * NDWS_VLEN_F32)
 #define NDWS_NR_F64 (NDWS_NV_F64 * NDWS_VLEN_F64)
 
+/* ---------------------------------------------------------------------------------------------
+ * The tile half a vector wide: MR rows x NDWS_HALF_* columns, for a last panel of at most that
+ * many valid columns (N = 200 on AVX-512 is six 32-column panels and one of 8; the char model's
+ * backward recurrent product and its input gradient have it). The one-vector tile computed 16
+ * columns for those 8; on Zen 4 a 512-bit fma costs two 256-bit ones, so the half tile takes
+ * half the time (on cores whose wide and narrow fmas cost the same, the same time). Every
+ * column gets the full tile's operations in its order: acc = fma(a_p, b_p, acc) over p, then
+ * C = fma(alpha, acc, beta * C) or C = alpha * acc, so the bits do not depend on the tile.
+ * Only where the narrower vector has the same fma (AVX-512: 256-bit, AVX2: 128-bit);
+ * NDWS_HALF_* is 0 elsewhere and the kernels are never called. */
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__)
+#define NDWS_HALF_F32 8
+#define NDWS_HALF_F64 4
+typedef __m256 ndws_hf32;
+typedef __m256d ndws_hf64;
+#define NDWS_H_F32(op) _mm256_##op##_ps
+#define NDWS_H_F64(op) _mm256_##op##_pd
+#else
+#define NDWS_HALF_F32 4
+#define NDWS_HALF_F64 2
+typedef __m128 ndws_hf32;
+typedef __m128d ndws_hf64;
+#define NDWS_H_F32(op) _mm_##op##_ps
+#define NDWS_H_F64(op) _mm_##op##_pd
+#endif
+#define NDWS_UKRH(SFX, T, V, H, MR)                                                                \
+static inline void ndws_ukrh_##SFX(ptrdiff_t kc, const T* A, const T* B, ptrdiff_t ldb, T* C,      \
+                                   ptrdiff_t ldc, T alpha, T beta, int load_c) {                   \
+    V acc[MR], va, vb, bv;                                                                         \
+    int r;                                                                                         \
+    for (r = 0; r < MR; r++)                                                                       \
+        acc[r] = H(setzero)();                                                                     \
+    for (ptrdiff_t p = 0; p < kc; p++) {                                                           \
+        bv = H(loadu)(B);                                                                          \
+        for (r = 0; r < MR; r++)                                                                   \
+            acc[r] = H(fmadd)(H(set1)(A[r]), bv, acc[r]);                                          \
+        A += MR;                                                                                   \
+        B += ldb;                                                                                  \
+    }                                                                                              \
+    va = H(set1)(alpha);                                                                           \
+    if (load_c) {                                                                                  \
+        vb = H(set1)(beta);                                                                        \
+        for (r = 0; r < MR; r++)                                                                   \
+            H(storeu)(C + r * ldc, H(fmadd)(                                                       \
+                va, acc[r], H(mul)(vb, H(loadu)(C + r * ldc))));                                   \
+    } else {                                                                                       \
+        for (r = 0; r < MR; r++)                                                                   \
+            H(storeu)(C + r * ldc, H(mul)(va, acc[r]));                                            \
+    }                                                                                              \
+}
+NDWS_UKRH(f32, float, ndws_hf32, NDWS_H_F32, NDWS_MR_F32)
+NDWS_UKRH(f64, double, ndws_hf64, NDWS_H_F64, NDWS_MR_F64)
+#else
+#define NDWS_HALF_F32 0
+#define NDWS_HALF_F64 0
+static inline void ndws_ukrh_f32(ptrdiff_t kc, const float* A, const float* B, ptrdiff_t ldb,
+                                 float* C, ptrdiff_t ldc, float alpha, float beta, int load_c) {
+    (void)kc; (void)A; (void)B; (void)ldb; (void)C; (void)ldc; (void)alpha; (void)beta;
+    (void)load_c;
+}
+static inline void ndws_ukrh_f64(ptrdiff_t kc, const double* A, const double* B, ptrdiff_t ldb,
+                                 double* C, ptrdiff_t ldc, double alpha, double beta,
+                                 int load_c) {
+    (void)kc; (void)A; (void)B; (void)ldb; (void)C; (void)ldc; (void)alpha; (void)beta;
+    (void)load_c;
+}
+#endif
+
 /* Cache blocking (GotoBLAS/BLIS): a KC x NR micro-panel of packed B stays in L1 while the
  * micro-kernel sweeps the MC x KC packed A block, which stays in L2; the KC x NC packed B panel
  * lives in L3. Zen 4: L1d 32-48 KiB, L2 1 MiB per core, L3 32 MiB shared. Values measured with
