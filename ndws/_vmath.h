@@ -53,11 +53,11 @@ NDWS_VINLINE uint32_t ndws_sel(int c, uint32_t a, uint32_t b) {
    halves normal: p * 2^n1 is exact, the second product rounds once, so results in the
    subnormal range are correctly scaled and an out-of-range result overflows (inf, overflow
    flag) or underflows (0/subnormal, underflow flag) in a real multiplication, as libm. */
-NDWS_VINLINE float ndws_expf_core(float x) {
+NDWS_VINLINE float ndws_expf_poly(float x, int32_t* n_out) {
     const float shift = 12582912.0f;                   /* 1.5 * 2^23 */
     float t = x * 1.44269504088896341f + shift;
     float nf = t - shift;
-    int32_t n = (int32_t)ndws_f32_bits(t) - (int32_t)0x4b400000;
+    *n_out = (int32_t)ndws_f32_bits(t) - (int32_t)0x4b400000;
     float r = x - nf * 0.693359375f;
     r = r - nf * -2.12194440e-4f;
     float z = r * r;
@@ -67,12 +67,28 @@ NDWS_VINLINE float ndws_expf_core(float x) {
     p = p * r + 4.1665795894E-2f;
     p = p * r + 1.6666665459E-1f;
     p = p * r + 5.0000001201E-1f;
-    p = p * z + r + 1.0f;
+    return p * z + r + 1.0f;
+}
+
+NDWS_VINLINE float ndws_expf_core(float x) {
+    int32_t n;
+    float p = ndws_expf_poly(x, &n);
     int32_t n1 = n >> 1;
     int32_t n2 = n - n1;
     float s1 = ndws_f32_from_bits((uint32_t)(n1 + 127) << 23);
     float s2 = ndws_f32_from_bits((uint32_t)(n2 + 127) << 23);
     return (p * s1) * s2;
+}
+
+/* ndws_expf_core for -131 < x < 43 (n in [-189, 63]), the range of sigmoid's exp(-|x|) and
+   tanh's exp(2|x|): p * 2^(n+64) is then normal, so exact, and the product by 2^-64 rounds
+   once, to the value the two halves give (the correctly scaled p * 2^n either way: the same
+   bits) with four integer operations fewer. */
+NDWS_VINLINE float ndws_expf_mid(float x) {
+    int32_t n;
+    float p = ndws_expf_poly(x, &n);
+    float s = ndws_f32_from_bits((uint32_t)(n + 191) << 23);     /* 2^(n + 64) */
+    return (p * s) * 0x1p-64f;
 }
 
 NDWS_VINLINE float ndws_expf1(float x) {
@@ -109,7 +125,7 @@ NDWS_VINLINE float ndws_tanhf1(float x) {
     p = p * z + 1.33314422036E-1f;
     p = p * z - 3.33332819422E-1f;
     float small = p * z * a + a;
-    float e = ndws_expf_core(a + a);
+    float e = ndws_expf_mid(a + a);
     float large = 1.0f - 2.0f / (e + 1.0f);
     uint32_t ib = ndws_sel(ax < 0x3f200000u, ndws_f32_bits(small), ndws_f32_bits(large));
     ib = ndws_sel(ax < 0x39800000u, ax, ib);
@@ -119,13 +135,21 @@ NDWS_VINLINE float ndws_tanhf1(float x) {
 
 
 /* sigmoid(x) = 1 / (1 + exp(-x)), from e = exp(-|x|) only (it never overflows): 1 / (1 + e)
-   for x >= 0, e / (1 + e) below, chosen on the sign bit (NaN gives NaN either way). The
-   formulas of ndws' earlier scalar sigmoid, with this file's exp. */
+   for x >= 0, e / (1 + e) below, chosen on the sign bit. The formulas of ndws' earlier scalar
+   sigmoid, with this file's exp specialised to -|x| (the LSTM cell runs three per unit): -|x| is
+   clamped at -105 as ndws_expf1 clamps (e is 0 below -103.98 either way), and ndws_expf1's
+   other cases need nothing: below 2^-30 the polynomial's 1 - |x| rounds to its exp(0) = 1,
+   -inf computes on -105 (e = 0), and a NaN is put back at the end, the input with its sign bit
+   set and quieted, as the division by 1 + NaN made it. The same bits as through ndws_expf1
+   (compared on all 2^32 inputs), for about a sixth fewer operations. */
 NDWS_VINLINE float ndws_sigmoidf1(float x) {
     uint32_t ix = ndws_f32_bits(x);
-    float e = ndws_expf1(ndws_f32_from_bits(ix | 0x80000000u));
+    uint32_t ax = ix & 0x7fffffffu;
+    float e = ndws_expf_mid(ndws_f32_from_bits(ndws_sel(ax > 0x42d20000u, 0xc2d20000u,
+                                                        ix | 0x80000000u)));
     float num = ndws_f32_from_bits(ndws_sel((ix >> 31) != 0, ndws_f32_bits(e), 0x3f800000u));
-    return num / (1.0f + e);
+    float y = num / (1.0f + e);
+    return ndws_f32_from_bits(ndws_sel(ax > 0x7f800000u, ix | 0x80400000u, ndws_f32_bits(y)));
 }
 
 /* expm1(x) = exp(x) - 1 without the cancellation near 0: x = n*ln2 + r (|r| <= ln2/2, ln2 split

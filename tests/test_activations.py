@@ -473,6 +473,15 @@ def test_own_sigmoid_and_tanh_are_accurate(dtype):
     s = F.sigmoid(special).numpy()
     assert s[:4].tolist() == [0.5, 0.5, 1.0, 0.0] and np.isnan(s[4])
     assert np.array_equal(F.tanh(-x).numpy(), -F.tanh(x).numpy())
+    # a NaN of either sign keeps its payload and comes back quiet with the sign bit set (from
+    # exp(-|x|) through the division by 1 + e), on the vector loops and the strided path alike
+    ut, sign, quiet = ((np.uint32, 1 << 31, 1 << 22) if dtype == np.float32
+                       else (np.uint64, 1 << 63, 1 << 51))
+    top = np.array(np.inf, dtype).view(ut)                          # exponent all ones
+    nans = np.array([top | quiet | 1, sign | top | quiet | 2, top | 3, sign | top | 5], ut)
+    for got in (F.sigmoid(nans.view(dtype)).numpy(),
+                np.ascontiguousarray(F.sigmoid(nans.view(dtype)[::-1]).numpy()[::-1])):
+        assert got.view(ut).tolist() == (nans | sign | quiet).tolist()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
