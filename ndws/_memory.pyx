@@ -101,7 +101,7 @@ _BLOCK_KIND_NAMES = ("detached", "main", "spill", "pinned", "external", "foreign
                      "static")
 
 
-# large blocks get transparent huge pages (see there)
+# a workspace's large main block gets transparent huge pages (see there)
 cdef extern from "_pages.h" nogil:
     void ndws_advise_huge(void* raw, size_t nbytes)
 
@@ -119,7 +119,8 @@ cdef MemoryBlock allocate_block(Py_ssize_t nbytes, bint zero, int kind):
         raw = malloc(total)
     if raw == NULL:
         raise MemoryError(f"ndws: unable to allocate {nbytes} bytes for array data")
-    ndws_advise_huge(raw, total)
+    if kind == BLOCK_MAIN:
+        ndws_advise_huge(raw, total)
     b.raw = raw
     b.data = <char*>((<uintptr_t>raw + <uintptr_t>(NDWS_ALIGNMENT - 1))
                      & ~(<uintptr_t>(NDWS_ALIGNMENT - 1)))

@@ -1,18 +1,18 @@
-/* Transparent huge pages for large blocks of array data (ndws/_memory.pyx's allocate_block).
+/* Transparent huge pages for a workspace's main block (ndws/_memory.pyx's allocate_block).
  *
- * A workspace's blocks are allocated once and reused every iteration, so the one-off cost of a
- * huge page (its 2 MiB are zeroed at the first touch) is paid once, and every iteration then
+ * A workspace's main block is allocated once and reused every iteration, so the one-off cost of
+ * a huge page (its 2 MiB are zeroed at the first touch) is paid once, and every iteration then
  * runs with a 512th of the TLB entries: a recurrent layer's cache and gate errors (several MiB
  * per layer, read back one example row at a time between GEMMs that sweep the packed weights)
  * missed the TLB on most rows, and in a virtual machine each miss is a two-level page walk.
  * Measured on a char-model fit() segment (two LSTM layers of 200, 55 MB of workspaces), one
- * thread: 1-2% of the segment.
+ * thread: 1-2% of the segment. Blocks that come and go (arrays outside workspaces, spills) keep
+ * the allocator's pages, as NumPy's do.
  *
  * Linux only (elsewhere this does nothing), and only an advice: with the system's setting
  * "never", or without a free huge page, the kernel keeps using 4 KiB pages. Only the whole
  * 2 MiB-aligned pages inside the block are advised, so nothing outside the block changes; blocks
- * under 4 MiB are left alone (at most one whole huge page would fit, and small arrays come and
- * go). */
+ * under 4 MiB are left alone (at most one whole huge page would fit). */
 #ifndef NDWS_PAGES_H
 #define NDWS_PAGES_H
 
