@@ -209,10 +209,17 @@ def test_train_progress_bar_goes_to_stderr(capsys):
     assert "epoch   1/2: score" in captured.out and "epoch   2/2: score" in captured.out
 
 
+def _sigint_default():
+    # A shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT
+    # ignored: a suite run as `... &` would give the child nothing to interrupt it with
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_says_where_training_stopped_and_exits_130():
     proc = subprocess.Popen([sys.executable, "-m", "ndws", "train", "--epochs", "100000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            preexec_fn=_sigint_default)
     try:
         for line in proc.stdout:                       # training has started: an epoch ended
             if line.startswith("epoch   1/100000: score"):
@@ -220,7 +227,9 @@ def test_ctrl_c_says_where_training_stopped_and_exits_130():
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()                         # reaped, its pipes closed
     assert proc.returncode == 130
     assert re.fullmatch(r"\nndws train: interrupted \(Ctrl-C\) in epoch \d+/100000, after "
                         r"iteration \d+ of its 44 \(\d+ in all\); nothing was saved\n", err), err
