@@ -207,8 +207,9 @@ cdef inline void _ukr_f64(intp_t kc, const float64_t* A__pi,     # IN  packed, k
 
 # The same tile one vector wide (the first VLEN of the NR columns): a C edge whose last panel
 # holds at most VLEN columns (N = 77 on AVX-512: two panels of 32 and one of 13) costs half the
-# full tile's fmas; at most half a vector takes _simd.h's half tile instead. Every column gets the full kernel's operations in the same order (its own
-# fma chain over p, then alpha and beta), so the bits do not depend on which kernel ran.
+# full tile's fmas; at most half a vector takes _simd.h's half tile instead. Every column gets
+# the full kernel's operations in the same order (its own fma chain over p, then alpha and
+# beta), so the bits do not depend on which kernel ran.
 
 cdef inline void _ukr1_f32(intp_t kc, const float32_t* A__pi, const float32_t* B__pj,
                            intp_t ldb, float32_t* C__ij, intp_t ldc, float32_t alpha,
