@@ -70,6 +70,16 @@ def threaded() -> Callable[[Callable[[int], Any], int], list[Any]]:
     return run_threaded
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a child Python process that must import the ndws under test: this
+    one's, the directory holding that ndws first on PYTHONPATH, and `extra` set."""
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(ndws.__file__))),
+         env.get("PYTHONPATH", "")])
+    return env
+
+
 def assert_matches(actual: Any, expected: np.ndarray, dtype: Any = None) -> None:
     """NDArray (or NumPy) `actual` equals NumPy `expected` in shape, dtype and values."""
     got = actual.numpy() if isinstance(actual, ndws.NDArray) else np.asarray(actual)

@@ -4,7 +4,6 @@ mpiexec, as tests/test_mpi.py launches its jobs)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import ndws
+from conftest import child_env
 from ndws.nn import MultiLayerNetwork
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "distributed.md"
@@ -32,8 +31,7 @@ def page_script() -> str:
                     reason="mpi4py or mpiexec not found (pip install 'ndws[mpi]')")
 def test_the_training_script_of_docs_distributed_runs_as_written(tmp_path):
     (tmp_path / "train.py").write_text(page_script(), encoding="utf-8")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        [str(Path(ndws.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+    env = child_env(OMP_NUM_THREADS="1")
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "train.py"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

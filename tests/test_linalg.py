@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import ndws
+from conftest import child_env
 from ndws import _linalg as la
 
 ISAS = la.available_isas()
@@ -684,11 +685,8 @@ def test_available_isas_and_dispatch():
 
 
 def _run_python(code, **env):
-    full = dict(os.environ, **env)
-    full["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(__file__)),
-                                          full.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full, timeout=120)
+                          env=child_env(**env), timeout=120)
 
 
 def test_environment_override():

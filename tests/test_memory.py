@@ -10,7 +10,6 @@ bounds are deliberately loose: the machine is shared and noisy.
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import numpy as np
 import pytest
 
 import ndws
+from conftest import child_env
 from ndws.memory import MemoryManager
 
 PERIODIC_THREAD = "ndws periodic GC"
@@ -119,15 +119,12 @@ def test_defaults_of_a_fresh_manager():
 
 def test_process_wide_defaults_in_a_new_interpreter():
     # The process-wide manager is checked in a fresh interpreter: other tests change it.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(ndws.__file__)))
     code = ("import threading, ndws\n"
             "mm = ndws.get_memory_manager()\n"
             "print(mm.auto_gc_window, mm.occasional_gc_frequency, mm.is_periodic_gc_active(),"
             " mm.collections,"
             " any(t.name == 'ndws periodic GC' for t in threading.enumerate()))\n")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True,
                          text=True, timeout=120, check=True).stdout
     assert out.split() == ["100", "0", "False", "0", "False"]
 

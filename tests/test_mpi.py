@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ndws
+from conftest import child_env
 from ndws.data import ArrayDataSetIterator
 from ndws.data.dataset import DataSet
 from ndws.nn.listeners import PerformanceListener
@@ -46,8 +46,7 @@ TOL = {"rtol": 1e-5, "atol": 1e-6}
 def launch(scenario, out, ranks=2, abort_on_exception=True, timeout=300):
     """``mpiexec -n ranks python [-m mpi4py] checks.py scenario out`` (``-m mpi4py`` aborts
     the job on an uncaught exception, so a broken scenario fails instead of hanging)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        [str(Path(ndws.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+    env = child_env(OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", str(ranks), sys.executable]
     cmd += ["-m", "mpi4py"] if abort_on_exception else []
     cmd += [str(MPI_DIR / "checks.py"), scenario, str(out)]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ndws
-from conftest import assert_matches
+from conftest import assert_matches, child_env
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.bool_]
 DT_IDS = [np.dtype(d).name for d in DTYPES]
@@ -1267,7 +1267,6 @@ def test_fill_read_only_raises_like_numpy():
         ndws.from_numpy(base).fill(1.0)
 
 
-
 _HUGE_PAGES_PROBE = """
 import numpy as np, ndws
 
@@ -1284,21 +1283,20 @@ def vm_flags(address):
 def address(a):
     return np.asarray(a).__array_interface__["data"][0]
 
-def heap(nbytes):
-    return ndws.empty((nbytes // 4,), dtype=np.float32)
+def heap(nbytes):                                    # (what keeps the data alive, its address)
+    a = ndws.empty((nbytes // 4,), dtype=np.float32)
+    return a, address(a)
 
 def workspace(nbytes):
     ws = ndws.workspace(f"HUGE_{nbytes}", ndws.WorkspaceConfiguration(
         initial_size=nbytes, policy_allocation="STRICT", policy_learning="NONE"))
     with ws:
-        return ws, ndws.empty((nbytes // 4,), dtype=np.float32).numpy()
+        return ws, address(ndws.empty((nbytes // 4,), dtype=np.float32))
 
 keep = []
 for make in (heap, workspace):
-    small, big = make(1 << 20), make(8 << 20)        # the small one first: a fresh mapping
+    (small, small_at), (big, big_at) = make(1 << 20), make(8 << 20)   # small first: fresh
     keep += [small, big]
-    small_at = address(small if make is heap else small[1])
-    big_at = address(big if make is heap else big[1])
     whole = (big_at + (2 << 20) - 1) & ~((2 << 20) - 1)
     print(make.__name__, "hg" in vm_flags(whole), "hg" in vm_flags(whole + (4 << 20) - 1),
           "hg" in vm_flags(small_at))
@@ -1312,9 +1310,6 @@ def test_a_large_workspace_block_is_advised_huge_pages_other_data_is_not():
     # 2 MiB pages (its TLB entries are then a 512th); smaller blocks and arrays outside
     # workspaces keep the allocator's pages. In a fresh interpreter: a block freed earlier in
     # this one may have left advised pages in the heap.
-    env = dict(os.environ)
-    env["PYTHONPATH"] = (os.path.dirname(os.path.dirname(os.path.abspath(ndws.__file__)))
-                         + os.pathsep + env.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", _HUGE_PAGES_PROBE], env=env,
+    out = subprocess.run([sys.executable, "-c", _HUGE_PAGES_PROBE], env=child_env(),
                          capture_output=True, text=True, timeout=120, check=True).stdout.split()
     assert out == ["heap", "False", "False", "False", "workspace", "True", "True", "False"]
