@@ -52,7 +52,8 @@ NDWS_VINLINE uint32_t ndws_sel(int c, uint32_t a, uint32_t b) {
    sum are n, no float->int conversion). The result is p * 2^n1 * 2^n2 with n1 + n2 = n and both
    halves normal: p * 2^n1 is exact, the second product rounds once, so results in the
    subnormal range are correctly scaled and an out-of-range result overflows (inf, overflow
-   flag) or underflows (0/subnormal, underflow flag) in a real multiplication, as libm. */
+   flag) or underflows (0/subnormal, underflow flag) in a real multiplication, as libm.
+   ndws_expf_poly returns p and n, ndws_expf_core applies the scale. */
 NDWS_VINLINE float ndws_expf_poly(float x, int32_t* n_out) {
     const float shift = 12582912.0f;                   /* 1.5 * 2^23 */
     float t = x * 1.44269504088896341f + shift;
