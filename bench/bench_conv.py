@@ -20,7 +20,9 @@ padding 1: few input channels) at batch 32, and two of its layers at batch 1 (th
   convolution would cost if its data were already laid out as one GEMM.
 
 Each thread count runs in a fresh interpreter with OMP_NUM_THREADS set before the libraries are
-imported (and ``torch.set_num_threads`` / ``ndws.set_num_threads``). The contenders take turns
+imported (and ``torch.set_num_threads`` / ``ndws.set_num_threads``, after bench_gemm's
+`keep_freed_memory`: glibc's malloc keeps what it frees, so PyTorch's tensors take no page
+faults and it is measured at its best, whatever ran before). The contenders take turns
 in blocks of samples over several rounds, each block after the previous contender's library
 threads stopped spinning (bench_gemm's `settle`); medians and the p10-p90 spread are over all
 samples, and every ratio compares numbers from the same run. A sample of a single convolution
@@ -68,7 +70,7 @@ for path in (ROOT, HERE):
         sys.path.insert(0, path)
 
 from bench_gemm import (NEIGHBOUR_PERIOD, banner, harness_parser, load_average,  # noqa: E402
-                        run_role, run_worker, settle, spread, timed)
+                        run_role, run_worker, settle, spread, timed, worker_threads)
 
 TARGET = 1.0
 SPAN = 2 * NEIGHBOUR_PERIOD    # seconds of calls per sample of a single convolution
@@ -178,11 +180,9 @@ def _contenders(row, threads):
 
 def worker(threads, quick):
     import numpy as np  # noqa: F401  (imported before torch and ndws, with the env set)
-    import torch
 
     import ndws
-    torch.set_num_threads(threads)
-    ndws.set_num_threads(threads)
+    torch = worker_threads(threads)
     rounds = 3 if quick else 6
     per_block = 2 if quick else 4
     rows = []
@@ -362,12 +362,10 @@ def _layer_times(name, params, x, y, n):
 
 def net_worker(threads, quick, breakdown):
     import numpy as np  # noqa: F401  (imported before torch and ndws, with the env set)
-    import torch
 
     import conv_nets
     import ndws
-    torch.set_num_threads(threads)
-    ndws.set_num_threads(threads)
+    torch = worker_threads(threads)
     rounds, per_block = (3, 2) if quick else (6, 3)
     n_modes = 5 if quick else 12
     rows = []

@@ -10,7 +10,8 @@ prefetched, which fit no longer does), and from a slow iterator (SLOW_US of GIL-
 per batch, as I/O) with and without prefetch.
 
 Each thread count runs in a fresh interpreter with ``OMP_NUM_THREADS`` /
-``OPENBLAS_NUM_THREADS`` set before NumPy is imported, and ``torch.set_num_threads``. Before
+``OPENBLAS_NUM_THREADS`` set before NumPy is imported, and ``torch.set_num_threads``; glibc's
+malloc keeps what it frees (bench_gemm's `keep_freed_memory`: PyTorch at its best). Before
 timing, one step from identical parameters is checked to give the same parameters in every
 contender. fit, the fused step and the floor of a row (and the workspace modes) are timed in
 interleaved rounds, ROUNDS of them, each a slice of its iterations per round, so that a
@@ -49,6 +50,7 @@ for path in (ROOT, os.path.join(ROOT, "bench")):
         sys.path.insert(0, path)
 
 import bench_mlp_step as mlp  # noqa: E402  (the same model, data and hand-written step)
+from bench_gemm import keep_freed_memory  # noqa: E402
 
 TARGET_FLOOR = {32: 1.3, 128: 1.15}
 STEPS = (300, 60)
@@ -302,6 +304,7 @@ def run_child(threads, quick):
     import ndws
     from ndws._memory import allocation_counters
 
+    keep_freed_memory()
     try:
         import torch
         torch.set_num_threads(threads)

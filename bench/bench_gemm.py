@@ -98,10 +98,36 @@ def all_cases(quick):
 # ------------------------------------------------------------------------------------------------
 # Worker: one thread count, one interpreter
 
+def keep_freed_memory():
+    """Make glibc's malloc keep the memory it frees (no block from mmap, nothing trimmed back
+    to the kernel), so that no contender takes page faults for memory it allocates and frees
+    every call; True if it did, False where there is no glibc (nothing changed).
+
+    PyTorch's CPU tensors come from malloc. With glibc's defaults a block over the mmap
+    threshold (128 KiB at first, raised to the largest block freed so far, at most 32 MiB) is
+    mapped fresh at every allocation and unmapped at its free, so every call takes page faults:
+    measured here (1 thread), an LSTM of 512 at batch 64 over 100 steps 312 ms forward (3,400
+    faults) and 882 ms forward + backward (55,000) instead of 264 and 758; the char model's
+    fit() segment 85-96 ms instead of 65, or either, depending on what the process freed
+    before it. ndws allocates nothing per call in steady state. Every worker comparing against
+    PyTorch calls this first: PyTorch is measured at its best, whatever ran before."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    if name is None:
+        return False
+    libc = ctypes.CDLL(name)
+    if not hasattr(libc, "mallopt"):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
 def worker_threads(threads):
-    """Set ndws' thread count and PyTorch's (when it is installed) to `threads` in a worker;
-    returns the torch module, or None without PyTorch."""
+    """Set ndws' thread count and PyTorch's (when it is installed) to `threads` in a worker,
+    after `keep_freed_memory`; returns the torch module, or None without PyTorch."""
     import ndws
+    keep_freed_memory()
     ndws.set_num_threads(threads)
     try:
         import torch

@@ -29,7 +29,8 @@ Rows:
   cat, softmax). Microseconds per step; no target (the ratios are printed).
 
 Each thread count runs in a fresh interpreter with OMP_NUM_THREADS and torch.set_num_threads
-equal; contenders take turns in rounds (bench_gemm's `settle` between them), figures are
+equal, glibc's malloc keeping what it frees (bench_gemm's `keep_freed_memory`: PyTorch at its
+best); contenders take turns in rounds (bench_gemm's `settle` between them), figures are
 medians (p10-p90), every ratio compares numbers of the same run. ``--noisy`` repeats each
 configuration with a neighbour busy 4 ms / idle 4 ms on a core. A sample of a call shorter
 than 16 ms is the mean of the calls made in 16 ms (two of the neighbour's periods; see
@@ -58,7 +59,7 @@ for p in (ROOT, HERE):
         sys.path.insert(0, p)
 
 from bench_gemm import (NEIGHBOUR_PERIOD, banner, harness_parser, run_role,  # noqa: E402
-                        run_worker, settle, timed)
+                        run_worker, settle, timed, worker_threads)
 
 MLP_BATCH, RES_BATCH, WIDTH, BLOCKS = 128, 32, 16, 3
 CLIENTS, REQUESTS = 32, 40
@@ -173,11 +174,7 @@ def worker(threads, quick):
     from ndws.data import DataSet, MultiDataSet
     from ndws.nn import Adam, DenseLayer, MultiLayerConfiguration, MultiLayerNetwork, OutputLayer
     from ndws.parallel import ParallelInference
-    try:
-        import torch
-        torch.set_num_threads(threads)
-    except ImportError:
-        torch = None
+    torch = worker_threads(threads)
     rounds, per_round = (3, 2) if quick else (5, 4)
     rng = np.random.default_rng(0)
     rows = {}

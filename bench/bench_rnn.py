@@ -29,7 +29,9 @@ ndws runs the kernels the way a network runs them (workspace cycles, DL4J's RNN 
 workspace configuration). Each thread count runs in a fresh interpreter with OMP_NUM_THREADS /
 MKL_NUM_THREADS set and ``torch.set_num_threads`` equal; contenders take turns in rounds, each
 after the previous one's library threads stopped spinning (bench_gemm's `settle`), so a noisy
-phase of the machine slows all alike; figures are medians (p10-p90 of the samples) and every
+phase of the machine slows all alike; glibc's malloc keeps what it frees (bench_gemm's
+`keep_freed_memory`: PyTorch at its best, no page faults; the page faults per call are
+printed for every row); figures are medians (p10-p90 of the samples) and every
 ratio compares numbers from the same run.
 
 Usage::
@@ -203,6 +205,31 @@ def modes_info(rng, fits):
     return out
 
 
+def page_faults():
+    """This process's minor page faults so far (None where resource is missing)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def timed_rows(rows, quick, rounds):
+    """timed() of each row, with the page faults per call of each contender."""
+    per_round = 1 if quick else 2
+    result = {}
+    for row, contenders in rows.items():
+        inner = 50 if row == "rnn_time_step" else 1
+        result[row] = timed(contenders, rounds, per_round, inner=inner)
+        for name, fn in contenders.items():
+            f0 = page_faults()
+            for _ in range(3):
+                fn()
+            result[row][name]["faults"] = (None if f0 is None else
+                                           (page_faults() - f0) / 3)
+    return result
+
+
 def worker(threads, quick):
     import numpy as np
 
@@ -212,6 +239,8 @@ def worker(threads, quick):
     torch = worker_threads(threads)
     rng = np.random.default_rng(0)
     f32 = np.float32
+    # the char model's rows: twice the LSTM 512 rows' samples (a segment takes 60 ms)
+    result = timed_rows(char_rows(threads, torch, rng), quick, 5 if quick else 10)
     # weights: PyTorch's LSTM when there is one (its initialisation), permuted into DL4J's
     if torch is not None:
         torch.manual_seed(0)
@@ -322,13 +351,7 @@ def worker(threads, quick):
         assert np.abs(dW - ref).max() <= 1e-3 * np.abs(ref).max(), "dW differs from torch"
     rows = {"LSTM 512 forward": rows["forward"],
             "LSTM 512 fwd+bwd": rows["forward+backward"]}
-    rows.update(char_rows(threads, torch, rng))
-    rounds = 3 if quick else 5
-    per_round = 1 if quick else 2
-    result = {}
-    for row, contenders in rows.items():
-        result[row] = timed(contenders, rounds, per_round,
-                            inner=50 if row == "rnn_time_step" else 1)
+    result.update(timed_rows(rows, quick, 3 if quick else 5))
     mm = ndws.get_memory_manager()
     before = mm.allocation_statistics()["allocations"]
     ndws_train()
@@ -380,6 +403,10 @@ def report(threads, condition, out):
             misses += not ok
             marks.append(f"{'PASS' if ok else 'MISS'} ({label})")
         print(line + "  " + ", ".join(marks))
+    print("\nminor page faults per call:")
+    for row, res in out["rows"].items():
+        print(f"  {row:<18} " + ", ".join(f"{name} {r['faults']:.0f}" for name, r in res.items()
+                                          if r.get("faults") is not None))
     print(f"\nchar model fit() segment per workspace mode (batch {CB}, {CT} steps):")
     print(f"{'mode':<10} {'heap allocs/iter':>16} {'workspaces (B)':>15} {'report total (B)':>17}"
           f"  target")
