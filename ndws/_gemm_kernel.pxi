@@ -924,8 +924,8 @@ cdef int _gemm(intp_t m, intp_t n, intp_t k, floating_t alpha,
     P.ep = ep
     P.ep_ctx = ep_ctx
     P.is_f64 = floating_t is float64_t
-    # K blocks of equal size (784 -> 3 x 262, not 3 x 256 + 16): depends on k only, never on
-    # the thread count, so every thread count rounds the same partial sums.
+    # K blocks of equal size (KC 256: 784 -> 3 x 262, not 3 x 256 + 16): depends on k only,
+    # never on the thread count, so every thread count rounds the same partial sums.
     nkb = (k + KC - 1) // KC
     P.kc = (k + nkb - 1) // nkb
     # Chunks: whole tiles. Cutting N makes every chunk pack all of A, cutting M all of B: cut

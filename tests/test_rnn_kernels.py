@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import ndws
+import ndws._linalg as la
 import ndws.nn.functional as F
 from ndws import _arena
 
@@ -429,9 +430,10 @@ def test_one_and_two_threads_are_bit_identical(kind, dtype, rng):
 @pytest.mark.parametrize("nt", [1, 2])
 def test_recurrent_product_gives_the_gemms_bits(dtype, nt, rng):
     # the loop's h_{t-1} @ RW (the GEMM's micro-kernel on A where it lies, K block after K
-    # block) against ndws.gemm: 300 units make two K blocks and a zero-padded last panel,
+    # block) against ndws.gemm: KC + 44 units make two K blocks and a zero-padded last panel,
     # 20 examples two whole micro-kernel row tiles and 4 rows for the GEMM itself
-    B, nin, n, T = 20, 3, 300, 3
+    n = la._gemm_info()[np.dtype(dtype).name]["kc"] + 44
+    B, nin, T = 20, 3, 3
     p = _problem(rng, "simple", B=B, nin=nin, n=n, T=T, dtype=dtype)
     p["RW"] *= 0.1
     with ndws.num_threads(nt):
