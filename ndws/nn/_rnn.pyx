@@ -294,15 +294,14 @@ cdef void _lstm_fwd_row(const Job* j, intp_t b, floating_t* proj) noexcept nogil
     Ct = G + 4 * n
     At = G + 5 * n
     if j.fused:
-        # without a cache (inference) the cell keeps nothing of the step but its state
+        # without a cache (inference) the cell keeps nothing of the step but its state (c~
+        # passes from its first pass to its second through the row's temporaries)
         if floating_t is float32_t:
             ndws_lstm_fwd_f32(j.fact, j.fgact, n, P, S, bias, wff if j.peep else NULL, cprev,
-                              hb, G if H != NULL else NULL, Ct if H != NULL else NULL,
-                              At if H != NULL else NULL, m)
+                              hb, G if H != NULL else NULL, Ct, At if H != NULL else NULL, m)
         else:
             ndws_lstm_fwd_f64(j.fact, j.fgact, n, P, S, bias, wff if j.peep else NULL, cprev,
-                              hb, G if H != NULL else NULL, Ct if H != NULL else NULL,
-                              At if H != NULL else NULL, m)
+                              hb, G if H != NULL else NULL, Ct, At if H != NULL else NULL, m)
     else:
         # z = (x W + h RW) + b, DL4J's association (LSTMHelpers: mmul, gemm beta=1,
         # addiRowVector; S is 0 at a first step without state, its product with zeros)
