@@ -7,7 +7,7 @@
 #   for jc in N step NC:              B panel  (KC x NC) packed once per (jc, pc)    -> L3
 #     for pc in K step KC:
 #       for ic in M step MC:          A block  (MC x KC) packed once per (jc, pc, ic) -> L2
-#         for jr in NC step NR:       B micro-panel (KC x NR)                        -> L1
+#         for jr in NC step NR:       B micro-panel (KC x NR)                        -> L1 / L2
 #           for ir in MC step MR:     micro-kernel: MR x NR of C in registers
 #
 # Packing copies any strides (transposes and views are only strides) into contiguous,
