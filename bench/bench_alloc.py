@@ -41,6 +41,7 @@ if ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 import ndws  # noqa: E402
+from bench_gemm import minor_faults  # noqa: E402
 
 #: tracemalloc domains: NumPy's array data (numpy.lib.tracemalloc_domain) and ndws' blocks
 NUMPY_DOMAIN = 389047
@@ -82,10 +83,6 @@ def peak_rss_bytes() -> int:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def minor_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def mib(n: float) -> str:

@@ -123,6 +123,16 @@ def keep_freed_memory():
     return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
+def minor_faults():
+    """This process's minor page faults so far (getrusage), or None where there is no
+    `resource` module."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def worker_threads(threads):
     """Set ndws' thread count and PyTorch's (when it is installed) to `threads` in a worker,
     after `keep_freed_memory`; returns the torch module, or None without PyTorch."""

@@ -54,8 +54,8 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_gemm import (banner, harness_parser, run_role, run_worker, sweep, timed,  # noqa: E402
-                        worker_threads)
+from bench_gemm import (banner, harness_parser, minor_faults, run_role, run_worker,  # noqa: E402
+                        sweep, timed, worker_threads)
 
 B, N_IN, N, T = 64, 512, 512, 100
 TARGET = 1.0
@@ -205,15 +205,6 @@ def modes_info(rng, fits):
     return out
 
 
-def page_faults():
-    """This process's minor page faults so far (None where resource is missing)."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
 def timed_rows(rows, quick, rounds):
     """timed() of each row, with the page faults per call of each contender."""
     per_round = 1 if quick else 2
@@ -222,11 +213,11 @@ def timed_rows(rows, quick, rounds):
         inner = 50 if row == "rnn_time_step" else 1
         result[row] = timed(contenders, rounds, per_round, inner=inner)
         for name, fn in contenders.items():
-            f0 = page_faults()
+            f0 = minor_faults()
             for _ in range(3):
                 fn()
             result[row][name]["faults"] = (None if f0 is None else
-                                           (page_faults() - f0) / 3)
+                                           (minor_faults() - f0) / 3)
     return result
 
 
