@@ -147,11 +147,14 @@ cdef class Arena:
     # step's `_loop_leave`: the cycle's end makes it the next step's), and `_loop_leave`.
     # Steady-state steps touch only C fields; a step that must spill, learn, release spills
     # or warn takes the GIL for it (`with gil`), and its errors propagate. `_loop_end` (GIL
-    # held) ends the loop, closing a cycle an error left open (`failed`).
+    # held) ends the loop, closing a cycle an error left open (`failed`). `_loop_repeat` lets a
+    # kernel run several steps at once in the bytes its open cycle holds (see there).
     cdef int _loop_begin(self, Py_ssize_t per_cycle, str op) except -1
     cdef int _loop_enter(self) except -1 nogil
     cdef char* _loop_alloc(self, Py_ssize_t nbytes) except NULL nogil
     cdef int _loop_leave(self) except -1 nogil
+    cdef Py_ssize_t _loop_repeat(self, Py_ssize_t k, const char* p1, Py_ssize_t n1,
+                                 Py_ssize_t n2) noexcept nogil
     cdef int _loop_end(self, bint failed) except -1
     cdef void _rollback(self, char* ptr, Py_ssize_t nbytes) noexcept
     cdef int _reuse_main(self) except -1

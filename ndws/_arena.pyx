@@ -1024,6 +1024,40 @@ cdef class Arena:
                 self._end_cycle()
         return 0
 
+    cdef Py_ssize_t _loop_repeat(self, Py_ssize_t k, const char* p1, Py_ssize_t n1,
+                                 Py_ssize_t n2) noexcept nogil:
+        # Up to k more steps of the loop, each ending the open cycle and opening the next with
+        # the same allocations (n1 bytes, then n2 unless 0) exactly as _loop_leave, _loop_enter
+        # and _loop_alloc do on their plain paths, while all three would take them: the open
+        # cycle's allocations came from the start of the main block (p1), and each new cycle
+        # hands out those same bytes again. A kernel then runs those steps at once in the bytes
+        # it already has (ndws.nn's multi-threaded time loops: docs/architecture.md, "The time
+        # loop and the workspace"); every counter, generation and learned size is what the
+        # steps one by one would give. Returns how many steps were added (0 .. k, 0 when the
+        # workspace is not in that steady state); a cycle is open at the end, with the bytes.
+        cdef Py_ssize_t r1 = round_up(n1), r2 = round_up(n2) if n2 > 0 else 0
+        cdef Py_ssize_t m = 0
+        if (self._p_location == LOCATION_MMAP or self._loop_held is not None or self._depth != 1
+                or self._main is None or <const char*>self._main.data != p1
+                or self._offset != r1 + r2 or self._cycle_alloc != r1 + r2):
+            return 0
+        while m < k:
+            # the next cycle's plain allocations: the offset goes back to 0 and they take
+            # r1 + r2 bytes again, which is the offset now (no spill: its leave checks that)
+            if not plain_bump(self, 0):
+                break
+            self._depth = 0
+            if not self._end_cycle_plain():
+                self._depth = 1
+                break
+            self._open_cycle()
+            self._loop_cycles += 1
+            take_main(self, r1, n1)
+            if r2 > 0:
+                take_main(self, r2, n2)
+            m += 1
+        return m
+
     cdef int _loop_end(self, bint failed) except -1:
         cdef ThreadState ts = tstate()
         self._in_loop = False
@@ -1305,13 +1339,17 @@ cdef class Arena:
 
 
 
-cdef int _steps(Arena ws, long long steps, const Py_ssize_t* sizes, Py_ssize_t n
-                ) except -1 nogil:
-    cdef long long t
+cdef long long _steps(Arena ws, long long steps, const Py_ssize_t* sizes, Py_ssize_t n,
+                      bint repeat) except -1 nogil:
+    # the steps, as a kernel's loop runs them; with `repeat`, as ndws.nn's multi-threaded
+    # loops do: after a step's allocations, as many more steps as _loop_repeat adds run in
+    # those bytes. Returns how many times the loop entered a step (windows of steps)
+    cdef long long t = 0, m, windows = 0
     cdef Py_ssize_t i, j
     cdef char* p[16]
-    for t in range(steps):
+    while t < steps:
         ws._loop_enter()
+        windows += 1
         for i in range(n):
             p[i] = ws._loop_alloc(sizes[i])
             memset(p[i], 0x5a + i, sizes[i])     # the memory is the step's to write
@@ -1323,15 +1361,25 @@ cdef int _steps(Arena ws, long long steps, const Py_ssize_t* sizes, Py_ssize_t n
                     with gil:
                         raise AssertionError(f"step {t}: allocation {i} was overwritten by a "
                                              f"later one of the same step")
+        m = 0
+        if repeat and 0 < n <= 2:
+            m = ws._loop_repeat(steps - t - 1, p[0], sizes[0], sizes[1] if n == 2 else 0)
+            # the steps added run in the same bytes, which stay the open cycle's
+            for i in range(n):
+                memset(p[i], 0x3c + i, sizes[i])
         ws._loop_leave()
-    return 0
+        t += m + 1
+    return windows
 
 
-def _run_loop(Arena ws, long long steps, sizes, str op="loop"):
+def _run_loop(Arena ws, long long steps, sizes, str op="loop", bint repeat=False):
     """Run `steps` cycles of `ws` as a compiled loop does, without the GIL, allocating `sizes`
-    (bytes, in order) in each (tests compare the statistics with a loop of `with ws:`)."""
+    (bytes, in order) in each (tests compare the statistics with a loop of `with ws:`); with
+    `repeat` (at most two sizes), letting _loop_repeat add steps to each. Returns how many
+    times the loop entered a step itself."""
     cdef Py_ssize_t n = len(sizes), i, total = 0
     cdef Py_ssize_t buf[16]
+    cdef long long windows
     if n > 16:
         raise ValueError("at most 16 allocations per step")
     for i in range(n):
@@ -1340,11 +1388,12 @@ def _run_loop(Arena ws, long long steps, sizes, str op="loop"):
     ws._loop_begin(total, op)
     try:
         with nogil:
-            _steps(ws, steps, buf, n)
+            windows = _steps(ws, steps, buf, n, repeat)
     except BaseException:
         ws._loop_end(True)
         raise
     ws._loop_end(False)
+    return windows
 
 
 ndws_share(&_ts_epoch, &_g_debug_mode)

@@ -14,6 +14,10 @@ from ndws._arena cimport ThreadState, tstate, epoch_ptr, debug_mode_ptr, ndws_sh
 cdef extern from "_pool.h" nogil:
     ctypedef void (*ndws_job_fn)(void* ctx) noexcept nogil
     void ndws_pool_run(ndws_job_fn fn, void* ctx, int helpers)
+    void ndws_cpu_relax()
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 ndws_share(epoch_ptr(), debug_mode_ptr())
 
@@ -299,6 +303,103 @@ cdef void run_items(task_fn fn, void* ctx, Py_ssize_t n, int nthreads) noexcept 
     run_blocks(_items_block, &it, n, nb if nb < n else n, nthreads)
 
 
+cdef extern from *:
+    """
+    /* run_lanes' shared counters: a lane's holder publishes its step's writes with the release
+       that lets the lane go; the next holder's acquiring claim sees them */
+    #if defined(__GNUC__) || defined(__clang__)
+    static inline long long ndws_lane_load(long long* p) {
+        return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    }
+    static inline void ndws_lane_store(long long* p, long long v) {
+        __atomic_store_n(p, v, __ATOMIC_RELEASE);
+    }
+    static inline int ndws_lane_take(long long* p) {   /* 0 -> 1 */
+        long long zero = 0;
+        return __atomic_compare_exchange_n(p, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+    static inline void ndws_lane_add(long long* p) { __atomic_add_fetch(p, 1, __ATOMIC_ACQ_REL); }
+    #else  /* no helper threads in such a build: the caller runs every step */
+    static inline long long ndws_lane_load(long long* p) { return *p; }
+    static inline void ndws_lane_store(long long* p, long long v) { *p = v; }
+    static inline int ndws_lane_take(long long* p) { if (*p) return 0; *p = 1; return 1; }
+    static inline void ndws_lane_add(long long* p) { (*p)++; }
+    #endif
+    """
+    long long ndws_lane_load(long long* p) noexcept nogil
+    void ndws_lane_store(long long* p, long long v) noexcept nogil
+    int ndws_lane_take(long long* p) noexcept nogil
+    void ndws_lane_add(long long* p) noexcept nogil
+
+
+ctypedef struct _Lanes:
+    lane_fn fn
+    void* ctx
+    long long nlanes, nsteps
+    long long done                      # lanes with every step run
+    long long failed                    # the first nonzero return
+    long long step[LANES_MAX]           # each lane's next step
+    long long held[LANES_MAX]           # 1 while a thread runs one of the lane's steps
+
+
+cdef void _lane_steps(void* p) noexcept nogil:
+    # the caller and every helper that joins: take the least advanced free lane, run its next
+    # step, let it go; spin (yielding now and then) while every unfinished lane is held
+    cdef _Lanes* L = <_Lanes*>p
+    cdef long long g, best, s, bs
+    cdef int ret
+    cdef unsigned int spins = 0
+    while ndws_lane_load(&L.failed) == 0:
+        best = -1
+        bs = L.nsteps
+        for g in range(L.nlanes):
+            s = ndws_lane_load(&L.step[g])
+            if s < bs and ndws_lane_load(&L.held[g]) == 0:
+                best, bs = g, s
+        if best < 0:
+            if ndws_lane_load(&L.done) >= L.nlanes:
+                return
+            ndws_cpu_relax()
+            spins += 1
+            if spins % 256 == 0:
+                sched_yield()           # the holder may be waiting for this very core
+            continue
+        if not ndws_lane_take(&L.held[best]):
+            continue                    # another thread took it first
+        s = ndws_lane_load(&L.step[best])      # the lane may have moved since the scan
+        if s < L.nsteps:
+            ret = L.fn(L.ctx, <Py_ssize_t>best, <Py_ssize_t>s)
+            if ret != 0:
+                ndws_lane_store(&L.failed, ret)
+            else:
+                ndws_lane_store(&L.step[best], s + 1)
+                if s + 1 == L.nsteps:
+                    ndws_lane_add(&L.done)
+        ndws_lane_store(&L.held[best], 0)
+
+
+cdef int run_lanes(lane_fn fn, void* ctx, Py_ssize_t nlanes, Py_ssize_t nsteps,
+                   int nthreads) noexcept nogil:
+    cdef _Lanes L
+    cdef Py_ssize_t g, s
+    cdef int ret
+    if nlanes <= 0 or nsteps <= 0:
+        return 0
+    if nthreads <= 1 or nlanes == 1 or nlanes > LANES_MAX:
+        for s in range(nsteps):         # step by step: each lane's steps in order
+            for g in range(nlanes):
+                ret = fn(ctx, g, s)
+                if ret != 0:
+                    return ret
+        return 0
+    L.fn, L.ctx, L.nlanes, L.nsteps, L.done, L.failed = fn, ctx, nlanes, nsteps, 0, 0
+    for g in range(nlanes):
+        L.step[g] = 0
+        L.held[g] = 0
+    ndws_pool_run(_lane_steps, &L, <int>(nthreads - 1 if nthreads <= nlanes else nlanes - 1))
+    return <int>L.failed
+
+
 cdef void _census_task(void* ctx, Py_ssize_t i) noexcept nogil:
     cdef long long* counts = <long long*>ctx
     ndws_claim(&counts[i])          # an atomic increment: helpers may run indices concurrently
@@ -318,3 +419,47 @@ def _run_tasks_census(Py_ssize_t ntasks, int nthreads, bint items=False):
         else:
             run_tasks(_census_task, &c[0] if ntasks > 0 else NULL, ntasks, nthreads)
     return counts
+
+
+ctypedef struct _LaneCensus:
+    long long* order                    # per lane: the steps in the order they ran
+    long long* count                    # per lane: how many ran
+    long long* active                   # steps of the lane running now (must stay <= 1)
+    long long nsteps
+    long long fail_at                   # lane * nsteps + step that returns 7, or -1
+
+
+cdef int _census_lane(void* ctx, Py_ssize_t lane, Py_ssize_t step) noexcept nogil:
+    cdef _LaneCensus* c = <_LaneCensus*>ctx
+    cdef long long k
+    if lane * c.nsteps + step == c.fail_at:
+        return 7
+    if ndws_claim(&c.active[lane]) != 0:
+        c.count[lane] = -1000000        # two steps of one lane at once: the census shows it
+    k = ndws_claim(&c.count[lane])
+    if 0 <= k < c.nsteps:
+        c.order[lane * c.nsteps + k] = step
+    c.active[lane] = 0
+    return 0
+
+
+def _run_lanes_census(Py_ssize_t nlanes, Py_ssize_t nsteps, int nthreads, fail_at=None):
+    """run_lanes over `nlanes` x `nsteps` on `nthreads` threads (for the tests): (its return
+    value, each lane's steps in the order they ran (-1 where none ran), how many ran per lane).
+    `fail_at` (lane, step): that call returns 7."""
+    import numpy as np
+    if nlanes < 0 or nsteps < 0 or nthreads < 1:
+        raise ValueError("_run_lanes_census: nlanes, nsteps >= 0 and nthreads >= 1")
+    order = np.full((max(nlanes, 1), max(nsteps, 1)), -1, dtype=np.int64)
+    count = np.zeros(max(nlanes, 1), dtype=np.int64)
+    active = np.zeros(max(nlanes, 1), dtype=np.int64)
+    cdef long long[:, ::1] o = order
+    cdef long long[::1] n = count
+    cdef long long[::1] a = active
+    cdef _LaneCensus c
+    cdef int ret
+    c.order, c.count, c.active, c.nsteps = &o[0, 0], &n[0], &a[0], nsteps
+    c.fail_at = -1 if fail_at is None else fail_at[0] * nsteps + fail_at[1]
+    with nogil:
+        ret = run_lanes(_census_lane, &c, nlanes, nsteps, nthreads)
+    return ret, order[:nlanes, :nsteps], count[:nlanes]

@@ -576,6 +576,50 @@ def test_loop_workspace_statistics_are_those_of_with_blocks(kind, rng):
     assert compiled.cycles_count == 4 * T + 3 and ndws.current_workspace() is None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("T", [2, 12])
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_threads_run_windows_of_steps_with_the_loop_statistics_of_one(kind, T, dtype, rng):
+    # two threads run the example groups as lanes over windows of steps in the bytes of one
+    # step's cycle: the bits and every loop-workspace statistic are the one-thread loop's.
+    # T = 2: the input projection is one chunk of both steps; T = 12: each group makes its
+    # own rows of it (several chunks, W packed)
+    B, nin, n = 64, 48, 64
+    p = _problem(rng, kind, B=B, nin=nin, n=n, T=T, dtype=dtype)
+    mask = (rng.random((B, T)) > 0.2).astype(dtype)
+    mask[:, 0] = 1
+    width = (F.simple_rnn_cache_shape if kind == "simple" else F.lstm_cache_shape)(T, B, n)[2]
+    conf = ndws.WorkspaceConfiguration(overallocation_limit=0.05, policy_spill="REALLOCATE")
+    results, stats = [], []
+    for nt in (1, 2):
+        loop = ndws.workspace(f"RNN_WINDOWS_{nt}", conf)
+        out = []
+        with ndws.num_threads(nt):
+            for _ in range(2):                          # learning, then the steady state
+                cache = np.empty((T, B, width), dtype)
+                out += _forward(kind, p, act="sigmoid", mask=mask, cache=cache,
+                                loop_workspace=loop)
+                out += _forward(kind, p, act="sigmoid", state=False, loop_workspace=loop)
+                gy = np.ones((B, n, T), dtype)
+                for bl in (None, T // 2):
+                    if kind == "simple":
+                        out += F.simple_rnn_backward(p["x"], p["W"], p["RW"], cache, gy,
+                                                     p["h0"], mask, activation="sigmoid",
+                                                     back_length=bl, loop_workspace=loop)
+                    else:
+                        out += F.lstm_backward(p["x"], p["W"], p["RW"], cache, gy, p["h0"],
+                                               p["c0"], mask, activation="sigmoid",
+                                               peepholes=kind == "graves", back_length=bl,
+                                               loop_workspace=loop)
+                out.append(cache)
+        results.append([np.asarray(a).tobytes() for a in out])
+        stats.append(_stats(loop))
+        ndws.get_workspace_manager().destroy_workspace(loop)
+    assert results[0] == results[1]
+    assert stats[0] == stats[1]
+    assert stats[0]["cycles_count"] == 2 * (2 * T + T + T // 2)
+
+
 def test_with_and_without_a_loop_workspace_give_the_same_bits(rng):
     p = _problem(rng, "lstm", B=8, n=16, T=5)
     ws = ndws.workspace("LOOP", ndws.WorkspaceConfiguration())

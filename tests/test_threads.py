@@ -414,6 +414,36 @@ def test_the_kernel_pool_runs_every_task_exactly_once(ntasks, nthreads, items):
         assert counts.tolist() == [1] * ntasks
 
 
+@pytest.mark.parametrize("nlanes, nsteps, nthreads", [(0, 5, 2), (3, 0, 2), (1, 9, 2), (8, 50, 2),
+                                                       (8, 50, 1), (3, 200, 4), (64, 3, 2),
+                                                       (65, 4, 2)])
+def test_run_lanes_runs_each_lanes_steps_once_in_order(nlanes, nsteps, nthreads):
+    # (65 lanes: more than LANES_MAX, run step by step on the caller)
+    from ndws._threads import _run_lanes_census
+    for _ in range(30):        # many runs, so helpers join some of them mid-way
+        ret, order, count = _run_lanes_census(nlanes, nsteps, nthreads)
+        assert ret == 0
+        assert count.tolist() == [nsteps] * nlanes       # (negative: two steps of a lane at once)
+        assert order.tolist() == [list(range(nsteps))] * nlanes
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_run_lanes_stops_at_a_failing_step(nthreads):
+    # the failing step's value comes back and its lane runs no later step; no lane starts a
+    # step after the failure was seen, so none runs all of them past it on one thread
+    from ndws._threads import _run_lanes_census
+    for _ in range(30):
+        ret, order, count = _run_lanes_census(6, 40, nthreads, fail_at=(2, 5))
+        assert ret == 7
+        assert count[2] == 5 and order[2].tolist() == list(range(5)) + [-1] * 35
+        for lane in range(6):
+            k = int(count[lane])
+            assert order[lane, :k].tolist() == list(range(k))
+        if nthreads == 1:
+            # step by step: the lanes before it ran step 5, those after it stopped at 5
+            assert count.tolist() == [6, 6, 5, 5, 5, 5]
+
+
 def test_the_kernel_pool_is_shared_by_every_kernel_module():
     # one pool for the GEMM and the nn kernels: only ndws._threads compiles the pool's code
     # (a second copy would be a second pool, whose spinning helpers take the cores from the

@@ -35,14 +35,16 @@ def _python_loop(ws, steps, sizes):
                 ndws.empty(n, dtype=np.uint8)
 
 
-def _both(conf, schedule, prefix="L"):
+def _both(conf, schedule, prefix="L", repeat=False):
     """Run `schedule` ([(steps, sizes), ...]) through a compiled loop on one workspace and
     through `with` blocks on another of the same configuration; return both workspaces and
-    the heap allocations each made."""
+    the heap allocations each made. `repeat`: the compiled loop lets the workspace add steps
+    in the bytes a step holds (the multi-threaded time loops' windows)."""
     a = ndws.workspace(prefix + "_compiled", conf)
     b = ndws.workspace(prefix + "_python", conf)
     heap = []
-    for run in (lambda s, z: _arena._run_loop(a, s, z), lambda s, z: _python_loop(b, s, z)):
+    for run in (lambda s, z: _arena._run_loop(a, s, z, repeat=repeat),
+                lambda s, z: _python_loop(b, s, z)):
         before = mm.allocation_statistics()["allocations"]
         for steps, sizes in schedule:
             run(steps, sizes)
@@ -68,10 +70,11 @@ SCHEDULES = {
 }
 
 
+@pytest.mark.parametrize("repeat", [False, True], ids=["step_by_step", "windows"])
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("name", CONFIGS)
-def test_statistics_equal_a_loop_of_with_blocks(name, schedule):
-    a, b, heap = _both(CONFIGS[name], SCHEDULES[schedule])
+def test_statistics_equal_a_loop_of_with_blocks(name, schedule, repeat):
+    a, b, heap = _both(CONFIGS[name], SCHEDULES[schedule], repeat=repeat)
     assert _stats(a) == _stats(b)
     assert heap[0] == heap[1]
     assert a.cycles_count == sum(s for s, _ in SCHEDULES[schedule])
@@ -98,6 +101,30 @@ def test_learns_then_allocates_nothing():
     before = mm.allocation_statistics()["allocations"]
     _arena._run_loop(ws, 10, [64 * 2048 * 8])
     assert mm.allocation_statistics()["allocations"] == before
+
+
+def test_windows_cover_the_steady_state_and_stop_where_a_step_would_not_be_plain():
+    # a multi-threaded time loop runs a window of steps in the bytes of one: the workspace adds
+    # a cycle per step while each would take its plain path and hand out the same bytes
+    conf = C(overallocation_limit=0.05, policy_spill="REALLOCATE")
+    ws = ndws.workspace("RNN_WINDOWS", conf)
+    sizes = [64 * 2048 * 4, 64 * 1536 * 4]
+    # the first step spills and learns (not plain): no window; the second learns nothing more
+    assert _arena._run_loop(ws, 2, sizes, repeat=True) == 2
+    before = mm.allocation_statistics()["allocations"]
+    assert _arena._run_loop(ws, 100, sizes, repeat=True) == 1       # one window of 100 steps
+    assert mm.allocation_statistics()["allocations"] == before
+    assert ws.cycles_count == ws.generation == 102
+    assert ws.last_cycle_allocations == sum(sizes)
+    # a longer step spills (no window: its end grows the workspace), then one window of nine
+    assert _arena._run_loop(ws, 10, [sizes[0] * 2], repeat=True) == 2
+    assert ws.current_size == sizes[0] * 2
+    assert ws.cycles_count == 112
+    # a memory-mapped workspace checks its file at every entry: never a window
+    mapped = ndws.workspace("RNN_WINDOWS_MMAP", C(initial_size=1 << 20, policy_location="MMAP",
+                                                   policy_learning="NONE"))
+    assert _arena._run_loop(mapped, 5, [4096], repeat=True) == 5
+    assert mapped.cycles_count == 5
 
 
 def test_inside_an_outer_workspace_the_parent_and_current_are_those_of_with_blocks():

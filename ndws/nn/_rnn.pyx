@@ -43,7 +43,7 @@ from ndws._core cimport NDArray, check_array, pin_foreign
 from ndws._dispatch cimport array_arg, shape_of, arrays_overlap
 from ndws._gemm_types cimport GemmTable
 from ndws._linalg cimport gemm_table
-from ndws._threads cimport (threads_for, run_tasks, GRAIN_GEMM_F32, GRAIN_GEMM_F64,
+from ndws._threads cimport (threads_for, run_tasks, run_lanes, LANES_MAX, GRAIN_GEMM_F32, GRAIN_GEMM_F64,
                             GRAIN_NN_CHEAP, GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport (ACT_IDENTITY, ACT_SIGMOID, ACT_TANH, ACT_N_ELEMENTWISE,
@@ -160,10 +160,11 @@ ctypedef struct Job:
     intp_t B, T, nin, n, K, Kc, item   # K: gate columns (4n or n); Kc: cache row width
     const GemmTable* gt
     int nt_gemm, nt_rows, ntasks
-    # a step as one pool run (nt_step > 1): groups of grp examples, each task the recurrent
-    # product of its group's rows and then their cells (see _step_task)
-    int nt_step, nsteptasks, step_failed
+    # several threads (nt_step > 1): groups of grp examples as the lanes of the time loop, each
+    # lane's step its rows of the products and then their cells (see _lane_step)
+    int nt_step, nsteptasks
     intp_t grp
+    bint fuse_proj                     # each group's step makes its own rows of x @ W first
     # x as time-major rows (row t*B + b at xr + r*xrs, columns xcs apart), after any copy
     char* xr
     intp_t xrs, xcs
@@ -600,7 +601,7 @@ cdef int _gemm_rw(const Job* j, const char* a, intp_t rsa, char* c, intp_t rsc, 
     return 0
 
 
-cdef int _step_product(Job* j, intp_t b0, intp_t b1, int nt) noexcept nogil:
+cdef int _step_product(const Job* j, intp_t b0, intp_t b1, int nt) noexcept nogil:
     # rows b0 .. b1 - 1 of the step's recurrent product into S: dz_{t+1} @ RW^T backward (the
     # error step t + 1 sends to h_t), h_{t-1} @ RW forward (the recurrent part of every gate),
     # zeros forward without a previous state (its product with a zero state); 0, or -1 when
@@ -617,43 +618,93 @@ cdef int _step_product(Job* j, intp_t b0, intp_t b1, int nt) noexcept nogil:
     return 0
 
 
-cdef void _step_task(void* ctx, Py_ssize_t i) noexcept nogil:
-    # group i of a step: its rows of the recurrent product, then its examples' cells. Both
-    # only read the group's own rows of the previous step (h_{t-1}, or dz_{t+1} backward), so
-    # a step is one pool run, with no wait between the product and the cells; a row's product
-    # is the same whatever rows one product gets, so the bits are the two-phase step's.
-    cdef Job* j = <Job*>ctx
-    cdef intp_t b0 = i * j.grp, b1 = _imin(b0 + j.grp, j.B)
-    if _step_product(j, b0, b1, 1) != 0:
-        j.step_failed = 1           # (raised by the caller after the run)
-        return
-    _rows(j, b0, b1)
-
-
 cdef int _run_step(Job* j) except -1 nogil:
-    # the step's recurrent product and its cells: one pool run of example groups (_plan_steps),
-    # or the product on nt_gemm threads and then the cells
-    if j.nt_step > 1:
-        j.step_failed = 0
-        run_tasks(_step_task, j, j.nsteptasks, j.nt_step)
+    # one step, a phase at a time: the recurrent product on nt_gemm threads, then the cells
+    if _step_product(j, 0, j.B, j.nt_gemm) != 0:
+        with gil:
+            raise MemoryError("could not allocate the GEMM's packing scratch")
+    _run_rows(j)
+    return 0
+
+
+cdef int _proj_rows(const Job* j, intp_t b0, intp_t b1) noexcept nogil:
+    # rows b0 .. b1 - 1 of step t's input projection, from W packed, into those rows of proj's
+    # first step (pt0 = t): the bits of the chunk's GEMM (see _project); 0, or -1 when the
+    # GEMM's packing scratch failed
+    cdef const char* a = j.xr + (j.t * j.B + b0) * j.xrs * j.item
+    if j.f64:
+        return j.gt.dgemm_packed_b(b1 - b0, j.K, j.nin, 1.0, <const float64_t*>a, j.xrs, j.xcs,
+                                   <const float64_t*>j.Wp, 0.0,
+                                   (<float64_t*>j.proj) + b0 * j.K, j.K, 1, 1)
+    return j.gt.sgemm_packed_b(b1 - b0, j.K, j.nin, 1.0, <const float32_t*>a, j.xrs, j.xcs,
+                               <const float32_t*>j.Wp, 0.0, (<float32_t*>j.proj) + b0 * j.K,
+                               j.K, 1, 1)
+
+
+ctypedef struct _Lanes:
+    const Job* j
+    intp_t t_a                         # the window's first step (backward: its last)
+
+
+cdef int _lane_step(void* ctx, Py_ssize_t g, Py_ssize_t s) noexcept nogil:
+    # step s of the window for example group g (run_lanes): its rows of the input projection
+    # (fuse_proj), of the recurrent product, and its cells. A group's rows depend only on its
+    # own rows of the previous step, so groups need no barrier between steps: a thread that is
+    # descheduled holds back its group alone. The bits are the step-by-step loop's (a row's
+    # products are the same whatever rows one product gets).
+    cdef const _Lanes* w = <const _Lanes*>ctx
+    cdef Job jj = w.j[0]
+    cdef intp_t b0 = g * jj.grp, b1 = _imin(b0 + jj.grp, jj.B)
+    if jj.bwd:
+        jj.t = w.t_a - s
+        jj.has_s = jj.t < jj.T - 1
     else:
-        j.step_failed = _step_product(j, 0, j.B, j.nt_gemm) != 0
-        if not j.step_failed:
-            _run_rows(j)
-    if j.step_failed:
+        jj.t = w.t_a + s
+        jj.has_s = jj.t > 0 or jj.has_s
+        if jj.fuse_proj:
+            jj.pt0 = jj.t
+            if _proj_rows(&jj, b0, b1) != 0:
+                return -1
+    if _step_product(&jj, b0, b1, 1) != 0:
+        return -1
+    _rows(&jj, b0, b1)
+    return 0
+
+
+cdef intp_t _more_steps(Job* j, Arena loop, intp_t k, intp_t s_elems) noexcept nogil:
+    # how many of the next k steps the open step's temporaries also serve: all of them in the
+    # call's scratch; in the loop workspace as many as Arena._loop_repeat opens and closes a
+    # cycle for, each handing out the same bytes (its steady state)
+    cdef intp_t a1 = s_elems * j.item
+    cdef intp_t a2 = j.B * j.rtw * j.item if j.rtw > 0 and j.B > 0 else 0
+    if loop is None or k <= 0:
+        return k if k > 0 else 0
+    if a1 > 0:
+        return loop._loop_repeat(k, j.S, a1, a2)
+    if a2 > 0:
+        return loop._loop_repeat(k, j.rows_tmp, a2, 0)
+    return 0
+
+
+cdef int _run_window(Job* j, intp_t t_a, intp_t nsteps) except -1 nogil:
+    # steps t_a .. t_a + nsteps - 1 (backward: down to t_a - nsteps + 1) on nt_step threads,
+    # the example groups as lanes
+    cdef _Lanes w
+    w.j, w.t_a = j, t_a
+    if run_lanes(_lane_step, &w, j.nsteptasks, nsteps, j.nt_step) != 0:
         with gil:
             raise MemoryError("could not allocate the GEMM's packing scratch")
     return 0
 
 
 cdef void _plan_steps(Job* j) noexcept nogil:
-    # one pool run per step when the product takes several threads and the examples make at
-    # least two groups of whole micro-kernel row tiles (the GEMM's MR rows)
+    # the groups as lanes when the product takes several threads and the examples make at
+    # least two groups of whole micro-kernel row tiles (the GEMM's MR rows), at most LANES_MAX
     cdef intp_t mr = j.gt.mr_f64 if j.f64 else j.gt.mr_f32
     cdef intp_t tiles = (j.B + mr - 1) // mr
     j.nt_step = 0
     if j.nt_gemm > 1 and tiles >= 2:
-        j.nsteptasks = <int>_imin(tiles, 4 * j.nt_gemm)
+        j.nsteptasks = <int>_imin(_imin(tiles, 4 * j.nt_gemm), LANES_MAX)
         j.grp = ((tiles + j.nsteptasks - 1) // j.nsteptasks) * mr
         j.nsteptasks = <int>((j.B + j.grp - 1) // j.grp)
         j.nt_step = j.nt_gemm
@@ -790,7 +841,22 @@ cdef int _project(Job* j, intp_t t0) except -1 nogil:
 
 
 cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
-    cdef intp_t t
+    cdef intp_t t = 0, m
+    if j.nt_step > 1:
+        # several threads: windows of steps with the example groups as lanes (_lane_step),
+        # each group making its own rows of the projection when W is packed (more than one
+        # chunk), from the one chunk of all steps otherwise
+        j.fuse_proj = j.Wp != NULL
+        if not j.fuse_proj:
+            _project(j, 0)
+        while t < j.T:
+            _step_temps(j, loop, j.B * j.K)
+            m = _more_steps(j, loop, j.T - t - 1, j.B * j.K)
+            _run_window(j, t, m + 1)
+            if loop is not None:
+                loop._loop_leave()
+            t += m + 1
+        return 0
     for t in range(j.T):
         if t % j.pchunk == 0:
             # the next steps' input projection, made just before the cells read it so that
@@ -807,7 +873,17 @@ cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
 
 
 cdef int _backward_loop(Job* j, Arena loop) except -1 nogil:
-    cdef intp_t t
+    cdef intp_t t = j.T - 1, m
+    if j.nt_step > 1:
+        # several threads: windows of steps, the example groups as lanes (_lane_step)
+        while t >= j.t0:
+            _step_temps(j, loop, j.B * j.n)
+            m = _more_steps(j, loop, t - j.t0, j.B * j.n)
+            _run_window(j, t, m + 1)
+            if loop is not None:
+                loop._loop_leave()
+            t -= m + 1
+        return 0
     for t in range(j.T - 1, j.t0 - 1, -1):
         _step_temps(j, loop, j.B * j.n)
         j.t = t
