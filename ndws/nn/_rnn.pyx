@@ -43,8 +43,8 @@ from ndws._core cimport NDArray, check_array, pin_foreign
 from ndws._dispatch cimport array_arg, shape_of, arrays_overlap
 from ndws._gemm_types cimport GemmTable
 from ndws._linalg cimport gemm_table
-from ndws._threads cimport (threads_for, run_tasks, run_lanes, LANES_MAX, GRAIN_GEMM_F32, GRAIN_GEMM_F64,
-                            GRAIN_NN_CHEAP, GRAIN_NN_UPDATE)
+from ndws._threads cimport (threads_for, run_tasks, run_lanes, LANES_MAX, GRAIN_GEMM_F32,
+                            GRAIN_GEMM_F64, GRAIN_NN_CHEAP, GRAIN_NN_UPDATE)
 from ndws._typedefs cimport float32_t, float64_t, floating_t, intp_t
 from ndws.nn._activations cimport (ACT_IDENTITY, ACT_SIGMOID, ACT_TANH, ACT_N_ELEMENTWISE,
                                    act_tile_f32, act_tile_f64, act_backward_tile_f32,
