@@ -620,6 +620,25 @@ def test_two_threads_run_windows_of_steps_with_the_loop_statistics_of_one(kind, 
     assert stats[0]["cycles_count"] == 2 * (2 * T + T + T // 2)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_input_features_on_one_and_two_threads(kind, rng):
+    # x with 0 features: the input projection is 0 (empty sums); two threads run the groups
+    # as lanes over steps that span several projection chunks (64 x 4 x 512 floats is 512 KiB
+    # a step) and must not read a chunk that was never made
+    B, n, T = 64, 512, 6
+    p = _problem(rng, kind, B=B, nin=0, n=n, T=T, dtype=np.float32)
+    p["RW"] *= 0.05
+    want = _reference(kind, {k: v.astype(np.float64) for k, v in p.items()}, "tanh",
+                      "sigmoid", True, None)
+    results = []
+    for nt in (1, 2):
+        with ndws.num_threads(nt):
+            out = _forward(kind, p)
+        np.testing.assert_allclose(out[0].numpy(), want[0], rtol=2e-4, atol=2e-5)
+        results.append([a.numpy().tobytes() for a in out])
+    assert results[0] == results[1]
+
+
 def test_with_and_without_a_loop_workspace_give_the_same_bits(rng):
     p = _problem(rng, "lstm", B=8, n=16, T=5)
     ws = ndws.workspace("LOOP", ndws.WorkspaceConfiguration())

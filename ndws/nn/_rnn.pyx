@@ -629,9 +629,12 @@ cdef int _run_step(Job* j) except -1 nogil:
 
 cdef int _proj_rows(const Job* j, intp_t b0, intp_t b1) noexcept nogil:
     # rows b0 .. b1 - 1 of step t's input projection, from W packed, into those rows of proj's
-    # first step (pt0 = t): the bits of the chunk's GEMM (see _project); 0, or -1 when the
-    # GEMM's packing scratch failed
+    # first step (pt0 = t): the bits of the chunk's GEMM (see _project), zeros without input
+    # features (its empty sums); 0, or -1 when the GEMM's packing scratch failed
     cdef const char* a = j.xr + (j.t * j.B + b0) * j.xrs * j.item
+    if j.nin == 0:
+        memset(j.proj + b0 * j.K * j.item, 0, (b1 - b0) * j.K * j.item)
+        return 0
     if j.f64:
         return j.gt.dgemm_packed_b(b1 - b0, j.K, j.nin, 1.0, <const float64_t*>a, j.xrs, j.xcs,
                                    <const float64_t*>j.Wp, 0.0,
@@ -844,9 +847,9 @@ cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
     cdef intp_t t = 0, m
     if j.nt_step > 1:
         # several threads: windows of steps with the example groups as lanes (_lane_step),
-        # each group making its own rows of the projection when W is packed (more than one
-        # chunk), from the one chunk of all steps otherwise
-        j.fuse_proj = j.Wp != NULL
+        # each group making its own rows of the projection when there is more than one chunk
+        # (W packed, or no input features), read from the one chunk of all steps otherwise
+        j.fuse_proj = j.pchunk < j.T
         if not j.fuse_proj:
             _project(j, 0)
         while t < j.T:
