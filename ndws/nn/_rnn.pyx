@@ -627,21 +627,24 @@ cdef int _run_step(Job* j) except -1 nogil:
     return 0
 
 
-cdef int _proj_rows(const Job* j, intp_t b0, intp_t b1) noexcept nogil:
-    # rows b0 .. b1 - 1 of step t's input projection, from W packed, into those rows of proj's
-    # first step (pt0 = t): the bits of the chunk's GEMM (see _project), zeros without input
-    # features (its empty sums); 0, or -1 when the GEMM's packing scratch failed
-    cdef const char* a = j.xr + (j.t * j.B + b0) * j.xrs * j.item
-    if j.nin == 0:
-        memset(j.proj + b0 * j.K * j.item, 0, (b1 - b0) * j.K * j.item)
-        return 0
+cdef int _x_w(const Job* j, intp_t m, const char* a, char* c, int nt) noexcept nogil:
+    # C (m x K, contiguous) := A (m of x's time-major rows) @ W, from W packed once for all
+    # chunks (Wp) or W where it lies (a single chunk, or no input features: the GEMM's empty
+    # sums are zeros); 0, or -1 when the GEMM's packing scratch failed. Each row's dot products
+    # are the same whatever rows one GEMM gets and whether W comes packed (ndws._linalg)
+    if j.Wp == NULL:
+        if j.f64:
+            return j.gt.dgemm(m, j.K, j.nin, 1.0, <const float64_t*>a, j.xrs, j.xcs,
+                              <const float64_t*>j.W, j.ws0, j.ws1, 0.0, <float64_t*>c, j.K, 1,
+                              nt, NULL, NULL)
+        return j.gt.sgemm(m, j.K, j.nin, 1.0, <const float32_t*>a, j.xrs, j.xcs,
+                          <const float32_t*>j.W, j.ws0, j.ws1, 0.0, <float32_t*>c, j.K, 1, nt,
+                          NULL, NULL)
     if j.f64:
-        return j.gt.dgemm_packed_b(b1 - b0, j.K, j.nin, 1.0, <const float64_t*>a, j.xrs, j.xcs,
-                                   <const float64_t*>j.Wp, 0.0,
-                                   (<float64_t*>j.proj) + b0 * j.K, j.K, 1, 1)
-    return j.gt.sgemm_packed_b(b1 - b0, j.K, j.nin, 1.0, <const float32_t*>a, j.xrs, j.xcs,
-                               <const float32_t*>j.Wp, 0.0, (<float32_t*>j.proj) + b0 * j.K,
-                               j.K, 1, 1)
+        return j.gt.dgemm_packed_b(m, j.K, j.nin, 1.0, <const float64_t*>a, j.xrs, j.xcs,
+                                   <const float64_t*>j.Wp, 0.0, <float64_t*>c, j.K, 1, nt)
+    return j.gt.sgemm_packed_b(m, j.K, j.nin, 1.0, <const float32_t*>a, j.xrs, j.xcs,
+                               <const float32_t*>j.Wp, 0.0, <float32_t*>c, j.K, 1, nt)
 
 
 ctypedef struct _Lanes:
@@ -665,27 +668,14 @@ cdef int _lane_step(void* ctx, Py_ssize_t g, Py_ssize_t s) noexcept nogil:
         jj.t = w.t_a + s
         jj.has_s = jj.t > 0 or jj.has_s
         if jj.fuse_proj:
+            # the group's rows of the step's input projection, in proj's first step
             jj.pt0 = jj.t
-            if _proj_rows(&jj, b0, b1) != 0:
+            if _x_w(&jj, b1 - b0, jj.xr + (jj.t * jj.B + b0) * jj.xrs * jj.item,
+                    jj.proj + b0 * jj.K * jj.item, 1) != 0:
                 return -1
     if _step_product(&jj, b0, b1, 1) != 0:
         return -1
     _rows(&jj, b0, b1)
-    return 0
-
-
-cdef intp_t _more_steps(Job* j, Arena loop, intp_t k, intp_t s_elems) noexcept nogil:
-    # how many of the next k steps the open step's temporaries also serve: all of them in the
-    # call's scratch; in the loop workspace as many as Arena._loop_repeat opens and closes a
-    # cycle for, each handing out the same bytes (its steady state)
-    cdef intp_t a1 = s_elems * j.item
-    cdef intp_t a2 = j.B * j.rtw * j.item if j.rtw > 0 and j.B > 0 else 0
-    if loop is None or k <= 0:
-        return k if k > 0 else 0
-    if a1 > 0:
-        return loop._loop_repeat(k, j.S, a1, a2)
-    if a2 > 0:
-        return loop._loop_repeat(k, j.rows_tmp, a2, 0)
     return 0
 
 
@@ -804,40 +794,33 @@ cdef void _copy_from_time_major(const char* src, char* x, intp_t sb, intp_t sk, 
 # ------------------------------------------------------------------------------------------------
 # The time loops (no GIL; the loop workspace's slow steps take it)
 
-cdef int _step_temps(Job* j, Arena loop, intp_t s_elems) except -1 nogil:
-    # the step's temporaries: in a cycle of the loop workspace, or the call's scratch
+cdef intp_t _step_temps(Job* j, Arena loop, intp_t s_elems, intp_t more) except -1 nogil:
+    # the step's temporaries: in a cycle of the loop workspace, or the call's scratch; returns
+    # how many of the next `more` steps run in them too (a window, _run_window): all of them
+    # in the scratch, in the loop workspace as many as Arena._loop_repeat adds a cycle for,
+    # each handing out the same bytes
+    cdef intp_t a1 = s_elems * j.item
+    cdef intp_t a2 = j.B * j.rtw * j.item if j.rtw > 0 else 0
     if loop is None:
-        return 0
+        return more
     loop._loop_enter()
-    if s_elems > 0:                     # zero-size arrays take nothing from a workspace
-        j.S = loop._loop_alloc(s_elems * j.item)
-    if j.rtw > 0 and j.B > 0:
-        j.rows_tmp = loop._loop_alloc(j.B * j.rtw * j.item)
-    return 0
+    if a1 > 0:                          # zero-size arrays take nothing from a workspace
+        j.S = loop._loop_alloc(a1)
+    if a2 > 0:
+        j.rows_tmp = loop._loop_alloc(a2)
+    if more <= 0:
+        return 0
+    if a1 > 0:
+        return loop._loop_repeat(more, j.S, a1, a2)
+    return loop._loop_repeat(more, j.rows_tmp, a2, 0) if a2 > 0 else 0
 
 
 cdef int _project(Job* j, intp_t t0) except -1 nogil:
-    # proj := x @ W for the rows of steps t0 .. t0 + pchunk - 1: each row's dot products are
-    # the same whatever rows one GEMM gets and whether W comes packed (ndws._linalg), so the
-    # chunks give the bits of one GEMM over all steps
+    # proj := x @ W for the rows of steps t0 .. t0 + pchunk - 1 (_x_w): the chunks, and each
+    # group's rows of a step (_lane_step), give the bits of one GEMM over all steps
     cdef intp_t m = (_imin(t0 + j.pchunk, j.T) - t0) * j.B
-    cdef const char* a = j.xr + t0 * j.B * j.xrs * j.item
-    cdef int ret
     j.pt0 = t0
-    if m <= 0:
-        return 0
-    if j.Wp == NULL:
-        return _gemm(j, m, j.K, j.nin, a, j.xrs, j.xcs, j.W, j.ws0, j.ws1, 0.0, j.proj, j.K, 1,
-                     j.nt_proj)
-    if j.f64:
-        ret = j.gt.dgemm_packed_b(m, j.K, j.nin, 1.0, <const float64_t*>a, j.xrs, j.xcs,
-                                  <const float64_t*>j.Wp, 0.0, <float64_t*>j.proj, j.K, 1,
-                                  j.nt_proj)
-    else:
-        ret = j.gt.sgemm_packed_b(m, j.K, j.nin, 1.0, <const float32_t*>a, j.xrs, j.xcs,
-                                  <const float32_t*>j.Wp, 0.0, <float32_t*>j.proj, j.K, 1,
-                                  j.nt_proj)
-    if ret != 0:
+    if m > 0 and _x_w(j, m, j.xr + t0 * j.B * j.xrs * j.item, j.proj, j.nt_proj) != 0:
         with gil:
             raise MemoryError("could not allocate the GEMM's packing scratch")
     return 0
@@ -853,8 +836,7 @@ cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
         if not j.fuse_proj:
             _project(j, 0)
         while t < j.T:
-            _step_temps(j, loop, j.B * j.K)
-            m = _more_steps(j, loop, j.T - t - 1, j.B * j.K)
+            m = _step_temps(j, loop, j.B * j.K, j.T - t - 1)
             _run_window(j, t, m + 1)
             if loop is not None:
                 loop._loop_leave()
@@ -866,7 +848,7 @@ cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
             # they find it in cache (one GEMM over all steps left all but the last steps' rows
             # to be fetched from memory, and took T*B*K of scratch)
             _project(j, t)
-        _step_temps(j, loop, j.B * j.K)
+        _step_temps(j, loop, j.B * j.K, 0)
         j.t = t
         j.has_s = t > 0 or j.has_s
         _run_step(j)
@@ -880,15 +862,14 @@ cdef int _backward_loop(Job* j, Arena loop) except -1 nogil:
     if j.nt_step > 1:
         # several threads: windows of steps, the example groups as lanes (_lane_step)
         while t >= j.t0:
-            _step_temps(j, loop, j.B * j.n)
-            m = _more_steps(j, loop, t - j.t0, j.B * j.n)
+            m = _step_temps(j, loop, j.B * j.n, t - j.t0)
             _run_window(j, t, m + 1)
             if loop is not None:
                 loop._loop_leave()
             t -= m + 1
         return 0
     for t in range(j.T - 1, j.t0 - 1, -1):
-        _step_temps(j, loop, j.B * j.n)
+        _step_temps(j, loop, j.B * j.n, 0)
         j.t = t
         j.has_s = t < j.T - 1
         _run_step(j)
