@@ -91,14 +91,14 @@ ctypedef int (*block_fn)(void* ctx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t c) 
 cdef int run_blocks(block_fn fn, void* ctx, Py_ssize_t n, Py_ssize_t ntasks,
                     int nthreads) noexcept nogil
 
-# `run_lanes`: fn(ctx, lane, step) for each of `nlanes` (at most LANES_MAX) independent lanes
-# and each of their `nsteps` steps, a lane's steps in order and never two of them at once,
-# lanes in any order relative to each other: a thread takes the least advanced lane no other
-# thread holds, runs its next step and lets it go. A chain of steps (a time loop over example
-# groups) so needs no barrier between steps: a thread descheduled inside a step holds back
-# only its lane, while the others go on with theirs (per-step barriers made a 2-thread LSTM
-# forward beside a busy neighbour 25% slower). Returns 0, or the first nonzero value a call
-# returned (no step is started after it).
+# `run_lanes`: fn(ctx, lane, step) for each of `nlanes` independent lanes and each of their
+# `nsteps` steps, a lane's steps in order and never two of them at once, lanes in any order
+# relative to each other: a thread takes the least advanced lane no other thread holds, runs
+# its next step and lets it go. A chain of steps (a time loop over example groups) so needs no
+# barrier between steps: a thread descheduled inside a step holds back only its lane, while
+# the others go on with theirs (per-step barriers made a 2-thread LSTM forward beside a busy
+# neighbour 25% slower). More than LANES_MAX lanes run step by step on the caller. Returns 0,
+# or the first nonzero value a call returned (a thread that has seen it starts no step).
 cdef enum:
     LANES_MAX = 64
 ctypedef int (*lane_fn)(void* ctx, Py_ssize_t lane, Py_ssize_t step) noexcept nogil
