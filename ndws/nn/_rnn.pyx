@@ -162,7 +162,7 @@ ctypedef struct Job:
     int nt_gemm, nt_rows, ntasks
     # several threads (nt_step > 1): groups of grp examples as the lanes of the time loop, each
     # lane's step its rows of the products and then their cells (see _lane_step)
-    int nt_step, nsteptasks
+    int nt_step, ngroups
     intp_t grp
     bint fuse_proj                     # each group's step makes its own rows of x @ W first
     # x as time-major rows (row t*B + b at xr + r*xrs, columns xcs apart), after any copy
@@ -647,7 +647,7 @@ cdef int _x_w(const Job* j, intp_t m, const char* a, char* c, int nt) noexcept n
                                <const float32_t*>j.Wp, 0.0, <float32_t*>c, j.K, 1, nt)
 
 
-ctypedef struct _Lanes:
+ctypedef struct _Window:
     const Job* j
     intp_t t_a                         # the window's first step (backward: its last)
 
@@ -658,7 +658,7 @@ cdef int _lane_step(void* ctx, Py_ssize_t g, Py_ssize_t s) noexcept nogil:
     # own rows of the previous step, so groups need no barrier between steps: a thread that is
     # descheduled holds back its group alone. The bits are the step-by-step loop's (a row's
     # products are the same whatever rows one product gets).
-    cdef const _Lanes* w = <const _Lanes*>ctx
+    cdef const _Window* w = <const _Window*>ctx
     cdef Job jj = w.j[0]
     cdef intp_t b0 = g * jj.grp, b1 = _imin(b0 + jj.grp, jj.B)
     if jj.bwd:
@@ -682,9 +682,9 @@ cdef int _lane_step(void* ctx, Py_ssize_t g, Py_ssize_t s) noexcept nogil:
 cdef int _run_window(Job* j, intp_t t_a, intp_t nsteps) except -1 nogil:
     # steps t_a .. t_a + nsteps - 1 (backward: down to t_a - nsteps + 1) on nt_step threads,
     # the example groups as lanes
-    cdef _Lanes w
+    cdef _Window w
     w.j, w.t_a = j, t_a
-    if run_lanes(_lane_step, &w, j.nsteptasks, nsteps, j.nt_step) != 0:
+    if run_lanes(_lane_step, &w, j.ngroups, nsteps, j.nt_step) != 0:
         with gil:
             raise MemoryError("could not allocate the GEMM's packing scratch")
     return 0
@@ -697,9 +697,9 @@ cdef void _plan_steps(Job* j) noexcept nogil:
     cdef intp_t tiles = (j.B + mr - 1) // mr
     j.nt_step = 0
     if j.nt_gemm > 1 and tiles >= 2:
-        j.nsteptasks = <int>_imin(_imin(tiles, 4 * j.nt_gemm), LANES_MAX)
-        j.grp = ((tiles + j.nsteptasks - 1) // j.nsteptasks) * mr
-        j.nsteptasks = <int>((j.B + j.grp - 1) // j.grp)
+        j.ngroups = <int>_imin(_imin(tiles, 4 * j.nt_gemm), LANES_MAX)
+        j.grp = ((tiles + j.ngroups - 1) // j.ngroups) * mr
+        j.ngroups = <int>((j.B + j.grp - 1) // j.grp)
         j.nt_step = j.nt_gemm
 
 
