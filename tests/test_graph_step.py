@@ -382,8 +382,8 @@ def test_a_plan_is_dropped_when_the_parameters_are_rebuilt(kind, rng):
 
 @pytest.mark.parametrize("kind", ["graph", "network"])
 def test_a_series_of_a_fixed_length_is_refused_one_step_as_on_the_general_path(kind, rng):
-    # InputType.recurrent(3, 5): the general path's shape check refuses a step of one; the
-    # one-step path leaves it to it (no plan), and a series of the length is served
+    # InputType.recurrent(3, 5): the general path refuses a step of one, in the caller's
+    # terms; the one-step path leaves it to it (no plan), and a series of the length is served
     if kind == "graph":
         b = (ComputationGraphConfiguration.builder(seed=1).add_inputs("seq", "side")
              .add_layer("lstm", LSTM(n_out=4), "seq")
@@ -402,8 +402,10 @@ def test_a_series_of_a_fixed_length_is_refused_one_step_as_on_the_general_path(k
         call = lambda s, d: fast.rnn_time_step(s)         # noqa: E731
         where = r"x"
     x, side = step_data(rng, 2)
-    with pytest.raises(ValueError, match=rf"^{where}: expected a 3-d array \(n_samples, size=3, "
-                                         rf"time={T}\) .* got shape \(2, 3, 1\)$"):
+    with pytest.raises(ValueError, match=rf"^{where}: the input type InputType.recurrent\(3, "
+                                         rf"{T}\) fixes the series at {T} steps, so "
+                                         rf"rnn_time_step takes all {T} at once, not one step of "
+                                         rf"shape \(2, 3\)$"):
         call(x, side)
     assert fast._step_plan == (2, None, None)
     assert not any(fast.rnn_get_previous_state(n) for n in (["lstm"] if kind == "graph"

@@ -16,7 +16,7 @@ import itertools
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -763,6 +763,20 @@ class Model:
             if hasattr(layer, "rnn_clear_previous_state"):
                 layer.rnn_clear_previous_state()
 
+    @contextlib.contextmanager
+    def _all_states_or_none(self) -> Iterator[None]:
+        # rnn_time_step moves every recurrent layer's state or none: when a layer fails (a
+        # batch of another size than its state's, a Bidirectional, a bad input further up)
+        # after layers below it have stepped, theirs go back to what the call started from
+        kept = [(layer, layer._state_snapshot()) for layer in self.layers
+                if hasattr(layer, "_state_snapshot")]
+        try:
+            yield
+        except BaseException:
+            for layer, snapshot in kept:
+                layer._state_restore(snapshot)
+            raise
+
     @staticmethod
     def _recurrent_layer(layer: Any, where: str, op: str) -> Any:
         # `layer` (named `where`) if it keeps rnn_time_step state
@@ -811,13 +825,23 @@ class Model:
         return None
 
     @staticmethod
-    def _one_step_series(x: Any, t: Any, reader: Any) -> tuple[Any, bool]:
-        # rnn_time_step's input `x` of time-series type `t` read by layer `reader`: a 2-D
-        # (n, size) array is one step of each, made a series of one step (but the (n, time)
-        # indices of an EmbeddingSequenceLayer); returns (array, whether it was one step)
+    def _one_step_series(x: Any, t: Any, reader: Any, name: str) -> tuple[Any, bool]:
+        # rnn_time_step's input `x` (argument `name`) of time-series type `t` read by layer
+        # `reader`: a 2-D (n, size) array is one step of each, made a series of one step (but
+        # the (n, time) indices of an EmbeddingSequenceLayer); returns (array, whether it was
+        # one step). A wrong one step is refused here, in the caller's terms (the series it
+        # would become is not what the caller gave)
         a = x if isinstance(x, (NDArray, np.ndarray)) else np.asarray(x)
         one_step = getattr(a, "ndim", 0) == 2 and not isinstance(reader, EmbeddingSequenceLayer)
         if one_step:
+            length = t.time_series_length
+            if length not in (None, 1):
+                raise ValueError(f"{name}: the input type {t!r} fixes the series at {length} "
+                                 f"steps, so rnn_time_step takes all {length} at once, not one "
+                                 f"step of shape {tuple(a.shape)}")
+            if t.size is not None and a.shape[1] != t.size:
+                raise ValueError(f"{name}: one step of each sequence is (n_samples, size="
+                                 f"{t.size}), got shape {tuple(a.shape)}")
             a = a.reshape((a.shape[0], a.shape[1], 1) if t.data_format.name == "NCW"
                           else (a.shape[0], 1, a.shape[1]))
         return a, one_step

@@ -445,7 +445,7 @@ class MultiLayerNetwork(Model):
         `output_workspace`, an open workspace of the caller. A Bidirectional layer refuses
         (its backward direction needs the whole sequence)."""
         self._check_init()
-        with self._exclusive("rnn_time_step"):
+        with self._exclusive("rnn_time_step"), self._all_states_or_none():
             if output_workspace is None:
                 run = self._one_step_path((x,))
                 if run is not None:
@@ -487,7 +487,7 @@ class MultiLayerNetwork(Model):
         if t is None or t.kind != "RNN":
             raise ValueError(f"rnn_time_step: the network's input is not a time series (its "
                              f"input type is {t!r}); use output()")
-        a, one_step = self._one_step_series(x, t, self.layers[0])
+        a, one_step = self._one_step_series(x, t, self.layers[0], "x")
         return self._as_input(a), one_step
 
     def _state_layers(self) -> dict:
@@ -1089,9 +1089,6 @@ def check_features_mask(x: NDArray, fmask: NDArray, t: Any, name: str) -> NDArra
                          f"({'(n_samples, time)' if len(expected) == 2 else 'one per example'}"
                          f") for features of shape {tuple(x.shape)}, got "
                          f"{tuple(fmask.shape)}")
-    if fmask.dtype.kind not in "biuf":
-        raise TypeError(f"{name}: expected numbers (0 masks a step), got dtype "
-                        f"{fmask.dtype}")
     _finite_mask(name, fmask)
     return fmask
 
@@ -1114,13 +1111,20 @@ def _backward_stop(layers: list) -> int:
 
 
 def _finite_mask(name: str, mask: NDArray) -> None:
-    # a mask weighs values: NaN or inf in it would make every score and gradient it touches
-    # NaN, far from the batch that brought it
+    # a mask weighs values (0 masks, 1 keeps): real numbers only (a complex one would lose
+    # its imaginary part in the cast to the network's dtype); NaN or inf would make every
+    # score and gradient it touches NaN, and a negative weight would turn the score's sign,
+    # both far from the batch that brought them
     m = np.asarray(mask)
-    if m.dtype.kind == "f" and not np.isfinite(m).all():
-        bad = np.argwhere(~np.isfinite(m))[0]
-        raise ValueError(f"{name}: holds {m[tuple(bad)]} at {tuple(int(i) for i in bad)}: a "
-                         f"mask must be finite (0 masks, 1 keeps)")
+    if m.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected numbers (0 masks, 1 keeps), got dtype {m.dtype}")
+    bad = ~np.isfinite(m) if m.dtype.kind == "f" else None
+    if bad is None or not bad.any():
+        bad = m < 0
+    if bad.any():
+        at = np.argwhere(bad)[0]
+        raise ValueError(f"{name}: holds {m[tuple(at)]} at {tuple(int(i) for i in at)}: a "
+                         f"mask must be finite and not negative (0 masks, 1 keeps)")
 
 
 def _steps(a: NDArray, axis: int, start: int, end: int) -> NDArray:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ndws._fileio import Archive
+from ndws.nn.layers.wrappers import Bidirectional, _Wrapper
 
 __all__ = ["save_network", "load_network"]
 
@@ -173,17 +174,24 @@ def _vector(z: Archive, name: str, n: int, dtype: np.dtype, needs: str) -> tuple
 
 
 def _keeps_state(layer: Any) -> bool:
-    # a recurrent layer (or a wrapper of one) with rnn_time_step state; Bidirectional has none
-    return hasattr(layer, "state_keys") and not hasattr(layer, "fwd")
+    # a recurrent layer (or wrappers of one) with rnn_time_step state: none with a
+    # Bidirectional anywhere in the nesting (it refuses stepping)
+    while isinstance(layer, _Wrapper):
+        if isinstance(layer, Bidirectional):
+            return False
+        layer = layer.layer
+    return hasattr(layer, "state_keys")
 
 
 def _rnn_state_headers(z: Archive, conf: Any) -> dict:
     # the .npy headers of the saved carried state, checked against the configuration: a
-    # recurrent layer's keys, its dtype, (n, n_out) with one n for all (nothing read yet).
-    # Entries are rnn_state/<owner>/<key>.npy, <owner> a layer index of a MultiLayerNetwork,
-    # a vertex name of a ComputationGraph (conf._state_layers())
+    # recurrent layer's keys, its dtype, (n, n_out) with one n for the layer's keys (nothing
+    # read yet). Layers may hold states of different n (rnn_set_previous_state sets each
+    # alone), and n may be 0 (a step of 0 rows): what save wrote, load reads. Entries are
+    # rnn_state/<owner>/<key>.npy, <owner> a layer index of a MultiLayerNetwork, a vertex
+    # name of a ComputationGraph (conf._state_layers())
     headers: dict[Any, dict] = {}
-    rows = None
+    rows: dict[Any, int] = {}
     owners = conf._state_layers()
     for name in sorted(n for n in z.names if n.startswith(RNN_STATE)):
         owner, _, file = name[len(RNN_STATE):].rpartition("/")
@@ -193,12 +201,11 @@ def _rnn_state_headers(z: Archive, conf: Any) -> dict:
             raise z.error(name, "names no state of a recurrent layer of the configuration")
         header = z.npy_header(name, "f")
         n = header[1][0] if len(header[1]) == 2 else -1
-        if header[0] != conf.dtype or header[1] != (n, layer.n_out) or n < 1 or \
-                rows not in (None, n):
+        if header[0] != conf.dtype or header[1] != (n, layer.n_out) or n < 0 or \
+                rows.setdefault(index, n) != n:
             raise z.error(name, f"holds {header[0]} {header[1]}, the layer's state is "
                                 f"{conf.dtype} (n_samples, {layer.n_out}) with one n_samples for "
-                                f"every layer")
-        rows = n
+                                f"all its arrays")
         headers.setdefault(index, {})[key] = (name, header)
     layers = {index: layer for index, layer in owners.values()}
     for index, keys in headers.items():

@@ -1092,7 +1092,7 @@ class ComputationGraph(Model):
         `MultiLayerNetwork.rnn_time_step`); a batch of another size without clearing it is an
         error; the outputs are detached, or in `output_workspace`."""
         self._check_init()
-        with self._exclusive("rnn_time_step"):
+        with self._exclusive("rnn_time_step"), self._all_states_or_none():
             if output_workspace is None:
                 run = self._one_step_path(inputs)
                 if run is not None:
@@ -1105,10 +1105,11 @@ class ComputationGraph(Model):
                 raise ValueError(f"rnn_time_step: no input of the graph is a time series (its "
                                  f"input types are {list(series)!r}); use output()")
             arrays, one_step = [], True
-            for x, t, name in zip(inputs, series, names):
+            for i, (x, t, name) in enumerate(zip(inputs, series, names)):
                 if t is not None and t.kind == "RNN":
                     reader = self._nodes[self._nodes[self._position[name]].consumers[0]].obj
-                    a, one = self._one_step_series(x, t, reader)
+                    a, one = self._one_step_series(x, t, reader,
+                                                   f"inputs[{i}] (input \"{name}\")")
                     one_step = one_step and one
                     arrays.append(a)
                 else:

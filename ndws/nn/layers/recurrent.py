@@ -289,8 +289,14 @@ class BaseRecurrentLayer(SequenceInput, _Regularized, Layer):
                                  f"{a.shape}")
             if not np.isfinite(a).all():
                 raise ValueError(f"state[{key!r}]: holds NaN or inf")
+            with np.errstate(over="ignore"):
+                cast = a.astype(dtype)
+            if not np.isfinite(cast).all():
+                raise ValueError(f"state[{key!r}]: holds values beyond the range of the "
+                                 f"network's {np.dtype(dtype)} (at most "
+                                 f"{np.finfo(dtype).max:.4g} in magnitude)")
             n = a.shape[0]
-            arrays[key] = a
+            arrays[key] = cast
         final = self._final_state("step", n, dtype)
         for key, a in arrays.items():
             np.copyto(_np_view(final[key]), a, casting="unsafe")
@@ -301,6 +307,15 @@ class BaseRecurrentLayer(SequenceInput, _Regularized, Layer):
         maps)."""
         self._state = {}
         self._tbptt_state = {}
+
+    def _state_snapshot(self) -> dict:
+        # the state an rnn_time_step call starts from: the call writes its final state into
+        # spare buffers (_final_state), never into these, so a failed call is undone by
+        # putting this back (_state_restore)
+        return self._state
+
+    def _state_restore(self, snapshot: dict) -> None:
+        self._state = snapshot
 
     # -- forward and backward (one implementation over each layer's loops) ----------------------
 

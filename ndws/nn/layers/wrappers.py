@@ -174,6 +174,12 @@ class _RecurrentWrapper(_Wrapper):
     def rnn_clear_previous_state(self):
         self.layer.rnn_clear_previous_state()
 
+    def _state_snapshot(self):
+        return self.layer._state_snapshot()
+
+    def _state_restore(self, snapshot):
+        self.layer._state_restore(snapshot)
+
     def set_mask(self, mask):
         self.layer.set_mask(mask)
 
@@ -232,6 +238,15 @@ class LastTimeStep(_RecurrentWrapper):
         return steps - 1 - np.argmax(nonzero[:, ::-1], axis=1)
 
     def activate(self, x, training, mgr):
+        return self._last_of(x, training, mgr, None)
+
+    def activate_with_state(self, x, training, mgr, mode):
+        # rnn_time_step: the wrapped layer goes on from its stored state, and the output is
+        # the last step of the steps given, as activate's (DL4J hands the wrapped layer's
+        # whole series on, which the layer after refuses: docs/porting-from-dl4j.md)
+        return self._last_of(x, training, mgr, mode)
+
+    def _last_of(self, x, training, mgr, mode):
         self._link()
         fmt = self.layer.data_format
         n, steps = check_sequence(self.layer, x, fmt)
@@ -239,7 +254,8 @@ class LastTimeStep(_RecurrentWrapper):
             raise ValueError(f"LastTimeStep (layer index = {self.index}): a sequence of length "
                              f"0 has no last step")
         last = self._last_steps(n, steps)
-        y3 = self.layer.activate(x, training, mgr)
+        y3 = (self.layer.activate(x, training, mgr) if mode is None else
+              self.layer.activate_with_state(x, training, mgr, mode))
         out = mgr.create_uninitialized(ArrayType.ACTIVATIONS, (n, self.layer.n_out),
                                        dtype=y3.dtype)
         tbn = time_major(y3, fmt)                     # (time, n, n_out)
@@ -528,8 +544,8 @@ class Bidirectional(_RecurrentWrapper):
 #: what a frozen recurrent layer answers for the layer it wraps (the state it carries for
 #: rnn_time_step and truncated BPTT, read and set as the layer's own)
 _STATE_ATTRIBUTES = frozenset(("data_format", "state_keys", "rnn_get_previous_state",
-                               "rnn_set_previous_state", "rnn_clear_previous_state",
-                               "set_mask"))
+                               "rnn_clear_previous_state", "set_mask", "_state_snapshot",
+                               "_state_restore"))
 
 
 class FrozenLayer(_Wrapper):
@@ -571,6 +587,8 @@ class FrozenLayer(_Wrapper):
             return getattr(inner, name)
         if name == "activate_with_state" and hasattr(inner, "activate_with_state"):
             return self._activate_with_state
+        if name == "rnn_set_previous_state" and hasattr(inner, "rnn_set_previous_state"):
+            return self._rnn_set_previous_state
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def output_width(self):
@@ -599,6 +617,12 @@ class FrozenLayer(_Wrapper):
         self._link()
         self.layer._rng = None
         return self.layer.activate_with_state(x, training and self._with_backprop, mgr, mode)
+
+    def _rnn_set_previous_state(self, state):
+        # the wrapped layer takes the state's dtype from its parameters: this layer's views,
+        # linked before it reads them (a network loaded with its state has run no pass yet)
+        self._link()
+        self.layer.rnn_set_previous_state(state)
 
     def backprop_gradient(self, epsilon, mgr):
         # not called by a network (nothing below a FrozenLayer trains); no gradient either way
