@@ -825,3 +825,192 @@ def test_repr_of_a_half_constructed_iterator():
     assert repr(it) == ("<AsyncDataSetIterator queue_size=None use_workspace=None closed "
                         "base=None>")
     it.shutdown()                       # nothing to stop, no error
+
+
+# -- the source's answers (batch, input_columns, total_outcomes) ------------------------------
+
+class GatedReader:
+    """A record or sequence reader (has_next, next, reset) of `n` items, item i `make(i)`.
+    The producer's first next() sets `reading` and waits for `go`: the producer is then
+    provably inside the reader. `calls` has (thread name, item) for every next()."""
+
+    def __init__(self, n, make):
+        self.n, self.make, self.i = n, make, 0
+        self.reading, self.go = threading.Event(), threading.Event()
+        self.calls = []
+
+    def has_next(self):
+        return self.i < self.n
+
+    def next(self):
+        i = self.i
+        self.i += 1
+        name = threading.current_thread().name
+        self.calls.append((name, i))
+        if name == ADSI and not self.go.is_set():
+            self.reading.set()
+            self.go.wait()
+        return self.make(i)
+
+    def reset(self):
+        self.i = 0
+
+
+@pytest.mark.parametrize("kind", ["sequences", "records"])
+def test_the_source_s_columns_are_not_asked_while_the_producer_reads(kind):
+    # Both iterators answer input_columns() at the start of an epoch by reading the first
+    # example and resetting their readers: under a running producer, records were repeated.
+    from ndws.data.records import RecordReaderDataSetIterator
+    from ndws.data.sequences import SequenceRecordReaderDataSetIterator
+    if kind == "sequences":                  # one step per sequence: x, then its class
+        reader = GatedReader(6, lambda i: [[float(i), float(i % 2)]])
+        base = SequenceRecordReaderDataSetIterator(reader, 2, 2, 1)
+    else:
+        reader = GatedReader(6, lambda i: [float(i), float(i % 2)])
+        base = RecordReaderDataSetIterator(reader, 2, label_index=1, num_classes=2)
+    with AsyncDataSetIterator(base, queue_size=2) as it:
+        try:
+            assert reader.reading.wait(60)   # the producer is inside reader.next()
+            before = list(reader.calls)
+            assert (it.input_columns(), it.total_outcomes(), it.batch()) == (1, 2, 2)
+            assert reader.calls == before    # nothing read on this thread meanwhile
+        finally:
+            reader.go.set()
+        batches = [(ds.features.numpy().reshape(2), ds.labels.numpy().reshape(2, 2))
+                   for ds in it]
+    x = np.arange(6, dtype=np.float32)
+    assert len(batches) == 3
+    for k, (features, labels) in enumerate(batches):
+        np.testing.assert_array_equal(features, x[2 * k:2 * k + 2])
+        np.testing.assert_array_equal(labels, np.eye(2, dtype=np.float32)[[0, 1]])
+    # the constructing thread read (and reset) before the producer's first read, never after
+    first = reader.calls.index((ADSI, 0))
+    assert {name for name, _ in reader.calls[first:]} == {ADSI}
+    assert reader.calls[:first] == [(threading.current_thread().name, 0)]
+
+
+class Answering(Source):
+    """A Source that records the thread of each input_columns() and answers `self.cols`, or
+    raises `self.error` when one is set."""
+
+    def __init__(self, error=None, **kw):
+        super().__init__(**kw)
+        self.error, self.asked = error, []
+
+    def input_columns(self):
+        self.asked.append(threading.current_thread().name)
+        if self.error is not None:
+            raise self.error
+        return self.cols
+
+
+def test_a_source_that_cannot_answer_is_prefetched_and_its_error_raised_again():
+    src = Answering(error=LookupError("no columns here"), n=3)
+    with AsyncDataSetIterator(src) as it:
+        for _ in range(2):
+            with pytest.raises(LookupError, match=r"^no columns here$") as info:
+                it.input_columns()
+            assert info.value is src.error
+        assert it.total_outcomes() == 2
+        for i, ds in enumerate(it):
+            check(ds, src, i)
+    assert src.asked == [threading.current_thread().name]       # once, when it was made
+
+
+def test_the_answers_are_asked_again_after_reset_before_the_producer_starts():
+    here = threading.current_thread().name
+    src = Answering(n=3)
+    with AsyncDataSetIterator(src, queue_size=2) as it:
+        assert it.input_columns() == 3
+        src.cols = 5
+        assert len(list(it)) == 3 and it.input_columns() == 3   # not asked during the epoch
+        it.reset()
+        assert src.asked == [here]
+        assert it.input_columns() == 5 and src.asked == [here, here]   # asked when asked
+        it.reset()
+        src.cols = 7
+        assert it.next().features.shape == (4, 7)     # asked before the producer started
+        assert src.asked == [here] * 3
+        assert it.input_columns() == 7 and src.asked == [here] * 3
+
+
+def test_the_multi_dataset_iterator_asks_batch_once_and_has_no_columns():
+    class Counting(MultiSource):
+        def batch(self):
+            self.asked = getattr(self, "asked", 0) + 1
+            return 3
+
+    src = Counting(n=4)
+    with AsyncMultiDataSetIterator(src) as it:
+        assert it.batch() == 3 and len(list(it)) == 4 and it.batch() == 3
+    assert src.asked == 1
+    # DL4J's MultiDataSetIterator has no inputColumns / totalOutcomes
+    assert not hasattr(it, "input_columns") and not hasattr(it, "total_outcomes")
+
+
+class GatedReset(Source):
+    """A Source whose reset, once `gate_resets` is set, sets `resetting` and waits for
+    `finish`; a batch read meanwhile is counted in `read_while_resetting` and sets `moved`."""
+
+    gate_resets = False
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.resetting, self.finish = threading.Event(), threading.Event()
+        self.moved = threading.Event()
+        self.read_while_resetting = 0
+
+    def _next(self):
+        if self.resetting.is_set() and not self.finish.is_set():
+            self.read_while_resetting += 1
+            self.moved.set()
+        return super()._next()
+
+    def _reset(self):
+        if self.gate_resets:
+            self.resetting.set()
+            self.finish.wait()
+        super()._reset()
+
+
+class Signalling:
+    """Stands in for a lock: sets `event` when thread `name` asks for it, then takes it."""
+
+    def __init__(self, lock, name, event):
+        self.lock, self.name, self.event = lock, name, event
+
+    def __enter__(self):
+        if threading.current_thread().name == self.name:
+            self.event.set()
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc_info):
+        return self.lock.__exit__(*exc_info)
+
+
+def test_a_batch_asked_for_during_a_reset_on_another_thread_waits_for_it():
+    src = GatedReset(n=20)
+    with AsyncDataSetIterator(src, queue_size=2) as it:
+        it.next(), it.next()
+        # `moved`: a producer read the source mid-reset (what happened before) ...
+        it._resetting = Signalling(getattr(it, "_resetting", threading.Lock()), "consumer",
+                                   src.moved)
+        src.gate_resets = True
+        resetter = threading.Thread(target=it.reset)
+        got = []
+        consumer = threading.Thread(target=lambda: got.append(it.next().detach()),
+                                    name="consumer")
+        try:
+            resetter.start()
+            assert src.resetting.wait(60)     # reset() is inside the source's reset
+            consumer.start()
+            assert src.moved.wait(60)         # ... or the consumer waits for the reset to end
+        finally:
+            src.finish.set()
+            for t in (resetter, consumer):
+                if t.ident is not None:
+                    t.join(60)
+        assert not resetter.is_alive() and not consumer.is_alive()
+        assert src.read_while_resetting == 0 and len(got) == 1
+        check(got[0], src, 0)                 # the first batch of the new epoch
+        check(it.next(), src, 1)

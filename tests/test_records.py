@@ -708,3 +708,196 @@ def test_numpy_integers_for_the_readers_ints(tmp_path, cls_table):
     with pytest.raises(TypeError, match=r"^batch_size must be an int, got bool np.True_$"):
         RecordReaderDataSetIterator(CSVRecordReader(path), np.bool_(True), label_index=4,
                                     num_classes=3)
+
+
+# -- what a reset forgets: widths learned from the records -----------------------------------
+
+class ListReader:
+    """A custom record reader (no num_fields) over `records`, which a test may replace."""
+
+    def __init__(self, records):
+        self.records, self.i = records, 0
+
+    def has_next(self):
+        return self.i < len(self.records)
+
+    def next(self):
+        self.i += 1
+        return self.records[self.i - 1]
+
+    def reset(self):
+        self.i = 0
+
+
+def test_reset_forgets_the_number_of_fields_the_reader_learned(tmp_path):
+    path = write(tmp_path, "w.csv", "1,0,9\n2,1\n")
+    reader = CSVRecordReader(path)
+    assert reader.next() == [1.0, 0.0, 9.0] and reader.num_fields == 3
+    with pytest.raises(ValueError, match=r"w.csv:2: expected 3 fields, got 2$"):
+        reader.next()
+    write(tmp_path, "w.csv", "1,0\n2,1\n")          # the file fixed
+    reader.reset()
+    assert reader.num_fields is None                # as a new reader's
+    assert list(reader) == list(CSVRecordReader(path)) == [[1.0, 0.0], [2.0, 1.0]]
+    assert reader.num_fields == 2
+
+
+def test_an_assigned_number_of_fields_is_kept_across_reset(tmp_path):
+    path = write(tmp_path, "w.csv", "1,0,9\n")
+    reader = CSVRecordReader(path)
+    reader.num_fields = np.int64(2)
+    for _ in range(2):                               # before and after a reset
+        with pytest.raises(ValueError, match=r"w.csv:1: expected 2 fields, got 3$"):
+            reader.next()
+        reader.reset()
+        assert reader.num_fields == 2
+    reader.num_fields = None                         # learned again from the records
+    assert reader.next() == [1.0, 0.0, 9.0] and reader.num_fields == 3
+    with pytest.raises(ValueError, match=r"^num_fields must be >= 1, got 0$"):
+        reader.num_fields = 0
+    with pytest.raises(TypeError, match=r"^num_fields must be an int, got str '2'$"):
+        reader.num_fields = "2"
+    assert reader.num_fields == 3                    # a refused value changes nothing
+
+
+def test_the_iterators_learn_the_widths_again_after_reset():
+    # custom readers (no num_fields): the widths the iterators themselves learned
+    reader = ListReader([[1.0, 2.0, 0.0], [3.0, 4.0, 1.0]])
+    it = RecordReaderDataSetIterator(reader, 2, label_index=2, num_classes=2)
+    assert it.input_columns() == 2
+    np.testing.assert_array_equal(it.next().features.numpy(), [[1, 2], [3, 4]])
+    reader.records = [[1.0, 2.0, 1.0, 3.0], [4.0, 5.0, 0.0, 6.0]]   # one more column
+    it.reset()
+    assert (it.input_columns(), it.total_outcomes()) == (3, 2)
+    ds = it.next()
+    np.testing.assert_array_equal(ds.features.numpy(), np.float32([[1, 2, 3], [4, 5, 6]]))
+    np.testing.assert_array_equal(ds.labels.numpy(), np.float32([[0, 1], [1, 0]]))
+
+    reader = ListReader([[1.0, 0.0], [2.0, 1.0]])
+    multi = RecordReaderMultiDataSetIterator({"r": reader}, 2, inputs=["r"])
+    assert multi.next().features[0].shape == (2, 2)
+    reader.records = [[1.0, 2.0, 3.0]]
+    multi.reset()
+    np.testing.assert_array_equal(multi.next().features[0].numpy(), np.float32([[1, 2, 3]]))
+
+
+def test_an_auto_label_mapping_keeps_its_classes_across_reset(tmp_path):
+    path = write(tmp_path, "names.csv", "1,b\n2,a\n")
+    it = RecordReaderDataSetIterator(CSVRecordReader(path), 2, label_index=1,
+                                     label_mapping="auto")
+    assert it.labels == ["a", "b"]
+    write(tmp_path, "names.csv", "1,c\n2,b\n")
+    it.reset()                     # the classes keep their numbers: 'c' is no class of them
+    assert it.labels == ["a", "b"]
+    with pytest.raises(ValueError, match=r"names.csv:1: label 'c' in column index 1 is not in "
+                                         r"label_mapping \(classes: \['a', 'b'\]\)$"):
+        it.next()
+
+
+# -- numbers: DL4J's syntax, and the range of float32 ------------------------------------------
+
+F32_MAX = float(np.finfo(np.float32).max)
+ABOVE_F32_MAX = float(np.nextafter(np.float64(F32_MAX), np.inf))  # rounds down to F32_MAX
+
+
+def becomes_infinite(value):
+    # NumPy's own answer: does the float64 value become an infinity as float32?
+    with np.errstate(over="ignore"):
+        return bool(np.isinf(np.float32(value))) and np.isfinite(value)
+
+
+@pytest.mark.parametrize("text", ["1_000", "1_0.5", "-2_5e1_0", " 1_0 "])
+def test_digit_separators_are_not_numbers(tmp_path, text):
+    assert float(text) is not None                 # Python reads them, DL4J does not
+    path = write(tmp_path, "u.csv", f"1,0\n{text},1\n")
+    with pytest.raises(ValueError, match=rf"u.csv:2: column index 0: cannot parse {text!r} "
+                                         r"as a number \('_' is not a digit separator here, "
+                                         r"as in DL4J's Double.parseDouble\)$"):
+        list(CSVRecordReader(path))
+    # in a label column the error is the same: no hint about class names
+    it = RecordReaderDataSetIterator(CSVRecordReader(path), 2, label_index=0, num_classes=2)
+    with pytest.raises(ValueError, match=r"Double.parseDouble\)$"):
+        it.next()
+
+
+def test_an_underscore_in_text_or_in_a_header(tmp_path):
+    path = write(tmp_path, "h.csv", "big_x,small_y\n1,Iris_setosa\n")
+    with pytest.raises(ValueError, match=r"h.csv:1: column index 0: cannot parse 'big_x' as a "
+                                         r"number; if line 1 is a header, pass "
+                                         r"skip_num_lines=1$"):
+        list(CSVRecordReader(path))
+    assert list(CSVRecordReader(path, 1, text_columns=[1])) == [[1.0, "Iris_setosa"]]
+
+
+def test_a_finite_number_past_float64_is_refused_and_the_infinities_pass(tmp_path):
+    path = write(tmp_path, "big.csv", "1,2\n3,-1e400\n")
+    with pytest.raises(ValueError, match=r"big.csv:2: column index 1: '-1e400' is out of "
+                                         r"range: past float64's largest finite value "
+                                         r"\(1.7976931348623157e\+308\) it would become -inf$"):
+        list(CSVRecordReader(path))
+    path = write(tmp_path, "inf.csv", "inf,-inf,+Infinity,-INFINITY,nan,NaN, inf \n")
+    values = CSVRecordReader(path).next()
+    assert values[:4] == [np.inf, -np.inf, np.inf, -np.inf] and values[6] == np.inf
+    assert np.isnan(values[4]) and np.isnan(values[5])
+
+
+def test_the_one_pass_parse_reads_as_the_field_by_field_one(tmp_path):
+    # records that take the one-pass route and records that do not, in one file
+    rows = ["1.5, -2 ,3e2", "\x1c4\x1c,5,6", "nan,1,2", "1e308,1e308,1", "7,8,9"]
+    path = write(tmp_path, "mix.csv", "\n".join(rows) + "\n")
+    got = list(CSVRecordReader(path))
+    expected = [[float(f.strip()) for f in row.split(",")] for row in rows]
+    assert np.array_equal(np.array(got), np.array(expected), equal_nan=True)
+
+
+@pytest.mark.parametrize("value", [1e39, -1e300, float(2**128 - 2**103), -float(2**128),
+                                   ABOVE_F32_MAX, -ABOVE_F32_MAX, F32_MAX, 1e38, -1e-300,
+                                   float(2**128 - 2**103 - 2**75)])
+def test_a_value_float32_cannot_hold_is_refused_naming_its_place(tmp_path, value):
+    path = write(tmp_path, "r.csv", f"1,2,0\n3,4,1\n5,{value!r},0\n")
+    it = RecordReaderDataSetIterator(CSVRecordReader(path), 3, label_index=2, num_classes=2)
+    if becomes_infinite(value):
+        sign = "-" if value < 0 else ""
+        message = (rf"r.csv:3: column index 1: {re.escape(repr(value))} is out of range for "
+                   rf"float32, the batches' dtype: past its largest finite value "
+                   rf"\(3.4028235e\+38\) it would become {sign}inf$")
+        with pytest.raises(ValueError, match=message):
+            it.next()
+    else:
+        assert it.next().features.numpy()[2, 1] == np.float32(value)
+
+
+def test_float32_range_in_regression_targets_shards_and_the_multi_iterator(tmp_path):
+    path = write(tmp_path, "t.csv", "1,2\n3,4\n5,1e39\n7,8\n")
+    reg = RecordReaderDataSetIterator(CSVRecordReader(path), 4, label_index=1,
+                                      regression=True)
+    message = r"t.csv:3: column index 1: 1e\+39 is out of range for float32"
+    with pytest.raises(ValueError, match=message):
+        reg.next()
+    for rank in (0, 1):            # the value is in rank 0's part: both ranks refuse the batch
+        with pytest.raises(ValueError, match=message):
+            reg.shard(rank, 2).next()
+    multi = RecordReaderMultiDataSetIterator({"t": CSVRecordReader(path)}, 4,
+                                             inputs=[("t", 0, 0)], outputs=[("t", 1, 1)])
+    with pytest.raises(ValueError, match=r"t.csv:3: reader 't': column index 1: 1e\+39 is out "
+                                         r"of range for float32"):
+        multi.next()
+    # a one-hot column is a class index, checked as one
+    onehot = RecordReaderMultiDataSetIterator({"t": CSVRecordReader(path)}, 4,
+                                              inputs=[("t", 0, 0)], outputs=[OneHot("t", 1, 9)])
+    with pytest.raises(ValueError, match=r"label 1e\+39 in column index 1 is not a class"):
+        onehot.next()
+
+
+def test_float32_range_in_arrays_from_a_custom_reader():
+    image = np.zeros((2, 2))
+    image[1, 0] = -1e39
+    reader = ListReader([[np.zeros((2, 2)), 0.0], [image, 1.0]])
+    it = RecordReaderDataSetIterator(reader, 2, label_index=1, num_classes=2)
+    with pytest.raises(ValueError, match=r"^column index 0, array index \(1, 0\): -1e\+39 is "
+                                         r"out of range for float32"):
+        it.next()
+    reader.records = [[np.zeros(2), 0.0], [np.zeros(2), 1e39]]
+    it = RecordReaderDataSetIterator(reader, 2, label_index=1, regression=True)
+    with pytest.raises(ValueError, match=r"^column index 1: 1e\+39 is out of range"):
+        it.next()

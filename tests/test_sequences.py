@@ -4,6 +4,7 @@ alignment modes, shards, and hostile files and arguments."""
 from __future__ import annotations
 
 import doctest
+import os
 
 import numpy as np
 import pytest
@@ -509,3 +510,120 @@ def test_through_async_prefetch_values_are_kept(tmp_path, rng):
 
 def test_docstring_examples():
     assert doctest.testmod(ndws.data.sequences).failed == 0
+
+
+# -- what a reset forgets: widths learned from the files ---------------------------------------
+
+def test_a_file_fixed_after_an_error_reads_after_reset_as_in_a_new_iterator(tmp_path):
+    path = write(tmp_path, "s0.csv", "1,0,9\n2,1\n")          # a stray third field on line 1
+    it = S(CSVSequenceRecordReader(path), 1, 2, 1)
+    with pytest.raises(ValueError, match=r"s0.csv:2: expected 3 fields, got 2$"):
+        it.next()
+    write(tmp_path, "s0.csv", "1,0\n2,1\n")
+    it.reset()
+    ds = it.next()
+    assert ds == S(CSVSequenceRecordReader(path), 1, 2, 1).next()
+    np.testing.assert_array_equal(ds.features.numpy(), np.float32([[[1, 2]]]))
+    np.testing.assert_array_equal(ds.labels.numpy(), np.float32([[[1, 0], [0, 1]]]))
+
+
+def test_the_widths_are_learned_again_after_reset(tmp_path):
+    class Reader:                   # a custom reader: the widths the iterator itself learned
+        def __init__(self, seqs):
+            self.seqs, self.i = seqs, 0
+
+        def has_next(self):
+            return self.i < len(self.seqs)
+
+        def next(self):
+            self.i += 1
+            return self.seqs[self.i - 1]
+
+        def reset(self):
+            self.i = 0
+
+    features, labels = Reader([[[1.0], [2.0]]]), Reader([[[0.5], [1.5]]])
+    it = S(features, labels, 1, -1, True)
+    assert (it.input_columns(), it.total_outcomes()) == (1, 1)
+    assert it.next().features.shape == (1, 1, 2)
+    features.seqs = [[[1.0, 2.0], [3.0, 4.0]]]
+    labels.seqs = [[[0.5, 5.0, 6.0], [1.5, 7.0, 8.0]]]
+    it.reset()
+    assert (it.input_columns(), it.total_outcomes()) == (2, 3)      # read again, then reset
+    ds = it.next()
+    np.testing.assert_array_equal(ds.features.numpy(), np.float32([[[1, 3], [2, 4]]]))
+    np.testing.assert_array_equal(ds.labels.numpy(), np.float32([[[0.5, 1.5], [5, 7], [6, 8]]]))
+    # and through a CSV reader, whose own number of fields is learned again too
+    paths = [write(tmp_path, f"{i}.csv", "1,0\n") for i in range(2)]
+    csv = S(CSVSequenceRecordReader(paths), 2, 2, 1)
+    assert csv.input_columns() == 1 and csv.next().features.shape == (2, 1, 1)
+    for p in paths:
+        write(tmp_path, os.path.basename(p), "1,0,2,3\n")
+    csv.reset()
+    assert csv.input_columns() == 3
+    np.testing.assert_array_equal(csv.next().features.numpy(), np.float32([[[1], [2], [3]]] * 2))
+
+
+# -- numbers float32 cannot hold ---------------------------------------------------------------
+
+@pytest.mark.parametrize("value, refused", [("1e39", True), ("-1e300", True),
+                                            ("3.4028235677973366e38", True),
+                                            ("3.4028235677973362e38", False),
+                                            ("inf", False), ("-Infinity", False),
+                                            ("nan", False)])
+def test_a_value_float32_cannot_hold_names_its_file_line_and_column(tmp_path, value, refused):
+    good = write(tmp_path, "good.csv", "1,0,2\n")
+    path = write(tmp_path, "big.csv", f"1,0,2\n3,1,{value}\n")
+    it = S(CSVSequenceRecordReader([good, path]), 2, 2, 1)
+    if refused:
+        sign = "-" if value.startswith("-") else ""
+        with pytest.raises(ValueError, match=rf"big.csv:2: column index 2: {sign}[0-9.e+]+ is "
+                                             rf"out of range for float32, the batches' dtype: "
+                                             rf"past its largest finite value "
+                                             rf"\(3.4028235e\+38\) it would become {sign}inf$"):
+            it.next()
+        for rank in (0, 1):        # big.csv is rank 1's: every rank refuses the batch
+            with pytest.raises(ValueError, match=r"big.csv:2: column index 2"):
+                S(CSVSequenceRecordReader([good, path]), 2, 2, 1).shard(rank, 2).next()
+    else:
+        got = it.next().features.numpy()[1, 1, 1]
+        with np.errstate(over="ignore"):
+            expected = np.float32(float(value))       # NumPy's float32 of the cell
+        assert np.array_equal(got, expected, equal_nan=True)
+
+
+def test_float32_range_in_targets_labels_and_custom_arrays(tmp_path):
+    f = write(tmp_path, "f.csv", "1\n2\n")
+    lab = write(tmp_path, "l.csv", "0.5\n-1e39\n")
+    with pytest.raises(ValueError, match=r"l.csv:2: column index 0: -1e\+39 is out of range "
+                                         r"for float32"):
+        S(CSVSequenceRecordReader(f), CSVSequenceRecordReader(lab), 1, -1, True).next()
+    # one reader, regression targets from label_index on
+    one = write(tmp_path, "one.csv", "1,2,1\n4,5,1e39\n")
+    with pytest.raises(ValueError, match=r"one.csv:2: column index 2: 1e\+39 is out of range"):
+        S(CSVSequenceRecordReader(one), 1, 2, 1, True).next()
+    # a class label is a class index, checked as one
+    with pytest.raises(ValueError, match=r"one.csv:2: label 1e\+39 in column index 2 is not a "
+                                         r"class index in \[0, 2\)$"):
+        S(CSVSequenceRecordReader(one), 1, 2, 2).next()
+
+    class Reader:
+        def has_next(self):
+            return True
+
+        def next(self):
+            return np.array([[1.0, 0.0], [2e38 * 5, 1.0]])
+
+        def reset(self):
+            pass
+
+    with pytest.raises(ValueError, match=r"^step 1: column index 0: 1e\+39 is out of range"):
+        S(Reader(), 1, 2, 1).next()
+
+
+@pytest.mark.parametrize("text", ["1_000", "2_0.5"])
+def test_digit_separators_are_refused(tmp_path, text):
+    path = write(tmp_path, "u.csv", f"1,0\n{text},1\n")
+    with pytest.raises(ValueError, match=rf"u.csv:2: column index 0: cannot parse '{text}' as "
+                                         r"a number \('_' is not a digit separator here"):
+        S(CSVSequenceRecordReader(path), 1, 2, 1).next()

@@ -25,6 +25,12 @@ Differences from ND4J (docs/porting-from-dl4j.md):
   drops what it read ahead, so the source's position after a fit depends on timing.
 * A producer that stops without a word (it could not even make the error marker) is reported
   to a waiting consumer instead of leaving it waiting forever.
+* ``batch()``, ``input_columns()`` and ``total_outcomes()`` are the source's answers, asked
+  while no producer runs: when the iterator is made, and after a ``reset()`` before the
+  producer starts again. DL4J asks the source on the caller's thread whenever they are
+  called, while its producer reads; a source that answers by reading
+  (`SequenceRecordReaderDataSetIterator` reads its first sequence, then resets its readers)
+  then loses or repeats records.
 * The thread holds no reference to the iterator, so an abandoned iterator is shut down (its
   thread joined and its ring destroyed) when it is garbage collected; what it read ahead is
   then dropped, as nobody is reading.
@@ -42,7 +48,7 @@ import ndws
 from ndws.data._ring import Ring, ring_memory
 from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.data.iterators import (DataSetIterator, MultiDataSetIterator, _adapt, _check_item,
-                                 _Delegating, _DelegatingShapes, reset_if_supported)
+                                 _Delegating, reset_if_supported)
 
 __all__ = ["AsyncDataSetIterator", "AsyncMultiDataSetIterator"]
 
@@ -279,20 +285,24 @@ def _finalize(state: _ProducerState) -> None:
     state.halt(keep=False, abandoned=True)
 
 
-class _AsyncBase(_Delegating, _DelegatingShapes):
+class _AsyncBase(_Delegating):
     """Consumer side shared by the DataSet and MultiDataSet versions. `base`,
-    `pre_processor` (which runs in the producer thread, inside the ring), `batch`,
-    `input_columns`, `total_outcomes` and `reset_supported` are the source's."""
+    `pre_processor` (which runs in the producer thread, inside the ring) and
+    `reset_supported` are the source's; `batch` (and `input_columns`, `total_outcomes`) are
+    the source's answers, asked only while no producer runs (see `_answer`)."""
 
     _base_type: type = object
     _ws_prefix = ""
     _thread_name = ""
     _extra_blocks = 0
+    #: the source's methods whose answers the iterator gives (see _answer)
+    _questions: tuple[str, ...] = ("batch",)
 
     # set before __init__ can fail, so repr() and the finaliser work on any instance
     _closed = True
     _depleted = False
     _state: Any = None
+    _answers: dict[str, tuple[Any, Exception | None]] | None = None
 
     def __init__(self, base: Any, queue_size: int = DEFAULT_QUEUE_SIZE,
                  use_workspace: bool = True):
@@ -331,6 +341,9 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         self._started = False
         self._closed = False
         self._lock = threading.RLock()    # one consumer at a time: see has_next
+        # held by reset() from stopping the producer to the source's reset: a producer start
+        # (and a question to the source) waits for it (see _start)
+        self._resetting = threading.Lock()
         self._handed = 0                  # batches handed out since the producer started
         self.last_etl_time_ms = 0.0
         self._state = _ProducerState(base, queue_size, conf, self._ws_prefix, self._thread_name)
@@ -338,6 +351,7 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         # the constructing thread, so when it happens never depends on the producer's timing)
         if not base.has_next() and base.reset_supported():
             base.reset()
+        self._answers = self._ask()
         self._state.start()
         self._finalizer = weakref.finalize(self, _finalize, self._state)
 
@@ -362,6 +376,42 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
     def async_supported(self) -> bool:
         """False: an async iterator is never wrapped again."""
         return False
+
+    # -- the source's answers ---------------------------------------------------------------
+
+    def _ask(self) -> dict[str, tuple[Any, Exception | None]]:
+        # The source's answer to each of _questions, or the exception it raised (kept for the
+        # question to raise: a source that cannot answer can still be prefetched). Only while
+        # no producer runs: a SequenceRecordReaderDataSetIterator answers input_columns() by
+        # reading its first sequence and resetting its readers, which under a running
+        # producer would lose or repeat records.
+        answers: dict[str, tuple[Any, Exception | None]] = {}
+        for name in self._questions:
+            try:
+                answers[name] = (getattr(self._base, name)(), None)
+            except Exception as exc:  # noqa: BLE001 - any error is the answer, raised later
+                answers[name] = (None, exc)
+        return answers
+
+    def _answer(self, name: str) -> Any:
+        answers = self._answers
+        if answers is None:
+            # asked after reset(), before the producer started again: a producer starts only
+            # under the lock, and asks first (_start), so none runs while the source is asked
+            with self._lock, self._resetting:
+                if self._answers is None:
+                    self._answers = self._ask()
+                answers = self._answers
+        value, exc = answers[name]
+        if exc is not None:
+            raise exc
+        return value
+
+    def batch(self) -> int:
+        """The source's ``batch()``: asked when the iterator is made, and after a ``reset()``
+        before the producer starts again, never while it reads; what the source raised is
+        raised again (the same exception object)."""
+        return self._answer("batch")
 
     # -- consumer -------------------------------------------------------------------------------
 
@@ -427,8 +477,13 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
         return True
 
     def _start(self) -> None:
-        self._handed = 0
-        self._state.start()
+        # (under the lock) after a reset() on another thread has reset the source, never
+        # before: the consumer it woke may ask for a batch at once
+        with self._resetting:
+            if self._answers is None:
+                self._answers = self._ask()      # the reset source's, before it is read
+            self._handed = 0
+            self._state.start()
 
     def reset(self) -> None:
         """Stop the producer, destroy its ring and reset the source. The producer starts
@@ -436,22 +491,30 @@ class _AsyncBase(_Delegating, _DelegatingShapes):
 
         Batches obtained before the reset that were not detached become unusable (their
         ring is destroyed: ``WorkspaceError`` kind ``"destroyed"``); batches prefetched and
-        not handed out are dropped, as the reset drops the rest of the source's epoch.
+        not handed out are dropped, as the reset drops the rest of the source's epoch. A
+        batch asked for on another thread meanwhile waits for the source's reset. The
+        source's ``batch()``, ``input_columns()`` and ``total_outcomes()`` are asked again,
+        when they are called or before the producer starts.
         """
         self._check_open()
         if not self._base.reset_supported():
             raise NotImplementedError(f"{self._name} does not support reset(): its base "
                                       f"{type(self._base).__name__} does not")
         state = self._state
-        state.halt(keep=False)
-        # a consumer blocked in has_next() on another thread meanwhile gets the end of the
-        # epoch it was reading
-        state.channel.wake()
-        self._cached = None
-        self._depleted = False
-        self._error = None
-        self._started = False
-        self._base.reset()
+        with self._resetting:
+            state.halt(keep=False)
+            # a consumer blocked in has_next() on another thread meanwhile gets the end of the
+            # epoch it was reading
+            state.channel.wake()
+            self._cached = None
+            self._depleted = False
+            self._error = None
+            self._started = False
+            # the reset source may answer otherwise (a reader forgets the widths it learned):
+            # it is asked again when asked or before the producer starts, not here, as no
+            # epoch may follow (fit resets after its last one)
+            self._answers = None
+            self._base.reset()
 
     def shutdown(self) -> None:
         """Stop and join the producer thread and destroy its ring; idempotent. The iterator
@@ -537,6 +600,17 @@ class AsyncDataSetIterator(_AsyncBase, DataSetIterator):
     _ws_prefix = "ADSI_ITER"
     _thread_name = "ADSI prefetch thread"
     _extra_blocks = 2
+    _questions = ("batch", "input_columns", "total_outcomes")
+
+    def input_columns(self) -> int:
+        """The source's ``input_columns()``: asked when the iterator is made, and after a
+        ``reset()`` before the producer starts again, never while it reads the source; what
+        the source raised is raised again (the same exception object)."""
+        return self._answer("input_columns")
+
+    def total_outcomes(self) -> int:
+        """The source's ``total_outcomes()``, asked as `input_columns` is."""
+        return self._answer("total_outcomes")
 
 
 class AsyncMultiDataSetIterator(_AsyncBase, MultiDataSetIterator):

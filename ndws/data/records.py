@@ -168,10 +168,15 @@ class CSVRecordReader(RecordReader):
     Notes
     -----
     Empty (or whitespace-only) lines are skipped. Every record must have as many fields as
-    the first record read; otherwise ``ValueError("<file>:<line>: expected N fields, got
-    M")``. A field that ``float()`` cannot parse (after stripping blanks) raises
-    ``ValueError("<file>:<line>: column index <c>: cannot parse <value> as a number")``; the
-    column index is 0-based, as ``label_index`` is. When a file's first record has no number
+    `num_fields`: the number assigned to it, else the first record's read since the last
+    ``reset()`` (a reset forgets it, so a fixed file reads as in a new reader); otherwise
+    ``ValueError("<file>:<line>: expected N fields, got M")``. A field that is not a number
+    raises ``ValueError("<file>:<line>: column index <c>: cannot parse <value> as a
+    number")``; the column index is 0-based, as ``label_index`` is. A number is what
+    ``float()`` reads (blanks stripped; ``nan``, ``inf`` and ``infinity`` in any case are
+    numbers) except digit separators, ``1_000``, which DL4J's ``Double.parseDouble`` refuses;
+    a finite number past float64's range (``1e400``), which would become an infinity, is
+    refused too, naming the file, line and column. When a file's first record has no number
     at all (a header), the message adds ``if line <n> is a header, pass
     skip_num_lines=<n>``. Line numbers are 1-based physical lines of the file (a record
     spanning lines is reported at its first line).
@@ -234,8 +239,10 @@ class CSVRecordReader(RecordReader):
         #: the columns returned as text (str), not parsed as numbers
         self.text_columns: frozenset[int] = frozenset(
             _check_int("text_columns: a column index", c, 0) for c in text_columns)
-        #: number of fields per record, fixed by the first record read (None before)
-        self.num_fields: int | None = None
+        # fields per record: assigned to num_fields (kept), or learned from the first record
+        # read since the last reset (forgotten by reset(): see there)
+        self._given_fields: int | None = None
+        self._learned_fields: int | None = None
         #: (file, 1-based line) of the record last returned by next(), or None
         self.location: tuple[str, int] | None = None
         self._gen: Iterator[tuple[list[float], str, int]] | None = None
@@ -247,6 +254,27 @@ class CSVRecordReader(RecordReader):
         return (f"CSVRecordReader({self.paths!r}, skip_num_lines={self.skip_num_lines}, "
                 f"delimiter={self.delimiter!r}, quote={self.quote!r}, "
                 f"encoding={self.encoding!r}{text})")
+
+    @property
+    def num_fields(self) -> int | None:
+        """The number of fields every record must have: the number assigned to it, kept
+        across ``reset()``, else the first record's read since the last ``reset()`` (None
+        before)."""
+        return self._given_fields if self._given_fields is not None else self._learned_fields
+
+    @num_fields.setter
+    def num_fields(self, value: int | None) -> None:
+        self._given_fields = None if value is None else _check_int("num_fields", value, 1)
+
+    def reset(self) -> None:
+        """Start again from the first record, as a new reader would: a number of fields
+        learned from the records is forgotten (one assigned to `num_fields` is kept)."""
+        super().reset()
+        # A learned width is what the files said, not a setting: after an error, fixing the
+        # file and resetting must read it as a fresh reader does. Nothing relies on a width
+        # holding across epochs (an async prefetcher's ring is sized by the bytes of the
+        # batches it has seen, not their columns), and DL4J's reader checks none.
+        self._learned_fields = None
 
     def _records(self) -> Iterator[tuple[list[float], str, int]]:
         for path in self.paths:
@@ -285,25 +313,61 @@ class CSVRecordReader(RecordReader):
                 first = False
 
     def _parse(self, row: list[str], path: str, line: int, first: bool = False) -> list:
-        if self.num_fields is None:
-            self.num_fields = len(row)
-        elif len(row) != self.num_fields:
-            raise ValueError(f"{path}:{line}: expected {self.num_fields} fields, got "
-                             f"{len(row)}")
+        width = self.num_fields
+        if width is None:
+            self._learned_fields = len(row)
+        elif len(row) != width:
+            raise ValueError(f"{path}:{line}: expected {width} fields, got {len(row)}")
+        # The common record, numbers only, is parsed in one pass: float() strips no blank
+        # that str.strip() keeps, so what it reads the field-by-field pass reads alike.
+        # Whatever else (a text column, a '_', a field float() refuses, an infinity or a NaN)
+        # goes field by field, which settles it and names the column. The sum is one loop in
+        # C, finite when no value is infinite or NaN (finite values adding up past float64's
+        # range send the record to the second pass, which then finds nothing).
+        if not self.text_columns and "_" not in "".join(row):
+            try:
+                values = list(map(float, row))
+            except ValueError:
+                pass
+            else:
+                total = sum(values)
+                if total - total == 0:
+                    return values
+        return self._parse_fields(row, path, line, first)
+
+    def _parse_fields(self, row: list[str], path: str, line: int, first: bool) -> list:
         values: list = []
         text = self.text_columns
         for column, field in enumerate(row):
             if column in text:
                 values.append(field.strip())
                 continue
+            number = field.strip()
             try:
-                values.append(float(field.strip()))
+                if "_" in number:
+                    # float() reads '_' as a digit separator ("1_000"); DL4J's
+                    # Double.parseDouble refuses it, and so does this reader
+                    raise ValueError
+                value = float(number)
             except ValueError:
                 # a file's first record with no number at all is most often its header
                 hint = (f"; if line {line} is a header, pass skip_num_lines={line}"
                         if first and not any(map(_is_number, row)) else "")
-                raise _field_error(f"{path}:{line}: column index {column}: cannot parse "
-                                   f"{field!r} as a number{hint}", column) from None
+                message = (f"{path}:{line}: column index {column}: cannot parse {field!r} as "
+                           f"a number")
+                if "_" in number and _is_float(number):
+                    # a number but for its separators: not a class name, so a plain error
+                    # (an iterator adds the hint for class names to a _field_error)
+                    raise ValueError(f"{message} ('_' is not a digit separator here, as in "
+                                     f"DL4J's Double.parseDouble){hint}") from None
+                raise _field_error(message + hint, column) from None
+            if value in _INFINITIES and number.lstrip("+-").lower() not in _INFINITY_NAMES:
+                # a finite number past float64's range ("1e400"): float() makes it an
+                # infinity, which a written 'inf' is and this is not
+                raise ValueError(f"{path}:{line}: column index {column}: {field!r} is out of "
+                                 f"range: past float64's largest finite value "
+                                 f"({_FLOAT64_MAX!r}) it would become {value!r}")
+            values.append(value)
         return values
 
     def _decode_error(self, path: str, exc: UnicodeDecodeError) -> ValueError:
@@ -325,16 +389,59 @@ class CSVRecordReader(RecordReader):
                           f"CSVRecordReader(..., encoding='latin-1')")
 
 
-def _is_number(field: str) -> bool:
+def _is_float(text: str) -> bool:
+    # whether float() reads `text`
     try:
-        float(field.strip())
+        float(text)
     except ValueError:
         return False
     return True
 
 
+def _is_number(field: str) -> bool:
+    # whether the reader reads `field` as a number (float() would read '_' as a separator)
+    return "_" not in field and _is_float(field.strip())
+
+
+#: how float() spells the infinities a field may hold on purpose ('inf', '-Infinity', ...)
+_INFINITY_NAMES = ("inf", "infinity")
+_INFINITIES = (float("inf"), float("-inf"))
+_FLOAT64_MAX = float(np.finfo(np.float64).max)
+_FLOAT32_MAX = str(np.finfo(np.float32).max)            # '3.4028235e+38'
+#: the smallest magnitude float32 rounds to infinity: halfway between its largest finite
+#: value, 2**128 - 2**104, and 2**128 (round half to even goes up, the odd side being the
+#: largest finite value)
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
+def _float32_overflow(array: np.ndarray) -> tuple[int, ...] | None:
+    """The index of the first finite value of `array` (C order) that float32 cannot hold (it
+    would become an infinity there), or None. Vectorised: one pass over the array when no
+    value is that large; NaN and the infinities are not flagged (a field may hold them)."""
+    if array.dtype.kind != "f" or array.dtype.itemsize <= 4:
+        return None                    # float32 or narrower, integers, bools: nothing to lose
+    big = np.abs(array) >= _FLOAT32_OVERFLOW           # False for NaN
+    if not big.any():
+        return None
+    big &= np.isfinite(array)
+    if not big.any():
+        return None
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(big)), big.shape))
+
+
+def _float32_error(where: str, what: str, value: float) -> ValueError:
+    # a finite value refused: the float32 batch would hold an infinity instead
+    return ValueError(f"{where}{what}: {float(value)!r} is out of range for float32, the "
+                      f"batches' dtype: past its largest finite value ({_FLOAT32_MAX}) it "
+                      f"would become {'-' if value < 0 else ''}inf")
+
+
 def _where(reader: Any) -> str:
-    loc = getattr(reader, "location", None)
+    return _at(getattr(reader, "location", None))
+
+
+def _at(loc: Any) -> str:
+    # "<file>:<line>: " (or "<file>: ") of a reader's location, "" when it has none
     if not loc:
         return ""
     return f"{loc[0]}:{loc[1]}: " if loc[1] is not None else f"{loc[0]}: "
@@ -429,7 +536,11 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         Last label column for regression (default ``label_index``: one target).
 
     Features are the remaining columns in file order, ``(batch, n_features) NDArray of
-    float32``, placed in the current workspace if one is open (as ``DataSet`` does).
+    float32``, placed in the current workspace if one is open (as ``DataSet`` does). A finite
+    value float32 cannot hold (``1e39``: it would become an infinity) is a ``ValueError``
+    naming its file, line and column, before the batch is made; NaN and the infinities pass.
+    The number of fields is learned from the records again after ``reset()``; the classes
+    of ``label_mapping="auto"`` are kept, so they keep their numbers.
     """
 
     def __init__(self, reader: Any, batch_size: int, label_index: int = -1,
@@ -625,8 +736,8 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         try:
             return getattr(self.reader, method)()
         except ValueError as exc:
-            if getattr(exc, "column", None) == self.label_index and not self.regression and self._mapping is None \
-                    and not self._auto:
+            if getattr(exc, "column", None) == self.label_index and not self.regression \
+                    and self._mapping is None and not self._auto:
                 raise ValueError(f"{exc}; for class names in the label column pass "
                                  f"label_mapping (the names in class order, or 'auto')") from None
             raise
@@ -635,8 +746,10 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         if self._auto:
             self._discover()          # before the first record: the reader is at its start
         rows: list[list[float]] = []
+        locations: list = []          # each record's (file, line), to name a value's place
         while len(rows) < self._global_batch() and self._read("has_next"):
             record = self._read("next")
+            locations.append(getattr(self.reader, "location", None))
             self._consumed = True
             if self._num_fields is None:
                 self._set_num_fields(len(record))
@@ -663,14 +776,19 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         if not rows:
             raise StopIteration
         first = rows[0]
-        rows = rows[self._part(len(rows))]                  # a shard's part (all when unsharded)
+        part = self._part(len(rows))                    # a shard's part (all when unsharded)
         if any(isinstance(v, np.ndarray) for v in first):
-            return self._array_batch(rows, first)
+            return self._array_batch(rows[part], first, locations[part])
         try:
             table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
         except ValueError:
             raise ValueError(f"{_where(self.reader)}the reader gave text outside the label "
                              f"column: every feature must be a number") from None
+        # every record of the global batch, as the checks above: every shard refuses the batch
+        at = _float32_overflow(table)
+        if at is not None:
+            raise _float32_error(_at(locations[at[0]]), f"column index {at[1]}", table[at])
+        table = table[part]
         label_cols = self._label_columns()
         if not label_cols:
             return DataSet(table.astype(np.float32), None)
@@ -687,7 +805,7 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         labels[np.arange(values.shape[0]), values[:, 0].astype(np.intp)] = 1
         return labels
 
-    def _array_batch(self, rows: list, first: list) -> DataSet:
+    def _array_batch(self, rows: list, first: list, locations: list) -> DataSet:
         # records holding an array (an image reader's [image, label]: DataVec's NDArrayWritable):
         # that array is the example's features, stacked to (batch, *its shape) as DL4J stacks
         # them (an image reader's NCHW batches)
@@ -707,16 +825,28 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                 got = array.shape if isinstance(array, np.ndarray) else type(array).__name__
                 raise ValueError(f"records' arrays must all have one shape: {shape} first, "
                                  f"then {got}")
+            at = _float32_overflow(array)
+            if at is not None:
+                raise _float32_error(_at(locations[i]), f"column index {col}, array index "
+                                     f"{at}", array[at])
             features[i] = array
         if not label_cols:
             return DataSet(features, None)
         values = np.array([[record[c] for c in label_cols] for record in rows],
                           dtype=np.float64).reshape(len(rows), len(label_cols))
+        at = _float32_overflow(values)
+        if at is not None:
+            raise _float32_error(_at(locations[at[0]]), f"column index {label_cols[at[1]]}",
+                                 values[at])
         return DataSet(features, self._labels(values))
 
     def _reset(self) -> None:
         self.reader.reset()
         self._consumed = False
+        # the number of fields was learned from the records: the next epoch learns it again
+        # (fixed files are read as a new iterator reads them); the label columns and classes
+        # are settings, and an 'auto' mapping stays, so classes keep their numbers
+        self._num_fields = None
 
     def batch(self) -> int:
         return self.batch_size
@@ -843,6 +973,7 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
 
     def _next(self) -> MultiDataSet:
         tables: dict[str, list[list[float]]] = {name: [] for name in self.readers}
+        locations: dict[str, list] = {name: [] for name in self.readers}   # to name a place
         while len(next(iter(tables.values()))) < self._global_batch():
             have = {name: r.has_next() for name, r in self.readers.items()}
             if not any(have.values()):
@@ -855,11 +986,22 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
                 record = reader.next()
                 self._check_width(name, record)
                 tables[name].append(record)
+                locations[name].append(getattr(reader, "location", None))
         if not next(iter(tables.values())):
             raise StopIteration
         part = self._part(len(next(iter(tables.values()))))    # a shard's part
-        arrays = {name: np.asarray(rows[part], dtype=np.float64).reshape(
-                      len(rows[part]), self._widths[name]) for name, rows in tables.items()}
+        arrays = {}
+        for name, rows in tables.items():
+            table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._widths[name])
+            # every record of the global batch (every shard refuses the batch), in the columns
+            # that become float32 arrays (a OneHot column is checked as a class index)
+            columns = self._float_columns(name)
+            at = _float32_overflow(table[:, columns])
+            if at is not None:
+                raise _float32_error(_at(locations[name][at[0]]),
+                                     f"reader {name!r}: column index {columns[at[1]]}",
+                                     table[at[0], columns[at[1]]])
+            arrays[name] = table[part]
 
         def build(spec: Any) -> np.ndarray:
             if isinstance(spec, OneHot):
@@ -878,9 +1020,19 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
 
         return MultiDataSet([build(s) for s in self.inputs], [build(s) for s in self.outputs])
 
+    def _float_columns(self, name: str) -> list[int]:
+        # the columns of reader `name` that input and output ranges take (as float32)
+        width = self._widths[name]
+        return sorted({c for spec in self.inputs + self.outputs
+                       if not isinstance(spec, OneHot) and spec[0] == name
+                       for c in range(spec[1], width if spec[2] is None else spec[2] + 1)})
+
     def _reset(self) -> None:
         for reader in self.readers.values():
             reader.reset()
+        # the readers' widths were learned from their records: the next epoch learns them
+        # again, as a new iterator would (the specs' columns are checked against them)
+        self._widths = {}
 
     def _take_readers(self) -> None:
         self.readers = {name: _reader_copy(r) for name, r in self.readers.items()}

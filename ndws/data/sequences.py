@@ -29,8 +29,8 @@ import numpy as np
 
 from ndws.data.dataset import DataSet
 from ndws.data.iterators import DataSetIterator
-from ndws.data.records import (CSVRecordReader, _check_int, _reader_copy, _RecordShard,
-                               _where)
+from ndws.data.records import (CSVRecordReader, _check_int, _float32_error, _float32_overflow,
+                               _reader_copy, _RecordShard, _where)
 
 __all__ = ["CSVSequenceRecordReader", "AlignmentMode", "SequenceRecordReaderDataSetIterator"]
 
@@ -76,10 +76,10 @@ class CSVSequenceRecordReader(CSVRecordReader):
     header only) gives an empty sequence, which `SequenceRecordReaderDataSetIterator`
     reports as an error naming the file (DL4J's ``ZeroLengthSequenceException``).
 
-    Every step of every file must have as many fields as the first step read; a ragged line
-    or a field that is not a number is a ``ValueError`` naming the file and the line, as in
-    `CSVRecordReader`. After an error the reader does not skip to the next file:
-    ``has_next()`` and ``next()`` raise ``RuntimeError`` until ``reset()``.
+    Every step of every file must have as many fields as the first step read since the last
+    ``reset()``; a ragged line or a field that is not a number is a ``ValueError`` naming the
+    file and the line, as in `CSVRecordReader`. After an error the reader does not skip to
+    the next file: ``has_next()`` and ``next()`` raise ``RuntimeError`` until ``reset()``.
     """
 
     #: the 1-based line of each step of the sequence last returned by next(), or None
@@ -289,9 +289,12 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
     (DL4J's rule: a batch of equal lengths has no mask).
 
     Errors name the file and the line: a zero-length sequence, a label that is not a class
-    index, a labels file whose length disagrees with its features file under EQUAL_LENGTH
-    (DL4J's message), readers with different numbers of sequences (CSV readers with different
-    numbers of files are refused at construction).
+    index, a finite feature or regression target float32 cannot hold (``1e39``: it would
+    become an infinity; NaN and the infinities pass), a labels file whose length disagrees
+    with its features file under EQUAL_LENGTH (DL4J's message), readers with different
+    numbers of sequences (CSV readers with different numbers of files are refused at
+    construction). The numbers of fields are learned from the sequences again after
+    ``reset()``, so a file fixed after an error is read as a new iterator reads it.
     """
 
     AlignmentMode = AlignmentMode
@@ -472,6 +475,7 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         lengths = [(f.length, f.length if lab is None else lab.length) for f, lab in everything]
         if mode is AlignmentMode.EQUAL_LENGTH:
             self._check_equal_lengths(everything)
+        self._check_float32(everything)
         t = max(max(pair) for pair in lengths)       # the global batch's longest sequence
         tables = [self._tables(e) for e in part]
         n = len(part)
@@ -522,6 +526,24 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                                  f"{_steps(first.length)}, in one batch. "
                                  f"{_EQUAL_LENGTH_MESSAGE}")
 
+    def _check_float32(self, everything: list) -> None:
+        # A finite value float32 cannot hold would be an infinity in the batch: refused with
+        # its file, line and column, in every example of the global batch (every shard
+        # refuses the batch). Class labels are not values: _classes checks them.
+        for f, lab in everything:
+            if lab is None:
+                fc, lc = self._split_columns(f)
+                checks = [(f, fc + lc if self.regression else fc)]
+            else:
+                checks = [(f, None)] + ([(lab, None)] if self.regression else [])
+            for seq, columns in checks:
+                table = seq.table if columns is None else seq.table[:, columns]
+                at = _float32_overflow(table)
+                if at is not None:
+                    step, c = at
+                    raise _float32_error(seq.where(step), "column index "
+                                         f"{c if columns is None else columns[c]}", table[at])
+
     def _classes(self, source: _Sequence, values: np.ndarray) -> np.ndarray:
         # each step's class index, checked: an integer in [0, num_possible_labels)
         npl = self.num_possible_labels
@@ -549,6 +571,13 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         for r in self._readers():
             r.reset()
         self._read = 0
+        # The widths were learned from the files, so the next epoch learns them again: after
+        # an error, a fixed file is read as a new iterator reads it. The settings stay
+        # (num_possible_labels, label_index). Nothing needs the widths to hold across epochs:
+        # DL4J's iterator checks none, an async prefetcher asks for input_columns() again
+        # after a reset, and its ring is sized by the bytes of the batches, not their columns.
+        self._widths = {}
+        self._columns = None
 
     def _take_readers(self) -> None:
         self.reader = _reader_copy(self.reader)
