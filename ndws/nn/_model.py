@@ -30,7 +30,8 @@ from ndws.nn._busy import FORWARD, FREE, STATE, TRAIN, WRITE, Busy, Exclusive
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_INFERENCE, WS_LAYER_WORKING_MEM,
                              WS_LISTENER, WS_RNN_LOOP_WORKING_MEM, WS_SINGLE)
 from ndws.nn.conf import BackpropType
-from ndws.nn.layers.embedding import EmbeddingSequenceLayer
+from ndws.nn.layers.embedding import EmbeddingSequenceLayer, _Embedding
+from ndws.nn.layers.wrappers import _Wrapper
 from ndws.nn.history import History, _Epoch
 from ndws.nn.listeners import TrainingListener
 from ndws.nn.memory_report import merge
@@ -40,8 +41,8 @@ from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
 
 __all__ = ["Model", "flat_layout", "param_view", "check_flat", "count", "counter",
-           "batch_count", "listener_list", "input_array", "numbers", "fit_options",
-           "layer_step_runner", "step_program", "steps_one_at_a_time"]
+           "batch_count", "listener_list", "input_array", "index_reader", "numbers",
+           "fit_options", "layer_step_runner", "step_program", "steps_one_at_a_time"]
 
 _memory_manager = ndws.get_memory_manager()
 
@@ -83,21 +84,41 @@ def check_flat(params: Any, total: int) -> Any:
     return src
 
 
-def input_array(x: Any, dtype: Any, name: str) -> NDArray:
+def input_array(x: Any, dtype: Any, name: str, reader: Any = None) -> NDArray:
     """`x` as an NDArray of the network's `dtype` (an NDArray is kept when it has it; NumPy
     data is wrapped without a copy when it can be), or a TypeError naming `name` for what is
-    not an array of numbers."""
-    if isinstance(x, NDArray):
-        a = x
+    not an array of numbers. `reader`: the embedding layer reading `x` as indices
+    (`index_reader`), which checks them as given, before the cast could round one (float32
+    holds whole numbers exactly only up to 2**24): ValueError naming `name` and the index."""
+    given = x if isinstance(x, NDArray) else numbers(x, name)
+    if reader is not None:
+        try:
+            reader.check_indices(given)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    if isinstance(given, NDArray):
+        a = given
     else:
-        arr = numbers(x, name)
-        if arr.dtype != dtype or not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr, dtype=dtype)
-        a = ndws.from_numpy(arr)
+        if given.dtype != dtype or not given.flags.c_contiguous:
+            given = np.ascontiguousarray(given, dtype=dtype)
+        a = ndws.from_numpy(given)
     if a.dtype != dtype:
         with scope_out_of_workspaces():
             a = a.astype(dtype)
     return a
+
+
+def index_reader(layer: Any, pre: Any) -> Any:
+    """The embedding layer (EmbeddingLayer, EmbeddingSequenceLayer, frozen or not) that reads
+    a network input as indices: `layer`, the input's reader behind its preprocessor `pre`; or
+    None. Behind RnnToFeedForwardPreProcessor (which only reorders) or none: another
+    preprocessor may change the values the layer gets, so only the layer checks them."""
+    while isinstance(layer, _Wrapper):
+        layer = layer.layer
+    if not isinstance(layer, _Embedding) or (pre is not None and
+                                             type(pre) is not RnnToFeedForwardPreProcessor):
+        return None
+    return layer
 
 
 def layer_step_runner(layer: Any, pre: Any, batch: int, dtype: Any) -> Any:

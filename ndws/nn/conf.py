@@ -33,8 +33,9 @@ import numpy as np
 
 from ndws.nn.inputs import ConvolutionMode, InputType
 from ndws.nn.layers.base import Activation, Layer, WeightInit, _finite, _nonneg, member
+from ndws.nn.layers.embedding import EmbeddingLayer, EmbeddingSequenceLayer
 from ndws.nn.layers.pooling import GlobalPoolingLayer
-from ndws.nn.layers.wrappers import Bidirectional, LastTimeStep
+from ndws.nn.layers.wrappers import Bidirectional, LastTimeStep, _Wrapper
 from ndws.nn.preprocessors import InputPreProcessor
 from ndws.nn.updaters import FieldTypeError, Sgd, Updater
 from ndws.workspace import WorkspaceMode
@@ -43,7 +44,7 @@ __all__ = ["MultiLayerConfiguration", "BackpropType", "DEFAULT_TBPTT_LENGTH",
            "JsonConfiguration", "SETTINGS", "network_settings", "settings_dict",
            "settings_kwargs", "layer_defaults",
            "parse_backprop_type", "tbptt_length", "tbptt_settings", "check_tbptt",
-           "TBPTT", "tbptt_dict"]
+           "check_index_dtype", "TBPTT", "tbptt_dict"]
 
 
 class BackpropType(enum.Enum):
@@ -287,6 +288,8 @@ class MultiLayerConfiguration(JsonConfiguration):
         resolved, pres = self._resolve()
         if self.backprop_type is BackpropType.TRUNCATED_BPTT:
             check_tbptt(enumerate(resolved))
+        check_index_dtype(((f"layers[{i}]", layer) for i, layer in enumerate(resolved)),
+                          self.dtype)
         set_(self, "resolved_layers", resolved)
         #: the preprocessor of each layer (given or inserted), None where there is none
         set_(self, "resolved_preprocessors", pres)
@@ -449,17 +452,56 @@ def tbptt_settings(backprop_type: Any, tbptt_fwd_length: Any, tbptt_back_length:
     return out
 
 
+def _nested(layer: Layer) -> list:
+    # `layer` and the layers it wraps, outermost first (a wrapper keeps its layer in .layer)
+    chain = [layer]
+    while isinstance(chain[-1], _Wrapper):
+        chain.append(chain[-1].layer)
+    return chain
+
+
+def _type_name(chain: list) -> str:
+    # a chain of wrappers as the user built it, down to the layer that matters:
+    # FrozenLayer(LastTimeStep)
+    names = [type(layer).__name__ for layer in chain]
+    return "(".join(names) + ")" * (len(names) - 1)
+
+
 def check_tbptt(layers: Any) -> None:
     """DL4J's validateTbpttConfig over `layers`, (where, layer) pairs: layers that need the
-    whole sequence at once; Bidirectional too (DL4J refuses it only when the first segment
-    runs)."""
+    whole sequence at once, wrapped or not (a FrozenLayer or MaskZeroLayer runs its layer over
+    what it is given: a segment); Bidirectional too (DL4J refuses it only when the first
+    segment runs)."""
     for where, layer in layers:
-        if isinstance(layer, (LastTimeStep, GlobalPoolingLayer, Bidirectional)):
+        chain = _nested(layer)
+        whole = [isinstance(inner, (LastTimeStep, GlobalPoolingLayer, Bidirectional))
+                 for inner in chain]
+        if any(whole):
+            chain = chain[:whole.index(True) + 1]
             raise ValueError(f"Invalid network configuration detected: Truncated "
                              f"backpropagation through time (TBPTT) cannot be used with layer "
-                             f"{where} of type {type(layer).__name__}: TBPTT is incompatible "
+                             f"{where} of type {_type_name(chain)}: TBPTT is incompatible "
                              f"with this layer type (which needs the whole sequence at once). "
                              f"Use BackpropType.STANDARD, or a layer that works step by step")
+
+
+def check_index_dtype(layers: Any, dtype: np.dtype) -> None:
+    """The embeddings among `layers`, (where, layer) pairs, wrapped or not, against the
+    network's `dtype`: the network reads indices in it (DL4J's features are floats too), and
+    a float holds every whole number only up to 2**24 (float32) or 2**53 (float64); above it
+    an index would be rounded to a neighbour's and read that row. ValueError naming the layer
+    for a vocabulary (n_in) larger than that."""
+    exact = 2 ** (np.finfo(dtype).nmant + 1)
+    for where, layer in layers:
+        chain = _nested(layer)
+        inner = chain[-1]
+        if isinstance(inner, (EmbeddingLayer, EmbeddingSequenceLayer)) and inner.n_in > exact:
+            raise ValueError(f"{where} ({_type_name(chain)}): n_in {inner.n_in} is more "
+                             f"indices than the network's dtype {dtype.name} holds exactly: "
+                             f"the network reads indices as {dtype.name}, whose whole numbers "
+                             f"are exact only up to 2**{exact.bit_length() - 1} = {exact} (a "
+                             f"larger index could be rounded to another's and read its row); "
+                             f"use dtype=\"float64\" or a vocabulary of at most {exact}")
 
 
 def _preprocessors(given: Any, n_layers: int) -> dict:

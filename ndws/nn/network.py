@@ -47,8 +47,8 @@ from ndws.nn._busy import FORWARD, STATE, TRAIN
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length,
-                            count as _count, fit_options, input_array, layer_step_runner,
-                            step_program, steps_one_at_a_time)
+                            count as _count, fit_options, index_reader, input_array,
+                            layer_step_runner, step_program, steps_one_at_a_time)
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM,
                              activation_workspace, epsilon_workspace, workspace_configs)
 from ndws.nn.conf import SETTINGS, BackpropType
@@ -356,12 +356,21 @@ class MultiLayerNetwork(Model):
         # batch of one and answered without the batch axis, as
         # ndws.parallel.ParallelInference.output answers it
         a = self._as_input(x, allow_row=True)
-        if _one_example(tuple(a.shape), self.conf._network_input):
-            return a.reshape((1,) + tuple(a.shape)), True
+        shape = tuple(a.shape)
+        accepts = getattr(self.layers[0], "accepts_input", None)
+        # a first layer that reads other shapes than its input type's says what a batch is:
+        # an EmbeddingSequenceLayer's (1, time) indices are a batch of one (as an input type
+        # of size 1 they would pass for one example), its (time,) one example
+        row = (not accepts(shape) if accepts is not None
+               else _one_example(shape, self.conf._network_input))
+        if row:
+            return a.reshape((1,) + shape), True
         return a, False
 
     def _as_input(self, x: Any, name: str = "x", allow_row: bool = False) -> NDArray:
-        a = input_array(x, self.conf.dtype, name)
+        # an embedding's indices are checked as given, before the cast to the network's dtype
+        a = input_array(x, self.conf.dtype, name,
+                        index_reader(self.layers[0], self._preprocessors[0]))
         check_input_shape(tuple(a.shape), self.conf._network_input,
                           f"layers[0] ({type(self.layers[0]).__name__})", "layers[0].n_in", name,
                           allow_row, self.layers[0])
@@ -696,19 +705,31 @@ class MultiLayerNetwork(Model):
                              f"have different lengths\")")
         if steps == 0:
             raise ValueError("fit: a time series of 0 steps has nothing to train on")
+        # the whole batch checked as a standard iteration checks it (the features against the
+        # network and an embedding's indices, both masks), before the first segment updates
+        # anything and with every place named in the batch, not in a segment; the segments
+        # are checked again as they run (cheap: the same checks)
+        self._batch_arrays(ds)
+        out = self.layers[-1]
+        _segment_labels("labels", labels, out, f"layers[{out.index}] ({type(out).__name__})")
+        _segment_mask("labels_mask", ds.labels_mask, labels, y_axis)
         length = self.conf.tbptt_fwd_length
-        self._clear_rnn_state()
-        try:
-            for start in range(0, steps, length):
-                end = min(start + length, steps)
-                seg = DataSet(_steps(x, x_axis, start, end), _steps(labels, y_axis, start, end),
-                              _mask_steps(ds.features_mask, start, end),
-                              _mask_steps(ds.labels_mask, start, end))
-                self._fit_step(seg, "tbptt")
-                if on_iteration is not None:
-                    on_iteration()
-        finally:
+        # a segment that fails after all (a listener, labels its output layer refuses) leaves
+        # rnn_time_step's state as it found it, though the batch clears it when it is done
+        with self._all_states_or_none():
             self._clear_rnn_state()
+            try:
+                for start in range(0, steps, length):
+                    end = min(start + length, steps)
+                    seg = DataSet(_steps(x, x_axis, start, end),
+                                  _steps(labels, y_axis, start, end),
+                                  _mask_steps(ds.features_mask, start, end),
+                                  _mask_steps(ds.labels_mask, start, end, y_axis))
+                    self._fit_step(seg, "tbptt")
+                    if on_iteration is not None:
+                        on_iteration()
+            finally:
+                self._clear_rnn_state()
 
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward and backward on `ds` without updating (DL4J's
@@ -1132,13 +1153,42 @@ def _steps(a: NDArray, axis: int, start: int, end: int) -> NDArray:
     return a[:, :, start:end] if axis == 2 else a[:, start:end]
 
 
-def _mask_steps(mask: Any, start: int, end: int) -> Any:
-    # steps [start, end) of a (n, time) mask; a per-example or per-output mask as it is
+def _mask_steps(mask: Any, start: int, end: int, axis: int = 2) -> Any:
+    # steps [start, end) of a (n, time) mask, or of a per-output mask (the labels' shape:
+    # time along the labels' `axis`, 1 for NWC); a per-example mask as it is
     if mask is None or mask.ndim == 1:
         return mask
     if mask.ndim == 2:
         return mask[:, start:end] if mask.shape[1] != 1 else mask
-    return mask[:, :, start:end]
+    return _steps(mask, axis, start, end)
+
+
+def _segment_labels(name: str, labels: Any, layer: Layer, where: str) -> None:
+    # truncated BPTT's labels `labels` (argument `name`) of output layer `layer` (named
+    # `where`), checked whole against the time series it declares: the layer checks each
+    # segment's, and would name the segment's shape, not the batch's
+    shape = _declared_shape(layer)
+    if len(shape) != 2 or labels.ndim != 3:
+        return
+    expected = (labels.shape[0],) + tuple(g if d is None else d
+                                          for d, g in zip(shape, labels.shape[1:]))
+    if tuple(labels.shape) != expected:
+        raise ValueError(f"{name}: expected shape {expected} for the output of {where}, got "
+                         f"{tuple(labels.shape)}")
+
+
+def _segment_mask(name: str, mask: Any, series: Any, axis: int) -> None:
+    # truncated BPTT's mask `mask` (argument `name`) of time series `series` (time along
+    # `axis`), checked whole before it is cut: one a step longer or shorter would otherwise
+    # be cut short or left over at the last segment (or hold out until then). Per step
+    # (n, time), per example (n,) or (n, 1), or per output (the series' shape)
+    if mask is None:
+        return
+    n, steps, shape = series.shape[0], series.shape[axis], tuple(mask.shape)
+    if shape not in ((n, steps), (n,), (n, 1), tuple(series.shape)):
+        raise ValueError(f"{name}: expected (n_samples, time) = {(n, steps)} per step, "
+                         f"({n},) or ({n}, 1) per example, or the labels' shape "
+                         f"{tuple(series.shape)} per output; got {shape}")
 
 
 def _channels_first(a: Any, ndim: int) -> Any:

@@ -34,9 +34,9 @@ from collections import deque
 from typing import Any
 
 from ndws.nn.conf import (DEFAULT_TBPTT_LENGTH, SETTINGS, TBPTT, BackpropType,
-                          JsonConfiguration, check_tbptt, layer_defaults, network_settings,
-                          parse_backprop_type, settings_dict, settings_kwargs, tbptt_dict,
-                          tbptt_length, tbptt_settings)
+                          JsonConfiguration, check_index_dtype, check_tbptt, layer_defaults,
+                          network_settings, parse_backprop_type, settings_dict,
+                          settings_kwargs, tbptt_dict, tbptt_length, tbptt_settings)
 from ndws.nn.graph.vertices import GraphVertex, MergeVertex
 from ndws.nn.inputs import InputType
 from ndws.nn.layers.base import Layer
@@ -305,6 +305,8 @@ class ComputationGraphConfiguration(JsonConfiguration):
         resolved, pres_out, types = self._resolve()
         if self.backprop_type is BackpropType.TRUNCATED_BPTT:
             check_tbptt((f'"{n}"', v) for n, v in resolved.items() if isinstance(v, Layer))
+        check_index_dtype(((f'vertices["{n}"]', v) for n, v in resolved.items()
+                           if isinstance(v, Layer)), self.dtype)
         set_(self, "resolved_vertices", resolved)
         set_(self, "resolved_preprocessors", pres_out)
         #: each vertex's output type (None where unknown), inputs included

@@ -54,8 +54,9 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_OUTPUT_
                              workspace_configs)
 from ndws.nn._fit_options import (_correct, check_seed, labels_array, reiterable,
                                   shuffled_order)
-from ndws.nn._model import (_IN_FORWARD, Model, count, fit_options, input_array,
-                            layer_step_runner, step_program, steps_one_at_a_time)
+from ndws.nn._model import (_IN_FORWARD, Model, count, fit_options, index_reader,
+                            input_array, layer_step_runner, step_program,
+                            steps_one_at_a_time)
 from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
 from ndws.nn.graph.memory import graph_plan
@@ -65,7 +66,8 @@ from ndws.nn.layers.base import Layer
 from ndws.nn.layers.wrappers import FrozenLayer
 from ndws.nn.memory_report import MemoryReport, uses_of
 from ndws.nn.network import (_PLAN_MODES, _declared_shape, _dense_plan, _finite_mask,
-                              _mask_steps, _steps, check_features_mask)
+                              _mask_steps, _segment_labels, _segment_mask, _steps,
+                              check_features_mask)
 from ndws.nn.preprocessors import MaskState
 from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
@@ -325,10 +327,12 @@ class ComputationGraph(Model):
         out = []
         for i, (x, name) in enumerate(zip(xs, names)):
             label = f"{what}[{i}] (input \"{name}\")"
-            a = input_array(x, self.conf.dtype, label)
-            _refuse_stale(a, label)
-            t = self.conf.vertex_types.get(name)
             reader = self._nodes[self._nodes[self._position[name]].consumers[0]]
+            if isinstance(x, NDArray):
+                _refuse_stale(x, label)            # before anything reads it
+            # an embedding's indices are checked as given, before the cast to the dtype
+            a = input_array(x, self.conf.dtype, label, index_reader(reader.obj, reader.pre))
+            t = self.conf.vertex_types.get(name)
             check_input_shape(tuple(a.shape), t, reader.where, f"the input type of \"{name}\"",
                               label, reader=reader.obj)
             out.append(a)
@@ -1058,23 +1062,42 @@ class ComputationGraph(Model):
             raise ValueError("fit: a time series of 0 steps has nothing to train on")
         fms = list(mds.features_masks or [None] * len(xs))
         lms = list(mds.labels_masks or [None] * len(ys))
+        # the whole batch checked as a standard iteration checks it (the inputs against their
+        # types and an embedding's indices, every mask), before the first segment updates
+        # anything and with every place named in the batch, not in a segment
+        self._masks(mds.features_masks, self._as_inputs(xs, "features"), "features_masks")
+        self._labels(mds)
+        for k, (m, y, ax, o) in enumerate(zip(lms, ys, y_axes, outs)):
+            if ax is not None:
+                layer = self._output_layer(o)
+                _segment_labels(f"labels[{k}]", y, layer,
+                                f"output \"{o}\" ({type(layer).__name__})")
+                _segment_mask(f"labels_masks[{k}]", m, y, ax)
         length = self.conf.tbptt_fwd_length
 
         def cut(arrays: list, axes: list, start: int, end: int) -> list:
             return [a if ax is None else _steps(a, ax, start, end) for a, ax in zip(arrays, axes)]
 
-        self._clear_rnn_state()
-        try:
-            for start in range(0, steps, length):
-                end = min(start + length, steps)
-                seg = MultiDataSet(cut(xs, x_axes, start, end), cut(ys, y_axes, start, end),
-                                   [_mask_steps(m, start, end) for m in fms],
-                                   [_mask_steps(m, start, end) for m in lms])
-                self._fit_step(seg, "tbptt")
-                if on_iteration is not None:
-                    on_iteration()
-        finally:
+        def cut_masks(masks: list, axes: list, start: int, end: int) -> list:
+            # the masks of the time series; another's mask (per example, per output of rows)
+            # goes whole to every segment, as its array does
+            return [m if ax is None else _mask_steps(m, start, end, ax)
+                    for m, ax in zip(masks, axes)]
+
+        # a segment that fails after all leaves rnn_time_step's state as it found it
+        with self._all_states_or_none():
             self._clear_rnn_state()
+            try:
+                for start in range(0, steps, length):
+                    end = min(start + length, steps)
+                    seg = MultiDataSet(cut(xs, x_axes, start, end), cut(ys, y_axes, start, end),
+                                       cut_masks(fms, x_axes, start, end),
+                                       cut_masks(lms, y_axes, start, end))
+                    self._fit_step(seg, "tbptt")
+                    if on_iteration is not None:
+                        on_iteration()
+            finally:
+                self._clear_rnn_state()
 
     def _series_axis(self, a: Any, t: Any) -> int | None:
         # the time axis of `a` if it is a time series (rank 3) of type t, else None

@@ -70,11 +70,21 @@ class _Embedding(_Regularized, Layer):
     def _entry(self, i: int) -> str:
         return f"entry {i} in minibatch"
 
-    def _indices(self, x: NDArray) -> np.ndarray:
+    def _indices(self, x: Any, entry: Any = None) -> np.ndarray:
         # the indices of `x` as intp, or ValueError naming the entry (DL4J's message): every
-        # value a whole number in [0, n_in)
+        # value a whole number in [0, n_in). `entry(i)` names the i-th value of x (default:
+        # the layer's own rows)
+        entry = entry or self._entry
         v = np.asarray(x).reshape(-1)
         if v.dtype.kind in "iub":
+            # compared as given: a cast first would wrap a huge unsigned index into range
+            bad = np.flatnonzero((v < 0) | (v >= self.n_in))
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(f"{type(self).__name__} (layer index = {self.index}): Invalid "
+                                 f"index for embedding layer: got index {v[i]} for "
+                                 f"{entry(i)}; indexes must be between 0 and nIn-1 inclusive "
+                                 f"(0 to {self.n_in - 1})")
             idx = v.astype(np.intp, copy=False)
         else:
             # NaN, inf and huge values first: casting them has no meaning
@@ -86,16 +96,40 @@ class _Embedding(_Regularized, Layer):
                 i = int(bad[0])
                 raise ValueError(f"{type(self).__name__} (layer index = {self.index}): Invalid "
                                  f"index for embedding layer: got {float(v[i])!r} for "
-                                 f"{self._entry(i)}; indexes must be whole numbers between 0 "
+                                 f"{entry(i)}; indexes must be whole numbers between 0 "
                                  f"and nIn-1 inclusive (0 to {self.n_in - 1})")
-        bad = np.flatnonzero((idx < 0) | (idx >= self.n_in))
-        if bad.size:
-            i = int(bad[0])
-            raise ValueError(f"{type(self).__name__} (layer index = {self.index}): Invalid "
-                             f"index for embedding layer: got index {idx[i]} for "
-                             f"{self._entry(i)}; indexes must be between 0 and nIn-1 inclusive "
-                             f"(0 to {self.n_in - 1})")
+            bad = np.flatnonzero((idx < 0) | (idx >= self.n_in))
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(f"{type(self).__name__} (layer index = {self.index}): Invalid "
+                                 f"index for embedding layer: got index {idx[i]} for "
+                                 f"{entry(i)}; indexes must be between 0 and nIn-1 inclusive "
+                                 f"(0 to {self.n_in - 1})")
         return idx
+
+    def check_indices(self, x: Any) -> None:
+        """The network's input `x` as the caller gave it (before it is cast to the network's
+        dtype, which could round an index: float32 holds whole numbers exactly only up to
+        2**24), every value an index in [0, n_in): ValueError naming the first bad one by its
+        place in `x` (the whole batch, not a segment of it). A shape this layer does not read
+        is left to the shape check."""
+        a = np.asarray(x)
+        shape = self._index_shape(tuple(a.shape))
+        if shape is None:
+            return
+        if len(shape) == 1:
+            self._indices(a)                       # one index per example: entry i
+            return
+        n, steps = shape
+        # time-major, as the layer reads them: the first bad value found is the one activate
+        # would name
+        self._indices(a.reshape(n, steps).transpose(1, 0),
+                      lambda i: f"example {i % n} at step {i // n}")
+
+    def _index_shape(self, shape: tuple) -> tuple | None:
+        # input of `shape` as this layer reads it: (n,) one index per example, (n, time) one
+        # per (example, step); None for a shape it does not read
+        raise NotImplementedError
 
     def _embed(self, idx: np.ndarray, y: NDArray, training: bool, mgr) -> NDArray:
         # y (rows, n_out) := act(W[idx] + b), the pre-activation kept for the derivative
@@ -179,6 +213,15 @@ class EmbeddingLayer(_Embedding):
     def output_type(self, input_type):
         return InputType.feed_forward(self.n_out)
 
+    def _index_shape(self, shape):
+        # (n, 1) or (n,); a time series of one index per step, (n, 1, time) or (n, time, 1),
+        # which RnnToFeedForwardPreProcessor makes one row per (example, step)
+        if len(shape) == 1 or (len(shape) == 2 and shape[1] == 1):
+            return shape[:1]
+        if len(shape) == 3 and 1 in shape[1:]:
+            return shape[0], shape[1] * shape[2]
+        return None
+
     def memory_use(self, batch, training, itemsize):
         return self._embed_use(batch, training, itemsize)
 
@@ -254,6 +297,12 @@ class EmbeddingSequenceLayer(_Embedding):
         length = None if self.infer_input_length else self.input_length
         ok = len(shape) == 2 or (len(shape) == 3 and shape[1] == 1)
         return ok and (length is None or shape[-1] == length)
+
+    def _index_shape(self, shape):
+        # (n, time) or (n, 1, time); (time,) is one example without its batch axis
+        if len(shape) == 1:
+            shape = (1,) + shape
+        return (shape[0], shape[-1]) if self.accepts_input(shape) else None
 
     def _check_resolved(self, where):
         if self.n_in is None:
