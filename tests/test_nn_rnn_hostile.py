@@ -397,3 +397,71 @@ def test_a_batch_that_fails_mid_way_leaves_the_rnn_time_step_state(rng):
     net.set_listeners()
     net.fit(DataSet(x, y))
     assert net.rnn_get_previous_state(0) == {}
+
+
+# -- the siblings: ParallelInference, a frozen embedding, (n, time) indices under TBPTT, vertices
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_parallel_inference_reads_index_sequences_as_the_network_does(frozen, rng):
+    from ndws.parallel import ParallelInference
+    emb = EmbeddingSequenceLayer(n_in=6, n_out=4, activation="identity")
+    net = MultiLayerNetwork(MultiLayerConfiguration(
+        [FrozenLayer(emb) if frozen else emb, LSTM(n_out=4, activation="tanh"),
+         RnnOutputLayer(n_out=2, activation="softmax")], input_type=R(1), seed=1))
+    net.init()
+    idx = rng.integers(0, 6, (3, 5))
+    pi = ParallelInference(net)
+    try:
+        for x in (idx, idx[:1], idx[0]):           # a batch, a batch of one, one sequence
+            got = pi.output(x)
+            assert got.shape == net.output(x).shape == (x.shape[:-1] + (2, 5))
+            np.testing.assert_array_equal(got.numpy(), net.output(x).numpy())
+        with pytest.raises(ValueError, match=r"^x: EmbeddingSequenceLayer \(layer index = 0\): "
+                                             r"Invalid index for embedding layer: got index "
+                                             r"16777217 for example 1 at step 2;"):
+            pi.output(np.array([[0, 1, 2, 3, 4], [0, 1, 2 ** 24 + 1, 3, 4]]))
+    finally:
+        pi.shutdown()
+
+
+def test_tbptt_takes_index_sequences_without_their_size_axis(rng):
+    # (n, time) indices are the (n, 1, time) series: the same segments, the same bits, on both
+    # network types
+    idx = rng.integers(0, 6, (2, 15))
+    _, y = _series(rng)
+    flat, axis = _embedding_net(**TBPTT), _embedding_net(**TBPTT)
+    flat.fit(DataSet(idx, y))
+    axis.fit(DataSet(idx[:, None, :], y))
+    assert flat.iteration == 3
+    np.testing.assert_array_equal(flat.params().numpy(), axis.params().numpy())
+    g = _embedding_net(**TBPTT).to_computation_graph()
+    g.fit(DataSet(idx, y))
+    np.testing.assert_array_equal(g.params().numpy(), flat.params().numpy())
+
+
+@pytest.mark.parametrize("vertex", ["LastTimeStepVertex", "ReverseTimeSeriesVertex"])
+def test_graph_tbptt_refuses_vertices_that_need_the_whole_sequence(vertex):
+    import ndws.nn as nn
+    head = (OutputLayer if vertex == "LastTimeStepVertex" else RnnOutputLayer)(
+        n_out=2, activation="softmax")
+    b = (ComputationGraphConfiguration.builder(seed=1).add_inputs("seq")
+         .add_layer("lstm", LSTM(n_out=4), "seq")
+         .add_vertex("v", getattr(nn, vertex)("seq"), "lstm")
+         .add_layer("out", head, "v").set_outputs("out")
+         .set_input_types(R(3)))
+    b.build()                                      # fine without TBPTT
+    b.backprop_type("TRUNCATED_BPTT").tbptt_fwd_length(5).tbptt_back_length(5)
+    with pytest.raises(ValueError, match=rf'cannot be used with vertex "v" of type {vertex}: '
+                                         rf'TBPTT is incompatible with this vertex type'):
+        b.build()
+
+
+def test_one_index_sequence_to_a_graph_is_told_its_batch_axis(rng):
+    g = _embedding_net().to_computation_graph()
+    with pytest.raises(ValueError, match=r'^inputs\[0\] \(input "in"\): expected a 3-d array '
+                                         r'\(n_samples, size=1, time\) or \(n_samples, time\) '
+                                         r'indices for vertices\["0"\] '
+                                         r'\(EmbeddingSequenceLayer\), .* got shape \(5,\): one '
+                                         r'sequence of indices without its batch dimension\? '
+                                         r'\(x\[None\] adds it\)$'):
+        g.output(rng.integers(0, 6, 5))

@@ -41,7 +41,8 @@ from ndws.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from ndws.workspace import WorkspaceMode, get_workspace_manager, scope_out_of_workspaces
 
 __all__ = ["Model", "flat_layout", "param_view", "check_flat", "count", "counter",
-           "batch_count", "listener_list", "input_array", "index_reader", "numbers",
+           "batch_count", "listener_list", "input_array", "index_reader", "index_time_axis",
+           "numbers",
            "fit_options", "layer_step_runner", "step_program", "steps_one_at_a_time"]
 
 _memory_manager = ndws.get_memory_manager()
@@ -119,6 +120,13 @@ def index_reader(layer: Any, pre: Any) -> Any:
                                              type(pre) is not RnnToFeedForwardPreProcessor):
         return None
     return layer
+
+
+def index_time_axis(layer: Any, a: Any) -> int | None:
+    """The time axis of input `a` when `layer` reads it as a series of indices (an
+    EmbeddingSequenceLayer's (n, time) or (n, 1, time): the last), else None."""
+    accepts = getattr(layer, "accepts_input", None)
+    return a.ndim - 1 if accepts is not None and accepts(tuple(a.shape)) else None
 
 
 def layer_step_runner(layer: Any, pre: Any, batch: int, dtype: Any) -> Any:

@@ -467,22 +467,25 @@ def _type_name(chain: list) -> str:
     return "(".join(names) + ")" * (len(names) - 1)
 
 
-def check_tbptt(layers: Any) -> None:
+def check_tbptt(layers: Any, vertices: tuple = ()) -> None:
     """DL4J's validateTbpttConfig over `layers`, (where, layer) pairs: layers that need the
     whole sequence at once, wrapped or not (a FrozenLayer or MaskZeroLayer runs its layer over
     what it is given: a segment); Bidirectional too (DL4J refuses it only when the first
-    segment runs)."""
+    segment runs); and a graph's vertices of the types `vertices` (its LastTimeStepVertex and
+    ReverseTimeSeriesVertex would act on each segment as if it were the sequence)."""
     for where, layer in layers:
         chain = _nested(layer)
-        whole = [isinstance(inner, (LastTimeStep, GlobalPoolingLayer, Bidirectional))
+        whole = [isinstance(inner, (LastTimeStep, GlobalPoolingLayer, Bidirectional) + vertices)
                  for inner in chain]
         if any(whole):
             chain = chain[:whole.index(True) + 1]
+            noun = "layer" if isinstance(layer, Layer) else "vertex"
             raise ValueError(f"Invalid network configuration detected: Truncated "
-                             f"backpropagation through time (TBPTT) cannot be used with layer "
-                             f"{where} of type {_type_name(chain)}: TBPTT is incompatible "
-                             f"with this layer type (which needs the whole sequence at once). "
-                             f"Use BackpropType.STANDARD, or a layer that works step by step")
+                             f"backpropagation through time (TBPTT) cannot be used with "
+                             f"{noun} {where} of type {_type_name(chain)}: TBPTT is "
+                             f"incompatible with this {noun} type (which needs the whole "
+                             f"sequence at once). Use BackpropType.STANDARD, or a layer that "
+                             f"works step by step")
 
 
 def check_index_dtype(layers: Any, dtype: np.dtype) -> None:

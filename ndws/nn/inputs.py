@@ -357,8 +357,10 @@ def check_input_shape(shape: tuple, t: Any, where: str, features: str, name: str
         return
     if t.is_example(shape[1:]) or (allow_row and t.is_example(shape)):
         return
-    msg = (f"{name}: expected a {len(t.shape()) + 1}-d array {t.describe_shape()} for {where}, "
-           f"the network's input type {t!r}; got shape {shape}")
+    # with the other shapes the reader takes (an EmbeddingSequenceLayer's indices)
+    also = "" if accepts is None else " or (n_samples, time) indices"
+    msg = (f"{name}: expected a {len(t.shape()) + 1}-d array {t.describe_shape()}{also} for "
+           f"{where}, the network's input type {t!r}; got shape {shape}")
     if t.kind == "CNN" and len(shape) == 4:
         other = (shape[1:] == (t.height, t.width, t.channels) if t.data_format.name == "NCHW"
                  else shape[1:] == (t.channels, t.height, t.width))
@@ -368,6 +370,9 @@ def check_input_shape(shape: tuple, t: Any, where: str, features: str, name: str
             msg += (f": the data is {have} and the network {t.data_format.name} (transpose it "
                     f"with x.transpose{axes}, or configure InputType.convolutional(..., "
                     f"data_format='{'NHWC' if t.data_format.name == 'NCHW' else 'NCHW'}'))")
-    if one_example(shape, t):
+    if accepts is not None:
+        if accepts((1,) + shape):
+            msg += ": one sequence of indices without its batch dimension? (x[None] adds it)"
+    elif one_example(shape, t):
         msg += ": one example without its batch dimension? (x[None] adds it)"
     raise ValueError(msg)

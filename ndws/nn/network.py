@@ -47,8 +47,8 @@ from ndws.nn._busy import FORWARD, STATE, TRAIN
 from ndws.nn.layers.base import (_FROM_OUTPUT, Activation, DenseLayer, Layer, LossFunction,
                             OutputLayer)
 from ndws.nn._model import (_IN_FORWARD, Model, batch_count as _length,
-                            count as _count, fit_options, index_reader, input_array,
-                            layer_step_runner, step_program, steps_one_at_a_time)
+                            count as _count, fit_options, index_reader, index_time_axis,
+                            input_array, layer_step_runner, step_program, steps_one_at_a_time)
 from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_ACT, WS_OUTPUT_MEM,
                              activation_workspace, epsilon_workspace, workspace_configs)
 from ndws.nn.conf import SETTINGS, BackpropType
@@ -499,6 +499,10 @@ class MultiLayerNetwork(Model):
         a, one_step = self._one_step_series(x, t, self.layers[0], "x")
         return self._as_input(a), one_step
 
+    def _input_readers(self) -> list:
+        # (layer, preprocessor) reading each network input: the first layer's
+        return [(self.layers[0], self._preprocessors[0])]
+
     def _state_layers(self) -> dict:
         # what a saved file names each layer's carried state by (the configuration's keys)
         return {str(i): (i, layer) for i, layer in enumerate(self.layers)}
@@ -690,12 +694,15 @@ class MultiLayerNetwork(Model):
         x, labels = ds.features, ds.labels
         if x is None or labels is None:
             raise ValueError("the DataSet has no labels")
-        if x.ndim != 3 or labels.ndim != 3:
+        # an EmbeddingSequenceLayer's (n, time) indices are a time series too
+        x_axis = index_time_axis(self.layers[0], x)
+        if (x_axis is None and x.ndim != 3) or labels.ndim != 3:
             raise ValueError(f"fit: truncated BPTT needs time series features and labels "
                              f"(rank 3), got features of shape {tuple(x.shape)} and labels of "
                              f"shape {tuple(labels.shape)} (DL4J: \"Cannot do truncated BPTT "
                              f"with non-3d inputs or labels\")")
-        x_axis = self._time_axis(self.conf._network_input)
+        if x_axis is None:
+            x_axis = self._time_axis(self.conf._network_input)
         y_axis = self._time_axis(self.layers[-1].output_type(self.layers[-1].input_type))
         steps = x.shape[x_axis]
         if labels.shape[y_axis] != steps:

@@ -34,7 +34,7 @@ import numpy as np
 
 import ndws
 from ndws._core import NDArray
-from ndws.nn._model import numbers
+from ndws.nn._model import index_reader, numbers
 from ndws.parallel.modes import (Builder, InferenceMode, LoadBalanceMode, Stoppable,
                                  check_model, option_enum, option_int)
 
@@ -193,6 +193,9 @@ class ParallelInference(Stoppable):
         # each input's type (None: rows of any width), in the order requests give them
         self._input_types = ([model.conf.vertex_types.get(n) for n in model.conf.network_inputs]
                              if self._graph else [model.conf._network_input])
+        # the layer reading each input: what one example of it is, and the embedding that
+        # checks its indices before the cast to the model's dtype could round one
+        self._readers = model._input_readers()
         self._replicas = self._snapshot(model, "ParallelInference")
         self._lock = threading.Lock()              # the queue and the closed flag
         self._queue: collections.deque = collections.deque()   # batches no worker has taken
@@ -294,9 +297,9 @@ class ParallelInference(Stoppable):
                              f"{'s' if len(types) != 1 else ''}, got {len(inputs)} array"
                              f"{'s' if len(inputs) != 1 else ''}")
         arrays, vectors = [], set()
-        for k, (x, t) in enumerate(zip(inputs, types)):
+        for k, (x, t, reader) in enumerate(zip(inputs, types, self._readers)):
             name = "x" if len(types) == 1 else f"x[{k}]"
-            arr, vector = self._one_input(x, t, name, blocking)
+            arr, vector = self._one_input(x, t, reader, name, blocking)
             arrays.append(arr)
             vectors.add(vector)
         if len(vectors) > 1 or len({a.shape[0] for a in arrays}) > 1:
@@ -319,15 +322,26 @@ class ParallelInference(Stoppable):
         req.key = tuple(a.shape[1:] for a in arrays)
         return req
 
-    def _one_input(self, x: Any, t: Any, name: str, blocking: bool) -> tuple:
+    def _one_input(self, x: Any, t: Any, reader: tuple, name: str, blocking: bool) -> tuple:
         # one input as (C-contiguous array of the model's dtype with a batch axis, whether it
-        # was one example), against its input type `t`
+        # was one example), against its input type `t` and its (layer, preprocessor) `reader`
         if isinstance(x, NDArray):
             arr = numbers(x if blocking or not x.is_attached() else x.numpy(), name)
         else:
             arr = numbers(x, name)
-        # one example has the shape of the input's type (a row, an image)
-        if t is None or t.kind == "FF":
+        accepts = getattr(reader[0], "accepts_input", None)
+        indices = index_reader(*reader)
+        if indices is not None:
+            try:
+                indices.check_indices(arr)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        # one example has the shape of the input's type (a row, an image), or for a layer that
+        # reads other shapes (an EmbeddingSequenceLayer's (n, time) indices) what it takes
+        # once given a batch axis
+        if accepts is not None and (accepts(arr.shape) or accepts((1,) + arr.shape)):
+            vector = not accepts(arr.shape)
+        elif t is None or t.kind == "FF":
             vector = arr.ndim == 1
             if arr.ndim not in (1, 2):
                 raise ValueError(f"{name}: expected one example (n_features,) or a batch "

@@ -37,7 +37,8 @@ from ndws.nn.conf import (DEFAULT_TBPTT_LENGTH, SETTINGS, TBPTT, BackpropType,
                           JsonConfiguration, check_index_dtype, check_tbptt, layer_defaults,
                           network_settings, parse_backprop_type, settings_dict,
                           settings_kwargs, tbptt_dict, tbptt_length, tbptt_settings)
-from ndws.nn.graph.vertices import GraphVertex, MergeVertex
+from ndws.nn.graph.vertices import (GraphVertex, LastTimeStepVertex, MergeVertex,
+                                    ReverseTimeSeriesVertex)
 from ndws.nn.inputs import InputType
 from ndws.nn.layers.base import Layer
 from ndws.nn.preprocessors import InputPreProcessor
@@ -304,7 +305,8 @@ class ComputationGraphConfiguration(JsonConfiguration):
         set_(self, "topological_order", order)
         resolved, pres_out, types = self._resolve()
         if self.backprop_type is BackpropType.TRUNCATED_BPTT:
-            check_tbptt((f'"{n}"', v) for n, v in resolved.items() if isinstance(v, Layer))
+            check_tbptt(((f'"{n}"', v) for n, v in resolved.items()),
+                        (LastTimeStepVertex, ReverseTimeSeriesVertex))
         check_index_dtype(((f'vertices["{n}"]', v) for n, v in resolved.items()
                            if isinstance(v, Layer)), self.dtype)
         set_(self, "resolved_vertices", resolved)

@@ -55,7 +55,7 @@ from ndws.nn._layout import (WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_OUTPUT_
 from ndws.nn._fit_options import (_correct, check_seed, labels_array, reiterable,
                                   shuffled_order)
 from ndws.nn._model import (_IN_FORWARD, Model, count, fit_options, index_reader,
-                            input_array, layer_step_runner, step_program,
+                            index_time_axis, input_array, layer_step_runner, step_program,
                             steps_one_at_a_time)
 from ndws.nn.conf import BackpropType
 from ndws.nn.graph.conf import ComputationGraphConfiguration
@@ -285,6 +285,12 @@ class ComputationGraph(Model):
         # the backward pass finishes the vertices in reverse topological order (_general_pass)
         index = self._owner_indices()
         return [index[n.pos] for n in reversed(self._nodes) if n.obj is not None]
+
+    def _input_readers(self) -> list:
+        # (vertex object, preprocessor) reading each network input, in add_inputs order
+        nodes = [self._nodes[self._nodes[self._position[name]].consumers[0]]
+                 for name in self.conf.network_inputs]
+        return [(node.obj, node.pre) for node in nodes]
 
     def _state_layers(self) -> dict:
         # what a saved file names each layer's carried state by: its vertex name
@@ -1039,8 +1045,8 @@ class ComputationGraph(Model):
         xs, ys = list(mds.features), list(mds.labels)
         if len(ys) != len(outs):
             self._labels(mds)                      # says what is wrong
-        x_axes = [self._series_axis(x, self.conf.vertex_types.get(n))
-                  for x, n in zip(xs, names)]
+        x_axes = [self._series_axis(x, self.conf.vertex_types.get(n), reader)
+                  for x, n, (reader, _) in zip(xs, names, self._input_readers())]
         y_axes = []
         for y, o in zip(ys, outs):
             layer = self._output_layer(o)
@@ -1099,8 +1105,12 @@ class ComputationGraph(Model):
             finally:
                 self._clear_rnn_state()
 
-    def _series_axis(self, a: Any, t: Any) -> int | None:
-        # the time axis of `a` if it is a time series (rank 3) of type t, else None
+    def _series_axis(self, a: Any, t: Any, reader: Any = None) -> int | None:
+        # the time axis of `a` if it is a time series (rank 3) of type t, or the indices of an
+        # EmbeddingSequenceLayer `reader`; else None
+        axis = index_time_axis(reader, a)
+        if axis is not None:
+            return axis
         return self._time_axis(t) if a.ndim == 3 else None
 
     # -- stateful inference (DL4J's rnnTimeStep) ------------------------------------------------

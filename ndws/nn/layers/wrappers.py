@@ -589,6 +589,8 @@ class FrozenLayer(_Wrapper):
             return self._activate_with_state
         if name == "rnn_set_previous_state" and hasattr(inner, "rnn_set_previous_state"):
             return self._rnn_set_previous_state
+        if name == "accepts_input" and hasattr(inner, "accepts_input"):
+            return inner.accepts_input     # the shapes an EmbeddingSequenceLayer reads
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def output_width(self):
