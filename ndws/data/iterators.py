@@ -822,7 +822,9 @@ class ExistingMultiDataSetIterator(_ExistingIterator, MultiDataSetIterator):
 
 class _Delegating:
     """What every wrapper of an iterator (the shields here, the async iterators of
-    ndws.data.async_iterators) reads from the iterator it wraps, ``self._base``."""
+    ndws.data.async_iterators) reads from the iterator it wraps, ``self._base``; the async
+    iterators answer `batch` (and the shapes) themselves, from answers asked before their
+    producer thread reads the base."""
 
     _base: Any
 
