@@ -901,3 +901,34 @@ def test_float32_range_in_arrays_from_a_custom_reader():
     it = RecordReaderDataSetIterator(reader, 2, label_index=1, regression=True)
     with pytest.raises(ValueError, match=r"^column index 1: 1e\+39 is out of range"):
         it.next()
+
+
+class _Rows:
+    # a reader of the given records (DataVec's protocol: has_next, next, reset)
+    def __init__(self, records):
+        self.records, self.i = records, 0
+
+    def has_next(self):
+        return self.i < len(self.records)
+
+    def next(self):
+        self.i += 1
+        return self.records[self.i - 1]
+
+    def reset(self):
+        self.i = 0
+
+
+def test_an_integer_beyond_float64_from_a_reader_is_named_not_an_overflow():
+    from ndws.data import SequenceRecordReaderDataSetIterator
+    big = 10 ** 400
+    with pytest.raises(ValueError, match=r"the reader gave an integer beyond the range of "
+                                         r"float64: every feature must fit a float"):
+        RecordReaderDataSetIterator(_Rows([[big, 0]]), 1, 1, 2).next()
+    with pytest.raises(ValueError, match=r"reader 'r' gave an integer beyond the range of "
+                                         r"float64: every field must fit a float"):
+        RecordReaderMultiDataSetIterator({"r": _Rows([[big, 0]])}, 1, inputs=[("r", 0, 0)],
+                                         outputs=[("r", 1, 1)]).next()
+    with pytest.raises(ValueError, match=r"gave a sequence with an integer beyond the range "
+                                         r"of float64 \(every field must fit a float\)"):
+        SequenceRecordReaderDataSetIterator(_Rows([[[big, 0], [1, 1]]]), 1, 2, 1).next()

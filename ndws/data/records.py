@@ -781,6 +781,9 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
             return self._array_batch(rows[part], first, locations[part])
         try:
             table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
+        except OverflowError:
+            raise ValueError(f"{_where(self.reader)}the reader gave an integer beyond the range "
+                             f"of float64: every feature must fit a float") from None
         except ValueError:
             raise ValueError(f"{_where(self.reader)}the reader gave text outside the label "
                              f"column: every feature must be a number") from None
@@ -992,7 +995,12 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
         part = self._part(len(next(iter(tables.values()))))    # a shard's part
         arrays = {}
         for name, rows in tables.items():
-            table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._widths[name])
+            try:
+                table = np.asarray(rows, dtype=np.float64).reshape(len(rows),
+                                                                   self._widths[name])
+            except OverflowError:
+                raise ValueError(f"reader {name!r} gave an integer beyond the range of "
+                                 f"float64: every field must fit a float") from None
             # every record of the global batch (every shard refuses the batch), in the columns
             # that become float32 arrays (a OneHot column is checked as a class index)
             columns = self._float_columns(name)

@@ -227,6 +227,9 @@ def _read_sequence(reader: Any, role: str) -> _Sequence:
         table = steps
     try:
         table = np.asarray(table, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{where}{role} gave a sequence with an integer beyond the range of "
+                         f"float64 (every field must fit a float)") from None
     except (TypeError, ValueError):
         raise ValueError(f"{where}{role} gave a sequence with a field that is not a number "
                          f"(every field of a step must be a number here)") from None
