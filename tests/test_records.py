@@ -12,6 +12,7 @@ import ndws
 import ndws.data.records
 from ndws.data.dataset import DataSet, MultiDataSet
 from ndws.data.iterators import DataSetIterator, MultiDataSetIterator
+from list_reader import ListReader
 from ndws.data.records import (CSVRecordReader, OneHot, RecordReaderDataSetIterator,
                                RecordReaderMultiDataSetIterator)
 
@@ -661,24 +662,11 @@ def test_auto_checks_num_classes_and_custom_readers_must_give_text(tmp_path):
                                          r"the class names as label_mapping"):
         it.next()
 
-    class Numbers:                       # a reader of its own, giving numbers only
-        def __init__(self):
-            self.rows, self.i = [[1.0, 0.0], [2.0, 1.0]], 0
-
-        def has_next(self):
-            return self.i < len(self.rows)
-
-        def next(self):
-            self.i += 1
-            return self.rows[self.i - 1]
-
-        def reset(self):
-            self.i = 0
-
     with pytest.raises(ValueError, match=r"label_mapping: the reader gave 0.0 in column index 1, "
                                          r"not text \(a custom reader must return the class name "
                                          r"as a str\)$"):
-        RecordReaderDataSetIterator(Numbers(), 2, label_index=1, label_mapping=["a"]).next()
+        RecordReaderDataSetIterator(ListReader([[1.0, 0.0], [2.0, 1.0]]), 2, label_index=1,
+                                    label_mapping=["a"]).next()
 
 
 def test_text_columns(tmp_path):
@@ -711,23 +699,6 @@ def test_numpy_integers_for_the_readers_ints(tmp_path, cls_table):
 
 
 # -- what a reset forgets: widths learned from the records -----------------------------------
-
-class ListReader:
-    """A custom record reader (no num_fields) over `records`, which a test may replace."""
-
-    def __init__(self, records):
-        self.records, self.i = records, 0
-
-    def has_next(self):
-        return self.i < len(self.records)
-
-    def next(self):
-        self.i += 1
-        return self.records[self.i - 1]
-
-    def reset(self):
-        self.i = 0
-
 
 def test_reset_forgets_the_number_of_fields_the_reader_learned(tmp_path):
     path = write(tmp_path, "w.csv", "1,0,9\n2,1\n")
@@ -766,7 +737,7 @@ def test_the_iterators_learn_the_widths_again_after_reset():
     it = RecordReaderDataSetIterator(reader, 2, label_index=2, num_classes=2)
     assert it.input_columns() == 2
     np.testing.assert_array_equal(it.next().features.numpy(), [[1, 2], [3, 4]])
-    reader.records = [[1.0, 2.0, 1.0, 3.0], [4.0, 5.0, 0.0, 6.0]]   # one more column
+    reader.items = [[1.0, 2.0, 1.0, 3.0], [4.0, 5.0, 0.0, 6.0]]   # one more column
     it.reset()
     assert (it.input_columns(), it.total_outcomes()) == (3, 2)
     ds = it.next()
@@ -776,7 +747,7 @@ def test_the_iterators_learn_the_widths_again_after_reset():
     reader = ListReader([[1.0, 0.0], [2.0, 1.0]])
     multi = RecordReaderMultiDataSetIterator({"r": reader}, 2, inputs=["r"])
     assert multi.next().features[0].shape == (2, 2)
-    reader.records = [[1.0, 2.0, 3.0]]
+    reader.items = [[1.0, 2.0, 3.0]]
     multi.reset()
     np.testing.assert_array_equal(multi.next().features[0].numpy(), np.float32([[1, 2, 3]]))
 
@@ -897,26 +868,10 @@ def test_float32_range_in_arrays_from_a_custom_reader():
     with pytest.raises(ValueError, match=r"^column index 0, array index \(1, 0\): -1e\+39 is "
                                          r"out of range for float32"):
         it.next()
-    reader.records = [[np.zeros(2), 0.0], [np.zeros(2), 1e39]]
+    reader.items = [[np.zeros(2), 0.0], [np.zeros(2), 1e39]]
     it = RecordReaderDataSetIterator(reader, 2, label_index=1, regression=True)
     with pytest.raises(ValueError, match=r"^column index 1: 1e\+39 is out of range"):
         it.next()
-
-
-class _Rows:
-    # a reader of the given records (DataVec's protocol: has_next, next, reset)
-    def __init__(self, records):
-        self.records, self.i = records, 0
-
-    def has_next(self):
-        return self.i < len(self.records)
-
-    def next(self):
-        self.i += 1
-        return self.records[self.i - 1]
-
-    def reset(self):
-        self.i = 0
 
 
 def test_an_integer_beyond_float64_from_a_reader_is_named_not_an_overflow():
@@ -924,11 +879,11 @@ def test_an_integer_beyond_float64_from_a_reader_is_named_not_an_overflow():
     big = 10 ** 400
     with pytest.raises(ValueError, match=r"the reader gave an integer beyond the range of "
                                          r"float64: every feature must fit a float"):
-        RecordReaderDataSetIterator(_Rows([[big, 0]]), 1, 1, 2).next()
+        RecordReaderDataSetIterator(ListReader([[big, 0]]), 1, 1, 2).next()
     with pytest.raises(ValueError, match=r"reader 'r' gave an integer beyond the range of "
                                          r"float64: every field must fit a float"):
-        RecordReaderMultiDataSetIterator({"r": _Rows([[big, 0]])}, 1, inputs=[("r", 0, 0)],
+        RecordReaderMultiDataSetIterator({"r": ListReader([[big, 0]])}, 1, inputs=[("r", 0, 0)],
                                          outputs=[("r", 1, 1)]).next()
     with pytest.raises(ValueError, match=r"gave a sequence with an integer beyond the range "
                                          r"of float64 \(every field must fit a float\)"):
-        SequenceRecordReaderDataSetIterator(_Rows([[[big, 0], [1, 1]]]), 1, 2, 1).next()
+        SequenceRecordReaderDataSetIterator(ListReader([[[big, 0], [1, 1]]]), 1, 2, 1).next()

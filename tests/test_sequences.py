@@ -11,6 +11,7 @@ import pytest
 
 import ndws
 import ndws.data.sequences
+from list_reader import ListReader
 from ndws.data import (AlignmentMode, AsyncDataSetIterator, CSVSequenceRecordReader, DataSet,
                        SequenceRecordReaderDataSetIterator)
 
@@ -330,52 +331,39 @@ def test_batches_are_built_in_the_current_workspace(tmp_path, rng):
 
 
 def test_custom_readers_lists_and_arrays(rng):
-    class Reader:
-        def __init__(self, seqs):
-            self.seqs, self.i = seqs, 0
-
-        def has_next(self):
-            return self.i < len(self.seqs)
-
-        def next(self):
-            self.i += 1
-            return self.seqs[self.i - 1]
-
-        def reset(self):
-            self.i = 0
 
     f = [np.arange(6.0).reshape(3, 2), [[1.0, 2.0]]]
     lab = [[[1.0]], np.array([[0.0]])]
-    ds = S(Reader(f), Reader(lab), 2, 2, alignment_mode="ALIGN_END").next()
+    ds = S(ListReader(f), ListReader(lab), 2, 2, alignment_mode="ALIGN_END").next()
     check(ds, reference([np.asarray(a, float) for a in f], [np.asarray(a, float) for a in lab],
                         "ALIGN_END", npl=2))
     with pytest.raises(ValueError, match="time steps have different numbers of fields"):
-        S(Reader([[[1.0, 2.0], [3.0]]]), 1, 2, 0).next()
+        S(ListReader([[[1.0, 2.0], [3.0]]]), 1, 2, 0).next()
     with pytest.raises(ValueError, match="a field that is not a number"):
-        S(Reader([[["a", "b"]]]), 1, 2, 0).next()
+        S(ListReader([[["a", "b"]]]), 1, 2, 0).next()
     with pytest.raises(TypeError, match="time steps are not all lists of fields"):
-        S(Reader([[1.0, 2.0]]), 1, 2, 0).next()
+        S(ListReader([[1.0, 2.0]]), 1, 2, 0).next()
     with pytest.raises(TypeError, match="a complex field"):
-        S(Reader([[[1.0, 1 + 2j]]]), 1, 2, 0).next()
+        S(ListReader([[[1.0, 1 + 2j]]]), 1, 2, 0).next()
     for dtype in (np.complex128, "datetime64[s]", "U3"):
         with pytest.raises(TypeError, match=r"sequence array of dtype .*; expected numbers"):
-            S(Reader([np.zeros((2, 2), dtype=dtype)]), 1, 2, 0).next()
+            S(ListReader([np.zeros((2, 2), dtype=dtype)]), 1, 2, 0).next()
     with pytest.raises(ValueError, match=r"sequence array of shape \(2, 2, 1\)"):
-        S(Reader([np.zeros((2, 2, 1))]), 1, 2, 0).next()
+        S(ListReader([np.zeros((2, 2, 1))]), 1, 2, 0).next()
     with pytest.raises(TypeError, match="gave int for a sequence"):
-        S(Reader([7]), 1, 2, 0).next()
+        S(ListReader([7]), 1, 2, 0).next()
     # strided and negative-stride views are read as their values
     view = np.arange(12.0).reshape(6, 2)[::-2]
     view[:, 1] = [1, 0, 1]
-    ds = S(Reader([view]), 1, 2, 1).next()
+    ds = S(ListReader([view]), 1, 2, 1).next()
     assert ds.features.numpy().tolist() == [[[10.0, 6.0, 2.0]]]
     assert ds.labels.numpy()[0].argmax(axis=0).tolist() == [1, 0, 1]
     with pytest.raises(ValueError, match=r"labels_reader ran out of sequences after 1 while "
                                          r"features_reader has more"):
-        list(S(Reader(f), Reader(lab[:1]), 1, 2, alignment_mode="ALIGN_END"))
+        list(S(ListReader(f), ListReader(lab[:1]), 1, 2, alignment_mode="ALIGN_END"))
     with pytest.raises(ValueError, match=r"features_reader ran out of sequences after 1 while "
                                          r"labels_reader has more"):
-        list(S(Reader(f[:1]), Reader(lab), 1, 2, alignment_mode="ALIGN_END"))
+        list(S(ListReader(f[:1]), ListReader(lab), 1, 2, alignment_mode="ALIGN_END"))
 
 
 # -- hostile input ----------------------------------------------------------------------------
@@ -528,26 +516,13 @@ def test_a_file_fixed_after_an_error_reads_after_reset_as_in_a_new_iterator(tmp_
 
 
 def test_the_widths_are_learned_again_after_reset(tmp_path):
-    class Reader:                   # a custom reader: the widths the iterator itself learned
-        def __init__(self, seqs):
-            self.seqs, self.i = seqs, 0
 
-        def has_next(self):
-            return self.i < len(self.seqs)
-
-        def next(self):
-            self.i += 1
-            return self.seqs[self.i - 1]
-
-        def reset(self):
-            self.i = 0
-
-    features, labels = Reader([[[1.0], [2.0]]]), Reader([[[0.5], [1.5]]])
+    features, labels = ListReader([[[1.0], [2.0]]]), ListReader([[[0.5], [1.5]]])
     it = S(features, labels, 1, -1, True)
     assert (it.input_columns(), it.total_outcomes()) == (1, 1)
     assert it.next().features.shape == (1, 1, 2)
-    features.seqs = [[[1.0, 2.0], [3.0, 4.0]]]
-    labels.seqs = [[[0.5, 5.0, 6.0], [1.5, 7.0, 8.0]]]
+    features.items = [[[1.0, 2.0], [3.0, 4.0]]]
+    labels.items = [[[0.5, 5.0, 6.0], [1.5, 7.0, 8.0]]]
     it.reset()
     assert (it.input_columns(), it.total_outcomes()) == (2, 3)      # read again, then reset
     ds = it.next()
@@ -607,18 +582,8 @@ def test_float32_range_in_targets_labels_and_custom_arrays(tmp_path):
                                          r"class index in \[0, 2\)$"):
         S(CSVSequenceRecordReader(one), 1, 2, 2).next()
 
-    class Reader:
-        def has_next(self):
-            return True
-
-        def next(self):
-            return np.array([[1.0, 0.0], [2e38 * 5, 1.0]])
-
-        def reset(self):
-            pass
-
     with pytest.raises(ValueError, match=r"^step 1: column index 0: 1e\+39 is out of range"):
-        S(Reader(), 1, 2, 1).next()
+        S(ListReader([np.array([[1.0, 0.0], [2e38 * 5, 1.0]])]), 1, 2, 1).next()
 
 
 @pytest.mark.parametrize("text", ["1_000", "2_0.5"])

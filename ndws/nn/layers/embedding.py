@@ -78,34 +78,28 @@ class _Embedding(_Regularized, Layer):
         v = np.asarray(x).reshape(-1)
         if v.dtype.kind in "iub":
             # compared as given: a cast first would wrap a huge unsigned index into range
-            bad = np.flatnonzero((v < 0) | (v >= self.n_in))
-            if bad.size:
-                i = int(bad[0])
-                raise ValueError(f"{type(self).__name__} (layer index = {self.index}): Invalid "
-                                 f"index for embedding layer: got index {v[i]} for "
-                                 f"{entry(i)}; indexes must be between 0 and nIn-1 inclusive "
-                                 f"(0 to {self.n_in - 1})")
-            idx = v.astype(np.intp, copy=False)
-        else:
-            # NaN, inf and huge values first: casting them has no meaning
-            bad = np.flatnonzero(~(np.abs(v) < 2.0 ** 62))
-            idx = np.zeros(v.shape, np.intp) if bad.size else v.astype(np.intp)
-            if not bad.size:
-                bad = np.flatnonzero(idx != v)
-            if bad.size:
-                i = int(bad[0])
-                raise ValueError(f"{type(self).__name__} (layer index = {self.index}): Invalid "
-                                 f"index for embedding layer: got {float(v[i])!r} for "
-                                 f"{entry(i)}; indexes must be whole numbers between 0 "
-                                 f"and nIn-1 inclusive (0 to {self.n_in - 1})")
-            bad = np.flatnonzero((idx < 0) | (idx >= self.n_in))
-            if bad.size:
-                i = int(bad[0])
-                raise ValueError(f"{type(self).__name__} (layer index = {self.index}): Invalid "
-                                 f"index for embedding layer: got index {idx[i]} for "
-                                 f"{entry(i)}; indexes must be between 0 and nIn-1 inclusive "
-                                 f"(0 to {self.n_in - 1})")
+            self._refuse(np.flatnonzero((v < 0) | (v >= self.n_in)),
+                         lambda i: f"index {v[i]}", entry, "")
+            return v.astype(np.intp, copy=False)
+        # NaN, inf and huge values first: casting them has no meaning
+        bad = np.flatnonzero(~(np.abs(v) < 2.0 ** 62))
+        idx = np.zeros(v.shape, np.intp) if bad.size else v.astype(np.intp)
+        if not bad.size:
+            bad = np.flatnonzero(idx != v)
+        self._refuse(bad, lambda i: repr(float(v[i])), entry, "whole numbers ")
+        self._refuse(np.flatnonzero((idx < 0) | (idx >= self.n_in)),
+                     lambda i: f"index {idx[i]}", entry, "")
         return idx
+
+    def _refuse(self, bad: np.ndarray, got: Any, entry: Any, kind: str) -> None:
+        # DL4J's message for the first of the `bad` places, if any: `got(i)` the value,
+        # `entry(i)` its place, `kind` what indexes must be besides in range
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"{type(self).__name__} (layer index = {self.index}): Invalid "
+                             f"index for embedding layer: got {got(i)} for {entry(i)}; "
+                             f"indexes must be {kind}between 0 and nIn-1 inclusive (0 to "
+                             f"{self.n_in - 1})")
 
     def check_indices(self, x: Any) -> None:
         """The network's input `x` as the caller gave it (before it is cast to the network's
