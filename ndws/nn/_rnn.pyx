@@ -887,11 +887,12 @@ cdef int _run_loop(Job* j, Arena loop, bint backward) except -1:
                          "lstm_forward" if j.kind == K_LSTM else
                          "simple_rnn_backward" if backward else "simple_rnn_forward")
     try:
-        with nogil:
-            if backward:
-                _backward_loop(j, loop)
-            else:
-                _forward_loop(j, loop)
+        if j.B > 0:              # batch 0: nothing to compute, however many steps
+            with nogil:
+                if backward:
+                    _backward_loop(j, loop)
+                else:
+                    _forward_loop(j, loop)
     except BaseException:
         if loop is not None:
             loop._loop_end(True)
@@ -916,7 +917,7 @@ cdef void _peephole_grads(const Job* j, floating_t* dRW, intp_t rs, intp_t cs) n
             dff[k * rs] = 0
             doo[k * rs] = 0
             dgg[k * rs] = 0
-        for t in range(j.t0, j.T):
+        for t in range(j.t0, j.T if B > 0 else j.t0):
             for b in range(B):
                 G = (<floating_t*>j.cache) + (t * B + b) * j.Kc
                 D = (<floating_t*>j.dz) + ((t - j.t0) * B + b) * j.K
@@ -1208,7 +1209,7 @@ cdef tuple rnn_forward(int kind, object x, object W, object RW, object b, object
         if kind == K_LSTM:
             Cn = call.out(c_out, dt, (B, n), "c_out", inputs)
         _seq_strides(X, ncw, &xsb, &xsk, &xst)
-        copy_x = not _time_major(B, T, xsb, xst, &rs)
+        copy_x = not _time_major(B, T, xsb, xst, &rs) and B > 0
         # RW packed once when it serves more than one step (not for a matrix-vector product,
         # which the GEMM sums in another order: a step gives the same bits alone or in a
         # sequence)
@@ -1372,10 +1373,13 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
         Tw = T - t0
         R = Tw * B
         _seq_strides(X, ncw, &xsb, &xsk, &xst)
-        copy_x = not _time_major(B, T, xsb, xst, &rs)
+        # NaN or inf in masked padding would reach dW through x^T dz (0 * NaN): then x is
+        # copied and its masked steps zeroed, the result of finite padding
+        zero_pad = M is not None and B > 0 and _nonfinite_padding(X, M, ncw, t0)
+        copy_x = (not _time_major(B, T, xsb, xst, &rs) or zero_pad) and B > 0
         if dX is not None:
             _seq_strides(dX, ncw, &dsb, &dsk, &dst)
-            copy_dx = not _time_major(B, T, dsb, dst, &drs)
+            copy_dx = not _time_major(B, T, dsb, dst, &drs) and B > 0
         j.rtw = _rows_width(kind, True, True) * n
         pack_rw = Tw > 1 and B > 1 and n > 1
         _bwd_scratch(&z, kind, B, T, Tw, nin, n, item, copy_x, copy_dx, M is not None, peep,
@@ -1427,6 +1431,9 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
                 _copy_time_major(X._data + t0 * xst * item, xsb, xsk, xst, xw, B, Tw, nin,
                                  item, nt_copy)
             xsk, rs = 1, nin
+            if zero_pad:
+                _from_numpy_view(xw, R, nin, j.f64)[
+                    (np.asarray(M)[:, t0:] == 0).T.reshape(-1)] = 0
         else:
             xw = X._data + t0 * B * rs * item
         hoff = 6 * n if kind == K_LSTM else n
@@ -1500,11 +1507,20 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
     return tuple(res)
 
 
+cdef bint _nonfinite_padding(NDArray X, object M, bint ncw, intp_t t0) except -1:
+    # whether x holds NaN or inf at a masked step of the window (the steps are read, not x)
+    cdef object masked = np.asarray(M)[:, t0:] == 0
+    if not masked.any():
+        return False
+    x = np.asarray(X)[:, :, t0:] if ncw else np.asarray(X)[:, t0:]
+    return not np.isfinite(x.transpose(0, 2, 1)[masked] if ncw else x[masked]).all()
+
+
 cdef int _zero_steps(NDArray a, int axis, intp_t t0) except -1:
     # a[..., :t0] (the time axis `axis` of a 3-D array) := 0
     cdef intp_t d0 = a._shape[0], d1 = a._shape[1], d2 = a._shape[2]
     cdef intp_t s0 = _es(a, 0), s1 = _es(a, 1), s2 = _es(a, 2), i
-    for i in range(t0):
+    for i in range(t0 if a._size > 0 else 0):
         if axis == 2:
             _zero2(a._data + i * s2 * a._itemsize, s0, s1, d0, d1, a._itemsize)
         else:

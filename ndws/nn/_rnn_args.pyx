@@ -11,7 +11,7 @@ from ndws._core cimport NDArray
 from ndws._dispatch cimport (array_arg, scratch_arg, float_arg, new_result, whole_strides,
                              shape_of, arrays_overlap, second_name)
 from ndws._typedefs cimport intp_t
-from ndws.nn._activations cimport (ACT_IDENTITY, ACT_N_ELEMENTWISE, _CallAllocations,
+from ndws.nn._activations cimport (ACT_N_ELEMENTWISE, _CallAllocations,
                                    activation_code)
 from ndws.workspace import DummyWorkspace as _DummyWorkspace
 
@@ -66,10 +66,17 @@ cdef int _check_size(tuple dims, str op) except -1:
 
 
 cdef int _activation(object name, str op, str role, double* alpha) except -1:
+    # the activation argument `role` of `op`, its errors named by both (the activations'
+    # lookup names only "activation"); None is not identity, nor the network's default
     cdef int code
     if name is None:
-        return ACT_IDENTITY
-    code = activation_code(name, None, alpha)
+        raise TypeError(f"{op}: {role} must be an activation name (a str), got None")
+    try:
+        code = activation_code(name, None, alpha)
+    except (TypeError, ValueError) as exc:
+        msg = str(exc)
+        raise type(exc)(f"{op}: {role}: "
+                        f"{msg[12:] if msg.startswith('activation: ') else msg}") from None
     if code >= ACT_N_ELEMENTWISE:
         raise ValueError(f"{op}: {role} must be an elementwise activation, got {name!r}")
     return code
@@ -125,8 +132,8 @@ cdef class _Call(_CallAllocations):
         if not whole_strides(o):
             raise ValueError(f"{self.op}: {role} has strides that are not whole "
                              f"{o._itemsize}-byte elements")
-        for d in range(o._ndim):
-            if o._strides[d] == 0 and o._shape[d] > 1:
+        for d in range(o._ndim if o._size > 0 else 0):     # (NumPy's empty arrays have
+            if o._strides[d] == 0 and o._shape[d] > 1:        # zero strides: no overlap)
                 raise ValueError(f"{self.op}: {role} has a zero stride: elements would overlap")
         for other_role, other in self.outs:
             if arrays_overlap(o, <NDArray>other):
@@ -163,6 +170,8 @@ cdef class _Call(_CallAllocations):
 cdef Py_ssize_t size_arg(object v, str op, str role, Py_ssize_t lo) except -1:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{op}: {role} must be an int, got {v!r}")
-    if v < lo or v >= SIZE_LIMIT:
+    if v < lo:
         raise ValueError(f"{op}: {role} must be >= {lo}, got {v!r}")
+    if v >= SIZE_LIMIT:
+        raise ValueError(f"{op}: {role} {v!r} is too large (at most 2**48 - 1)")
     return <intp_t>v

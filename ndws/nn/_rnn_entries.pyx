@@ -8,7 +8,14 @@ import numpy as np
 from ndws._typedefs cimport intp_t
 from ndws.nn._rnn cimport (K_LSTM, K_SIMPLE, lstm_cache_width, rnn_backward, rnn_forward,
                           rnn_scratch_bytes, simple_rnn_cache_width, with_z)
-from ndws.nn._rnn_args cimport size_arg
+from ndws.nn._rnn_args cimport _activation, _check_size, size_arg
+
+
+cdef bint _flag(object value, str op, str role) except -1:
+    # a flag is a bool: Python's truthiness would read "no" or "False" as True
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{op}: {role} must be a bool, got {type(value).__name__} {value!r:.40}")
 
 __all__ = ["lstm_forward", "lstm_backward", "simple_rnn_forward", "simple_rnn_backward",
            "lstm_cache_shape", "simple_rnn_cache_shape", "lstm_scratch_bytes",
@@ -94,9 +101,10 @@ def lstm_forward(x, W, RW, b, h0=None, c0=None, mask=None, *, activation="sigmoi
     >>> y.shape, h.shape, bool((y.numpy()[:, :, -1] == h.numpy()).all())
     ((2, 4, 5), (2, 4), True)
     """
+    op = "lstm_forward"
     return rnn_forward(K_LSTM, x, W, RW, b, h0, c0, mask, activation, gate_activation,
-                       bool(peepholes), data_format, out, h_out, c_out, cache, loop_workspace,
-                       scratch, "lstm_forward")
+                       _flag(peepholes, op, "peepholes"), data_format, out, h_out, c_out, cache,
+                       loop_workspace, scratch, op)
 
 
 def lstm_backward(x, W, RW, cache, grad_output, h0=None, c0=None, mask=None, grad_h=None,
@@ -110,7 +118,9 @@ def lstm_backward(x, W, RW, cache, grad_output, h0=None, c0=None, mask=None, gra
     every step and `grad_h` / `grad_c` at the final state, and flow back through at most
     `back_length` steps from the end (truncated BPTT): earlier steps get no error (dx is 0
     there) and the initial state none (dh0 = dc0 = 0) unless the window reaches it. A masked
-    step passes no error to the parameters, its input or the earlier steps.
+    step passes no error to the parameters, its input or the earlier steps, whatever its
+    input holds (NaN or inf in padding included). A batch of 0 returns at once, with zero
+    parameter gradients, however many steps it has.
 
     Parameters
     ----------
@@ -135,10 +145,12 @@ def lstm_backward(x, W, RW, cache, grad_output, h0=None, c0=None, mask=None, gra
     tuple
         ``(dx or None, dW, dRW, db, dh0, dc0)``.
     """
+    op = "lstm_backward"
     return rnn_backward(K_LSTM, x, W, RW, cache, grad_output, h0, c0, mask, grad_h, grad_c,
-                        activation, gate_activation, bool(peepholes), data_format, back_length,
-                        bool(need_input), grad_input, grad_W, grad_RW, grad_b, grad_h0, grad_c0,
-                        loop_workspace, scratch, "lstm_backward")
+                        activation, gate_activation, _flag(peepholes, op, "peepholes"),
+                        data_format, back_length, _flag(need_input, op, "need_input"),
+                        grad_input, grad_W, grad_RW, grad_b, grad_h0, grad_c0, loop_workspace,
+                        scratch, op)
 
 
 def simple_rnn_forward(x, W, RW, b, h0=None, mask=None, *, activation="sigmoid",
@@ -187,10 +199,11 @@ def simple_rnn_backward(x, W, RW, cache, grad_output, h0=None, mask=None, grad_h
 
     Parameters and semantics as for `lstm_backward` (no cell state).
     """
+    op = "simple_rnn_backward"
     return rnn_backward(K_SIMPLE, x, W, RW, cache, grad_output, h0, None, mask, grad_h, None,
-                        activation, None, False, data_format, back_length, bool(need_input),
-                        grad_input, grad_W, grad_RW, grad_b, grad_h0, None, loop_workspace,
-                        scratch, "simple_rnn_backward")
+                        activation, None, False, data_format, back_length,
+                        _flag(need_input, op, "need_input"), grad_input, grad_W, grad_RW,
+                        grad_b, grad_h0, None, loop_workspace, scratch, op)
 
 
 def lstm_cache_shape(time, batch, n_out, *, activation="sigmoid", gate_activation="sigmoid"):
@@ -208,6 +221,9 @@ def lstm_cache_shape(time, batch, n_out, *, activation="sigmoid", gate_activatio
     cdef intp_t T = size_arg(time, op, "time", 0)
     cdef intp_t B = size_arg(batch, op, "batch", 0)
     cdef intp_t n = size_arg(n_out, op, "n_out", 1)
+    cdef double alpha
+    _activation(gate_activation, op, "gate_activation", &alpha)   # with_z lets None pass
+    _check_size((T, B, lstm_cache_width(n, True)), op)
     return (T, B, lstm_cache_width(n, with_z(activation, gate_activation, op)))
 
 
@@ -218,6 +234,7 @@ def simple_rnn_cache_shape(time, batch, n_out, *, activation="sigmoid"):
     cdef intp_t T = size_arg(time, op, "time", 0)
     cdef intp_t B = size_arg(batch, op, "batch", 0)
     cdef intp_t n = size_arg(n_out, op, "n_out", 1)
+    _check_size((T, B, simple_rnn_cache_width(n, True)), op)
     return (T, B, simple_rnn_cache_width(n, with_z(activation, None, op)))
 
 
@@ -240,14 +257,18 @@ def lstm_scratch_bytes(batch, n_in, n_out, time, *, dtype=np.float32, backward=F
     >>> F.lstm_scratch_bytes(64, 512, 512, 100) < 100 * 64 * 2048 * 4
     True
     """
-    return rnn_scratch_bytes(K_LSTM, batch, n_in, n_out, time, dtype, bool(backward),
-                             bool(peepholes), bool(cache), bool(mask), bool(loop_workspace),
-                             back_length, "lstm_scratch_bytes")
+    op = "lstm_scratch_bytes"
+    return rnn_scratch_bytes(K_LSTM, batch, n_in, n_out, time, dtype,
+                             _flag(backward, op, "backward"), _flag(peepholes, op, "peepholes"),
+                             _flag(cache, op, "cache"), _flag(mask, op, "mask"),
+                             _flag(loop_workspace, op, "loop_workspace"), back_length, op)
 
 
 def simple_rnn_scratch_bytes(batch, n_in, n_out, time, *, dtype=np.float32, backward=False,
                              cache=True, mask=False, loop_workspace=True, back_length=None):
     """As `lstm_scratch_bytes`, for `simple_rnn_forward` / `simple_rnn_backward`."""
-    return rnn_scratch_bytes(K_SIMPLE, batch, n_in, n_out, time, dtype, bool(backward),
-                             False, bool(cache), bool(mask), bool(loop_workspace), back_length,
-                             "simple_rnn_scratch_bytes")
+    op = "simple_rnn_scratch_bytes"
+    return rnn_scratch_bytes(K_SIMPLE, batch, n_in, n_out, time, dtype,
+                             _flag(backward, op, "backward"), False, _flag(cache, op, "cache"),
+                             _flag(mask, op, "mask"), _flag(loop_workspace, op, "loop_workspace"),
+                             back_length, op)
