@@ -167,6 +167,16 @@ cdef bint whole_strides(NDArray a) noexcept:
     return True
 
 
+cdef NDArray _wrap_numpy(object x, str op, str role):
+    # a NumPy array wrapped without a copy; ndws arrays hold native byte order, so one in the
+    # other order is refused here by name (the wrap's own error names neither)
+    if not x.dtype.isnative:
+        raise TypeError(f"{op}: {role} has dtype {x.dtype.str!r}, not in native byte order "
+                        f"(ndws arrays use it: convert with "
+                        f".astype({x.dtype.newbyteorder('=').str!r}))")
+    return <NDArray>_from_numpy(x)
+
+
 cdef NDArray _convert(object x, str op, str role, object dtype):
     # A NumPy array is wrapped without a copy; anything else goes through numpy.asarray
     # (`dtype`, when given, is the dtype a Python sequence/scalar is converted to).
@@ -178,7 +188,7 @@ cdef NDArray _convert(object x, str op, str role, object dtype):
                             f"got {type(x).__name__}") from exc
     if x.dtype.kind not in "biufc":
         raise TypeError(f"{op}: {role} must be a float32 or float64 array, got dtype {x.dtype}")
-    return <NDArray>_from_numpy(x)
+    return _wrap_numpy(x, op, role)
 
 
 cdef NDArray float_arg(object x, str op, str role, object dtype=None):
@@ -228,7 +238,7 @@ cdef NDArray array_arg(object x, str op, str role):
     if isinstance(x, NDArray):
         a = <NDArray>x
     elif isinstance(x, np.ndarray):
-        a = <NDArray>_from_numpy(x)
+        a = _wrap_numpy(x, op, role)
     else:
         raise TypeError(f"{op}: {role} must be an NDArray or numpy.ndarray, "
                         f"got {type(x).__name__}")

@@ -462,3 +462,25 @@ def test_an_mmap_file_the_disk_cant_hold_is_refused_before_writing(tmp_path, mon
     small = conf.replace(initial_size=16384)            # what fits is still written
     with ndws.workspace("MAPPED", small) as ws:
         assert ndws.zeros(4).workspace is ws
+
+
+@pytest.mark.parametrize("call, role", [
+    (lambda be: ndws.nn.functional.lstm_forward(be((1, 1, 2)), np.ones((1, 4)), np.ones((1, 4)),
+                                                np.zeros(4)), "lstm_forward: x"),
+    (lambda be: ndws.nn.functional.lstm_forward(np.ones((1, 1, 2)), np.ones((1, 4)),
+                                                np.ones((1, 4)), np.zeros(4),
+                                                out=be((1, 1, 2))), "lstm_forward: out"),
+    (lambda be: ndws.nn.functional.conv2d(be((1, 1, 3, 3)), np.ones((1, 1, 2, 2))),
+     "conv2d: x"),
+    (lambda be: ndws.nn.functional.relu(be((2, 3))), "relu: x"),
+])
+def test_an_array_of_the_other_byte_order_is_named(call, role):
+    # ndws arrays hold native byte order: a NumPy array in the other one is refused by the
+    # kernel entry that takes it, naming the argument and the conversion
+    import ndws.nn.functional  # noqa: F401
+
+    other = np.dtype(np.float64).newbyteorder("S")
+    with pytest.raises(TypeError, match=rf"^{role} has dtype '{other.str}', not in native byte "
+                                        rf"order \(ndws arrays use it: convert with "
+                                        rf"\.astype\('{np.dtype(np.float64).str}'\)\)$"):
+        call(lambda shape: np.zeros(shape, other))
