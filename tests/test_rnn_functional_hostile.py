@@ -124,3 +124,25 @@ def test_empty_outputs_are_taken_as_given(rng):
     h_out = np.zeros((0, 4))
     assert F.lstm_forward(np.zeros((0, 1, 3)), np.zeros((1, 16)), RW, b,
                           h_out=h_out)[1] is h_out
+
+
+@pytest.mark.parametrize("kind", ["lstm", "simple"])
+def test_grad_input_without_need_input_is_refused(kind):
+    # a grad_input the call would not write is a contradiction, refused before anything
+    x, n = np.ones((1, 1, 2)), 1
+    K = 4 * n if kind == "lstm" else n
+    W, RW, b = np.ones((1, K)), np.ones((1, K)), np.zeros(K)
+    forward = F.lstm_forward if kind == "lstm" else F.simple_rnn_forward
+    backward = F.lstm_backward if kind == "lstm" else F.simple_rnn_backward
+    cache = np.zeros((F.lstm_cache_shape if kind == "lstm" else F.simple_rnn_cache_shape)(2, 1,
+                                                                                           n))
+    forward(x, W, RW, b, cache=cache)
+    grad_W = np.full((1, K), 7.0)
+    with pytest.raises(ValueError, match=rf"^{backward.__name__}: grad_input is given but "
+                                         rf"need_input is False \(no input gradient is "
+                                         rf"computed\): pass need_input=True, or no "
+                                         rf"grad_input$"):
+        backward(x, W, RW, cache, np.ones((1, 1, 2)), need_input=False,
+                 grad_input=np.zeros((1, 1, 2)), grad_W=grad_W)
+    np.testing.assert_array_equal(grad_W, 7.0)             # nothing written
+    assert backward(x, W, RW, cache, np.ones((1, 1, 2)), need_input=False)[0] is None

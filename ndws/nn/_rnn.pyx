@@ -1357,6 +1357,9 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
         t0 = T - back_length if back_length < T else 0
     loop = _loop_workspace(loop_workspace, op)
     inputs = (X, Wa, RWa, CA, DY, DH, DC, H0, C0, M)
+    if grad_input is not None and not need_input:
+        raise ValueError(f"{op}: grad_input is given but need_input is False (no input "
+                         f"gradient is computed): pass need_input=True, or no grad_input")
     call = _Call(op)
     try:
         if need_input:

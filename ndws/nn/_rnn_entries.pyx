@@ -134,7 +134,8 @@ def lstm_backward(x, W, RW, cache, grad_output, h0=None, c0=None, mask=None, gra
     back_length : int, optional
         Steps the errors flow back through (``tbptt_back_length``); all when None.
     need_input : bool
-        Compute dx (a first layer needs none; dx is then None).
+        Compute dx (a first layer needs none; dx is then None, and a `grad_input` given is
+        refused as contradicting it).
     grad_input, grad_W, grad_RW, grad_b, grad_h0, grad_c0 : NDArray, optional
         Outputs: x's, W's, RW's, (4*n_out,) or (1, 4*n_out), and (batch, n_out) shapes; any
         strides; written, not accumulated into.
