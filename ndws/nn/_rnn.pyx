@@ -1378,8 +1378,8 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
         _seq_strides(X, ncw, &xsb, &xsk, &xst)
         # NaN or inf in masked padding would reach dW through x^T dz (0 * NaN): then x is
         # copied and its masked steps zeroed, the result of finite padding
-        zero_pad = M is not None and B > 0 and _nonfinite_padding(X, M, ncw, t0)
-        copy_x = (not _time_major(B, T, xsb, xst, &rs) or zero_pad) and B > 0
+        pad = _nonfinite_padding(X, M, ncw, t0) if M is not None and B > 0 else None
+        copy_x = (not _time_major(B, T, xsb, xst, &rs) or pad is not None) and B > 0
         if dX is not None:
             _seq_strides(dX, ncw, &dsb, &dsk, &dst)
             copy_dx = not _time_major(B, T, dsb, dst, &drs) and B > 0
@@ -1434,9 +1434,8 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
                 _copy_time_major(X._data + t0 * xst * item, xsb, xsk, xst, xw, B, Tw, nin,
                                  item, nt_copy)
             xsk, rs = 1, nin
-            if zero_pad:
-                _from_numpy_view(xw, R, nin, j.f64)[
-                    (np.asarray(M)[:, t0:] == 0).T.reshape(-1)] = 0
+            if pad is not None:
+                _from_numpy_view(xw, R, nin, j.f64)[pad.T.reshape(-1)] = 0
         else:
             xw = X._data + t0 * B * rs * item
         hoff = 6 * n if kind == K_LSTM else n
@@ -1510,13 +1509,16 @@ cdef tuple rnn_backward(int kind, object x, object W, object RW, object cache, o
     return tuple(res)
 
 
-cdef bint _nonfinite_padding(NDArray X, object M, bint ncw, intp_t t0) except -1:
-    # whether x holds NaN or inf at a masked step of the window (the steps are read, not x)
+cdef object _nonfinite_padding(NDArray X, object M, bint ncw, intp_t t0):
+    # the window's masked steps, (B, Tw) bools, when x holds NaN or inf at one of them (the
+    # steps to zero in the copy); else None. Only the masked steps of x are read
     cdef object masked = np.asarray(M)[:, t0:] == 0
     if not masked.any():
-        return False
+        return None
     x = np.asarray(X)[:, :, t0:] if ncw else np.asarray(X)[:, t0:]
-    return not np.isfinite(x.transpose(0, 2, 1)[masked] if ncw else x[masked]).all()
+    if np.isfinite(x.transpose(0, 2, 1)[masked] if ncw else x[masked]).all():
+        return None
+    return masked
 
 
 cdef int _zero_steps(NDArray a, int axis, intp_t t0) except -1:
