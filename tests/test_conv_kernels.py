@@ -134,7 +134,8 @@ SHAPES = [
     (1, 9, 6, 6, 3, (1, 1)),
     (2, 17, 9, 10, 20, (3, 3)),     # 3x3 stride 1 with 16+ channels: Winograd F(2x2, 3x3)
     (2, 20, 7, 7, 32, (1, 1)),      # 1x1: positions as the tile's rows
-    (2, 5, 8, 11, 6, (2, 7)),       # 5 channels, wide kernel: the GEMM's column taps
+    (2, 5, 8, 11, 6, (2, 7)),       # 5 channels, wide kernel: the GEMM's column taps (8 rows)
+    (2, 7, 8, 12, 5, (2, 6)),       # and on the 6-row tile (AVX2)
 ]
 GRID = list(itertools.product([1, 2], [0, 1, (1, 0, 2, 1)], [1, 2]))   # stride, padding, dilation
 
