@@ -576,14 +576,31 @@ def test_loop_workspace_statistics_are_those_of_with_blocks(kind, rng):
     assert compiled.cycles_count == 4 * T + 3 and ndws.current_workspace() is None
 
 
+@pytest.fixture
+def small_chunks():
+    # the forward's input projection in chunks of 256 KiB of result instead of 8 MiB, so that
+    # these small problems take several chunks (W packed, windows of steps cut at the chunks)
+    from ndws.nn import _rnn
+    previous = _rnn._use_proj_chunk_bytes(256 << 10)
+    yield
+    _rnn._use_proj_chunk_bytes(previous)
+
+
+def test_the_projection_chunk_size_is_checked():
+    from ndws.nn import _rnn
+    with pytest.raises(ValueError, match="nbytes: expected at least 1, got 0"):
+        _rnn._use_proj_chunk_bytes(0)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("T", [2, 12])
+@pytest.mark.parametrize("T", [2, 13])
 @pytest.mark.parametrize("kind", KINDS)
-def test_two_threads_run_windows_of_steps_with_the_loop_statistics_of_one(kind, T, dtype, rng):
+def test_two_threads_run_windows_of_steps_with_the_loop_statistics_of_one(kind, T, dtype, rng,
+                                                                         small_chunks):
     # two threads run the example groups as lanes over windows of steps in the bytes of one
     # step's cycle: the bits and every loop-workspace statistic are the one-thread loop's.
-    # T = 2: the input projection is one chunk of both steps; T = 12: each group makes its
-    # own rows of it (several chunks, W packed)
+    # T = 2: the input projection is one chunk of both steps; T = 13: several chunks (W
+    # packed), each made on the pool before the windows of its steps
     B, nin, n = 64, 48, 64
     p = _problem(rng, kind, B=B, nin=nin, n=n, T=T, dtype=dtype)
     mask = (rng.random((B, T)) > 0.2).astype(dtype)
@@ -621,7 +638,7 @@ def test_two_threads_run_windows_of_steps_with_the_loop_statistics_of_one(kind, 
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_no_input_features_on_one_and_two_threads(kind, rng):
+def test_no_input_features_on_one_and_two_threads(kind, rng, small_chunks):
     # x with 0 features: the input projection is 0 (empty sums); two threads run the groups
     # as lanes over steps that span several projection chunks (64 x 4 x 512 floats is 512 KiB
     # a step) and must not read a chunk that was never made
@@ -692,7 +709,8 @@ def test_state_in_place_is_rnn_time_step(batch, rng):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_projection_in_chunks_gives_the_bits_of_single_steps(kind, dtype, rng):
+def test_the_projection_in_chunks_gives_the_bits_of_single_steps(kind, dtype, rng,
+                                                                small_chunks):
     # 32 examples x 256 gate columns: the forward projects 8 (float32) or 4 (float64) steps per
     # GEMM, from W packed once; one step at a time projects alone from W as it is. Same bits, with W in either
     # order, a mask, and a cache written on the way

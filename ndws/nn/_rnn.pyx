@@ -4,10 +4,10 @@ masks (docs/kernels.md, "Recurrent time loops").
 
 How a forward pass runs. The input projection ``X @ W`` is a GEMM with the (step, example)
 pairs as rows in time-major order (an input whose rows are not one strided matrix in that order
-is copied first), made a chunk of steps at a time (about 256 KiB of result, W packed once for
-the chunks) just before the loop reaches them, so that the steps find their rows in cache and
-the scratch holds one chunk, not every step's. Then, per step, without the GIL and without a Python
-call: the recurrent GEMM ``h_{t-1} @ RW`` into the step's temporary, and one pass per example
+is copied first), made a chunk of steps at a time (about 8 MiB of result, W packed once for
+the chunks) just before the loop reaches them, so that the scratch holds one chunk, not every
+step's, and W is read once per chunk, not once per step. Then, per step, without the GIL and
+without a Python call: the recurrent GEMM ``h_{t-1} @ RW`` into the step's temporary, and one pass per example
 that adds the projection and the bias, applies the activations, updates the cell, applies the
 mask and writes the output, the new state and, when training, the step's cache row (what the
 backward needs: gates, cell, output). The backward runs the steps in reverse: per step one
@@ -15,12 +15,11 @@ GEMM for the recurrent error ``dz_{t+1} @ RW^T`` and one pass per example that w
 step's gate errors; after the loop three GEMMs over all steps give dW, dRW and dx, and a
 matrix-vector product the bias gradient.
 
-On several threads a step is one pool run: each task takes a group of examples (whole rows of
-the GEMM's micro-kernel), makes its rows of the recurrent product and then runs their passes.
-An example's product reads only its own row of the previous step (h_{t-1}, or dz_{t+1}
-backward), so nothing waits between the product and the passes; as two runs (the product on
-all threads, then the passes) a step waited twice, and an LSTM of 512 at batch 64 ran its
-forward 7% slower on 2 threads.
+On several threads the examples are cut into groups (whole rows of the GEMM's micro-kernel)
+that run as lanes over windows of steps (_lane_step): a group's step makes its rows of the
+recurrent product and then runs their passes. An example's product reads only its own row of
+the previous step (h_{t-1}, or dz_{t+1} backward), so no step waits for the whole batch; each
+chunk's input projection is one GEMM on the pool before the windows of its steps.
 
 The step's temporaries live in a cycle of the caller's loop workspace, opened and closed at
 every step from the compiled loop (ndws._arena, "cycles of a compiled loop": DL4J's
@@ -108,6 +107,27 @@ def _use_cell_isa(name):
     return previous
 
 
+# The forward's input projection per GEMM, in bytes of result (see _forward_loop): W is read
+# again for every chunk, so a chunk of a step or two read the whole packed W (4 MiB for an LSTM
+# of 512) from L3 or memory at every step; 8 MiB makes W's traffic small beside the result's and
+# still bounds the scratch (an LSTM 512 at batch 64 projects 16 steps per GEMM, not all 100:
+# 8 MiB instead of 52). Zen 3, one thread, LSTM 512 forward, medians against PyTorch in
+# alternation: 256 KiB 0.98-1.00x, 4 MiB 1.02-1.07x, 8 MiB 1.07-1.09x, all steps 1.05-1.12x.
+cdef intp_t _proj_chunk_bytes = 8 << 20
+
+
+def _use_proj_chunk_bytes(intp_t nbytes):
+    """The forward's input projection per GEMM, in bytes of result (at least one step, at most
+    all): tests make it small so that small problems take several chunks; returns the
+    previous value."""
+    global _proj_chunk_bytes
+    if nbytes < 1:
+        raise ValueError(f"nbytes: expected at least 1, got {nbytes}")
+    previous = _proj_chunk_bytes
+    _proj_chunk_bytes = nbytes
+    return previous
+
+
 def _use_fused_cells(bint on):
     """Whether LSTM steps with identity / sigmoid / tanh run the per-instruction-set cell of
     _rnn_cell.h (the default) or the general path (tests compare their bits); returns the
@@ -120,7 +140,6 @@ def _use_fused_cells(bint on):
 
 cdef enum:
     TILE = 16              # the transposing copies move 16 x 16 tiles
-    PROJ_CHUNK_BYTES = 262144   # the forward's input projection per GEMM (see _forward_loop)
 
 cdef inline intp_t _rup(intp_t x, intp_t q) noexcept nogil:
     return (x + q - 1) // q * q
@@ -164,7 +183,6 @@ ctypedef struct Job:
     # lane's step its rows of the products and then their cells (see _lane_step)
     int nt_step, ngroups
     intp_t grp
-    bint fuse_proj                     # each group's step makes its own rows of x @ W first
     # x as time-major rows (row t*B + b at xr + r*xrs, columns xcs apart), after any copy
     char* xr
     intp_t xrs, xcs
@@ -653,8 +671,8 @@ ctypedef struct _Window:
 
 
 cdef int _lane_step(void* ctx, Py_ssize_t g, Py_ssize_t s) noexcept nogil:
-    # step s of the window for example group g (run_lanes): its rows of the input projection
-    # (fuse_proj), of the recurrent product, and its cells. A group's rows depend only on its
+    # step s of the window for example group g (run_lanes): its rows of the recurrent product
+    # and its cells. A group's rows depend only on its
     # own rows of the previous step, so groups need no barrier between steps: a thread that is
     # descheduled holds back its group alone. The bits are the step-by-step loop's (a row's
     # products are the same whatever rows one product gets).
@@ -667,12 +685,6 @@ cdef int _lane_step(void* ctx, Py_ssize_t g, Py_ssize_t s) noexcept nogil:
     else:
         jj.t = w.t_a + s
         jj.has_s = jj.t > 0 or jj.has_s
-        if jj.fuse_proj:
-            # the group's rows of the step's input projection, in proj's first step
-            jj.pt0 = jj.t
-            if _x_w(&jj, b1 - b0, jj.xr + (jj.t * jj.B + b0) * jj.xrs * jj.item,
-                    jj.proj + b0 * jj.K * jj.item, 1) != 0:
-                return -1
     if _step_product(&jj, b0, b1, 1) != 0:
         return -1
     _rows(&jj, b0, b1)
@@ -829,14 +841,12 @@ cdef int _project(Job* j, intp_t t0) except -1 nogil:
 cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
     cdef intp_t t = 0, m
     if j.nt_step > 1:
-        # several threads: windows of steps with the example groups as lanes (_lane_step),
-        # each group making its own rows of the projection when there is more than one chunk
-        # (W packed, or no input features), read from the one chunk of all steps otherwise
-        j.fuse_proj = j.pchunk < j.T
-        if not j.fuse_proj:
-            _project(j, 0)
+        # several threads: each chunk's projection on the pool, then windows of the chunk's
+        # steps with the example groups as lanes (_lane_step)
         while t < j.T:
-            m = _step_temps(j, loop, j.B * j.K, j.T - t - 1)
+            if t % j.pchunk == 0:
+                _project(j, t)
+            m = _step_temps(j, loop, j.B * j.K, _imin(j.T, j.pt0 + j.pchunk) - t - 1)
             _run_window(j, t, m + 1)
             if loop is not None:
                 loop._loop_leave()
@@ -844,9 +854,8 @@ cdef int _forward_loop(Job* j, Arena loop) except -1 nogil:
         return 0
     for t in range(j.T):
         if t % j.pchunk == 0:
-            # the next steps' input projection, made just before the cells read it so that
-            # they find it in cache (one GEMM over all steps left all but the last steps' rows
-            # to be fetched from memory, and took T*B*K of scratch)
+            # the next chunk's input projection, made just before the cells read it (one GEMM
+            # over all steps took T*B*K of scratch; one per step read all of W every step)
             _project(j, t)
         _step_temps(j, loop, j.B * j.K, 0)
         j.t = t
@@ -971,10 +980,10 @@ ctypedef struct Sizes:
 
 
 cdef intp_t _proj_steps(intp_t B, intp_t T, intp_t K, intp_t item) noexcept nogil:
-    # the steps of one input projection GEMM: about PROJ_CHUNK_BYTES of its result, at least
+    # the steps of one input projection GEMM: about _proj_chunk_bytes of its result, at least
     # one step, at most all
     cdef intp_t per = B * K * item
-    cdef intp_t q = PROJ_CHUNK_BYTES // per if per > 0 else T
+    cdef intp_t q = _proj_chunk_bytes // per if per > 0 else T
     return _imin(q if q > 1 else 1, T if T > 1 else 1)
 
 
