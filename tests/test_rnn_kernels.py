@@ -578,8 +578,9 @@ def test_loop_workspace_statistics_are_those_of_with_blocks(kind, rng):
 
 @pytest.fixture
 def small_chunks():
-    # the forward's input projection in chunks of 256 KiB of result instead of 8 MiB, so that
-    # these small problems take several chunks (W packed, windows of steps cut at the chunks)
+    # the forward's input projection in chunks of at least 256 KiB of result (and twice W's
+    # bytes), whatever the default, so that these small problems take several chunks (W
+    # packed, windows of steps cut at the chunks)
     from ndws.nn import _rnn
     previous = _rnn._use_proj_chunk_bytes(256 << 10)
     yield
@@ -732,6 +733,29 @@ def test_the_projection_in_chunks_gives_the_bits_of_single_steps(kind, dtype, rn
                 c = res[2].numpy()
             assert res[0].numpy()[:, :, 0].tobytes() == y_all[:, :, t].tobytes()
             assert step_cache[0].tobytes() == cache[t].tobytes()
+
+
+@pytest.mark.parametrize("nt", [1, 2])
+def test_a_chunk_holds_at_least_twice_w(nt, rng):
+    # with no least size, W's bytes set the chunk: 2 x 64 x 64 float32 of W make chunks of
+    # 32 KiB, 64 steps of 2 examples x 64 columns, so 70 steps are two chunks (W packed); the
+    # bits are those of one GEMM over all steps, and the scratch holds one chunk, not 70 steps
+    from ndws.nn import _rnn
+    B, nin, n, T = 2, 64, 16, 70
+    p = _problem(rng, "lstm", B=B, nin=nin, n=n, T=T, dtype=np.float32)
+    out, scratch = [], []
+    for least in (1, 1 << 30):
+        previous = _rnn._use_proj_chunk_bytes(least)
+        try:
+            with ndws.num_threads(nt):
+                out.append([a.numpy().tobytes() for a in _forward("lstm", p)])
+            scratch.append(F.lstm_scratch_bytes(B, nin, n, T, cache=False))
+        finally:
+            _rnn._use_proj_chunk_bytes(previous)
+    assert out[0] == out[1]
+    # the projection's scratch: 64 steps of B x 4n floats and W packed, against all 70 steps
+    packed_w = -(-la._pack_b(p["W"]).nbytes // 64) * 64
+    assert scratch[1] - scratch[0] == (T - 64) * B * 4 * n * 4 - packed_w
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ masks (docs/kernels.md, "Recurrent time loops").
 
 How a forward pass runs. The input projection ``X @ W`` is a GEMM with the (step, example)
 pairs as rows in time-major order (an input whose rows are not one strided matrix in that order
-is copied first), made a chunk of steps at a time (about 8 MiB of result, W packed once for
-the chunks) just before the loop reaches them, so that the scratch holds one chunk, not every
+is copied first), made a chunk of steps at a time (at least 256 KiB of result and twice W's
+bytes, W packed once for the chunks) just before the loop reaches them, so that the scratch holds one chunk, not every
 step's, and W is read once per chunk, not once per step. Then, per step, without the GIL and
 without a Python call: the recurrent GEMM ``h_{t-1} @ RW`` into the step's temporary, and one pass per example
 that adds the projection and the bias, applies the activations, updates the cell, applies the
@@ -107,19 +107,15 @@ def _use_cell_isa(name):
     return previous
 
 
-# The forward's input projection per GEMM, in bytes of result (see _forward_loop): W is read
-# again for every chunk, so a chunk of a step or two read the whole packed W (4 MiB for an LSTM
-# of 512) from L3 or memory at every step; 8 MiB makes W's traffic small beside the result's and
-# still bounds the scratch (an LSTM 512 at batch 64 projects 16 steps per GEMM, not all 100:
-# 8 MiB instead of 52). Zen 3, one thread, LSTM 512 forward, medians against PyTorch in
-# alternation: 256 KiB 0.98-1.00x, 4 MiB 1.02-1.07x, 8 MiB 1.07-1.09x, all steps 1.05-1.12x.
-cdef intp_t _proj_chunk_bytes = 8 << 20
+# The forward's input projection per GEMM, in bytes of result (see _proj_steps): at least this
+# (256 KiB keeps a small layer's chunk in L2), and at least twice W's bytes.
+cdef intp_t _proj_chunk_bytes = 256 << 10
 
 
 def _use_proj_chunk_bytes(intp_t nbytes):
-    """The forward's input projection per GEMM, in bytes of result (at least one step, at most
-    all): tests make it small so that small problems take several chunks; returns the
-    previous value."""
+    """The least result of one input projection GEMM, in bytes (a chunk is at least one step
+    and at least twice W's bytes, at most all steps): tests set it so that small problems take
+    several chunks whatever the default; returns the previous value."""
     global _proj_chunk_bytes
     if nbytes < 1:
         raise ValueError(f"nbytes: expected at least 1, got {nbytes}")
@@ -979,11 +975,19 @@ ctypedef struct Sizes:
     intp_t dz, dxtmp, dcbuf, c0, ones
 
 
-cdef intp_t _proj_steps(intp_t B, intp_t T, intp_t K, intp_t item) noexcept nogil:
-    # the steps of one input projection GEMM: about _proj_chunk_bytes of its result, at least
-    # one step, at most all
+cdef intp_t _proj_steps(intp_t B, intp_t T, intp_t nin, intp_t K, intp_t item) noexcept nogil:
+    # the steps of one input projection GEMM: about _proj_chunk_bytes of its result or twice
+    # W's bytes, whichever is more; at least one step, at most all. W is read again for every
+    # chunk: with 256 KiB chunks an LSTM of 512 at batch 64 (a step's result is 512 KiB) read
+    # the whole 4 MiB of packed W from L3 or memory at every step, which on a Zen 3 core whose
+    # L3 other tenants share left its forward at 0.98-1.00x PyTorch's speed (one thread,
+    # medians in alternation); chunks of twice W (8 MiB, 16 steps) 1.07-1.09x, all 100 steps
+    # at once 1.05-1.12x for 52 MiB of scratch. Layers with a small W keep chunks near L2's size.
     cdef intp_t per = B * K * item
-    cdef intp_t q = _proj_chunk_bytes // per if per > 0 else T
+    cdef intp_t least = _proj_chunk_bytes
+    if 2 * nin * K * item > least:
+        least = 2 * nin * K * item
+    cdef intp_t q = least // per if per > 0 else T
     return _imin(q if q > 1 else 1, T if T > 1 else 1)
 
 
@@ -991,7 +995,7 @@ cdef void _fwd_scratch(Sizes* z, int kind, intp_t B, intp_t T, intp_t nin, intp_
                        intp_t item, bint copy_x, bint pack_rw, bint has_mask, bint peep,
                        bint loop, intp_t rtw) noexcept:
     cdef intp_t K = 4 * n if kind == K_LSTM else n
-    cdef intp_t steps = _proj_steps(B, T, K, item)
+    cdef intp_t steps = _proj_steps(B, T, nin, K, item)
     z.total = 0
     z.proj = _part(&z.total, steps * B * K * item)
     # W packed once when more than one chunk reads it
@@ -1272,7 +1276,7 @@ cdef tuple rnn_forward(int kind, object x, object W, object RW, object b, object
         j.ntasks = <int>_imin(B, 4 * j.nt_rows)
         _plan_steps(&j)
         # the input projection, a chunk of steps at a time (_forward_loop)
-        j.pchunk = _proj_steps(B, T, K, item)
+        j.pchunk = _proj_steps(B, T, nin, K, item)
         j.nt_proj = threads_for(2 * j.pchunk * B * nin * K,
                                 GRAIN_GEMM_F64 if j.f64 else GRAIN_GEMM_F32)
         j.W, j.ws0, j.ws1 = Wa._data, _es(Wa, 0), _es(Wa, 1)
