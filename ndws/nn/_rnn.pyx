@@ -5,15 +5,15 @@ masks (docs/kernels.md, "Recurrent time loops").
 How a forward pass runs. The input projection ``X @ W`` is a GEMM with the (step, example)
 pairs as rows in time-major order (an input whose rows are not one strided matrix in that order
 is copied first), made a chunk of steps at a time (at least 256 KiB of result and twice W's
-bytes, W packed once for the chunks) just before the loop reaches them, so that the scratch holds one chunk, not every
-step's, and W is read once per chunk, not once per step. Then, per step, without the GIL and
-without a Python call: the recurrent GEMM ``h_{t-1} @ RW`` into the step's temporary, and one pass per example
-that adds the projection and the bias, applies the activations, updates the cell, applies the
-mask and writes the output, the new state and, when training, the step's cache row (what the
-backward needs: gates, cell, output). The backward runs the steps in reverse: per step one
-GEMM for the recurrent error ``dz_{t+1} @ RW^T`` and one pass per example that writes the
-step's gate errors; after the loop three GEMMs over all steps give dW, dRW and dx, and a
-matrix-vector product the bias gradient.
+bytes, W packed once for the chunks) just before the loop reaches them, so that the scratch
+holds one chunk, not every step's, and W is read once per chunk, not once per step. Then, per
+step, without the GIL and without a Python call: the recurrent GEMM ``h_{t-1} @ RW`` into the
+step's temporary, and one pass per example that adds the projection and the bias, applies the
+activations, updates the cell, applies the mask and writes the output, the new state and, when
+training, the step's cache row (what the backward needs: gates, cell, output). The backward
+runs the steps in reverse: per step one GEMM for the recurrent error ``dz_{t+1} @ RW^T`` and
+one pass per example that writes the step's gate errors; after the loop three GEMMs over all
+steps give dW, dRW and dx, and a matrix-vector product the bias gradient.
 
 On several threads the examples are cut into groups (whole rows of the GEMM's micro-kernel)
 that run as lanes over windows of steps (_lane_step): a group's step makes its rows of the
@@ -668,9 +668,9 @@ ctypedef struct _Window:
 
 cdef int _lane_step(void* ctx, Py_ssize_t g, Py_ssize_t s) noexcept nogil:
     # step s of the window for example group g (run_lanes): its rows of the recurrent product
-    # and its cells. A group's rows depend only on its
-    # own rows of the previous step, so groups need no barrier between steps: a thread that is
-    # descheduled holds back its group alone. The bits are the step-by-step loop's (a row's
+    # and its cells. A group's rows depend only on its own rows of the previous step, so
+    # groups need no barrier between steps: a thread that is descheduled holds back its group
+    # alone. The bits are the step-by-step loop's (a row's
     # products are the same whatever rows one product gets).
     cdef const _Window* w = <const _Window*>ctx
     cdef Job jj = w.j[0]
