@@ -55,6 +55,8 @@ cdef extern from "_simd.h" nogil:
         NDWS_KC_F64
         NDWS_MC_F64
         NDWS_NC_F64
+        NDWS_PREFETCH_B
+    void ndws_prefetch_l2(const void* p)
     # opaque vector registers: only ever passed to the helpers below
     ctypedef struct ndws_vf32:
         pass
@@ -138,7 +140,8 @@ cdef inline intp_t _min(intp_t x, intp_t y) noexcept nogil:
 cdef inline void _ukr_f32(intp_t kc, const float32_t* A__pi,     # IN  packed, kc x MR
                           const float32_t* B__pj, intp_t ldb,     # IN  kc x NR
                           float32_t* C__ij, intp_t ldc,           # OUT MR x NR
-                          float32_t alpha, float32_t beta, bint load_c) noexcept nogil:
+                          float32_t alpha, float32_t beta, bint load_c,
+                          const float32_t* pf=NULL) noexcept nogil:  # IN  prefetched, kc x NR
     cdef ndws_vf32 acc[NDWS_MR_F32][NDWS_NV_F32]
     cdef ndws_vf32 bv[NDWS_NV_F32]
     cdef ndws_vf32 av, va, vb
@@ -148,6 +151,8 @@ cdef inline void _ukr_f32(intp_t kc, const float32_t* A__pi,     # IN  packed, k
         for v in range(NDWS_NV_F32):
             acc[r][v] = ndws_vzero_f32()
     for p in range(kc):
+        if NDWS_PREFETCH_B and pf != NULL:
+            ndws_prefetch_l2(pf + p * NDWS_NR_F32)
         for v in range(NDWS_NV_F32):
             bv[v] = ndws_vload_f32(B__pj + v * NDWS_VLEN_F32)
         for r in range(NDWS_MR_F32):
@@ -173,7 +178,8 @@ cdef inline void _ukr_f32(intp_t kc, const float32_t* A__pi,     # IN  packed, k
 cdef inline void _ukr_f64(intp_t kc, const float64_t* A__pi,     # IN  packed, kc x MR
                           const float64_t* B__pj, intp_t ldb,     # IN  kc x NR
                           float64_t* C__ij, intp_t ldc,           # OUT MR x NR
-                          float64_t alpha, float64_t beta, bint load_c) noexcept nogil:
+                          float64_t alpha, float64_t beta, bint load_c,
+                          const float64_t* pf=NULL) noexcept nogil:  # IN  prefetched, kc x NR
     cdef ndws_vf64 acc[NDWS_MR_F64][NDWS_NV_F64]
     cdef ndws_vf64 bv[NDWS_NV_F64]
     cdef ndws_vf64 av, va, vb
@@ -183,6 +189,8 @@ cdef inline void _ukr_f64(intp_t kc, const float64_t* A__pi,     # IN  packed, k
         for v in range(NDWS_NV_F64):
             acc[r][v] = ndws_vzero_f64()
     for p in range(kc):
+        if NDWS_PREFETCH_B and pf != NULL:
+            ndws_prefetch_l2(pf + p * NDWS_NR_F64)
         for v in range(NDWS_NV_F64):
             bv[v] = ndws_vload_f64(B__pj + v * NDWS_VLEN_F64)
         for r in range(NDWS_MR_F64):
@@ -288,11 +296,11 @@ cdef inline void _ukr_edge(intp_t kc, const floating_t* A__pi, const floating_t*
 
 cdef inline void _ukr(intp_t kc, const floating_t* A__pi, const floating_t* B__pj, intp_t ldb,
                       floating_t* C__ij, intp_t ldc, floating_t alpha, floating_t beta,
-                      bint load_c) noexcept nogil:
+                      bint load_c, const floating_t* pf=NULL) noexcept nogil:
     if floating_t is float32_t:
-        _ukr_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+        _ukr_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c, pf)
     else:
-        _ukr_f64(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c)
+        _ukr_f64(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c, pf)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -534,6 +542,7 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
     cdef floating_t* Be
     cdef floating_t* Ct
     cdef const floating_t* bp
+    cdef const floating_t* pf
     cdef floating_t* cij
     if floating_t is float32_t:
         MR = NDWS_MR_F32
@@ -594,9 +603,14 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                 for jr_b in range((nc + NR - 1) // NR):
                     jr = jr_b * NR
                     nr = _min(NR, nc - jr)
+                    # the next packed micro-panel, fetched into L2 by this one's first A panel
+                    # (_simd.h: NDWS_PREFETCH_B)
+                    pf = NULL
                     if not direct_b:
                         bp = Bp + jr * kc
                         ldb = NR
+                        if NDWS_PREFETCH_B and jr + NR < nc:
+                            pf = bp + NR * kc
                     elif nr == NR:
                         bp = B + pc * rs_b + (jc + jr) * cs_b
                         ldb = rs_b
@@ -608,7 +622,8 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                         mr = _min(MR, mc - ir)
                         cij = C + (ic + ir) * rs_c + (jc + jr) * cs_c
                         if mr == MR and nr == NR and cs_c == 1:
-                            _ukr(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c)
+                            _ukr(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c,
+                                 pf if ir_b == 0 else NULL)
                         elif mr == MR and nr == half and cs_c == 1:
                             # the half tile's rows are exactly its columns: no tile buffer
                             _ukr_edge(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta,
