@@ -131,7 +131,7 @@ cdef class Arena:
     # would, outside a compiled loop), so they are kept here until the step ends
     cdef list _loop_held
 
-    cdef int _check_thread(self, str action) except -1
+    cdef int _check_thread(self, str action, str subject=*, str op=*) except -1
     cdef char* _alloc(self, Py_ssize_t nbytes, bint zero) except NULL
     cdef void _open_cycle(self) noexcept nogil
     cdef bint _end_cycle_plain(self) noexcept nogil

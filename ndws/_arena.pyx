@@ -478,12 +478,14 @@ cdef class Arena:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    cdef int _check_thread(self, str action) except -1:
+    cdef int _check_thread(self, str action, str subject="Workspace", str op=None) except -1:
+        # `subject` names the workspace as the caller knows it (a kernel's "lstm_forward:
+        # loop_workspace", with `op`)
         if ndws_current_tid() != self._owner_tid:
             raise WorkspaceError(
-                f"Workspace [{self._id}] belongs to thread {self._owner_ident} and can't be "
+                f"{subject} [{self._id}] belongs to thread {self._owner_ident} and can't be "
                 f"{action} from thread {PyThread_get_thread_ident()}",
-                "thread", self._id)
+                "thread", self._id, op)
         return 0
 
     cdef int _install_main(self, MemoryBlock block) except -1:
@@ -952,26 +954,31 @@ cdef class Arena:
     # code (_clear_external, _alloc, _end_cycle).
 
     cdef int _loop_begin(self, Py_ssize_t per_cycle, str op) except -1:
+        # `op` is the kernel, and the workspace its `loop_workspace` argument: every refusal
+        # names both
         cdef ThreadState ts = tstate()
-        self._check_thread("entered")
+        cdef str arg = f"{op}: loop_workspace"
+        self._check_thread("entered", arg, op)
         if self._in_loop:
-            raise WorkspaceError(f"{op}: workspace [{self._id}] is already in use by a running "
-                                 f"loop", "open", self._id, op)
+            raise WorkspaceError(f"{arg} [{self._id}] is already in use by a running loop",
+                                 "open", self._id, op)
         if self._is_open:
             raise WorkspaceError(
-                f"{op}: workspace [{self._id}] is open; the loop opens and closes a cycle of it at "
-                f"every step (which would reset what the open cycle holds), so it must be closed "
-                f"when the loop starts", "open", self._id, op)
+                f"{arg} [{self._id}] is open; the loop opens and closes a cycle of it at every "
+                f"step (which would reset what the open cycle holds), so it must be closed when "
+                f"the loop starts", "open", self._id, op)
         if self._circular:
             raise WorkspaceError(
-                f"{op}: workspace [{self._id}] is circular (ResetPolicy.ENDOFBUFFER_REACHED); a "
-                f"loop's per-step working memory needs a scoped one (ResetPolicy.BLOCK_LEFT)",
+                f"{arg} [{self._id}] is circular (ResetPolicy.ENDOFBUFFER_REACHED); a loop's "
+                f"per-step working memory needs a scoped one (ResetPolicy.BLOCK_LEFT)",
                 "configuration", self._id, op)
         if (self._p_spill == SPILL_FAIL and self._is_used and per_cycle > 0
                 and (self._main is None or round_up(per_cycle) > self._current_size
                      or ndws_debug() == DEBUG_SPILL_EVERYTHING)):
             # the first step's allocation would fail: refuse before anything is written
-            raise WorkspaceError("Can't allocate memory: Workspace is full", "full", self._id, op)
+            # (DL4J's message, after the argument's name)
+            raise WorkspaceError(f"{arg} [{self._id}]: Can't allocate memory: Workspace is full",
+                                 "full", self._id, op)
         self._check_mmap_file()
         self._adopt_pending = False
         self._previous = ts._current        # what each step's entry would record
