@@ -205,9 +205,9 @@ def modes_info(rng, fits):
     return out
 
 
-def timed_rows(rows, quick, rounds):
+def timed_rows(rows, quick, rounds, per_round=2):
     """timed() of each row, with the page faults per call of each contender."""
-    per_round = 1 if quick else 2
+    per_round = 1 if quick else per_round
     result = {}
     for row, contenders in rows.items():
         inner = 50 if row == "rnn_time_step" else 1
@@ -230,7 +230,7 @@ def worker(threads, quick):
     torch = worker_threads(threads)
     rng = np.random.default_rng(0)
     f32 = np.float32
-    # the char model's rows: twice the LSTM 512 rows' samples (a segment takes 60 ms)
+    # the char model's rows: 10 rounds of 2 samples (a segment takes 60 ms)
     result = timed_rows(char_rows(threads, torch, rng), quick, 5 if quick else 10)
     # weights: PyTorch's LSTM when there is one (its initialisation), permuted into DL4J's
     if torch is not None:
@@ -342,7 +342,9 @@ def worker(threads, quick):
         assert np.abs(dW - ref).max() <= 1e-3 * np.abs(ref).max(), "dW differs from torch"
     rows = {"LSTM 512 forward": rows["forward"],
             "LSTM 512 fwd+bwd": rows["forward+backward"]}
-    result.update(timed_rows(rows, quick, 3 if quick else 5))
+    # one sample per round: the turns change every call (0.3-1.2 s here), so a slow phase of a
+    # shared machine lasting a few seconds falls on all contenders rather than on one's block
+    result.update(timed_rows(rows, quick, 3 if quick else 12, per_round=1))
     mm = ndws.get_memory_manager()
     before = mm.allocation_statistics()["allocations"]
     ndws_train()
