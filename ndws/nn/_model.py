@@ -888,6 +888,12 @@ class Model:
         if not isinstance(output_workspace, ndws.Workspace):
             raise TypeError(f"output_workspace: expected an open ndws.Workspace, got "
                             f"{type(output_workspace).__name__}")
+        if output_workspace.thread_ident != threading.get_ident():
+            # open or not there, it is another thread's: say so rather than "not open"
+            raise ndws.WorkspaceError(
+                f"output_workspace: workspace [{output_workspace.id}] belongs to thread "
+                f"{output_workspace.thread_ident} and can't be used from thread "
+                f"{threading.get_ident()}", "thread", output_workspace.id)
         if not output_workspace.is_scope_active:
             raise ndws.WorkspaceError(
                 f"output_workspace: workspace [{output_workspace.id}] is not open; open it "
