@@ -221,7 +221,8 @@ def test_an_open_workspace_is_refused():
     with ws:
         kept = ndws.zeros(3)
         state = _frozen(ws)
-        with pytest.raises(ndws.WorkspaceError, match=r"loop: workspace \[OPEN\] is open") as e:
+        with pytest.raises(ndws.WorkspaceError,
+                           match=r"loop: loop_workspace \[OPEN\] is open") as e:
             _arena._run_loop(ws, 2, [64])
         assert e.value.kind == "open" and _frozen(ws) == state
         assert kept.stale is None
