@@ -56,6 +56,7 @@ cdef extern from "_simd.h" nogil:
         NDWS_MC_F64
         NDWS_NC_F64
         NDWS_PREFETCH_B
+        NDWS_TAIL4_F32
     void ndws_prefetch_l2(const void* p)
     # opaque vector registers: only ever passed to the helpers below
     ctypedef struct ndws_vf32:
@@ -173,6 +174,76 @@ cdef inline void _ukr_f32(intp_t kc, const float32_t* A__pi,     # IN  packed, k
         for r in range(NDWS_MR_F32):
             for v in range(NDWS_NV_F32):
                 ndws_vstore_f32(C__ij + r * ldc + v * NDWS_VLEN_F32, ndws_vmul_f32(va, acc[r][v]))
+
+
+# The float32 tile of 4 rows (_simd.h: NDWS_TAIL4_F32): A packed 4 values per p, each element
+# the same fma chain and epilogue as in _ukr_f32.
+cdef inline void _ukr4_f32(intp_t kc, const float32_t* A__pi,    # IN  packed, kc x 4
+                           const float32_t* B__pj, intp_t ldb,    # IN  kc x NR
+                           float32_t* C__ij, intp_t ldc,          # OUT 4 x NR
+                           float32_t alpha, float32_t beta, bint load_c,
+                           const float32_t* pf) noexcept nogil:  # IN  prefetched, kc x NR
+    cdef ndws_vf32 acc[4][NDWS_NV_F32]
+    cdef ndws_vf32 bv[NDWS_NV_F32]
+    cdef ndws_vf32 av, va, vb
+    cdef intp_t p
+    cdef int r, v
+    for r in range(4):
+        for v in range(NDWS_NV_F32):
+            acc[r][v] = ndws_vzero_f32()
+    for p in range(kc):
+        if NDWS_PREFETCH_B and pf != NULL:
+            ndws_prefetch_l2(pf + p * NDWS_NR_F32)
+        for v in range(NDWS_NV_F32):
+            bv[v] = ndws_vload_f32(B__pj + v * NDWS_VLEN_F32)
+        for r in range(4):
+            av = ndws_vset1_f32(A__pi[r])
+            for v in range(NDWS_NV_F32):
+                acc[r][v] = ndws_vfmadd_f32(av, bv[v], acc[r][v])
+        A__pi += 4
+        B__pj += ldb
+    va = ndws_vset1_f32(alpha)
+    if load_c:
+        vb = ndws_vset1_f32(beta)
+        for r in range(4):
+            for v in range(NDWS_NV_F32):
+                ndws_vstore_f32(C__ij + r * ldc + v * NDWS_VLEN_F32, ndws_vfmadd_f32(
+                    va, acc[r][v],
+                    ndws_vmul_f32(vb, ndws_vload_f32(C__ij + r * ldc + v * NDWS_VLEN_F32))))
+    else:
+        for r in range(4):
+            for v in range(NDWS_NV_F32):
+                ndws_vstore_f32(C__ij + r * ldc + v * NDWS_VLEN_F32, ndws_vmul_f32(va, acc[r][v]))
+
+
+cdef inline void _tile4(intp_t kc, const floating_t* A__pi, const floating_t* B__pj, intp_t ldb,
+                        floating_t* C__ij, intp_t rs_c, intp_t cs_c, intp_t nr,
+                        floating_t* Ct, floating_t alpha, floating_t beta, bint load_c,
+                        const floating_t* pf) noexcept nogil:
+    # a 4-row tile of nr <= NR columns: in place, or through the tile buffer Ct (row stride
+    # NR) like the MR-row edge tiles; float32 only (NDWS_TAIL4_F32)
+    cdef intp_t r, j
+    if floating_t is float32_t:
+        if nr == NDWS_NR_F32 and cs_c == 1:
+            _ukr4_f32(kc, A__pi, B__pj, ldb, C__ij, rs_c, alpha, beta, load_c, pf)
+            return
+        if load_c:
+            for r in range(4):
+                for j in range(nr):
+                    Ct[r * NDWS_NR_F32 + j] = C__ij[r * rs_c + j * cs_c]
+        _ukr4_f32(kc, A__pi, B__pj, ldb, Ct, NDWS_NR_F32, alpha, beta, load_c, NULL)
+        for r in range(4):
+            for j in range(nr):
+                C__ij[r * rs_c + j * cs_c] = Ct[r * NDWS_NR_F32 + j]
+
+
+cdef inline intp_t _tile_rows(intp_t rest, intp_t MR, bint tail4) noexcept nogil:
+    # rows of the next tile when `rest` rows of the block are left: MR, except that with
+    # tail4 the last 8 rows are two tiles of 4 and the last 4 one (_simd.h: NDWS_TAIL4_F32);
+    # a tile of 4 is packed 4 values per p, any other MR per p (zero-padded when shorter)
+    if tail4 and (rest == 4 or rest == 8):
+        return 4
+    return _min(MR, rest)
 
 
 cdef inline void _ukr_f64(intp_t kc, const float64_t* A__pi,     # IN  packed, kc x MR
@@ -462,31 +533,33 @@ cdef void _tpose_f64(const float64_t* src, intp_t lds, intp_t R, intp_t P, float
     _tpack(src, lds, R, P, dst, ldd)
 
 
-cdef void _pack_a(intp_t mc, intp_t kc, intp_t MR,
+cdef void _pack_a(intp_t mc, intp_t kc, intp_t MR, bint tail4,
                   const floating_t* A__ip, intp_t rs_a, intp_t cs_a,   # IN  mc x kc block of A
-                  floating_t* Ap__pi) noexcept nogil:                  # OUT ceil(mc/MR) panels
-    cdef intp_t ir, ir_b, mr, p, r
+                  floating_t* Ap__pi) noexcept nogil:                  # OUT one panel per tile
+    # the panel of the tile of rows ir.. (_tile_rows) starts at ir * kc, W values per p
+    cdef intp_t ir = 0, mr, W, p, r
     cdef const floating_t* src
     cdef floating_t* dst
-    for ir_b in range((mc + MR - 1) // MR):
-        ir = ir_b * MR
-        mr = _min(MR, mc - ir)
+    while ir < mc:
+        mr = _tile_rows(mc - ir, MR, tail4)
+        W = 4 if tail4 and mr == 4 else MR
         src = A__ip + ir * rs_a
         dst = Ap__pi + ir * kc
         if cs_a == 1:
-            _tpack(src, rs_a, mr, kc, dst, MR)
-        elif rs_a == 1 and mr == MR:
+            _tpack(src, rs_a, mr, kc, dst, W)
+        elif rs_a == 1 and mr == W:
             for p in range(kc):
-                for r in range(MR):
-                    dst[p * MR + r] = src[p * cs_a + r]
+                for r in range(W):
+                    dst[p * W + r] = src[p * cs_a + r]
         else:
             for p in range(kc):
                 for r in range(mr):
-                    dst[p * MR + r] = src[r * rs_a + p * cs_a]
-        if mr < MR:
+                    dst[p * W + r] = src[r * rs_a + p * cs_a]
+        if mr < W:
             for p in range(kc):
-                for r in range(mr, MR):
-                    dst[p * MR + r] = 0
+                for r in range(mr, W):
+                    dst[p * W + r] = 0
+        ir += mr
 
 
 cdef void _pack_b(intp_t kc, intp_t nc, intp_t NR,
@@ -534,8 +607,8 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
     cdef floating_t beta
     cdef intp_t MR, NR, MC, NC, KC = P.kc, half
     cdef intp_t jc, nc, pc, kc, ic, mc, mcb, nmb, jr, nr, ir, mr, ldb, r, j, align
-    cdef intp_t jc_b, pc_b, ic_b, jr_b, ir_b
-    cdef bint load_c, last, direct_b
+    cdef intp_t jc_b, pc_b, ic_b, jr_b
+    cdef bint load_c, last, direct_b, tail4
     cdef floating_t* Ap
     cdef floating_t* Ablk
     cdef floating_t* Bp
@@ -550,12 +623,14 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
         MC = NDWS_MC_F32
         NC = NDWS_NC_F32
         half = NDWS_HALF_F32
+        tail4 = NDWS_TAIL4_F32
     else:
         MR = NDWS_MR_F64
         NR = NDWS_NR_F64
         MC = NDWS_MC_F64
         NC = NDWS_NC_F64
         half = NDWS_HALF_F64
+        tail4 = False
     if i0 >= i1 or j0 >= j1:
         return
     # scratch layout (each part 64-byte aligned): A block | B panel | B edge panel | C tile
@@ -596,10 +671,11 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                     # K blocks before this one hold P.kc * round_up(m, MR) values each
                     Ablk = Ap + pc * _round_up(P.m, MR) + (ic - i0) * kc
                     if not a_packed:
-                        _pack_a(mc, kc, MR, A + ic * rs_a + pc * cs_a, rs_a, cs_a, Ablk)
+                        _pack_a(mc, kc, MR, tail4, A + ic * rs_a + pc * cs_a, rs_a, cs_a,
+                                Ablk)
                 else:
                     Ablk = Ap
-                    _pack_a(mc, kc, MR, A + ic * rs_a + pc * cs_a, rs_a, cs_a, Ablk)
+                    _pack_a(mc, kc, MR, tail4, A + ic * rs_a + pc * cs_a, rs_a, cs_a, Ablk)
                 for jr_b in range((nc + NR - 1) // NR):
                     jr = jr_b * NR
                     nr = _min(NR, nc - jr)
@@ -617,13 +693,16 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                     else:
                         bp = Be
                         ldb = NR
-                    for ir_b in range((mc + MR - 1) // MR):
-                        ir = ir_b * MR
-                        mr = _min(MR, mc - ir)
+                    ir = 0
+                    while ir < mc:
+                        mr = _tile_rows(mc - ir, MR, tail4)
                         cij = C + (ic + ir) * rs_c + (jc + jr) * cs_c
-                        if mr == MR and nr == NR and cs_c == 1:
+                        if tail4 and mr == 4:
+                            _tile4(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, cs_c, nr, Ct, alpha,
+                                   beta, load_c, pf if ir == 0 else NULL)
+                        elif mr == MR and nr == NR and cs_c == 1:
                             _ukr(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c,
-                                 pf if ir_b == 0 else NULL)
+                                 pf if ir == 0 else NULL)
                         elif mr == MR and nr == half and cs_c == 1:
                             # the half tile's rows are exactly its columns: no tile buffer
                             _ukr_edge(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta,
@@ -640,6 +719,7 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                             for r in range(mr):
                                 for j in range(nr):
                                     cij[r * rs_c + j * cs_c] = Ct[r * NR + j]
+                        ir += mr
                     if last and P.ep != NULL:
                         # this mc x nr strip of C is final and still in cache
                         cij = C + ic * rs_c + (jc + jr) * cs_c

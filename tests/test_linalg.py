@@ -483,6 +483,34 @@ def test_narrow_last_panel_gives_the_bits_of_a_full_one(isa, rng, dtype):
             check_close(got, a, b, alpha=0.5, beta=-1.25, c=c0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_short_row_tiles_give_the_bits_of_full_ones(isa, rng, dtype):
+    # M not a multiple of MR ends in shorter tiles (AVX2 float32: the last 8 or 4 rows in
+    # tiles of 4, packed 4 values per k); zero rows appended to A up to a multiple of MR put
+    # the same rows in full tiles instead. Same bits, with and without beta, in place and on
+    # the edge tile buffer, one and two K blocks, C with a column stride, 1 and 2 threads
+    mr, nr, kc = (blocking(dtype)[key] for key in ("mr", "nr", "kc"))
+    for m in (2, 4, 8, 10, 14, 20, 32, 64):
+        mpad = -(-m // mr) * mr + mr
+        for k, n in [(31, 2 * nr), (kc + 9, 2 * nr + 5), (200, nr // 2)]:
+            a, b, c0 = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype), rand(rng, (m, n), dtype)
+            apad = np.zeros((mpad, k), dtype)
+            apad[:m] = a
+            cpad = np.zeros((mpad, n), dtype)
+            cpad[:m] = c0
+            packed = la._pack_b(b)
+            for threads in (1, 2):
+                full = la._gemm_packed_b(apad, packed, n, 0.5, cpad.copy(), threads)[:m]
+                got = la._gemm_packed_b(a, packed, n, 0.5, c0.copy(), threads)
+                assert got.tobytes() == full.tobytes(), (m, k, n, threads)
+                col = la._gemm_packed_b(a, packed, n, 0.5, np.asfortranarray(c0), threads)
+                assert np.array_equal(col, full), (m, k, n, threads)
+                plain = la._gemm_packed_b(a, packed, n, 0.0, np.empty((m, n), dtype), threads)
+                assert plain.tobytes() == la._gemm_packed_b(
+                    apad, packed, n, 0.0, np.empty((mpad, n), dtype), threads)[:m].tobytes()
+            check_close(got, a, b, alpha=1.0, beta=0.5, c=c0)
+
+
 def test_threads_bit_identical_when_a_is_too_big_to_keep_packed(rng):
     # 600 x 1800 float64 is over the 8 MiB of packed A a thread keeps for all its chunks: the
     # chunks then pack their own A blocks (one chunk per thread), with the same bits
