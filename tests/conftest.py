@@ -1,5 +1,6 @@
-"""Shared fixtures: a seeded rng, a thread runner, per-dtype tolerances, and ND4J's test-base
-discipline (every test ends with no current workspace; all workspaces destroyed)."""
+"""Shared fixtures: a seeded rng, a thread runner, workspaces of another thread, per-dtype
+tolerances, and ND4J's test-base discipline (every test ends with no current workspace; all
+workspaces destroyed)."""
 from __future__ import annotations
 
 import os
@@ -68,6 +69,39 @@ def run_threaded(fn: Callable[[int], Any], n_threads: int, timeout: float = 120.
 @pytest.fixture
 def threaded() -> Callable[[Callable[[int], Any], int], list[Any]]:
     return run_threaded
+
+
+@pytest.fixture
+def foreign_workspace():
+    """make(id, open=False) -> (workspace, thread): a workspace that belongs to another thread,
+    open there when asked; the thread waits (on an Event, never a timer) until the test ends."""
+    release = threading.Event()
+    owners = []
+
+    def make(id: str, open: bool = False):
+        ready = threading.Event()
+        box = {}
+
+        def owner():
+            box["ws"] = ndws.workspace(id, ndws.WorkspaceConfiguration())
+            if open:
+                with box["ws"]:
+                    ready.set()
+                    release.wait()
+            else:
+                ready.set()
+                release.wait()
+
+        t = threading.Thread(target=owner)
+        t.start()
+        owners.append(t)
+        ready.wait()
+        return box["ws"], t
+
+    yield make
+    release.set()
+    for t in owners:
+        t.join()
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -154,33 +154,18 @@ def test_output_workspace_receives_the_result(rng):
         net.output(x, output_workspace="OUT")
 
 
-def test_an_output_workspace_of_another_thread_is_refused_by_name(rng):
+def test_an_output_workspace_of_another_thread_is_refused_by_name(rng, foreign_workspace):
     # open in its own thread, so "not open" would be wrong: the error says whose it is
     net = MultiLayerNetwork(conf_for("ENABLED"))
     net.init()
     x, _ = data(rng)
-    opened, release = threading.Event(), threading.Event()
-    box = {}
-
-    def owner():
-        with ndws.workspace("THEIRS") as ws:
-            box["ws"] = ws
-            opened.set()
-            release.wait()
-
-    t = threading.Thread(target=owner)
-    t.start()
-    try:
-        opened.wait()
-        used = box["ws"].this_cycle_allocations
-        with pytest.raises(ndws.WorkspaceError, match=(
-                rf"output_workspace: workspace \[THEIRS\] belongs to thread {t.ident} and "
-                rf"can't be used from thread {threading.get_ident()}$")) as e:
-            net.output(x, output_workspace=box["ws"])
-        assert e.value.kind == "thread" and box["ws"].this_cycle_allocations == used
-    finally:
-        release.set()
-        t.join()
+    theirs, owner = foreign_workspace("THEIRS", open=True)
+    used = theirs.this_cycle_allocations
+    with pytest.raises(ndws.WorkspaceError, match=(
+            rf"output_workspace: workspace \[THEIRS\] belongs to thread {owner.ident} and "
+            rf"can't be used from thread {threading.get_ident()}$")) as e:
+        net.output(x, output_workspace=theirs)
+    assert e.value.kind == "thread" and theirs.this_cycle_allocations == used
 
 
 class Doubling(Layer):

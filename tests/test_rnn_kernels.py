@@ -903,9 +903,8 @@ def test_stale_arrays_and_a_busy_loop_workspace_raise_workspace_error(rng):
         _lstm(p, loop_workspace=ring)
 
 
-def test_a_refused_loop_workspace_is_named_with_the_kernel(rng):
+def test_a_refused_loop_workspace_is_named_with_the_kernel(rng, foreign_workspace):
     # every refusal names the call and its `loop_workspace` argument, and changes nothing
-    import threading
     p = _problem(rng, "simple")
     cache = np.empty(F.simple_rnn_cache_shape(6, 3, 5, activation="tanh"))
     F.simple_rnn_forward(p["x"], p["W"], p["RW"], p["b"], cache=cache)
@@ -914,36 +913,22 @@ def test_a_refused_loop_workspace_is_named_with_the_kernel(rng):
                  p["x"], p["W"], p["RW"], p["b"], loop_workspace=ws),
              "simple_rnn_backward": lambda ws: F.simple_rnn_backward(
                  p["x"], p["W"], p["RW"], cache, gy, loop_workspace=ws)}
-    made, used = threading.Event(), threading.Event()
-    box = {}
-
-    def other_thread():
-        box["ws"] = ndws.workspace("THEIRS", ndws.WorkspaceConfiguration())
-        made.set()
-        used.wait()
-
-    t = threading.Thread(target=other_thread)
-    t.start()
-    try:
-        made.wait()
-        tight = ndws.workspace("TIGHT", ndws.WorkspaceConfiguration(
-            initial_size=64, policy_allocation="STRICT", policy_spill="FAIL"))
-        ring = ndws.workspace("RING", ndws.WorkspaceConfiguration(
-            policy_reset="ENDOFBUFFER_REACHED", overallocation_limit=1.0))
-        for op, call in calls.items():
-            for ws, kind, message in [
-                    (box["ws"], "thread", rf"{op}: loop_workspace \[THEIRS\] belongs to thread "
-                                          rf"\d+ and can't be entered from thread \d+$"),
-                    (tight, "full", rf"{op}: loop_workspace \[TIGHT\]: Can't allocate memory: "
-                                    rf"Workspace is full$"),
-                    (ring, "configuration", rf"{op}: loop_workspace \[RING\] is circular")]:
-                with pytest.raises(ndws.WorkspaceError, match=message) as e:
-                    call(ws)
-                assert (e.value.kind, e.value.op) == (kind, op)
-                assert ws.cycles_count == 0
-    finally:
-        used.set()
-        t.join()
+    theirs, _ = foreign_workspace("THEIRS")
+    tight = ndws.workspace("TIGHT", ndws.WorkspaceConfiguration(
+        initial_size=64, policy_allocation="STRICT", policy_spill="FAIL"))
+    ring = ndws.workspace("RING", ndws.WorkspaceConfiguration(
+        policy_reset="ENDOFBUFFER_REACHED", overallocation_limit=1.0))
+    for op, call in calls.items():
+        for ws, kind, message in [
+                (theirs, "thread", rf"{op}: loop_workspace \[THEIRS\] belongs to thread \d+ "
+                                   rf"and can't be entered from thread \d+$"),
+                (tight, "full", rf"{op}: loop_workspace \[TIGHT\]: Can't allocate memory: "
+                                rf"Workspace is full$"),
+                (ring, "configuration", rf"{op}: loop_workspace \[RING\] is circular")]:
+            with pytest.raises(ndws.WorkspaceError, match=message) as e:
+                call(ws)
+            assert (e.value.kind, e.value.op) == (kind, op)
+            assert ws.cycles_count == 0
 
 
 def test_a_failed_call_inside_a_workspace_gives_everything_back(rng):
