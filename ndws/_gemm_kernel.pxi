@@ -177,7 +177,9 @@ cdef inline void _ukr_f32(intp_t kc, const float32_t* A__pi,     # IN  packed, k
 
 
 # The float32 tile of 4 rows (_simd.h: NDWS_TAIL4_F32): A packed 4 values per p, each element
-# the same fma chain and epilogue as in _ukr_f32.
+# the same fma chain and epilogue as in _ukr_f32. A second function rather than a row-count
+# parameter: the accumulators stay in registers only with compile-time loop bounds, and Cython
+# has no integer templates (the float64 and one-vector tiles above are written out alike).
 cdef inline void _ukr4_f32(intp_t kc, const float32_t* A__pi,    # IN  packed, kc x 4
                            const float32_t* B__pj, intp_t ldb,    # IN  kc x NR
                            float32_t* C__ij, intp_t ldc,          # OUT 4 x NR
