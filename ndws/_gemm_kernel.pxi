@@ -218,25 +218,12 @@ cdef inline void _ukr4_f32(intp_t kc, const float32_t* A__pi,    # IN  packed, k
                 ndws_vstore_f32(C__ij + r * ldc + v * NDWS_VLEN_F32, ndws_vmul_f32(va, acc[r][v]))
 
 
-cdef inline void _tile4(intp_t kc, const floating_t* A__pi, const floating_t* B__pj, intp_t ldb,
-                        floating_t* C__ij, intp_t rs_c, intp_t cs_c, intp_t nr,
-                        floating_t* Ct, floating_t alpha, floating_t beta, bint load_c,
-                        const floating_t* pf) noexcept nogil:
-    # a 4-row tile of nr <= NR columns: in place, or through the tile buffer Ct (row stride
-    # NR) like the MR-row edge tiles; float32 only (NDWS_TAIL4_F32)
-    cdef intp_t r, j
+cdef inline void _ukr4(intp_t kc, const floating_t* A__pi, const floating_t* B__pj, intp_t ldb,
+                       floating_t* C__ij, intp_t ldc, floating_t alpha, floating_t beta,
+                       bint load_c, const floating_t* pf) noexcept nogil:
+    # the 4-row tile for the fused callers; float32 only (NDWS_TAIL4_F32)
     if floating_t is float32_t:
-        if nr == NDWS_NR_F32 and cs_c == 1:
-            _ukr4_f32(kc, A__pi, B__pj, ldb, C__ij, rs_c, alpha, beta, load_c, pf)
-            return
-        if load_c:
-            for r in range(4):
-                for j in range(nr):
-                    Ct[r * NDWS_NR_F32 + j] = C__ij[r * rs_c + j * cs_c]
-        _ukr4_f32(kc, A__pi, B__pj, ldb, Ct, NDWS_NR_F32, alpha, beta, load_c, NULL)
-        for r in range(4):
-            for j in range(nr):
-                C__ij[r * rs_c + j * cs_c] = Ct[r * NDWS_NR_F32 + j]
+        _ukr4_f32(kc, A__pi, B__pj, ldb, C__ij, ldc, alpha, beta, load_c, pf)
 
 
 cdef inline intp_t _tile_rows(intp_t rest, intp_t MR, bint tail4) noexcept nogil:
@@ -699,9 +686,9 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                     while ir < mc:
                         mr = _tile_rows(mc - ir, MR, tail4)
                         cij = C + (ic + ir) * rs_c + (jc + jr) * cs_c
-                        if tail4 and mr == 4:
-                            _tile4(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, cs_c, nr, Ct, alpha,
-                                   beta, load_c, pf if ir == 0 else NULL)
+                        if tail4 and mr == 4 and nr == NR and cs_c == 1:
+                            _ukr4(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c,
+                                  pf if ir == 0 else NULL)
                         elif mr == MR and nr == NR and cs_c == 1:
                             _ukr(kc, Ablk + ir * kc, bp, ldb, cij, rs_c, alpha, beta, load_c,
                                  pf if ir == 0 else NULL)
@@ -716,8 +703,12 @@ cdef void _slice(const Problem* P, intp_t i0, intp_t i1, intp_t j0, intp_t j1,
                                 for r in range(mr):
                                     for j in range(nr):
                                         Ct[r * NR + j] = cij[r * rs_c + j * cs_c]
-                            _ukr_edge(kc, Ablk + ir * kc, bp, ldb, Ct, NR, alpha, beta,
-                                      load_c, nr)
+                            if tail4 and mr == 4:
+                                _ukr4(kc, Ablk + ir * kc, bp, ldb, Ct, NR, alpha, beta, load_c,
+                                      NULL)
+                            else:
+                                _ukr_edge(kc, Ablk + ir * kc, bp, ldb, Ct, NR, alpha, beta,
+                                          load_c, nr)
                             for r in range(mr):
                                 for j in range(nr):
                                     cij[r * rs_c + j * cs_c] = Ct[r * NR + j]
