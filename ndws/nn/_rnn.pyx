@@ -670,8 +670,8 @@ cdef int _lane_step(void* ctx, Py_ssize_t g, Py_ssize_t s) noexcept nogil:
     # step s of the window for example group g (run_lanes): its rows of the recurrent product
     # and its cells. A group's rows depend only on its own rows of the previous step, so
     # groups need no barrier between steps: a thread that is descheduled holds back its group
-    # alone. The bits are the step-by-step loop's (a row's
-    # products are the same whatever rows one product gets).
+    # alone. The bits are the step-by-step loop's (a row's products are the same whatever rows
+    # one product gets).
     cdef const _Window* w = <const _Window*>ctx
     cdef Job jj = w.j[0]
     cdef intp_t b0 = g * jj.grp, b1 = _imin(b0 + jj.grp, jj.B)
@@ -984,9 +984,8 @@ cdef intp_t _proj_steps(intp_t B, intp_t T, intp_t nin, intp_t K, intp_t item) n
     # medians in alternation); chunks of twice W (8 MiB, 16 steps) 1.07-1.09x, all 100 steps
     # at once 1.05-1.12x for 52 MiB of scratch. Layers with a small W keep chunks near L2's size.
     cdef intp_t per = B * K * item
-    cdef intp_t least = _proj_chunk_bytes
-    if 2 * nin * K * item > least:
-        least = 2 * nin * K * item
+    cdef intp_t twice_w = 2 * nin * K * item
+    cdef intp_t least = twice_w if twice_w > _proj_chunk_bytes else _proj_chunk_bytes
     cdef intp_t q = least // per if per > 0 else T
     return _imin(q if q > 1 else 1, T if T > 1 else 1)
 
