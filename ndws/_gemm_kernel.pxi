@@ -522,6 +522,54 @@ cdef void _tpose_f64(const float64_t* src, intp_t lds, intp_t R, intp_t P, float
     _tpack(src, lds, R, P, dst, ldd)
 
 
+cdef inline void _copy_short(const floating_t* src, floating_t* dst, intp_t n) noexcept nogil:
+    # dst[:n] = src[:n] for the few values of one packed A column: constant-size copies that
+    # the compiler inlines as a vector move or two, instead of a loop or a memcpy call
+    cdef intp_t r
+    if n == 6:
+        memcpy(dst, src, 6 * sizeof(floating_t))
+    elif n == 4:
+        memcpy(dst, src, 4 * sizeof(floating_t))
+    elif n == 8:
+        memcpy(dst, src, 8 * sizeof(floating_t))
+    else:
+        for r in range(n):
+            dst[r] = src[r]
+
+
+cdef enum:
+    # K steps of a transposed A packed per sweep over the block's tiles: the PACK_KB runs of
+    # mc contiguous values they read (12 KiB for float32's MC) stay in L1 while every tile
+    # takes its part
+    PACK_KB = 16
+
+
+cdef void _pack_a_t(intp_t mc, intp_t kc, intp_t MR, bint tail4,
+                    const floating_t* A__ip, intp_t cs_a,              # IN  rs_a == 1
+                    floating_t* Ap__pi) noexcept nogil:                # OUT as _pack_a's
+    # A's columns are contiguous (a transposed operand, e.g. X.T @ dZ): packing one tile at a
+    # time over all of kc would read each cache line of A once per tile it overlaps, with a
+    # stride of cs_a, from L2 or beyond; PACK_KB K steps at a time read each line once.
+    cdef intp_t p0, p1, p, ir, mr, W
+    cdef const floating_t* src
+    cdef floating_t* dst
+    p0 = 0
+    while p0 < kc:
+        p1 = _min(p0 + PACK_KB, kc)
+        ir = 0
+        while ir < mc:
+            mr = _tile_rows(mc - ir, MR, tail4)
+            W = 4 if tail4 and mr == 4 else MR
+            src = A__ip + ir
+            dst = Ap__pi + ir * kc
+            for p in range(p0, p1):
+                _copy_short(src + p * cs_a, dst + p * W, mr)
+                if mr < W:
+                    memset(dst + p * W + mr, 0, (W - mr) * sizeof(floating_t))
+            ir += mr
+        p0 = p1
+
+
 cdef void _pack_a(intp_t mc, intp_t kc, intp_t MR, bint tail4,
                   const floating_t* A__ip, intp_t rs_a, intp_t cs_a,   # IN  mc x kc block of A
                   floating_t* Ap__pi) noexcept nogil:                  # OUT one panel per tile
@@ -529,6 +577,9 @@ cdef void _pack_a(intp_t mc, intp_t kc, intp_t MR, bint tail4,
     cdef intp_t ir = 0, mr, W, p, r
     cdef const floating_t* src
     cdef floating_t* dst
+    if rs_a == 1 and cs_a != 1:
+        _pack_a_t(mc, kc, MR, tail4, A__ip, cs_a, Ap__pi)
+        return
     while ir < mc:
         mr = _tile_rows(mc - ir, MR, tail4)
         W = 4 if tail4 and mr == 4 else MR
@@ -536,10 +587,6 @@ cdef void _pack_a(intp_t mc, intp_t kc, intp_t MR, bint tail4,
         dst = Ap__pi + ir * kc
         if cs_a == 1:
             _tpack(src, rs_a, mr, kc, dst, W)
-        elif rs_a == 1 and mr == W:
-            for p in range(kc):
-                for r in range(W):
-                    dst[p * W + r] = src[p * cs_a + r]
         else:
             for p in range(kc):
                 for r in range(mr):

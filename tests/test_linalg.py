@@ -488,7 +488,8 @@ def test_short_row_tiles_give_the_bits_of_full_ones(isa, rng, dtype):
     # M not a multiple of MR ends in shorter tiles (AVX2 float32: the last 8 or 4 rows in
     # tiles of 4, packed 4 values per k); zero rows appended to A up to a multiple of MR put
     # the same rows in full tiles instead. Same bits, with and without beta, in place and on
-    # the edge tile buffer, one and two K blocks, C with a column stride, 1 and 2 threads
+    # the edge tile buffer, one and two K blocks, C with a column stride, A column-major (its
+    # own packing path, K steps in groups of 16), 1 and 2 threads
     mr, nr, kc = (blocking(dtype)[key] for key in ("mr", "nr", "kc"))
     for m in (2, 4, 8, 10, 14, 20, 32, 64):
         mpad = -(-m // mr) * mr + mr
@@ -503,6 +504,8 @@ def test_short_row_tiles_give_the_bits_of_full_ones(isa, rng, dtype):
                 full = la._gemm_packed_b(apad, packed, n, 0.5, cpad.copy(), threads)[:m]
                 got = la._gemm_packed_b(a, packed, n, 0.5, c0.copy(), threads)
                 assert got.tobytes() == full.tobytes(), (m, k, n, threads)
+                tr = la._gemm_packed_b(np.asfortranarray(a), packed, n, 0.5, c0.copy(), threads)
+                assert tr.tobytes() == full.tobytes(), (m, k, n, threads)
                 col = la._gemm_packed_b(a, packed, n, 0.5, np.asfortranarray(c0), threads)
                 assert np.array_equal(col, full), (m, k, n, threads)
                 plain = la._gemm_packed_b(a, packed, n, 0.0, np.empty((m, n), dtype), threads)
