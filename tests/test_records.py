@@ -791,6 +791,73 @@ def test_digit_separators_are_not_numbers(tmp_path, text):
         it.next()
 
 
+@pytest.mark.parametrize("text", ["١٢", "１２", "٣.٥", "-१e2"])
+def test_digits_outside_ascii_are_not_numbers(tmp_path, text):
+    assert float(text) is not None                 # Python reads them, DL4J does not
+    path = write(tmp_path, "d.csv", f"1,0\n{text},1\n")
+    with pytest.raises(ValueError, match=rf"d.csv:2: column index 0: cannot parse {text!r} as a "
+                                         r"number \(only ASCII digits are digits here, as in "
+                                         r"DL4J's Double.parseDouble\)$"):
+        list(CSVRecordReader(path))
+    # the one-pass parse of a numbers-only record sends it field by field as well
+    path = write(tmp_path, "e.csv", f"2.5,{text}\n")
+    with pytest.raises(ValueError, match=r"e.csv:1: column index 1: .*\(only ASCII digits"):
+        list(CSVRecordReader(path))
+    # blanks float() strips are still blanks, whatever their code point
+    assert list(CSVRecordReader(write(tmp_path, "b.csv", "\u00a01.5\u2003,2\n"))) == [[1.5, 2.0]]
+
+
+def custom(*records):
+    return RecordReaderDataSetIterator(ListReader(list(records)), len(records), label_index=2,
+                                       num_classes=3)
+
+
+def test_custom_readers_text_is_read_as_the_csv_reader_reads_a_field():
+    # DataVec's Text writable is read with Double.parseDouble: numbers in text are numbers
+    ds = custom(["1.5", " -2e1 ", "2"], [np.float32(3), "inf", 0]).next()
+    np.testing.assert_array_equal(ds.features.numpy(), [[1.5, -20.0], [3.0, np.inf]])
+    np.testing.assert_array_equal(ds.labels.numpy(), [[0, 0, 1], [1, 0, 0]])
+    cases = [
+        (["1_000", 1.0, 0], r"^column index 0: cannot parse '1_000' as a number \('_' is not a "
+                            r"digit separator here, as in DL4J's Double.parseDouble\)$"),
+        ([1.0, "１２", 0], r"^column index 1: cannot parse '１２' as a number \(only ASCII "
+                          r"digits are digits here"),
+        (["abc", 1.0, 0], r"^column index 0: cannot parse 'abc' as a number$"),
+        ([1.0, "1e400", 0], r"^column index 1: '1e400' is out of range: past float64's largest "
+                            r"finite value \(1.7976931348623157e\+308\) it would become inf$"),
+        ([1.0, 2.0, "two"], r"^column index 2: cannot parse 'two' as a number; for class names "
+                            r"in the label column pass label_mapping"),
+        ([1.0, 2.0, "1.5"], r"^label 1.5 in column index 2 is not a class index in \[0, 3\)$"),
+        ([1.0, 2.0, None], r"^column index 2: the reader gave None, not a number$"),
+        ([1.0, 2.0, {}], r"^label \{\} in column index 2 is not a class index in \[0, 3\)$"),
+        ([b"1", 2.0, 0], r"^column index 0: the reader gave bytes b'1', not a number \(decode "
+                         r"text to str\)$"),
+        ([None, 2.0, 0], r"^column index 0: the reader gave None, not a number$"),
+        ([1.0, [2.0], 0], r"^the reader gave a field that is not a number outside the label "
+                          r"column: every feature must be a number$"),
+    ]
+    for record, message in cases:
+        with pytest.raises(ValueError, match=message):
+            custom([1.0, 2.0, 0], record).next()
+
+
+def test_custom_readers_text_in_a_multi_dataset_iterator():
+    def multi(*records):
+        return RecordReaderMultiDataSetIterator({"r": ListReader(list(records))}, 2,
+                                                inputs=[("r", 0, 1)], outputs=[OneHot("r", 2, 3)])
+    mds = multi(["0.5", "1", "2"], [1, "-3", "0"]).next()
+    np.testing.assert_array_equal(mds.features[0].numpy(), [[0.5, 1.0], [1.0, -3.0]])
+    np.testing.assert_array_equal(mds.labels[0].numpy(), [[0, 0, 1], [1, 0, 0]])
+    with pytest.raises(ValueError, match=r"^reader 'r': column index 1: cannot parse '٣' as a "
+                                         r"number \(only ASCII digits"):
+        multi([1, 2, 0], [1, "٣", 0]).next()
+    with pytest.raises(ValueError, match=r"^reader 'r': column index 1: the reader gave None"):
+        multi([1, 2, 0], [1, None, 0]).next()
+    with pytest.raises(ValueError, match=r"^reader 'r' gave a field that is not a number: every "
+                                         r"field must be a number$"):
+        multi([1, 2, 0], [1, {}, 0]).next()
+
+
 def test_an_underscore_in_text_or_in_a_header(tmp_path):
     path = write(tmp_path, "h.csv", "big_x,small_y\n1,Iris_setosa\n")
     with pytest.raises(ValueError, match=r"h.csv:1: column index 0: cannot parse 'big_x' as a "

@@ -339,7 +339,7 @@ def test_custom_readers_lists_and_arrays(rng):
                         "ALIGN_END", npl=2))
     with pytest.raises(ValueError, match="time steps have different numbers of fields"):
         S(ListReader([[[1.0, 2.0], [3.0]]]), 1, 2, 0).next()
-    with pytest.raises(ValueError, match="a field that is not a number"):
+    with pytest.raises(ValueError, match="cannot parse .a. as a number"):
         S(ListReader([[["a", "b"]]]), 1, 2, 0).next()
     with pytest.raises(TypeError, match="time steps are not all lists of fields"):
         S(ListReader([[1.0, 2.0]]), 1, 2, 0).next()
@@ -584,6 +584,21 @@ def test_float32_range_in_targets_labels_and_custom_arrays(tmp_path):
 
     with pytest.raises(ValueError, match=r"^step 1: column index 0: 1e\+39 is out of range"):
         S(ListReader([np.array([[1.0, 0.0], [2e38 * 5, 1.0]])]), 1, 2, 1).next()
+
+
+def test_custom_sequence_readers_text_is_read_as_the_csv_reader_reads_a_field():
+    ds = S(ListReader([[["1.5", "0"], [" 2 ", 1]]]), 1, 2, 1).next()
+    np.testing.assert_array_equal(ds.features.numpy(), [[[1.5, 2.0]]])
+    for steps, message in [([[1.0, 0], ["1_0", 1]], r"^step 1: column index 0: cannot parse "
+                                                     r"'1_0' as a number \('_' is not a digit"),
+                           ([["٣", 0]], r"^step 0: column index 0: cannot parse '٣' as a "
+                                        r"number \(only ASCII digits"),
+                           ([[1.0, "x"]], r"^step 0: column index 1: cannot parse 'x' as a "
+                                          r"number$"),
+                           ([[1.0, 0], [None, 1]], r"^step 1: column index 0: the reader gave "
+                                                   r"None, not a number$")]:
+        with pytest.raises(ValueError, match=message):
+            S(ListReader([steps]), 1, 2, 1).next()
 
 
 @pytest.mark.parametrize("text", ["1_000", "2_0.5"])

@@ -174,9 +174,9 @@ class CSVRecordReader(RecordReader):
     raises ``ValueError("<file>:<line>: column index <c>: cannot parse <value> as a
     number")``; the column index is 0-based, as ``label_index`` is. A number is what
     ``float()`` reads (blanks stripped; ``nan``, ``inf`` and ``infinity`` in any case are
-    numbers) except digit separators, ``1_000``, which DL4J's ``Double.parseDouble`` refuses;
-    a finite number past float64's range (``1e400``), which would become an infinity, is
-    refused too, naming the file, line and column. When a file's first record has no number
+    numbers) except digit separators, ``1_000``, and digits outside ASCII, ``١٢``, which
+    DL4J's ``Double.parseDouble`` refuses; a finite number past float64's range (``1e400``),
+    which would become an infinity, is refused too, naming the file, line and column. When a file's first record has no number
     at all (a header), the message adds ``if line <n> is a header, pass
     skip_num_lines=<n>``. Line numbers are 1-based physical lines of the file (a record
     spanning lines is reported at its first line).
@@ -320,11 +320,13 @@ class CSVRecordReader(RecordReader):
             raise ValueError(f"{path}:{line}: expected {width} fields, got {len(row)}")
         # The common record, numbers only, is parsed in one pass: float() strips no blank
         # that str.strip() keeps, so what it reads the field-by-field pass reads alike.
-        # Whatever else (a text column, a '_', a field float() refuses, an infinity or a NaN)
-        # goes field by field, which settles it and names the column. The sum is one loop in
-        # C, finite when no value is infinite or NaN (finite values adding up past float64's
-        # range send the record to the second pass, which then finds nothing).
-        if not self.text_columns and "_" not in "".join(row):
+        # Whatever else (a text column, a '_' or a character outside ASCII, a field float()
+        # refuses, an infinity or a NaN) goes field by field, which settles it and names the
+        # column. The sum is one loop in C, finite when no value is infinite or NaN (finite
+        # values adding up past float64's range send the record to the second pass, which
+        # then finds nothing).
+        joined = "".join(row)
+        if not self.text_columns and "_" not in joined and joined.isascii():
             try:
                 values = list(map(float, row))
             except ValueError:
@@ -342,32 +344,22 @@ class CSVRecordReader(RecordReader):
             if column in text:
                 values.append(field.strip())
                 continue
-            number = field.strip()
             try:
-                if "_" in number:
-                    # float() reads '_' as a digit separator ("1_000"); DL4J's
-                    # Double.parseDouble refuses it, and so does this reader
-                    raise ValueError
-                value = float(number)
-            except ValueError:
+                values.append(parse_number(field))
+            except ValueError as exc:
+                place = f"{path}:{line}: column index {column}: "
+                if isinstance(exc, _OutOfRange):
+                    raise ValueError(f"{place}{field!r} is {exc}") from None
                 # a file's first record with no number at all is most often its header
                 hint = (f"; if line {line} is a header, pass skip_num_lines={line}"
                         if first and not any(map(_is_number, row)) else "")
-                message = (f"{path}:{line}: column index {column}: cannot parse {field!r} as "
-                           f"a number")
-                if "_" in number and _is_float(number):
-                    # a number but for its separators: not a class name, so a plain error
-                    # (an iterator adds the hint for class names to a _field_error)
-                    raise ValueError(f"{message} ('_' is not a digit separator here, as in "
-                                     f"DL4J's Double.parseDouble){hint}") from None
+                message = f"{place}cannot parse {field!r} as a number"
+                if exc.args:
+                    # a number but for its separators or digits: not a class name, so a
+                    # plain error (an iterator adds the hint for class names to a
+                    # _field_error)
+                    raise ValueError(f"{message} ({exc}){hint}") from None
                 raise _field_error(message + hint, column) from None
-            if value in _INFINITIES and number.lstrip("+-").lower() not in _INFINITY_NAMES:
-                # a finite number past float64's range ("1e400"): float() makes it an
-                # infinity, which a written 'inf' is and this is not
-                raise ValueError(f"{path}:{line}: column index {column}: {field!r} is out of "
-                                 f"range: past float64's largest finite value "
-                                 f"({_FLOAT64_MAX!r}) it would become {value!r}")
-            values.append(value)
         return values
 
     def _decode_error(self, path: str, exc: UnicodeDecodeError) -> ValueError:
@@ -389,18 +381,89 @@ class CSVRecordReader(RecordReader):
                           f"CSVRecordReader(..., encoding='latin-1')")
 
 
-def _is_float(text: str) -> bool:
-    # whether float() reads `text`
+def _is_class_index(value: Any, num_classes: int) -> bool:
+    # whether a label field holds a class index: a whole number in [0, num_classes), of any
+    # numeric type (a custom reader's None or object is no index, not a TypeError)
     try:
-        float(text)
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return number.is_integer() and 0 <= number < num_classes
+
+
+class _OutOfRange(ValueError):
+    """A finite number past float64's range: its message says what it would become."""
+
+
+def parse_number(field: str) -> float:
+    """`field` (blanks stripped) as DL4J's ``Double.parseDouble`` reads a number: float()'s
+    syntax (``nan``, ``inf`` and ``infinity`` in any case included) except digit separators
+    (``1_000``) and digits outside ASCII (``١٢``, ``１２``), which float() reads and Java
+    refuses. Raises ValueError: without arguments when `field` is no number at all, with the
+    reason when float() alone would have read it, and `_OutOfRange` for a finite number past
+    float64's range (``1e400``, which float() makes an infinity)."""
+    number = field.strip()
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError() from None
+    if "_" in number:
+        raise ValueError("'_' is not a digit separator here, as in DL4J's Double.parseDouble")
+    if not number.isascii():
+        raise ValueError("only ASCII digits are digits here, as in DL4J's Double.parseDouble")
+    if value in _INFINITIES and number.lstrip("+-").lower() not in _INFINITY_NAMES:
+        raise _OutOfRange(f"out of range: past float64's largest finite value "
+                          f"({_FLOAT64_MAX!r}) it would become {value!r}")
+    return value
+
+
+def _is_number(field: str) -> bool:
+    # whether the reader reads `field` as a number (out of range is still a number)
+    try:
+        parse_number(field)
+    except _OutOfRange:
+        return True
     except ValueError:
         return False
     return True
 
 
-def _is_number(field: str) -> bool:
-    # whether the reader reads `field` as a number (float() would read '_' as a separator)
-    return "_" not in field and _is_float(field.strip())
+def has_text(fields: Sequence) -> bool:
+    """Whether a custom reader's record needs `text_fields_as_numbers`."""
+    return any(v is None or isinstance(v, (str, bytes)) for v in fields)
+
+
+def text_fields_as_numbers(fields: Sequence, where: str, label: int = -1) -> list:
+    """A custom reader's record (a list of fields) with each str field read as
+    `CSVRecordReader` reads one (`parse_number`: DataVec's Text writable is read with
+    ``Double.parseDouble``), None and bytes refused; other fields are left to NumPy's float
+    conversion. A field that is not a number raises ``ValueError("<where>column index <c>:
+    cannot parse ...")``, a `_field_error` that knows its column (`label`: the label column,
+    whose error says how to pass class names)."""
+    out = list(fields)
+    for column, value in enumerate(out):
+        if value is None:
+            # NumPy would make it a NaN, a value the reader never gave
+            raise ValueError(f"{where}column index {column}: the reader gave None, not a "
+                             f"number")
+        if isinstance(value, bytes):
+            raise ValueError(f"{where}column index {column}: the reader gave bytes "
+                             f"{value!r:.40}, not a number (decode text to str)")
+        if not isinstance(value, str):
+            continue
+        try:
+            out[column] = parse_number(value)
+        except _OutOfRange as exc:
+            raise ValueError(f"{where}column index {column}: {value!r} is {exc}") from None
+        except ValueError as exc:
+            message = f"{where}column index {column}: cannot parse {value!r} as a number"
+            if exc.args:
+                raise ValueError(f"{message} ({exc})") from None
+            if column == label:
+                message += ("; for class names in the label column pass label_mapping (the "
+                            "names in class order, or 'auto')")
+            raise _field_error(message, column) from None
+    return out
 
 
 #: how float() spells the infinities a field may hold on purpose ('inf', '-Infinity', ...)
@@ -766,9 +829,13 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                                      f"{known[:10]}{' ...' if len(known) > 10 else ''})")
                 record = list(record)
                 record[self.label_index] = float(index)
-            elif self.num_classes is not None:
+            if has_text(record):
+                record = text_fields_as_numbers(
+                    record, _where(self.reader),
+                    -1 if self.regression or self._mapping is not None else self.label_index)
+            if self._mapping is None and self.num_classes is not None:
                 value = record[self.label_index]
-                if not (float(value).is_integer() and 0 <= value < self.num_classes):
+                if not _is_class_index(value, self.num_classes):
                     raise ValueError(f"{_where(self.reader)}label {value!r} in column index "
                                      f"{self.label_index} is not a class index in "
                                      f"[0, {self.num_classes})")
@@ -784,9 +851,10 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         except OverflowError:
             raise ValueError(f"{_where(self.reader)}the reader gave an integer beyond the range "
                              f"of float64: every feature must fit a float") from None
-        except ValueError:
-            raise ValueError(f"{_where(self.reader)}the reader gave text outside the label "
-                             f"column: every feature must be a number") from None
+        except (TypeError, ValueError):
+            raise ValueError(f"{_where(self.reader)}the reader gave a field that is not a "
+                             f"number outside the label column: every feature must be a "
+                             f"number") from None
         # every record of the global batch, as the checks above: every shard refuses the batch
         at = _float32_overflow(table)
         if at is not None:
@@ -988,6 +1056,8 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
             for name, reader in self.readers.items():
                 record = reader.next()
                 self._check_width(name, record)
+                if has_text(record):
+                    record = text_fields_as_numbers(record, f"{_where(reader)}reader {name!r}: ")
                 tables[name].append(record)
                 locations[name].append(getattr(reader, "location", None))
         if not next(iter(tables.values())):
@@ -1001,6 +1071,9 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
             except OverflowError:
                 raise ValueError(f"reader {name!r} gave an integer beyond the range of "
                                  f"float64: every field must fit a float") from None
+            except (TypeError, ValueError):
+                raise ValueError(f"reader {name!r} gave a field that is not a number: every "
+                                 f"field must be a number") from None
             # every record of the global batch (every shard refuses the batch), in the columns
             # that become float32 arrays (a OneHot column is checked as a class index)
             columns = self._float_columns(name)
