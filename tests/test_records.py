@@ -925,6 +925,13 @@ def test_float32_range_in_regression_targets_shards_and_the_multi_iterator(tmp_p
                                               inputs=[("t", 0, 0)], outputs=[OneHot("t", 1, 9)])
     with pytest.raises(ValueError, match=r"label 1e\+39 in column index 1 is not a class"):
         onehot.next()
+    for rank in (0, 1):            # the label is in rank 0's part: both ranks refuse the batch
+        onehot = RecordReaderMultiDataSetIterator({"t": CSVRecordReader(path)}, 4,
+                                                  inputs=[("t", 0, 0)],
+                                                  outputs=[OneHot("t", 1, 9)])
+        with pytest.raises(ValueError, match=r"^.*t.csv:3: reader 't': label 1e\+39 in column "
+                                             r"index 1 is not a class index in \[0, 9\)$"):
+            onehot.shard(rank, 2).next()
 
 
 def test_float32_range_in_arrays_from_a_custom_reader():

@@ -560,6 +560,11 @@ def test_a_value_float32_cannot_hold_names_its_file_line_and_column(tmp_path, va
         for rank in (0, 1):        # big.csv is rank 1's: every rank refuses the batch
             with pytest.raises(ValueError, match=r"big.csv:2: column index 2"):
                 S(CSVSequenceRecordReader([good, path]), 2, 2, 1).shard(rank, 2).next()
+            # a class label that is no class index too
+            bad = write(tmp_path, "bad.csv", "1,0,2\n3,7,1\n")
+            with pytest.raises(ValueError, match=r"bad.csv:2: label 7.0 in column index 1 is "
+                                                 r"not a class index in \[0, 2\)$"):
+                S(CSVSequenceRecordReader([good, bad]), 2, 2, 1).shard(rank, 2).next()
     else:
         got = it.next().features.numpy()[1, 1, 1]
         with np.errstate(over="ignore"):

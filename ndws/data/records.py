@@ -1083,15 +1083,20 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
                                      f"reader {name!r}: column index {columns[at[1]]}",
                                      table[at[0], columns[at[1]]])
             arrays[name] = table[part]
+            # class indices likewise in every record of the global batch
+            for spec in self.outputs:
+                if isinstance(spec, OneHot) and spec.reader == name:
+                    col = table[:, spec.column]
+                    bad = ~((col == np.floor(col)) & (col >= 0) & (col < spec.num_classes))
+                    if bad.any():
+                        row = int(np.argmax(bad))
+                        raise ValueError(f"{_at(locations[name][row])}reader {name!r}: label "
+                                         f"{float(col[row])!r} in column index {spec.column} "
+                                         f"is not a class index in [0, {spec.num_classes})")
 
         def build(spec: Any) -> np.ndarray:
             if isinstance(spec, OneHot):
                 col = arrays[spec.reader][:, spec.column]
-                bad = ~((col == np.floor(col)) & (col >= 0) & (col < spec.num_classes))
-                if bad.any():
-                    raise ValueError(f"reader {spec.reader!r}: label {float(col[bad][0])!r} "
-                                     f"in column index {spec.column} is not a class index in "
-                                     f"[0, {spec.num_classes})")
                 out = np.zeros((col.shape[0], spec.num_classes), dtype=np.float32)
                 out[np.arange(col.shape[0]), col.astype(np.intp)] = 1
                 return out

@@ -483,6 +483,7 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         if mode is AlignmentMode.EQUAL_LENGTH:
             self._check_equal_lengths(everything)
         self._check_float32(everything)
+        self._check_classes(everything)
         t = max(max(pair) for pair in lengths)       # the global batch's longest sequence
         tables = [self._tables(e) for e in part]
         n = len(part)
@@ -510,7 +511,7 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
             if self.regression:
                 labels[i, :, l0:l0 + tl] = lt.T
             else:
-                labels[i, self._classes(ls, lt[:, 0]), np.arange(l0, l0 + tl)] = 1
+                labels[i, lt[:, 0].astype(np.intp), np.arange(l0, l0 + tl)] = 1
         # DL4J's rule: an array whose sequences all fill the batch's length has no mask
         full_f = all(tf == t for tf, _ in lengths)
         full_l = all(tl == t for _, tl in lengths)
@@ -551,17 +552,23 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                     raise _float32_error(seq.where(step), "column index "
                                          f"{c if columns is None else columns[c]}", table[at])
 
-    def _classes(self, source: _Sequence, values: np.ndarray) -> np.ndarray:
-        # each step's class index, checked: an integer in [0, num_possible_labels)
+    def _check_classes(self, everything: list) -> None:
+        # Each step's class index: an integer in [0, num_possible_labels), in every example
+        # of the global batch, as _check_float32 (a shard refusing alone would leave the
+        # others waiting for it at their next collective).
+        if self.regression:
+            return
         npl = self.num_possible_labels
-        ok = (values == np.floor(values)) & (values >= 0) & (values < npl)  # NaN is not ok
-        if not ok.all():
-            step = int(np.argmin(ok))
-            column = "" if self.labels_reader is not None else \
-                f" in column index {self._split_columns(source)[1][0]}"
-            raise ValueError(f"{source.where(step)}label {float(values[step])!r}{column} is "
-                             f"not a class index in [0, {npl})")
-        return values.astype(np.intp)
+        for example in everything:
+            _, _, source, lt = self._tables(example)
+            values = lt[:, 0]
+            ok = (values == np.floor(values)) & (values >= 0) & (values < npl)  # NaN is not
+            if not ok.all():
+                step = int(np.argmin(ok))
+                column = "" if self.labels_reader is not None else \
+                    f" in column index {self._split_columns(source)[1][0]}"
+                raise ValueError(f"{source.where(step)}label {float(values[step])!r}{column} "
+                                 f"is not a class index in [0, {npl})")
 
     def _check_bytes(self, n: int, n_f: int, n_l: int, t: int) -> None:
         for name, size in (("features", n_f), ("labels", n_l)):
