@@ -293,8 +293,8 @@ def test_array_records_contract():
                                                 regression=True)))
     assert reg.labels.numpy().tolist() == [[0.5]]
     ragged = _Arrays([[np.ones((2, 2)), 1.0], [np.ones((3, 2)), 0.0]])
-    with pytest.raises(ValueError, match=r"^records' arrays must all have one shape: \(2, 2\) "
-                                         r"first, then \(3, 2\)$"):
+    with pytest.raises(ValueError, match=r"^mem:2: records' arrays must all have one shape: "
+                                         r"\(2, 2\) first, then \(3, 2\)$"):
         next(iter(RecordReaderDataSetIterator(ragged, 5, 1, 2)))
     mixed = _Arrays([[np.ones(2), 3.0, 1.0]])
     with pytest.raises(ValueError, match=r"^mem:1: a record holding an array must hold that "

@@ -946,6 +946,26 @@ def test_float32_range_in_arrays_from_a_custom_reader():
     it = RecordReaderDataSetIterator(reader, 2, label_index=1, regression=True)
     with pytest.raises(ValueError, match=r"^column index 1: 1e\+39 is out of range"):
         it.next()
+    # every record of the global batch is checked, in each shard: rank 0 refuses rank 1's
+    # bad record too (a shard refusing alone would leave the others waiting for it)
+    for items, message in [([[np.zeros(2), 0.0], [np.zeros(2), 1e39]], r"^column index 1: "),
+                           ([[np.zeros(2), 0.0], [np.full(2, 1e39), 1.0]],
+                            r"^column index 0, array index \(0,\): 1e\+39"),
+                           ([[np.zeros(2), 0.0], [np.zeros(3), 1.0]],
+                            r"^records' arrays must all have one shape: \(2,\) first, then "
+                            r"\(3,\)$")]:
+        for rank in (0, 1):
+            it = RecordReaderDataSetIterator(ListReader(items), 2, label_index=1,
+                                             regression=True).shard(rank, 2)
+            with pytest.raises(ValueError, match=message):
+                it.next()
+    # a good batch: each shard its own part
+    items = [[np.full(2, float(i)), float(i)] for i in range(4)]
+    parts = [RecordReaderDataSetIterator(ListReader(items), 4, label_index=1,
+                                         regression=True).shard(rank, 2).next()
+             for rank in (0, 1)]
+    np.testing.assert_array_equal(parts[0].features.numpy(), [[0, 0], [1, 1]])
+    np.testing.assert_array_equal(parts[1].labels.numpy(), [[2], [3]])
 
 
 def test_an_integer_beyond_float64_from_a_reader_is_named_not_an_overflow():

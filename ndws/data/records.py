@@ -845,7 +845,7 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         first = rows[0]
         part = self._part(len(rows))                    # a shard's part (all when unsharded)
         if any(isinstance(v, np.ndarray) for v in first):
-            return self._array_batch(rows[part], first, locations[part])
+            return self._array_batch(rows, first, locations, part)
         try:
             table = np.asarray(rows, dtype=np.float64).reshape(len(rows), self._num_fields)
         except OverflowError:
@@ -876,10 +876,11 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         labels[np.arange(values.shape[0]), values[:, 0].astype(np.intp)] = 1
         return labels
 
-    def _array_batch(self, rows: list, first: list, locations: list) -> DataSet:
+    def _array_batch(self, rows: list, first: list, locations: list, part: slice) -> DataSet:
         # records holding an array (an image reader's [image, label]: DataVec's NDArrayWritable):
         # that array is the example's features, stacked to (batch, *its shape) as DL4J stacks
-        # them (an image reader's NCHW batches)
+        # them (an image reader's NCHW batches); `part` of them, each record of the global
+        # batch checked (every shard refuses a batch, as _next's checks)
         label_cols = self._label_columns()
         feature_cols = [c for c in range(len(first)) if c not in label_cols]
         if len(feature_cols) != 1 or not isinstance(first[feature_cols[0]], np.ndarray):
@@ -889,27 +890,29 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                              f"{self.label_index}")
         col = feature_cols[0]
         shape = first[col].shape
-        features = np.empty((len(rows),) + shape, dtype=np.float32)
         for i, record in enumerate(rows):
             array = record[col]
             if not isinstance(array, np.ndarray) or array.shape != shape:
                 got = array.shape if isinstance(array, np.ndarray) else type(array).__name__
-                raise ValueError(f"records' arrays must all have one shape: {shape} first, "
-                                 f"then {got}")
+                raise ValueError(f"{_at(locations[i])}records' arrays must all have one "
+                                 f"shape: {shape} first, then {got}")
             at = _float32_overflow(array)
             if at is not None:
                 raise _float32_error(_at(locations[i]), f"column index {col}, array index "
                                      f"{at}", array[at])
-            features[i] = array
-        if not label_cols:
-            return DataSet(features, None)
-        values = np.array([[record[c] for c in label_cols] for record in rows],
-                          dtype=np.float64).reshape(len(rows), len(label_cols))
-        at = _float32_overflow(values)
-        if at is not None:
-            raise _float32_error(_at(locations[at[0]]), f"column index {label_cols[at[1]]}",
-                                 values[at])
-        return DataSet(features, self._labels(values))
+        values = None
+        if label_cols:
+            values = np.array([[record[c] for c in label_cols] for record in rows],
+                              dtype=np.float64).reshape(len(rows), len(label_cols))
+            at = _float32_overflow(values)
+            if at is not None:
+                raise _float32_error(_at(locations[at[0]]),
+                                     f"column index {label_cols[at[1]]}", values[at])
+        mine = rows[part]
+        features = np.empty((len(mine),) + shape, dtype=np.float32)
+        for i, record in enumerate(mine):
+            features[i] = record[col]
+        return DataSet(features, None if values is None else self._labels(values[part]))
 
     def _reset(self) -> None:
         self.reader.reset()
