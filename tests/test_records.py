@@ -777,31 +777,23 @@ def becomes_infinite(value):
         return bool(np.isinf(np.float32(value))) and np.isfinite(value)
 
 
-@pytest.mark.parametrize("text", ["1_000", "1_0.5", "-2_5e1_0", " 1_0 "])
-def test_digit_separators_are_not_numbers(tmp_path, text):
+@pytest.mark.parametrize("text, reason", [
+    *[(t, "'_' is not a digit separator here") for t in ("1_000", "1_0.5", "-2_5e1_0", " 1_0 ")],
+    *[(t, "only ASCII digits are digits here") for t in ("١٢", "１２", "٣.٥", "-१e2")]])
+def test_numbers_python_reads_and_dl4j_does_not(tmp_path, text, reason):
     assert float(text) is not None                 # Python reads them, DL4J does not
     path = write(tmp_path, "u.csv", f"1,0\n{text},1\n")
-    with pytest.raises(ValueError, match=rf"u.csv:2: column index 0: cannot parse {text!r} "
-                                         r"as a number \('_' is not a digit separator here, "
-                                         r"as in DL4J's Double.parseDouble\)$"):
+    with pytest.raises(ValueError, match=rf"u.csv:2: column index 0: cannot parse "
+                                         rf"{re.escape(repr(text))} as a number \({reason}, as "
+                                         r"in DL4J's Double.parseDouble\)$"):
         list(CSVRecordReader(path))
     # in a label column the error is the same: no hint about class names
     it = RecordReaderDataSetIterator(CSVRecordReader(path), 2, label_index=0, num_classes=2)
     with pytest.raises(ValueError, match=r"Double.parseDouble\)$"):
         it.next()
-
-
-@pytest.mark.parametrize("text", ["١٢", "１２", "٣.٥", "-१e2"])
-def test_digits_outside_ascii_are_not_numbers(tmp_path, text):
-    assert float(text) is not None                 # Python reads them, DL4J does not
-    path = write(tmp_path, "d.csv", f"1,0\n{text},1\n")
-    with pytest.raises(ValueError, match=rf"d.csv:2: column index 0: cannot parse {text!r} as a "
-                                         r"number \(only ASCII digits are digits here, as in "
-                                         r"DL4J's Double.parseDouble\)$"):
-        list(CSVRecordReader(path))
     # the one-pass parse of a numbers-only record sends it field by field as well
     path = write(tmp_path, "e.csv", f"2.5,{text}\n")
-    with pytest.raises(ValueError, match=r"e.csv:1: column index 1: .*\(only ASCII digits"):
+    with pytest.raises(ValueError, match=rf"e.csv:1: column index 1: .*\({reason}"):
         list(CSVRecordReader(path))
     # blanks float() strips are still blanks, whatever their code point
     assert list(CSVRecordReader(write(tmp_path, "b.csv", "\u00a01.5\u2003,2\n"))) == [[1.5, 2.0]]
