@@ -315,44 +315,75 @@ static inline void ndws_prefetch_l2(const void* p) {
 /* ---------------------------------------------------------------------------------------------
  * Transposing pack: dst[p*ldd + r] = src[r*lds + p] for r < R, p < P. Packing a row-major A
  * (or the B of X @ W.T) is a transpose; done one element at a time it costs more than the
- * multiplication for shapes like 128x256 @ 256x10, so it goes by register blocks: 8x8 (AVX)
- * and 4x4 (SSE) for float32, 4x4 (AVX) and 2x2 (SSE2) for float64, scalars for the rest. */
+ * multiplication for shapes like 128x256 @ 256x10, so it goes by register blocks: 8x8 (AVX,
+ * also for the 6 rows of an AVX2 tile) and 4x4 (SSE) for float32, 4x4 (AVX) and 2x2 (SSE2) for
+ * float64, scalars for the rest. */
 #if defined(__AVX__) || defined(__AVX2__) || defined(__AVX512F__)
 #define NDWS_HAVE_AVX 1
+#endif
+
+#if defined(NDWS_HAVE_AVX)
+/* x[0..7] (rows of 8 values) := their transpose */
+static inline void ndws_t8x8_f32(__m256 x[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(x[0], x[1]), t1 = _mm256_unpackhi_ps(x[0], x[1]);
+    __m256 t2 = _mm256_unpacklo_ps(x[2], x[3]), t3 = _mm256_unpackhi_ps(x[2], x[3]);
+    __m256 t4 = _mm256_unpacklo_ps(x[4], x[5]), t5 = _mm256_unpackhi_ps(x[4], x[5]);
+    __m256 t6 = _mm256_unpacklo_ps(x[6], x[7]), t7 = _mm256_unpackhi_ps(x[6], x[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    x[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    x[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    x[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    x[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    x[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    x[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    x[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    x[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
 #endif
 
 static inline void ndws_tpack_f32(const float* src, ptrdiff_t lds, ptrdiff_t R, ptrdiff_t P,
                                   float* dst, ptrdiff_t ldd) {
     ptrdiff_t r0 = 0, p0, r, p;
 #if defined(NDWS_HAVE_AVX)
+    __m256 x[8];
     for (; r0 + 8 <= R; r0 += 8) {
         for (p0 = 0; p0 + 8 <= P; p0 += 8) {
             const float* s = src + r0 * lds + p0;
-            __m256 x0 = _mm256_loadu_ps(s), x1 = _mm256_loadu_ps(s + lds);
-            __m256 x2 = _mm256_loadu_ps(s + 2 * lds), x3 = _mm256_loadu_ps(s + 3 * lds);
-            __m256 x4 = _mm256_loadu_ps(s + 4 * lds), x5 = _mm256_loadu_ps(s + 5 * lds);
-            __m256 x6 = _mm256_loadu_ps(s + 6 * lds), x7 = _mm256_loadu_ps(s + 7 * lds);
-            __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
-            __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
-            __m256 t4 = _mm256_unpacklo_ps(x4, x5), t5 = _mm256_unpackhi_ps(x4, x5);
-            __m256 t6 = _mm256_unpacklo_ps(x6, x7), t7 = _mm256_unpackhi_ps(x6, x7);
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
             float* d = dst + p0 * ldd + r0;
-            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+            for (r = 0; r < 8; r++)
+                x[r] = _mm256_loadu_ps(s + r * lds);
+            ndws_t8x8_f32(x);
+            for (p = 0; p < 8; p++)
+                _mm256_storeu_ps(d + p * ldd, x[p]);
         }
         for (r = r0; r < r0 + 8; r++)
             for (p = p0; p < P; p++)
                 dst[p * ldd + r] = src[r * lds + p];
+    }
+    if (R - r0 == 6) {
+        /* the AVX2 float32 tile's 6 rows (a row-major A's panels): the 8x8 transpose with two
+           rows of zeros, 6 values stored per p (4 + 2), instead of a 4x4 block and 2 rows of
+           scalars */
+        x[6] = x[7] = _mm256_setzero_ps();
+        for (p0 = 0; p0 + 8 <= P; p0 += 8) {
+            const float* s = src + r0 * lds + p0;
+            float* d = dst + p0 * ldd + r0;
+            for (r = 0; r < 6; r++)
+                x[r] = _mm256_loadu_ps(s + r * lds);
+            ndws_t8x8_f32(x);
+            for (p = 0; p < 8; p++) {
+                _mm_storeu_ps(d + p * ldd, _mm256_castps256_ps128(x[p]));
+                _mm_storel_pi((__m64*)(d + p * ldd + 4), _mm256_extractf128_ps(x[p], 1));
+            }
+            x[6] = x[7] = _mm256_setzero_ps();
+        }
+        for (r = r0; r < r0 + 6; r++)
+            for (p = p0; p < P; p++)
+                dst[p * ldd + r] = src[r * lds + p];
+        r0 += 6;
     }
 #endif
 #if defined(__SSE2__)
