@@ -176,10 +176,10 @@ class CSVRecordReader(RecordReader):
     ``float()`` reads (blanks stripped; ``nan``, ``inf`` and ``infinity`` in any case are
     numbers) except digit separators, ``1_000``, and digits outside ASCII, ``١٢``, which
     DL4J's ``Double.parseDouble`` refuses; a finite number past float64's range (``1e400``),
-    which would become an infinity, is refused too, naming the file, line and column. When a file's first record has no number
-    at all (a header), the message adds ``if line <n> is a header, pass
-    skip_num_lines=<n>``. Line numbers are 1-based physical lines of the file (a record
-    spanning lines is reported at its first line).
+    which would become an infinity, is refused too, naming the file, line and column. When a
+    file's first record has no number at all (a header), the message adds ``if line <n> is a
+    header, pass skip_num_lines=<n>``. Line numbers are 1-based physical lines of the file (a
+    record spanning lines is reported at its first line).
 
     The reader is its own iterator protocol in DataVec's style (``has_next()``, ``next()``,
     ``reset()``) and a Python iterable (each ``iter()`` starts from the beginning). After an
@@ -345,7 +345,7 @@ class CSVRecordReader(RecordReader):
                 values.append(field.strip())
                 continue
             try:
-                values.append(parse_number(field))
+                values.append(_parse_number(field))
             except ValueError as exc:
                 place = f"{path}:{line}: column index {column}: "
                 if isinstance(exc, _OutOfRange):
@@ -395,7 +395,7 @@ class _OutOfRange(ValueError):
     """A finite number past float64's range: its message says what it would become."""
 
 
-def parse_number(field: str) -> float:
+def _parse_number(field: str) -> float:
     """`field` (blanks stripped) as DL4J's ``Double.parseDouble`` reads a number: float()'s
     syntax (``nan``, ``inf`` and ``infinity`` in any case included) except digit separators
     (``1_000``) and digits outside ASCII (``١٢``, ``１２``), which float() reads and Java
@@ -420,7 +420,7 @@ def parse_number(field: str) -> float:
 def _is_number(field: str) -> bool:
     # whether the reader reads `field` as a number (out of range is still a number)
     try:
-        parse_number(field)
+        _parse_number(field)
     except _OutOfRange:
         return True
     except ValueError:
@@ -428,14 +428,14 @@ def _is_number(field: str) -> bool:
     return True
 
 
-def has_text(fields: Sequence) -> bool:
-    """Whether a custom reader's record needs `text_fields_as_numbers`."""
+def _has_text(fields: Sequence) -> bool:
+    """Whether a custom reader's record needs `_text_fields_as_numbers`."""
     return any(v is None or isinstance(v, (str, bytes)) for v in fields)
 
 
-def text_fields_as_numbers(fields: Sequence, where: str, label: int = -1) -> list:
+def _text_fields_as_numbers(fields: Sequence, where: str, label: int = -1) -> list:
     """A custom reader's record (a list of fields) with each str field read as
-    `CSVRecordReader` reads one (`parse_number`: DataVec's Text writable is read with
+    `CSVRecordReader` reads one (`_parse_number`: DataVec's Text writable is read with
     ``Double.parseDouble``), None and bytes refused; other fields are left to NumPy's float
     conversion. A field that is not a number raises ``ValueError("<where>column index <c>:
     cannot parse ...")``, a `_field_error` that knows its column (`label`: the label column,
@@ -452,7 +452,7 @@ def text_fields_as_numbers(fields: Sequence, where: str, label: int = -1) -> lis
         if not isinstance(value, str):
             continue
         try:
-            out[column] = parse_number(value)
+            out[column] = _parse_number(value)
         except _OutOfRange as exc:
             raise ValueError(f"{where}column index {column}: {value!r} is {exc}") from None
         except ValueError as exc:
@@ -829,8 +829,8 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                                      f"{known[:10]}{' ...' if len(known) > 10 else ''})")
                 record = list(record)
                 record[self.label_index] = float(index)
-            if has_text(record):
-                record = text_fields_as_numbers(
+            if _has_text(record):
+                record = _text_fields_as_numbers(
                     record, _where(self.reader),
                     -1 if self.regression or self._mapping is not None else self.label_index)
             if self._mapping is None and self.num_classes is not None:
@@ -1059,8 +1059,8 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
             for name, reader in self.readers.items():
                 record = reader.next()
                 self._check_width(name, record)
-                if has_text(record):
-                    record = text_fields_as_numbers(record, f"{_where(reader)}reader {name!r}: ")
+                if _has_text(record):
+                    record = _text_fields_as_numbers(record, f"{_where(reader)}reader {name!r}: ")
                 tables[name].append(record)
                 locations[name].append(getattr(reader, "location", None))
         if not next(iter(tables.values())):

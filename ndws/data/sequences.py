@@ -30,8 +30,8 @@ import numpy as np
 from ndws.data.dataset import DataSet
 from ndws.data.iterators import DataSetIterator
 from ndws.data.records import (CSVRecordReader, _check_int, _float32_error, _float32_overflow,
-                               _reader_copy, _RecordShard, _where, has_text,
-                               text_fields_as_numbers)
+                               _reader_copy, _RecordShard, _where, _has_text,
+                               _text_fields_as_numbers)
 
 __all__ = ["CSVSequenceRecordReader", "AlignmentMode", "SequenceRecordReaderDataSetIterator"]
 
@@ -226,8 +226,8 @@ def _read_sequence(reader: Any, role: str) -> _Sequence:
         if any(isinstance(v, (complex, np.complexfloating)) for s in steps for v in s):
             raise TypeError(f"{where}{role} gave a complex field; expected real numbers")
         seq = _Sequence(None, path, lines)        # only to name a step's place
-        table = [text_fields_as_numbers(s, seq.where(t))
-                 if has_text(s) else s
+        table = [_text_fields_as_numbers(s, seq.where(t))
+                 if _has_text(s) else s
                  for t, s in enumerate(steps)]
     try:
         table = np.asarray(table, dtype=np.float64)
