@@ -68,6 +68,29 @@ cdef object _numbers(object obj, str name, object dtype=None):
     return v
 
 
+cdef int _only_numbers(object src, str name) except -1:
+    # Given a dtype, NumPy reads text ("1.5" becomes 1.5) and makes None a NaN; an ndws array
+    # is made of numbers only, with a dtype as without one (and as torch.tensor's), so the
+    # source's own values are checked first. Any other failure is left to the conversion.
+    if isinstance(src, np.ndarray):
+        probe = src
+    else:
+        try:
+            probe = np.asarray(src)
+        except (TypeError, ValueError, OverflowError):
+            return 0
+    if probe.dtype.kind in "biufc":
+        return 0
+    if probe.dtype.hasobject:
+        for v in probe.flat:
+            if v is None or isinstance(v, (str, bytes)):
+                raise TypeError(f"{name}: expected a number or an array of numbers, got "
+                                f"{type(src).__name__} {src!r:.40}")
+        return 0
+    raise TypeError(f"{name}: ndws arrays hold numbers (bool, int, uint, float, complex); got "
+                    f"{probe.dtype!r}")
+
+
 def empty(shape, dtype=None, order="C", *, detached=False):
     """New uninitialized array in the current workspace (detached memory when none is current
     or `detached` is set).
@@ -276,7 +299,9 @@ def array(obj, dtype=None, *, copy=True, order="K", ndmin=0, detached=False):
 
     NumPy's ``array`` semantics, with the result in the current workspace (or detached). With
     ``copy=False`` an NDArray of the right dtype is returned itself and anything needing a copy
-    raises ``ValueError``; ``copy=None`` copies only when needed.
+    raises ``ValueError``; ``copy=None`` copies only when needed. Only numbers make an array:
+    text and None raise ``TypeError`` with a `dtype` too (where NumPy would read ``"1.5"`` as
+    1.5 and make None a NaN), as ``torch.tensor`` does.
     """
     if isinstance(obj, NDArray):
         check_array(<NDArray>obj, "array", "obj")
@@ -293,6 +318,8 @@ def array(obj, dtype=None, *, copy=True, order="K", ndmin=0, detached=False):
     if isinstance(ndmin, bool) or not isinstance(ndmin, (int, np.integer)):
         raise TypeError(f"ndmin: expected an int, got {type(ndmin).__name__} {ndmin!r:.40}")
     dt = None if dtype is None else _as_dtype(dtype)
+    if dt is not None:
+        _only_numbers(src, "obj")
     try:
         arr = np.asarray(src, dtype=dt, order=order)
     except OverflowError as exc:

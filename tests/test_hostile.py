@@ -291,6 +291,19 @@ CLEAR = [
     ("array-object", lambda: ndws.asarray(np.array([None, 1])), TypeError,
      "obj: expected a number or an array of numbers, got ndarray array([None, 1], "
      "dtype=object)"),
+    # given a dtype, NumPy reads text and makes None a NaN: ndws refuses them as without one
+    ("array-None-dtype", lambda: ndws.asarray([1.0, None], np.float32), TypeError,
+     "obj: expected a number or an array of numbers, got list [1.0, None]"),
+    ("array-None-scalar", lambda: ndws.array(None, dtype=np.float64), TypeError,
+     "obj: expected a number or an array of numbers, got NoneType None"),
+    ("array-text-dtype", lambda: ndws.asarray(["1.5", "2"], np.float32), TypeError,
+     "obj: ndws arrays hold numbers (bool, int, uint, float, complex); got dtype('<U3')"),
+    ("array-text-numpy", lambda: ndws.array(np.array(["1"]), dtype=np.int32), TypeError,
+     "obj: ndws arrays hold numbers (bool, int, uint, float, complex); got dtype('<U1')"),
+    ("array-bytes-in-objects", lambda: ndws.asarray(np.array([1, b"2"], dtype=object),
+                                                    np.float64), TypeError,
+     "obj: expected a number or an array of numbers, got ndarray array([1, b'2'], "
+     "dtype=object)"),
     ("array-2**70", lambda: ndws.array([1, 2**70]), ValueError,
      "obj: [1, 1180591620717411303424] does not fit in a 64-bit integer (give a float, or a "
      "float dtype)"),

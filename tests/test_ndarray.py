@@ -219,6 +219,12 @@ def test_asarray_lists_and_scalars():
     assert_matches(ndws.asarray([[1, 2], [3, 4]]), np.asarray([[1, 2], [3, 4]]))
     assert_matches(ndws.asarray(2.5), np.asarray(2.5))
     assert_matches(ndws.asarray([1, 2], dtype=np.float32), np.asarray([1, 2], np.float32))
+    # given a dtype, numbers of every kind still convert as NumPy converts them (text and None
+    # are refused: test_hostile)
+    for obj, dt in [([10**30, 1.5], np.float64), ([1, 2.5], np.int32), ([True, 2], np.int8),
+                    (np.array([1, 2.5], dtype=object), np.float32), ([1 + 2j], np.complex64),
+                    (np.array(["2020-01-01"], "datetime64[D]").view(np.int64), np.float64)]:
+        assert_matches(ndws.asarray(obj, dt), np.asarray(obj, dt))
 
 
 # ------------------------------------------------------------------------------------------------
