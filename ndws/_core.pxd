@@ -96,6 +96,7 @@ cdef inline bint _fortran(object order) except -1:
 
 cdef object _as_dtype(object obj)                                  # cached numpy.dtype(obj)
 cdef int _check_dtype(object dt, str what=*) except -1             # numbers only, native order
+cdef int only_numbers(object src, str what) except -1               # no text, no None
 # NumPy's shape rules: the dimensions of `shape` (an int or a sequence) into out[], returns ndim
 cdef int _parse_shape(object shape, Py_ssize_t* out) except -1
 cdef tuple _shape_tuple(int ndim, const Py_ssize_t* shape)

@@ -825,6 +825,33 @@ cdef object _key_to_numpy(object key, str op):
     return key
 
 
+cdef int only_numbers(object src, str what) except -1:
+    # A value NumPy converts to a given dtype, checked to be numbers first: NumPy reads text
+    # ("1.5" becomes 1.5) and makes None a NaN, where an ndws array holds numbers only, as it
+    # does without a dtype (and as torch.tensor's). `what` names the argument. Any other
+    # failure is left to the conversion.
+    t = type(src)
+    if t is float or t is int or t is bool or t is complex or isinstance(src, NDArray):
+        return 0
+    if isinstance(src, np.ndarray):
+        probe = src
+    else:
+        try:
+            probe = np.asarray(src)
+        except (TypeError, ValueError, OverflowError):
+            return 0
+    if probe.dtype.kind in "biufc":
+        return 0
+    if probe.dtype.hasobject:
+        for v in probe.flat:
+            if v is None or isinstance(v, (str, bytes)):
+                raise TypeError(f"{what}: expected a number or an array of numbers, got "
+                                f"{type(src).__name__} {src!r:.40}")
+        return 0
+    raise TypeError(f"{what}: ndws arrays hold numbers (bool, int, uint, float, complex); got "
+                    f"{probe.dtype!r}")
+
+
 cdef object _operand(object x, object op, object role):
     # An operand for NumPy: NDArrays become validated views, everything else passes through.
     if isinstance(x, NDArray):
@@ -1514,6 +1541,7 @@ cdef class NDArray:
 
     def __setitem__(self, key, value):
         check_array(self, "setitem", "a")
+        only_numbers(value, "setitem: value")
         v = _operand(value, "setitem", "value")
         np_view(self)[_key_to_numpy(key, "setitem")] = v
 
@@ -1521,11 +1549,13 @@ cdef class NDArray:
         """Set every element to `value` (NumPy's ``fill``)."""
         check_array(self, "fill", "a")
         if not _fill_fast(self, value):
+            only_numbers(value, "fill: value")
             np_view(self).fill(value)
 
     def assign(self, value):
         """Copy `value` (broadcast) into this array, ND4J's ``assign``; returns self."""
         check_array(self, "assign", "a")
+        only_numbers(value, "assign: value")
         np.copyto(np_view(self), _operand(value, "assign", "value"), casting="unsafe")
         return self
 

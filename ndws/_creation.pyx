@@ -19,7 +19,7 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 from ndws._core cimport (NDArray, NDWS_MAXDIMS, check_array, np_view, new_array, discard,
                          _as_dtype, _check_dtype, _parse_shape, _shape_tuple, _fortran,
                          _fill_new, _alloc_like, _copy_numpy, _c_contiguous,
-                         _f_contiguous)
+                         _f_contiguous, only_numbers)
 
 import numpy as np
 
@@ -66,29 +66,6 @@ cdef object _numbers(object obj, str name, object dtype=None):
                         f"{type(obj).__name__} {obj!r:.40}")
     _check_dtype(v.dtype, name)                   # native byte order
     return v
-
-
-cdef int _only_numbers(object src, str name) except -1:
-    # Given a dtype, NumPy reads text ("1.5" becomes 1.5) and makes None a NaN; an ndws array
-    # is made of numbers only, with a dtype as without one (and as torch.tensor's), so the
-    # source's own values are checked first. Any other failure is left to the conversion.
-    if isinstance(src, np.ndarray):
-        probe = src
-    else:
-        try:
-            probe = np.asarray(src)
-        except (TypeError, ValueError, OverflowError):
-            return 0
-    if probe.dtype.kind in "biufc":
-        return 0
-    if probe.dtype.hasobject:
-        for v in probe.flat:
-            if v is None or isinstance(v, (str, bytes)):
-                raise TypeError(f"{name}: expected a number or an array of numbers, got "
-                                f"{type(src).__name__} {src!r:.40}")
-        return 0
-    raise TypeError(f"{name}: ndws arrays hold numbers (bool, int, uint, float, complex); got "
-                    f"{probe.dtype!r}")
 
 
 def empty(shape, dtype=None, order="C", *, detached=False):
@@ -319,7 +296,7 @@ def array(obj, dtype=None, *, copy=True, order="K", ndmin=0, detached=False):
         raise TypeError(f"ndmin: expected an int, got {type(ndmin).__name__} {ndmin!r:.40}")
     dt = None if dtype is None else _as_dtype(dtype)
     if dt is not None:
-        _only_numbers(src, "obj")
+        only_numbers(src, "obj")
     try:
         arr = np.asarray(src, dtype=dt, order=order)
     except OverflowError as exc:

@@ -304,6 +304,19 @@ CLEAR = [
                                                     np.float64), TypeError,
      "obj: expected a number or an array of numbers, got ndarray array([1, b'2'], "
      "dtype=object)"),
+    # and writes into an array likewise (NumPy would store NaN or the parsed text)
+    ("setitem-None", lambda: ndws.zeros(3).__setitem__(0, None), TypeError,
+     "setitem: value: expected a number or an array of numbers, got NoneType None"),
+    ("setitem-list-None", lambda: ndws.zeros(3).__setitem__(slice(0, 2), [None, 1]), TypeError,
+     "setitem: value: expected a number or an array of numbers, got list [None, 1]"),
+    ("setitem-text", lambda: ndws.zeros(3).__setitem__(1, "5"), TypeError,
+     "setitem: value: ndws arrays hold numbers (bool, int, uint, float, complex); got "
+     "dtype('<U1')"),
+    ("fill-text", lambda: ndws.zeros(3, np.float32).fill("3"), TypeError,
+     "fill: value: ndws arrays hold numbers (bool, int, uint, float, complex); got "
+     "dtype('<U1')"),
+    ("assign-None", lambda: ndws.zeros(2).assign([1.0, None]), TypeError,
+     "assign: value: expected a number or an array of numbers, got list [1.0, None]"),
     ("array-2**70", lambda: ndws.array([1, 2**70]), ValueError,
      "obj: [1, 1180591620717411303424] does not fit in a 64-bit integer (give a float, or a "
      "float dtype)"),
