@@ -121,6 +121,9 @@ def test_two_column_threshold_and_cost_array():
     np.testing.assert_array_equal(ev.get_confusion_matrix(), expected)
     with pytest.raises(ValueError, match="cost_array has 2 entries for 3 classes"):
         Evaluation(cost_array=[1.0, 2.0]).eval(one_hot(y, 3), p)
+    for text in (["1", "2"], [1.0, None]):      # NumPy would read '1' and make None a NaN
+        with pytest.raises(TypeError, match=r"^cost_array must be numbers, one per class"):
+            Evaluation(cost_array=text)
 
 
 def test_argmax_ties_take_the_first_maximum():

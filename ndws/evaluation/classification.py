@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ndws._core import NDArray, check as _check
+from ndws._creation import array
 from ndws.evaluation import _counting
 from ndws.evaluation._args import (count_arg, fields, index_arg, int_arg, parse_json,
                                    table_arg)
@@ -149,7 +150,8 @@ class Evaluation:
                                  f"{binary_decision_threshold}")
         if cost_array is not None:
             try:
-                cost_array = np.array(cost_array, dtype=np.float64).ravel()
+                # ndws.array's reading: numbers only (NumPy's would take '1.5' and None)
+                cost_array = array(cost_array, np.float64, detached=True).numpy().ravel()
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"cost_array must be numbers, one per class, got "
                                 f"{cost_array!r:.40} ({exc})") from None
