@@ -344,45 +344,49 @@ static inline void ndws_t8x8_f32(__m256 x[8]) {
 }
 #endif
 
+#if defined(NDWS_HAVE_AVX)
+#if defined(__GNUC__) || defined(__clang__)
+#define NDWS_TPACK_INLINE static inline __attribute__((always_inline))
+#else
+#define NDWS_TPACK_INLINE static inline
+#endif
+/* Rows r0 .. r0 + rows - 1 (rows 8, or 6: the AVX2 float32 tile's, with two rows of zeros in
+   the transposes and 6 values stored per p, 4 + 2) of ndws_tpack_f32; inlined for each
+   constant row count, so the row tests fold away */
+NDWS_TPACK_INLINE void ndws_tpack_rows_f32(const float* src, ptrdiff_t lds, ptrdiff_t rows,
+                                       ptrdiff_t P, float* dst, ptrdiff_t ldd) {
+    __m256 x[8];
+    ptrdiff_t p0, r, p;
+    for (p0 = 0; p0 + 8 <= P; p0 += 8) {
+        for (r = 0; r < 8; r++)
+            x[r] = r < rows ? _mm256_loadu_ps(src + r * lds + p0) : _mm256_setzero_ps();
+        ndws_t8x8_f32(x);
+        for (p = 0; p < 8; p++) {
+            float* d = dst + (p0 + p) * ldd;
+            if (rows == 8) {
+                _mm256_storeu_ps(d, x[p]);
+            } else {
+                _mm_storeu_ps(d, _mm256_castps256_ps128(x[p]));
+                _mm_storel_pi((__m64*)(d + 4), _mm256_extractf128_ps(x[p], 1));
+            }
+        }
+    }
+    for (r = 0; r < rows; r++)
+        for (p = p0; p < P; p++)
+            dst[p * ldd + r] = src[r * lds + p];
+}
+#endif
+
 static inline void ndws_tpack_f32(const float* src, ptrdiff_t lds, ptrdiff_t R, ptrdiff_t P,
                                   float* dst, ptrdiff_t ldd) {
     ptrdiff_t r0 = 0, p0, r, p;
 #if defined(NDWS_HAVE_AVX)
-    __m256 x[8];
-    for (; r0 + 8 <= R; r0 += 8) {
-        for (p0 = 0; p0 + 8 <= P; p0 += 8) {
-            const float* s = src + r0 * lds + p0;
-            float* d = dst + p0 * ldd + r0;
-            for (r = 0; r < 8; r++)
-                x[r] = _mm256_loadu_ps(s + r * lds);
-            ndws_t8x8_f32(x);
-            for (p = 0; p < 8; p++)
-                _mm256_storeu_ps(d + p * ldd, x[p]);
-        }
-        for (r = r0; r < r0 + 8; r++)
-            for (p = p0; p < P; p++)
-                dst[p * ldd + r] = src[r * lds + p];
-    }
+    for (; r0 + 8 <= R; r0 += 8)
+        ndws_tpack_rows_f32(src + r0 * lds, lds, 8, P, dst + r0, ldd);
     if (R - r0 == 6) {
-        /* the AVX2 float32 tile's 6 rows (a row-major A's panels): the 8x8 transpose with two
-           rows of zeros, 6 values stored per p (4 + 2), instead of a 4x4 block and 2 rows of
-           scalars */
-        x[6] = x[7] = _mm256_setzero_ps();
-        for (p0 = 0; p0 + 8 <= P; p0 += 8) {
-            const float* s = src + r0 * lds + p0;
-            float* d = dst + p0 * ldd + r0;
-            for (r = 0; r < 6; r++)
-                x[r] = _mm256_loadu_ps(s + r * lds);
-            ndws_t8x8_f32(x);
-            for (p = 0; p < 8; p++) {
-                _mm_storeu_ps(d + p * ldd, _mm256_castps256_ps128(x[p]));
-                _mm_storel_pi((__m64*)(d + p * ldd + 4), _mm256_extractf128_ps(x[p], 1));
-            }
-            x[6] = x[7] = _mm256_setzero_ps();
-        }
-        for (r = r0; r < r0 + 6; r++)
-            for (p = p0; p < P; p++)
-                dst[p * ldd + r] = src[r * lds + p];
+        /* a row-major A's 6-row panel: one 8x8 transpose per 8 K steps, not a 4x4 block and
+           2 rows of scalars */
+        ndws_tpack_rows_f32(src + r0 * lds, lds, 6, P, dst + r0, ldd);
         r0 += 6;
     }
 #endif
