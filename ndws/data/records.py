@@ -381,6 +381,12 @@ class CSVRecordReader(RecordReader):
                           f"CSVRecordReader(..., encoding='latin-1')")
 
 
+def _no_class_index(values: np.ndarray, num_classes: int) -> np.ndarray:
+    # True where a value (a float array) is no class index: not a whole number in
+    # [0, num_classes), NaN included
+    return ~((values == np.floor(values)) & (values >= 0) & (values < num_classes))
+
+
 def _is_class_index(value: Any, num_classes: int) -> bool:
     # whether a label field holds a class index: a whole number in [0, num_classes), of any
     # numeric type (a custom reader's None or object is no index, not a TypeError)
@@ -1090,7 +1096,7 @@ class RecordReaderMultiDataSetIterator(_RecordShard, MultiDataSetIterator):
             for spec in self.outputs:
                 if isinstance(spec, OneHot) and spec.reader == name:
                     col = table[:, spec.column]
-                    bad = ~((col == np.floor(col)) & (col >= 0) & (col < spec.num_classes))
+                    bad = _no_class_index(col, spec.num_classes)
                     if bad.any():
                         row = int(np.argmax(bad))
                         raise ValueError(f"{_at(locations[name][row])}reader {name!r}: label "

@@ -30,8 +30,8 @@ import numpy as np
 from ndws.data.dataset import DataSet
 from ndws.data.iterators import DataSetIterator
 from ndws.data.records import (CSVRecordReader, _check_int, _float32_error, _float32_overflow,
-                               _reader_copy, _RecordShard, _where, _has_text,
-                               _text_fields_as_numbers)
+                               _has_text, _no_class_index, _reader_copy, _RecordShard,
+                               _text_fields_as_numbers, _where)
 
 __all__ = ["CSVSequenceRecordReader", "AlignmentMode", "SequenceRecordReaderDataSetIterator"]
 
@@ -197,7 +197,7 @@ def _read_sequence(reader: Any, role: str) -> _Sequence:
     steps = reader.next()
     loc = getattr(reader, "location", None)
     path = loc[0] if loc else None
-    lines = getattr(reader, "step_lines", None)
+    seq = _Sequence(None, path, getattr(reader, "step_lines", None))     # its table below
     where = _where(reader)
     if isinstance(steps, np.ndarray):
         if steps.ndim != 2:
@@ -225,9 +225,7 @@ def _read_sequence(reader: Any, role: str) -> _Sequence:
                              f"same fields")
         if any(isinstance(v, (complex, np.complexfloating)) for s in steps for v in s):
             raise TypeError(f"{where}{role} gave a complex field; expected real numbers")
-        seq = _Sequence(None, path, lines)        # only to name a step's place
-        table = [_text_fields_as_numbers(s, seq.where(t))
-                 if _has_text(s) else s
+        table = [_text_fields_as_numbers(s, seq.where(t)) if _has_text(s) else s
                  for t, s in enumerate(steps)]
     try:
         table = np.asarray(table, dtype=np.float64)
@@ -239,7 +237,8 @@ def _read_sequence(reader: Any, role: str) -> _Sequence:
                          f"(every field of a step must be a number here)") from None
     if table.ndim == 1 and table.size == 0:
         table = table.reshape(0, 0)
-    return _Sequence(table, path, lines)
+    seq.table = table
+    return seq
 
 
 class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
@@ -562,9 +561,9 @@ class SequenceRecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         for example in everything:
             _, _, source, lt = self._tables(example)
             values = lt[:, 0]
-            ok = (values == np.floor(values)) & (values >= 0) & (values < npl)  # NaN is not
-            if not ok.all():
-                step = int(np.argmin(ok))
+            bad = _no_class_index(values, npl)
+            if bad.any():
+                step = int(np.argmax(bad))
                 column = "" if self.labels_reader is not None else \
                     f" in column index {self._split_columns(source)[1][0]}"
                 raise ValueError(f"{source.where(step)}label {float(values[step])!r}{column} "
