@@ -347,19 +347,10 @@ class CSVRecordReader(RecordReader):
             try:
                 values.append(_parse_number(field))
             except ValueError as exc:
-                place = f"{path}:{line}: column index {column}: "
-                if isinstance(exc, _OutOfRange):
-                    raise ValueError(f"{place}{field!r} is {exc}") from None
                 # a file's first record with no number at all is most often its header
                 hint = (f"; if line {line} is a header, pass skip_num_lines={line}"
                         if first and not any(map(_is_number, row)) else "")
-                message = f"{place}cannot parse {field!r} as a number"
-                if exc.args:
-                    # a number but for its separators or digits: not a class name, so a
-                    # plain error (an iterator adds the hint for class names to a
-                    # _field_error)
-                    raise ValueError(f"{message} ({exc}){hint}") from None
-                raise _field_error(message + hint, column) from None
+                raise _number_error(exc, f"{path}:{line}: ", field, column, hint) from None
         return values
 
     def _decode_error(self, path: str, exc: UnicodeDecodeError) -> ValueError:
@@ -423,6 +414,20 @@ def _parse_number(field: str) -> float:
     return value
 
 
+def _number_error(exc: ValueError, where: str, field: str, column: int,
+                  hint: str = "") -> ValueError:
+    # the error for a field _parse_number refused, `where` naming its file and line
+    place = f"{where}column index {column}: "
+    if isinstance(exc, _OutOfRange):
+        return ValueError(f"{place}{field!r} is {exc}")
+    message = f"{place}cannot parse {field!r} as a number"
+    if exc.args:
+        # a number but for its separators or digits: not a class name, so a plain error (an
+        # iterator adds the hint for class names to a _field_error)
+        return ValueError(f"{message} ({exc}){hint}")
+    return _field_error(message + hint, column)
+
+
 def _is_number(field: str) -> bool:
     # whether the reader reads `field` as a number (out of range is still a number)
     try:
@@ -439,13 +444,13 @@ def _has_text(fields: Sequence) -> bool:
     return any(v is None or isinstance(v, (str, bytes)) for v in fields)
 
 
-def _text_fields_as_numbers(fields: Sequence, where: str, label: int = -1) -> list:
+def _text_fields_as_numbers(fields: Sequence, where: str) -> list:
     """A custom reader's record (a list of fields) with each str field read as
     `CSVRecordReader` reads one (`_parse_number`: DataVec's Text writable is read with
     ``Double.parseDouble``), None and bytes refused; other fields are left to NumPy's float
-    conversion. A field that is not a number raises ``ValueError("<where>column index <c>:
-    cannot parse ...")``, a `_field_error` that knows its column (`label`: the label column,
-    whose error says how to pass class names)."""
+    conversion. A field that is not a number raises the CSV reader's error
+    (``"<where>column index <c>: cannot parse ..."``, a `_field_error` that knows its
+    column)."""
     out = list(fields)
     for column, value in enumerate(out):
         if value is None:
@@ -459,16 +464,8 @@ def _text_fields_as_numbers(fields: Sequence, where: str, label: int = -1) -> li
             continue
         try:
             out[column] = _parse_number(value)
-        except _OutOfRange as exc:
-            raise ValueError(f"{where}column index {column}: {value!r} is {exc}") from None
         except ValueError as exc:
-            message = f"{where}column index {column}: cannot parse {value!r} as a number"
-            if exc.args:
-                raise ValueError(f"{message} ({exc})") from None
-            if column == label:
-                message += ("; for class names in the label column pass label_mapping (the "
-                            "names in class order, or 'auto')")
-            raise _field_error(message, column) from None
+            raise _number_error(exc, where, value, column) from None
     return out
 
 
@@ -800,10 +797,14 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
         self.reader = _reader_copy(self.reader)
 
     def _read(self, method: str) -> Any:
-        # the reader's has_next() or next() (a record is parsed when peeked at): a label that
-        # is not a number gets the hint for class names
+        # the reader's has_next() or next() (a record is parsed when peeked at)
+        return self._hinted(getattr(self.reader, method))
+
+    def _hinted(self, fn: Any, *args: Any) -> Any:
+        # fn(*args), where a label that is not a number (a _field_error of the label column)
+        # gets the hint for class names
         try:
-            return getattr(self.reader, method)()
+            return fn(*args)
         except ValueError as exc:
             if getattr(exc, "column", None) == self.label_index and not self.regression \
                     and self._mapping is None and not self._auto:
@@ -836,9 +837,7 @@ class RecordReaderDataSetIterator(_RecordShard, DataSetIterator):
                 record = list(record)
                 record[self.label_index] = float(index)
             if _has_text(record):
-                record = _text_fields_as_numbers(
-                    record, _where(self.reader),
-                    -1 if self.regression or self._mapping is not None else self.label_index)
+                record = self._hinted(_text_fields_as_numbers, record, _where(self.reader))
             if self._mapping is None and self.num_classes is not None:
                 value = record[self.label_index]
                 if not _is_class_index(value, self.num_classes):
