@@ -1015,14 +1015,31 @@ cdef inline object _ufunc_call(object ufunc, tuple args, object out, dict kwargs
     return _ops.ufunc_call(ufunc, args, out, kwargs, dunder, try_native)
 
 
+# Operands an operator refuses itself rather than returning NotImplemented: Python would go on
+# to the builtin sequence's repetition or concatenation (`x * "2"` asks x.__index__), whose
+# error names neither the operation nor the operand.
+cdef object _BUILTIN_SEQUENCES = (str, bytes, bytearray, list, tuple)
+
+
+cdef object _no_sequence(object ufunc, object a, object b):
+    # NotImplemented, after refusing a builtin sequence NumPy saw as no numbers
+    if isinstance(a, _BUILTIN_SEQUENCES) or isinstance(b, _BUILTIN_SEQUENCES):
+        role, x = ("x1", a) if isinstance(a, _BUILTIN_SEQUENCES) else ("x2", b)
+        raise TypeError(f"{ufunc.__name__}: unsupported operand {role} of type "
+                        f"{type(x).__name__!r}")
+    return NotImplemented
+
+
 cdef inline object _binop(object ufunc, object a, object b):
     # the operators' fallback: they have tried the native path already
-    return _ufunc_call(ufunc, (a, b), None, {}, True, False)
+    r = _ufunc_call(ufunc, (a, b), None, {}, True, False)
+    return _no_sequence(ufunc, a, b) if r is NotImplemented else r
 
 
 cdef inline object _inplace(object ufunc, NDArray a, object b):
     # the in-place operators' fallback: they have tried the native path already
-    return _ufunc_call(ufunc, (a, b), a, {}, True, False)
+    r = _ufunc_call(ufunc, (a, b), a, {}, True, False)
+    return _no_sequence(ufunc, a, b) if r is NotImplemented else r
 
 
 cdef inline object _compare(object ufunc, NDArray a, object b):

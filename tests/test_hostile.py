@@ -8,6 +8,7 @@ so that a regression shows up as a failed test rather than a dead test run.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -390,6 +391,34 @@ def test_the_matmul_operator_defers_to_the_other_operand():
             return "other"
 
     assert ndws.zeros((2, 2)) @ Other() == "other"
+
+
+@pytest.mark.parametrize("call, msg", [
+    (lambda x: x * "2", "multiply: unsupported operand x2 of type 'str'"),
+    (lambda x: "2" * x, "multiply: unsupported operand x1 of type 'str'"),
+    (lambda x: b"2" * x, "multiply: unsupported operand x1 of type 'bytes'"),
+    (lambda x: x * [1, "a", 2], "multiply: unsupported operand x2 of type 'list'"),
+    (lambda x: ("a",) + x, "add: unsupported operand x1 of type 'tuple'"),
+    (lambda x: x % "2", "remainder: unsupported operand x2 of type 'str'"),
+])
+def test_operators_name_a_builtin_sequence_of_no_numbers(call, msg):
+    # Python would otherwise go on to the sequence's repetition, which asks x.__index__ and
+    # reports "only integer scalar arrays can be converted to a scalar index"
+    x = ndws.asarray(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match=re.escape(msg)):
+        call(x)
+    with pytest.raises(TypeError, match="multiply: unsupported operand x2 of type 'str'"):
+        x *= "2"
+    assert x.tolist() == [1.0, 1.0, 1.0]
+    # a sequence of numbers is an array operand, and == still compares element-wise
+    assert (x * (1, 2, 3)).tolist() == [1.0, 2.0, 3.0]
+    assert (x == "2").tolist() == [False, False, False]
+
+    class Other:
+        def __rmul__(self, left):
+            return "other"
+
+    assert x * Other() == "other"
 
 
 def test_private_exception_classes_do_not_escape():
