@@ -292,6 +292,25 @@ def _view(x: Any, op: str, role: str) -> Any:
     return x
 
 
+def _numbers(x: Any, op: str, role: str) -> Any:
+    """Operand `x` of `op` as NumPy computes with it: an NDArray's validated view, a Python
+    number as it is (NumPy's weak scalar promotion), anything else as a NumPy array, which must
+    hold numbers: text, None and other objects are refused naming `role` (NumPy would parse
+    text, compute with objects, or read a list as a dtype in `np.result_type`)."""
+    if isinstance(x, NDArray):
+        return _core._np_view(x, op, role)
+    if type(x) in (bool, int, float, complex):
+        return x
+    try:
+        v = np.asarray(x)
+    except ValueError as e:         # a ragged list: NumPy's message, naming the operand
+        raise ValueError(f"{op}: {role}: {e}") from None
+    if v.dtype.kind not in "biufc":
+        raise TypeError(f"{op}: {role} must hold numbers (bool, int, uint, float, complex); "
+                        f"got {type(x).__name__} {x!r:.40}")
+    return x if isinstance(x, np.generic) else v
+
+
 def _shape_of(v: Any) -> tuple:
     return np.shape(v)
 
@@ -311,15 +330,15 @@ def where(condition: Any, x: Any = None, y: Any = None, *, out: Any = None) -> A
     -------
     NDArray or tuple of NDArray
     """
-    c = _view(condition, "where", "condition")
+    c = _numbers(condition, "where", "condition")
     if x is None and y is None:
         if out is not None:
             raise TypeError("where: out is only supported with x and y")
         return tuple(_core._np_result(i) for i in np.nonzero(c))
     if x is None or y is None:
         raise ValueError("either both or neither of x and y should be given")
-    xv = _view(x, "where", "x")
-    yv = _view(y, "where", "y")
+    xv = _numbers(x, "where", "x")
+    yv = _numbers(y, "where", "y")
     try:
         shape = np.broadcast_shapes(_shape_of(c), _shape_of(xv), _shape_of(yv))
     except ValueError:
@@ -397,7 +416,7 @@ def _join(name: str, arrays: Sequence[Any], axis: int | None, out: Any, dtype: A
           casting: str, shape_of: Callable[[list], tuple]) -> NDArray:
     if isinstance(arrays, NDArray):
         arrays = list(arrays)  # NumPy treats an array as the sequence of its rows
-    views = [_view(a, name, f"arrays[{i}]") for i, a in enumerate(arrays)]
+    views = [_numbers(a, name, f"arrays[{i}]") for i, a in enumerate(arrays)]
     func = getattr(np, name)
     if out is not None:
         func(views, axis=axis, out=_view(out, name, "out"), dtype=dtype, casting=casting)

@@ -4,6 +4,7 @@ operations leaving the workspace as it was."""
 from __future__ import annotations
 
 import operator
+import re
 
 import numpy as np
 import pytest
@@ -902,6 +903,47 @@ def test_where_out_casting_is_same_kind_like_every_out(out_dtype, ok):
 
 def test_where_two_args_is_an_error():
     check(lambda: np.where(np.array([True]), 1), lambda: ndws.where(ndws.array([True]), 1))
+
+
+def test_where_takes_lists_and_tuples_as_numpy_does():
+    # np.result_type read a list operand as a dtype description ("Field elements must be 2-
+    # or 3-tuples")
+    c = np.array([True, False, True])
+    x32 = np.arange(3, dtype=np.float32)
+    check(lambda: np.where(c, x32, [7, 8, 9]), lambda: ndws.where(c, ndws.array(x32), [7, 8, 9]))
+    check(lambda: np.where([1, 0, 1], (1.5, 2.5, 3.5), x32),
+          lambda: ndws.where([1, 0, 1], (1.5, 2.5, 3.5), ndws.array(x32)))
+    check(lambda: np.where(c, np.float32(2), 7), lambda: ndws.where(c, np.float32(2), 7))
+    check(lambda: np.concatenate([x32, [4, 5]]),
+          lambda: ndws.concatenate([ndws.array(x32), [4, 5]]))
+
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda c, x: ndws.where(c, x, "a"), TypeError,
+     "where: y must hold numbers (bool, int, uint, float, complex); got str 'a'"),
+    (lambda c, x: ndws.where(c, [1, None, 2], x), TypeError,
+     "where: x must hold numbers (bool, int, uint, float, complex); got list [1, None, 2]"),
+    (lambda c, x: ndws.where("abc", x, x), TypeError,
+     "where: condition must hold numbers (bool, int, uint, float, complex); got str 'abc'"),
+    (lambda c, x: ndws.where(c, x, np.array(["a"] * 3)), TypeError,
+     "where: y must hold numbers"),
+    (lambda c, x: ndws.where(c, x, np.datetime64(1, "D")), TypeError,
+     "where: y must hold numbers"),
+    (lambda c, x: ndws.where(c, x, [[1], [1, 2]]), ValueError,
+     "where: y: setting an array element with a sequence"),
+    (lambda c, x: ndws.concatenate([x, ["a", "b"]]), TypeError,
+     "concatenate: arrays[1] must hold numbers (bool, int, uint, float, complex); got list"),
+    (lambda c, x: ndws.stack([x, None]), TypeError,
+     "stack: arrays[1] must hold numbers (bool, int, uint, float, complex); got NoneType None"),
+])
+def test_where_and_joins_name_an_operand_of_no_numbers(call, exc, msg):
+    # NumPy would parse text, compute with objects, or fail in np.result_type
+    with ndws.workspace("OPERANDS") as ws:
+        c, x = ndws.array([True, False, True]), ndws.ones(3)
+        before = (ws.this_cycle_allocations, ws.primary_offset)
+        with pytest.raises(exc, match="^" + re.escape(msg)):
+            call(c, x)
+        assert (ws.this_cycle_allocations, ws.primary_offset) == before
 
 
 # ------------------------------------------------------------------------------------------------
