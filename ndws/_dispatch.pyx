@@ -51,6 +51,19 @@ cdef object operand_error(str name, tuple operands, tuple roles):
     return TypeError(f"{name}: unsupported operands")
 
 
+def numeric_operand(x, str name, str role):
+    """as_operand's NumPy view for the Python entries (ndws.ops), raising operand_error's
+    TypeError for an operand of no numbers and naming `role` in NumPy's error for a ragged
+    list."""
+    try:
+        v = as_operand(x, name, role)
+    except ValueError as e:
+        raise ValueError(f"{name}: {role}: {e}") from None
+    if v is NotImplemented:
+        raise operand_error(name, (x,), (role,))
+    return v
+
+
 # ------------------------------------------------------------------------------------------------
 # float32/float64 operands of the native kernels: as records (the GEMM reads pointer, shape and
 # element strides) ...

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ndws import _core, _creation, _ufuncs
+from ndws import _core, _creation, _dispatch, _ufuncs
 from ndws._core import NDArray
 from ndws._ufuncs import clip, dot, matmul, norm
 from ndws._linalg import gemm
@@ -293,22 +293,13 @@ def _view(x: Any, op: str, role: str) -> Any:
 
 
 def _numbers(x: Any, op: str, role: str) -> Any:
-    """Operand `x` of `op` as NumPy computes with it: an NDArray's validated view, a Python
-    number as it is (NumPy's weak scalar promotion), anything else as a NumPy array, which must
-    hold numbers: text, None and other objects are refused naming `role` (NumPy would parse
-    text, compute with objects, or read a list as a dtype in `np.result_type`)."""
-    if isinstance(x, NDArray):
-        return _core._np_view(x, op, role)
+    """Operand `x` of `op` as NumPy computes with it: a Python number as it is (NumPy's weak
+    scalar promotion), anything else a NumPy view that holds numbers; text, None and other
+    objects are refused naming `role` (NumPy would parse text, compute with objects, or read a
+    list as a dtype in `np.result_type`)."""
     if type(x) in (bool, int, float, complex):
         return x
-    try:
-        v = np.asarray(x)
-    except ValueError as e:         # a ragged list: NumPy's message, naming the operand
-        raise ValueError(f"{op}: {role}: {e}") from None
-    if v.dtype.kind not in "biufc":
-        raise TypeError(f"{op}: {role} must hold numbers (bool, int, uint, float, complex); "
-                        f"got {type(x).__name__} {x!r:.40}")
-    return x if isinstance(x, np.generic) else v
+    return _dispatch.numeric_operand(x, op, role)
 
 
 def _shape_of(v: Any) -> tuple:
