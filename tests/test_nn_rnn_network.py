@@ -96,8 +96,8 @@ def test_state_is_detached_and_survives_workspace_resets(rng):
     # get / set: a copy in, a copy out
     saved = {k: v.numpy() for k, v in net.rnn_get_previous_state(1).items()}
     net.rnn_time_step(x[:, :, :1])
-    net.rnn_set_previous_state(1, saved)
-    np.testing.assert_array_equal(net.rnn_get_previous_state(1)["prevMem"].numpy(),
+    net.rnn_set_previous_state(layer_index=1, state=saved)     # the names DL4J users read
+    np.testing.assert_array_equal(net.rnn_get_previous_state(layer_index=1)["prevMem"].numpy(),
                                   saved["prevMem"])
 
 

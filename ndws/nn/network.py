@@ -469,6 +469,19 @@ class MultiLayerNetwork(Model):
                     out = out[:, :, 0] if axis == 2 else out[:, 0, :]
             return out
 
+    # DL4J's rnnGetPreviousState(int layer) / rnnSetPreviousState(int layer, state), under the
+    # parameter name this network's index takes everywhere (ComputationGraph's take a name)
+    def rnn_get_previous_state(self, layer_index: int) -> dict[str, NDArray]:
+        """Copies of the state the recurrent layer at `layer_index` carries between
+        `rnn_time_step` calls: {"prevAct": (n, n_out)} (and "prevMem", the cell, for an LSTM);
+        empty when none."""
+        return super().rnn_get_previous_state(layer_index)
+
+    def rnn_set_previous_state(self, layer_index: int, state: dict) -> None:
+        """Set the state the recurrent layer at `layer_index` starts the next `rnn_time_step`
+        from (arrays of (n, n_out) under the keys `rnn_get_previous_state` gives; copied)."""
+        super().rnn_set_previous_state(layer_index, state)
+
     def _build_step_plan(self, batch: int) -> tuple | None:
         # rnn_time_step's one-step path (Model._one_step_path): the layers' step runners in a
         # chain
