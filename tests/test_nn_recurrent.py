@@ -347,6 +347,11 @@ def test_configuration_errors():
         Bidirectional(DenseLayer(n_out=2))
     with pytest.raises(ValueError, match="unknown mode 'SUM'"):
         Bidirectional(LSTM(n_out=2), "SUM")
+    with pytest.raises(ValueError, match="unknown mode 'SUM'"):
+        Bidirectional("SUM", LSTM(n_out=2))
+    # DL4J's argument order, new Bidirectional(Mode.ADD, layer), is the same layer
+    dl4j = Bidirectional(Bidirectional.Mode.ADD, LSTM(n_out=2))
+    assert dl4j == Bidirectional(LSTM(n_out=2), "ADD") and dl4j.mode is Bidirectional.Mode.ADD
     with pytest.raises(ValueError, match=r"layers\[0\]: RnnOutputLayer takes time series"):
         MultiLayerConfiguration([RnnOutputLayer(n_out=2)], input_type=InputType.recurrent(2),
                                 input_preprocessors={0: RnnToFeedForwardPreProcessor()})

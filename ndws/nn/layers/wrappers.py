@@ -346,7 +346,8 @@ class Bidirectional(_RecurrentWrapper):
         Copied: the forward and the backward layer.
     mode : {"CONCAT", "ADD", "MUL", "AVERAGE"} or Bidirectional.Mode
         CONCAT (default) stacks the two outputs' features (2 n_out); ADD, MUL and AVERAGE
-        combine them element by element.
+        combine them element by element. DL4J's order, ``Bidirectional(mode, layer)``, is
+        taken too.
 
     Parameters are the layer's twice, prefixed ``f`` (forward) and ``b`` (backward). A
     features mask is applied to both directions (the backward one gets it reversed), whatever
@@ -366,6 +367,8 @@ class Bidirectional(_RecurrentWrapper):
     _pass_state = Layer._pass_state + ("_yf", "_yb")
 
     def __init__(self, layer: Any, mode: Any = "CONCAT", *, name: str | None = None):
+        if isinstance(mode, Layer) and not isinstance(layer, Layer):
+            layer, mode = mode, layer       # DL4J's order, new Bidirectional(Mode, Layer)
         super().__init__(layer, name=name)
         self.mode = member(Bidirectional.Mode, mode, "Bidirectional.mode: unknown mode",
                            "(any case, or a Bidirectional.Mode)")
