@@ -465,3 +465,30 @@ def test_one_index_sequence_to_a_graph_is_told_its_batch_axis(rng):
                                          r'sequence of indices without its batch dimension\? '
                                          r'\(x\[None\] adds it\)$'):
         g.output(rng.integers(0, 6, 5))
+
+
+# -- a view of a huge shape (a zero stride over a small buffer) ----------------------------------
+
+@pytest.mark.parametrize("call, name", [
+    (lambda net, x, y: net.output(x), "x"),
+    (lambda net, x, y: net.rnn_time_step(x), "x"),
+    (lambda net, x, y: net.fit(x, y), "x"),
+    (lambda net, x, y: net.fit(DataSet(x, y)), "features"),
+    (lambda net, x, y: DataSet(np.ones((2, 3, 5), np.float32), y), "labels"),
+])
+def test_a_huge_zero_stride_view_is_refused_naming_the_argument(call, name):
+    # 2 x 3 x 10**14 steps over 30 floats (2.4 PB, beyond any address space, so no overcommit
+    # lets the allocation succeed): copying it for the kernels fails, the error names the
+    # argument that asked for it, and the network and its state are left as they were
+    net = MultiLayerNetwork(MultiLayerConfiguration(
+        [LSTM(n_out=4), RnnOutputLayer(n_out=2, activation="softmax")], input_type=R(3),
+        seed=0))
+    net.init()
+    before = net.params().numpy().copy()
+    base = np.ones((2, 3, 5), np.float32)
+    x = np.lib.stride_tricks.as_strided(base, (2, 3, 10**14), (60, 20, 0))
+    y = np.lib.stride_tricks.as_strided(base, (2, 2, 10**14), (60, 20, 0))
+    with pytest.raises(MemoryError, match=rf"^{name}: .*(allocate|Allocate)"):
+        call(net, x, y)
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    assert net.rnn_get_previous_state(0) == {}

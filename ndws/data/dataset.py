@@ -44,7 +44,10 @@ def _to_nd(value: Any, name: str, allow_none: bool = True) -> NDArray | None:
                         f"{type(value).__name__}: {exc}") from exc
     if arr.dtype == object or arr.dtype.kind in "USV":
         raise TypeError(f"{name} must be numeric array_like, got dtype {arr.dtype}")
-    return ndws.asarray(arr)
+    try:
+        return ndws.asarray(arr)
+    except MemoryError as exc:              # a view of a huge shape (a zero stride)
+        raise MemoryError(f"{name}: {exc}") from None
 
 
 def _np(arr: NDArray | None) -> np.ndarray | None:

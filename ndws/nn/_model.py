@@ -101,7 +101,10 @@ def input_array(x: Any, dtype: Any, name: str, reader: Any = None) -> NDArray:
         a = given
     else:
         if given.dtype != dtype or not given.flags.c_contiguous:
-            given = np.ascontiguousarray(given, dtype=dtype)
+            try:
+                given = np.ascontiguousarray(given, dtype=dtype)
+            except MemoryError as exc:      # a view of a huge shape (a zero stride)
+                raise MemoryError(f"{name}: {exc}") from None
         a = ndws.from_numpy(given)
     if a.dtype != dtype:
         with scope_out_of_workspaces():
