@@ -57,6 +57,8 @@ cdef inline bint second_name(object v, str op, str role, str first, str second) 
 # then return NotImplemented, the public functions raise `operand_error`'s TypeError.
 cdef object as_operand(object x, str name, str role)
 cdef object operand_error(str name, tuple operands, tuple roles)
+# as_operand's view, else operand_error raised (a function of one operand)
+cdef object checked_operand(object x, str name, str role)
 
 
 # -- float32/float64 operands of the native kernels ---------------------------------------------

@@ -51,10 +51,9 @@ cdef object operand_error(str name, tuple operands, tuple roles):
     return TypeError(f"{name}: unsupported operands")
 
 
-def numeric_operand(x, str name, str role):
-    """as_operand's NumPy view for the Python entries (ndws.ops), raising operand_error's
-    TypeError for an operand of no numbers and naming `role` in NumPy's error for a ragged
-    list."""
+cdef object checked_operand(object x, str name, str role):
+    # as_operand's NumPy view, or operand_error's TypeError for an operand of no numbers (and
+    # NumPy's error for a ragged list, naming `role`): the public functions of one operand
     try:
         v = as_operand(x, name, role)
     except ValueError as e:
@@ -62,6 +61,11 @@ def numeric_operand(x, str name, str role):
     if v is NotImplemented:
         raise operand_error(name, (x,), (role,))
     return v
+
+
+def numeric_operand(x, str name, str role):
+    """checked_operand for the Python entries (ndws.ops)."""
+    return checked_operand(x, name, role)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ from ndws._core cimport (NDArray, NDWS_MAXDIMS, Operators, install_operators, ch
                          OP_SQUARE, OP_SQRT, OP_EXP, OP_LOG, OP_TANH, OP_RECIP,
                          RED_SUM, RED_MEAN, RED_MAX, RED_MIN, RED_ARGMAX, RED_ARGMIN, RED_VAR,
                          RED_STD, RKW_NONE, RKW_DTYPE, RKW_DDOF)
-from ndws._dispatch cimport (place_result, arrays_overlap, as_operand, operand_error)
+from ndws._dispatch cimport (place_result, arrays_overlap, as_operand, checked_operand,
+                             operand_error)
 from ndws._fallback cimport numpy_ufunc
 from ndws._threads cimport threads_for, release_gil, run_blocks, GRAIN_ELEMENTWISE, GRAIN_REDUCE
 from ndws._arena cimport epoch_ptr, debug_mode_ptr, ndws_share
@@ -960,7 +961,7 @@ cdef object _clip(object a, object a_min, object a_max, object out):
     if a_min is None and a_max is None:
         # NumPy >= 2.1: nothing to clip, a copy (or a copy into `out`)
         if out is not None:
-            np.copyto(_operand(out, "clip", "out"), as_operand(a, "clip", "a"))
+            np.copyto(_operand(out, "clip", "out"), checked_operand(a, "clip", "a"))
             return out
         return _array(a)
     if a_min is None:
@@ -976,7 +977,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
 
 
 cdef object _norm(object x, object ord, object axis, object keepdims):
-    v = as_operand(x, "norm", "x")
+    v = checked_operand(x, "norm", "x")
     r = np.asarray(np.linalg.norm(v, ord=ord, axis=axis, keepdims=keepdims))
     return _copy_numpy(r, None, False)
 

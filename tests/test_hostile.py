@@ -256,6 +256,13 @@ CLEAR = [
      "matmul: unsupported operand x2 of type 'str'"),
     ("matmul-object", lambda: ndws.matmul(ndws.zeros((2, 2)), np.ones((2, 2), dtype=object)),
      TypeError, "matmul: unsupported operand x2 of dtype object"),
+    # norm multiplied the NotImplemented its operand check returned; clip with no bound
+    # copied it into out
+    ("norm-str", lambda: ndws.norm("abc"), TypeError, "norm: unsupported operand x of type 'str'"),
+    ("norm-None-inside", lambda: ndws.norm([1.0, None]), TypeError,
+     "norm: unsupported operand x of type 'list'"),
+    ("clip-no-bounds-out", lambda: ndws.clip(["a"] * 3, None, None, out=ndws.zeros(3)),
+     TypeError, "clip: unsupported operand a of type 'list'"),
     ("shape-None", lambda: ndws.zeros(None), TypeError,
      "shape: expected an int or a sequence of ints, got None"),
     ("shape-str", lambda: ndws.empty((2, "a")), TypeError,
