@@ -30,8 +30,7 @@ from ndws._core cimport (NDArray, NDWS_MAXDIMS, Operators, install_operators, ch
                          OP_SQUARE, OP_SQRT, OP_EXP, OP_LOG, OP_TANH, OP_RECIP,
                          RED_SUM, RED_MEAN, RED_MAX, RED_MIN, RED_ARGMAX, RED_ARGMIN, RED_VAR,
                          RED_STD, RKW_NONE, RKW_DTYPE, RKW_DDOF)
-from ndws._dispatch cimport (place_result, arrays_overlap, as_operand, checked_operand,
-                             operand_error)
+from ndws._dispatch cimport place_result, arrays_overlap, checked_operand, operand_error
 from ndws._fallback cimport numpy_ufunc
 from ndws._threads cimport threads_for, release_gil, run_blocks, GRAIN_ELEMENTWISE, GRAIN_REDUCE
 from ndws._arena cimport epoch_ptr, debug_mode_ptr, ndws_share
@@ -933,10 +932,8 @@ def dot(a, b, out=None):
 
 @cython.wraparound(True)
 cdef object _dot(object a, object b, object out):
-    av = as_operand(a, "dot", "a")
-    bv = as_operand(b, "dot", "b")
-    if av is NotImplemented or bv is NotImplemented:
-        raise operand_error("dot", (a, b), ("a", "b"))
+    av = checked_operand(a, "dot", "a")
+    bv = checked_operand(b, "dot", "b")
     if out is not None:
         np.dot(av, bv, out=_operand(out, "dot", "out"))
         return out
