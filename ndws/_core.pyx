@@ -51,6 +51,8 @@ from ndws._arena cimport (Arena, tstate, open_ids, round_up, plain_bump, take_ma
 from ndws._memory cimport (MemoryBlock, NDWS_ALIGNMENT, NDWS_SANITIZED, ndws_unpoison,
                            allocate_block, foreign_block, empty_block, BLOCK_DETACHED)
 
+import numbers
+
 import numpy as np
 
 from ndws._memory import allocation_counters
@@ -825,11 +827,17 @@ cdef object _key_to_numpy(object key, str op):
     return key
 
 
+# what an object array may hold for only_numbers (Python's and NumPy's numbers, Decimal too)
+cdef object _NUMBER_TYPES = (numbers.Number, np.number, np.bool_)
+
+
 cdef int only_numbers(object src, str what) except -1:
     # A value NumPy converts to a given dtype, checked to be numbers first: NumPy reads text
     # ("1.5" becomes 1.5) and makes None a NaN, where an ndws array holds numbers only, as it
-    # does without a dtype (and as torch.tensor's). `what` names the argument. Any other
-    # failure is left to the conversion.
+    # does without a dtype (and as torch.tensor's); an object array's elements are all checked
+    # before any is converted, since NumPy's cast writes those before the first it can't
+    # convert (an assign would be half done). `what` names the argument. Any other failure is
+    # left to the conversion.
     t = type(src)
     if t is float or t is int or t is bool or t is complex or isinstance(src, NDArray):
         return 0
@@ -844,7 +852,7 @@ cdef int only_numbers(object src, str what) except -1:
         return 0
     if probe.dtype.hasobject:
         for v in probe.flat:
-            if v is None or isinstance(v, (str, bytes)):
+            if not isinstance(v, _NUMBER_TYPES):
                 raise TypeError(f"{what}: expected a number or an array of numbers, got "
                                 f"{type(src).__name__} {src!r:.40}")
         return 0

@@ -373,6 +373,25 @@ CREATION = ["shape-huge", "shape-huge-product", "full-2**70-int64", "full-300-in
             "linspace-num", "linspace-huge", "linspace-str", "arange-huge", "full-None"]
 
 
+@pytest.mark.parametrize("write", [
+    lambda x, v: x.assign(v), lambda x, v: x.__setitem__(slice(None), v),
+    lambda x, v: x.__setitem__(slice(None), list(v)), lambda x, v: x.fill(v[1]),
+], ids=["assign", "setitem", "setitem-list", "fill"])
+def test_an_object_that_is_no_number_is_refused_before_anything_is_written(write):
+    # NumPy's cast writes the elements before the first it can't convert: [5.0, object(),
+    # 7.0] left 5.0 in x[0] before its TypeError
+    x = ndws.ones(3)
+    v = np.array([5.0, object(), 7.0], dtype=object)
+    with pytest.raises(TypeError, match=r"^(assign|setitem|fill): value: expected a number "
+                                        r"or an array of numbers, got "):
+        write(x, v)
+    assert x.tolist() == [1.0, 1.0, 1.0]
+    # numbers of any kind in an object array still convert (Decimal, NumPy scalars, bool)
+    from decimal import Decimal
+    x.assign(np.array([Decimal("2.5"), np.float32(3), True], dtype=object))
+    assert x.tolist() == [2.5, 3.0, 1.0]
+
+
 @pytest.mark.parametrize("call, exc", [c[1:3] for c in CLEAR if c[0] in CREATION],
                          ids=[c[0] for c in CLEAR if c[0] in CREATION])
 def test_a_refused_creation_leaves_the_workspace_as_it_was(call, exc):
