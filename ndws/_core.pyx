@@ -1567,6 +1567,10 @@ cdef class NDArray:
     def __setitem__(self, key, value):
         check_array(self, "setitem", "a")
         only_numbers(value, "setitem: value")
+        if type(value) is list or type(value) is tuple:
+            # converted whole before the write: NumPy assigns a sequence element by element,
+            # so one it can't convert (1000 into int8) would leave those before it written
+            value = np.asarray(value, dtype=self._dtype)
         v = _operand(value, "setitem", "value")
         np_view(self)[_key_to_numpy(key, "setitem")] = v
 

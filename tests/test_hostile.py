@@ -392,6 +392,26 @@ def test_an_object_that_is_no_number_is_refused_before_anything_is_written(write
     assert x.tolist() == [2.5, 3.0, 1.0]
 
 
+@pytest.mark.parametrize("dtype, value", [
+    (np.int8, [1, 2, 1000]), (np.uint8, (1, -1, 3)), (np.float64, [1.0, 1 + 1j, 3.0]),
+    (np.int8, (1, 2.7, True)), (np.bool_, [2, 0, 1]),
+])
+def test_a_sequence_written_by_setitem_is_all_or_nothing(dtype, value):
+    # NumPy writes a list element by element: a[:] = [1, 2, 1000] into int8 leaves [1, 2, 0]
+    # before its OverflowError. ndws converts the whole sequence first: NumPy's values and
+    # NumPy's error, and on an error nothing written
+    x, a = ndws.zeros(3, dtype=dtype), np.zeros(3, dtype=dtype)
+    try:
+        a[:] = value
+    except (OverflowError, TypeError) as exc:
+        with pytest.raises(type(exc), match=re.escape(str(exc))):
+            x[:] = value
+        assert not x.numpy().any()
+    else:
+        x[:] = value
+        np.testing.assert_array_equal(x.numpy(), a)
+
+
 @pytest.mark.parametrize("call, exc", [c[1:3] for c in CLEAR if c[0] in CREATION],
                          ids=[c[0] for c in CLEAR if c[0] in CREATION])
 def test_a_refused_creation_leaves_the_workspace_as_it_was(call, exc):
