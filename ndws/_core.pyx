@@ -1031,10 +1031,10 @@ cdef object _BUILTIN_SEQUENCES = (str, bytes, bytearray, list, tuple)
 
 cdef object _no_sequence(object ufunc, object a, object b):
     # NotImplemented, after refusing a builtin sequence NumPy saw as no numbers
-    if isinstance(a, _BUILTIN_SEQUENCES) or isinstance(b, _BUILTIN_SEQUENCES):
-        role, x = ("x1", a) if isinstance(a, _BUILTIN_SEQUENCES) else ("x2", b)
-        raise TypeError(f"{ufunc.__name__}: unsupported operand {role} of type "
-                        f"{type(x).__name__!r}")
+    for role, x in (("x1", a), ("x2", b)):
+        if isinstance(x, _BUILTIN_SEQUENCES):
+            raise TypeError(f"{ufunc.__name__}: unsupported operand {role} of type "
+                            f"{type(x).__name__!r}")
     return NotImplemented
 
 
